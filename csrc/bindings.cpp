@@ -1,0 +1,111 @@
+// Python bindings of the tensor collectives (module mxkv_hybrid._C).
+#include <mpi.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "dtype.h"
+#include "tensor_collectives.h"
+
+namespace py = pybind11;
+using mxkv::NDArrayHandle;
+using mxkv::TensorRequest;
+
+namespace {
+
+// [(input handles, output handles), ...] -> requests; handles are ctypes addresses.
+std::vector<TensorRequest> to_requests(const std::vector<std::pair<std::vector<uintptr_t>,
+                                                                   std::vector<uintptr_t>>>& spec) {
+  std::vector<TensorRequest> requests(spec.size());
+  for (size_t i = 0; i < spec.size(); ++i) {
+    for (uintptr_t h : spec[i].first) requests[i].inputs.push_back(reinterpret_cast<NDArrayHandle>(h));
+    for (uintptr_t h : spec[i].second) requests[i].outputs.push_back(reinterpret_cast<NDArrayHandle>(h));
+  }
+  return requests;
+}
+
+// Runs `fn` without the GIL; an EntryError becomes ValueError(message, entry index).
+template <typename Fn>
+bool run_collective(Fn&& fn) {
+  try {
+    mxkv::Status status;
+    {
+      py::gil_scoped_release release;
+      status = fn();
+    }
+    return status == mxkv::Status::kOk;
+  } catch (const mxkv::EntryError& e) {
+    PyErr_SetObject(PyExc_ValueError, py::make_tuple(e.what(), e.index).ptr());
+    throw py::error_already_set();
+  }
+}
+
+template <typename Fn>
+Fn* as_function(const py::dict& addresses, const char* name) {
+  return reinterpret_cast<Fn*>(addresses[name].cast<uintptr_t>());
+}
+
+}  // namespace
+
+using Spec = std::vector<std::pair<std::vector<uintptr_t>, std::vector<uintptr_t>>>;
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "mxkv_hybrid tensor collectives (C++)";
+
+  m.def("bind_mxnet_api", [](const py::dict& addresses) {
+    mxkv::MXNetApi& api = mxkv::mxnet_api();
+    using mxkv::NDArrayHandle;
+    api.get_data = as_function<int(NDArrayHandle, void**)>(addresses, "MXNDArrayGetData");
+    api.get_shape = as_function<int(NDArrayHandle, int*, const int**)>(addresses, "MXNDArrayGetShapeEx");
+    api.get_dtype = as_function<int(NDArrayHandle, int*)>(addresses, "MXNDArrayGetDType");
+    api.get_context = as_function<int(NDArrayHandle, int*, int*)>(addresses, "MXNDArrayGetContext");
+    api.get_storage_type = as_function<int(NDArrayHandle, int*)>(addresses, "MXNDArrayGetStorageType");
+    api.wait_to_read = as_function<int(NDArrayHandle)>(addresses, "MXNDArrayWaitToRead");
+    api.wait_to_write = as_function<int(NDArrayHandle)>(addresses, "MXNDArrayWaitToWrite");
+    api.get_last_error = as_function<const char*()>(addresses, "MXGetLastError");
+  }, "Binds the MXNet C API functions, given {name: address} of the loaded libmxnet.");
+
+  py::class_<mxkv::TensorCollectives>(m, "TensorCollectives")
+      .def(py::init([](int64_t fortran_comm, size_t bucket_bytes) {
+             return new mxkv::TensorCollectives(MPI_Comm_f2c(static_cast<MPI_Fint>(fortran_comm)),
+                                                bucket_bytes);
+           }),
+           py::arg("fortran_comm"), py::arg("bucket_bytes"),
+           "Collectives on the communicator whose Fortran handle is given (mpi4py: comm.py2f()).")
+      .def_property_readonly("rank", &mxkv::TensorCollectives::rank)
+      .def_property_readonly("size", &mxkv::TensorCollectives::size)
+      .def_property_readonly("bucket_bytes", &mxkv::TensorCollectives::bucket_bytes)
+      .def("allreduce",
+           [](mxkv::TensorCollectives& self, const Spec& spec, uint64_t key_signature, bool average) {
+             auto requests = to_requests(spec);
+             return run_collective([&] { return self.allreduce(requests, key_signature, average); });
+           },
+           py::arg("spec"), py::arg("key_signature"), py::arg("average"),
+           "Allreduce [(inputs, outputs), ...]; False (nothing moved) if ranks disagree on the call.")
+      .def("broadcast",
+           [](mxkv::TensorCollectives& self, const Spec& spec, uint64_t key_signature, int root) {
+             auto requests = to_requests(spec);
+             return run_collective([&] { return self.broadcast(requests, key_signature, root); });
+           },
+           py::arg("spec"), py::arg("key_signature"), py::arg("root"),
+           "Broadcast root's inputs[0] into every output; False if ranks disagree on the call.")
+      .def("plan",
+           [](const mxkv::TensorCollectives& self, const std::vector<std::pair<int, int64_t>>& shape) {
+             std::vector<mxkv::Tensor> tensors(shape.size());
+             for (size_t i = 0; i < shape.size(); ++i) {
+               tensors[i].dtype = shape[i].first;
+               tensors[i].count = shape[i].second;
+             }
+             py::list buckets;
+             for (const mxkv::Bucket& b : self.plan(tensors)) {
+               py::list segments;
+               for (const mxkv::Segment& s : b.segments) segments.append(py::make_tuple(s.tensor, s.offset, s.count));
+               buckets.append(py::make_tuple(b.fused, segments));
+             }
+             return buckets;
+           },
+           py::arg("tensors"),
+           "The bucket plan for [(dtype code, element count), ...]: [(fused, [(tensor, offset, count)])].");
+}

@@ -1,0 +1,59 @@
+#include "mxnet_api.h"
+
+#include <sstream>
+
+namespace mxkv {
+
+namespace {
+constexpr int kDefaultStorage = 0;
+constexpr int kCpu = 1;
+constexpr int kCpuPinned = 3;
+constexpr int kCpuShared = 5;
+}  // namespace
+
+MXNetApi& mxnet_api() {
+  static MXNetApi api;
+  return api;
+}
+
+ArrayView resolve_array(NDArrayHandle handle, Access access) {
+  const MXNetApi& api = mxnet_api();
+  if (!api.bound()) throw std::logic_error("mxkv_hybrid._C: MXNet C API not bound");
+
+  int storage = -1;
+  api.check(api.get_storage_type(handle, &storage), "MXNDArrayGetStorageType");
+  if (storage != kDefaultStorage)
+    throw std::invalid_argument(
+        "sparse (row_sparse/csr) arrays are not supported by the hybrid kvstore; "
+        "use dense gradients (e.g. Embedding(sparse_grad=False)) or a native MXNet kvstore");
+
+  int dev_type = 0, dev_id = 0;
+  api.check(api.get_context(handle, &dev_type, &dev_id), "MXNDArrayGetContext");
+  if (dev_type != kCpu && dev_type != kCpuPinned && dev_type != kCpuShared) {
+    std::ostringstream msg;
+    msg << "array on device type " << dev_type << " (id " << dev_id
+        << "): the hybrid kvstore reduces CPU arrays only in this version; "
+           "keep parameters on mx.cpu() contexts";
+    throw std::invalid_argument(msg.str());
+  }
+
+  if (access == Access::kRead)
+    api.check(api.wait_to_read(handle), "MXNDArrayWaitToRead");
+  else
+    api.check(api.wait_to_write(handle), "MXNDArrayWaitToWrite");
+
+  ArrayView view;
+  api.check(api.get_dtype(handle, &view.dtype), "MXNDArrayGetDType");
+  int ndim = 0;
+  const int* dims = nullptr;
+  api.check(api.get_shape(handle, &ndim, &dims), "MXNDArrayGetShapeEx");
+  view.count = 1;
+  for (int i = 0; i < ndim; ++i) {
+    view.shape.push_back(dims[i]);
+    view.count *= dims[i];
+  }
+  api.check(api.get_data(handle, &view.data), "MXNDArrayGetData");
+  return view;
+}
+
+}  // namespace mxkv

@@ -1,0 +1,51 @@
+// The few MXNet C API functions the collectives need, resolved at run time.
+//
+// libmxnet.so is loaded by MXNet's Python package with RTLD_LOCAL, so its symbols
+// cannot be linked against or found with dlsym(RTLD_DEFAULT). Python hands us the
+// function addresses (ctypes) once; everything after that is plain C calls.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace mxkv {
+
+using NDArrayHandle = void*;
+
+struct MXNetApi {
+  int (*get_data)(NDArrayHandle, void**) = nullptr;
+  int (*get_shape)(NDArrayHandle, int*, const int**) = nullptr;
+  int (*get_dtype)(NDArrayHandle, int*) = nullptr;
+  int (*get_context)(NDArrayHandle, int*, int*) = nullptr;
+  int (*get_storage_type)(NDArrayHandle, int*) = nullptr;
+  int (*wait_to_read)(NDArrayHandle) = nullptr;
+  int (*wait_to_write)(NDArrayHandle) = nullptr;
+  const char* (*get_last_error)() = nullptr;
+
+  bool bound() const { return get_data != nullptr; }
+  void check(int rc, const char* what) const {
+    if (rc != 0) throw std::runtime_error(std::string(what) + " failed: " + get_last_error());
+  }
+};
+
+// The process-wide table, filled by bind_mxnet_api() from Python.
+MXNetApi& mxnet_api();
+
+enum class Access { kRead, kWrite };
+
+// A dense CPU NDArray seen through a raw pointer, after MXNet's engine has
+// finished every pending operation that could touch it.
+struct ArrayView {
+  void* data = nullptr;
+  int dtype = -1;
+  std::vector<int64_t> shape;
+  int64_t count = 0;
+};
+
+// Waits on the engine (read or write access), then returns the array's memory.
+// Throws std::invalid_argument for arrays the collectives cannot use in place.
+ArrayView resolve_array(NDArrayHandle handle, Access access);
+
+}  // namespace mxkv

@@ -1,0 +1,103 @@
+"""Python face of the C++ tensor collectives: keys and NDArrays in, errors that name keys out."""
+import ctypes
+import hashlib
+from functools import lru_cache
+from typing import Hashable, List, Sequence
+
+import mxnet as mx
+import numpy as np
+
+from .errors import MismatchError, MXKVError
+from .topology import World
+
+Key = Hashable  # int or str, as MXNet passes them
+Arrays = Sequence[mx.nd.NDArray]
+
+_MXNET_FUNCTIONS = ("MXNDArrayGetData", "MXNDArrayGetShapeEx", "MXNDArrayGetDType",
+                    "MXNDArrayGetContext", "MXNDArrayGetStorageType", "MXNDArrayWaitToRead",
+                    "MXNDArrayWaitToWrite", "MXGetLastError")
+
+
+@lru_cache(maxsize=None)
+def _extension():
+    """Imports _C after mpi4py has loaded libmpi, and hands it MXNet's C API."""
+    from mpi4py import MPI  # noqa: F401  (loads libmpi.so for _C)
+
+    from . import _C
+
+    lib = mx.base._LIB
+    _C.bind_mxnet_api({name: ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
+                       for name in _MXNET_FUNCTIONS})
+    return _C
+
+
+def _key_signature(keys: Sequence[Key]) -> int:
+    """A hash of the keys that is the same in every process (unlike hash())."""
+    digest = hashlib.blake2b(repr(tuple(keys)).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little")
+
+
+def _handles(arrays: Arrays) -> List[int]:
+    return [a.handle.value for a in arrays]
+
+
+class TensorCollectives:
+    """Fused allreduce and broadcast of many keys' arrays over one communicator."""
+
+    def __init__(self, world: World, bucket_bytes: int):
+        self._comm = world.comm
+        self._impl = _extension().TensorCollectives(world.comm.py2f(), bucket_bytes)
+
+    @property
+    def bucket_bytes(self) -> int:
+        return self._impl.bucket_bytes
+
+    def allreduce(self, op: str, keys: Sequence[Key], inputs: Sequence[Arrays],
+                  outputs: Sequence[Arrays], average: bool) -> None:
+        """outputs[k] = (average of, or sum over ranks of) sum(inputs[k]), for every key k."""
+        spec = [(_handles(i), _handles(o)) for i, o in zip(inputs, outputs)]
+        self._run(op, keys, inputs, outputs,
+                  lambda: self._impl.allreduce(spec, _key_signature(keys), average))
+
+    def broadcast(self, op: str, keys: Sequence[Key], inputs: Sequence[Arrays],
+                  outputs: Sequence[Arrays], root: int = 0) -> None:
+        """outputs[k] = root's inputs[k][0] on every rank."""
+        spec = [(_handles(i), _handles(o)) for i, o in zip(inputs, outputs)]
+        self._run(op, keys, inputs, outputs,
+                  lambda: self._impl.broadcast(spec, _key_signature(keys), root))
+
+    def plan(self, tensors: Sequence[tuple]) -> list:
+        """The bucket plan for [(mxnet dtype code, element count), ...] (for tests and benchmarks)."""
+        return self._impl.plan(list(tensors))
+
+    def _run(self, op, keys, inputs, outputs, call) -> None:
+        try:
+            agreed = call()
+        except ValueError as err:
+            if len(err.args) == 2 and isinstance(err.args[1], int):
+                message, index = err.args
+                raise MXKVError(f"{op}: key {keys[index]!r}: {message}") from None
+            raise
+        if not agreed:
+            self._raise_mismatch(op, keys, outputs)
+
+    def _raise_mismatch(self, op: str, keys: Sequence[Key], outputs: Sequence[Arrays]) -> None:
+        """Every rank gets here together: gather what each passed and name the difference."""
+        mine = [(k, np.dtype(o[0].dtype).name, tuple(o[0].shape)) for k, o in zip(keys, outputs)]
+        everyone = self._comm.allgather(mine)
+        detail = _first_difference(everyone)
+        raise MismatchError(
+            f"{op}: ranks disagree on the arrays of this call: {detail}. Every rank must pass "
+            "the same keys, in the same order, with the same shapes and dtypes.")
+
+
+def _first_difference(per_rank: List[list]) -> str:
+    lengths = [len(entries) for entries in per_rank]
+    for position in range(max(lengths)):
+        seen = {r: (entries[position] if position < len(entries) else None)
+                for r, entries in enumerate(per_rank)}
+        if len(set(seen.values())) > 1:
+            return "; ".join(
+                f"rank {r} has " + ("nothing" if e is None else f"key {e[0]!r} {e[1]} {e[2]}")
+                for r, e in seen.items())
+    return f"the ranks passed {lengths} keys"  # pragma: no cover - signatures differed

@@ -1,0 +1,81 @@
+"""Every MXKV_* knob: parsed and validated once, from the environment."""
+import os
+from dataclasses import dataclass
+from typing import Callable, Dict, Mapping, Optional
+
+from .errors import ConfigError
+
+MODES = ("allreduce",)
+
+
+def _parse_bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise ValueError("expected 1/0, true/false, yes/no or on/off")
+
+
+def _parse_mode(text: str) -> str:
+    mode = text.strip().lower()
+    if mode not in MODES:
+        raise ValueError("expected one of: " + ", ".join(MODES))
+    return mode
+
+
+def _parse_bucket_mb(text: str) -> float:
+    value = float(text)
+    if not 0.001 <= value <= 1024:
+        raise ValueError("expected a size in MiB between 0.001 and 1024")
+    return value
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One environment variable: its parser, default and one-line documentation."""
+
+    parse: Callable[[str], object]
+    default: str
+    doc: str
+
+
+KNOBS: Dict[str, Knob] = {
+    "MXKV_MODE": Knob(_parse_mode, "allreduce",
+                      "How gradients are combined. allreduce: one MPI allreduce over all ranks."),
+    "MXKV_BUCKET_MB": Knob(_parse_bucket_mb, "4",
+                           "Fusion bucket size in MiB: smaller arrays are packed together up to this "
+                           "size; larger ones are reduced in place in chunks of this size."),
+    "MXKV_AVERAGE": Knob(_parse_bool, "1",
+                         "1: gradients are averaged over ranks (a script written for one process "
+                         "trains on the union of the batches). 0: summed, like MXNet's dist_sync."),
+}
+
+
+@dataclass(frozen=True)
+class Config:
+    """The validated settings of one process."""
+
+    mode: str
+    bucket_bytes: int
+    average: bool
+
+    @classmethod
+    def from_environment(cls, environ: Optional[Mapping[str, str]] = None) -> "Config":
+        """Reads MXKV_* from `environ` (default os.environ); raises ConfigError naming the fix."""
+        environ = os.environ if environ is None else environ
+        unknown = sorted(k for k in environ if k.startswith("MXKV_") and k not in KNOBS)
+        if unknown:
+            raise ConfigError(
+                f"unknown setting {', '.join(unknown)}; the known MXKV_* knobs are "
+                f"{', '.join(KNOBS)} (see README.md, 'Knobs'). Unset or rename it.")
+        values = {}
+        for name, knob in KNOBS.items():
+            text = environ.get(name, knob.default)
+            try:
+                values[name] = knob.parse(text)
+            except ValueError as err:
+                raise ConfigError(f"{name}={text!r} is invalid: {err}. {knob.doc}") from None
+        return cls(mode=values["MXKV_MODE"],
+                   bucket_bytes=int(values["MXKV_BUCKET_MB"] * 1024 * 1024),
+                   average=values["MXKV_AVERAGE"])

@@ -1,0 +1,20 @@
+"""Exceptions raised by mxkv_hybrid."""
+
+
+class MXKVError(RuntimeError):
+    """Base class. `on_every_rank` errors are raised by all ranks at the same point
+    (a collective found them), so the processes can exit cleanly without MPI_Abort."""
+
+    on_every_rank = False
+
+
+class ConfigError(MXKVError, ValueError):
+    """An MXKV_* environment variable is unknown or has an invalid value."""
+
+    on_every_rank = True
+
+
+class MismatchError(MXKVError):
+    """Ranks called a collective with different keys, shapes or dtypes."""
+
+    on_every_rank = True

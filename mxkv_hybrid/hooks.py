@@ -1,0 +1,135 @@
+"""The integration into MXNet's Gluon Trainer and Module, installed on import.
+
+What changes, only for the hybrid store (every other store runs MXNet's own code):
+- `kvstore='hybrid'` as a string is honoured with one device per process (MXNet's
+  `_create_kvstore` otherwise drops a non-'dist' string store when there is one device);
+- Trainer and Module reduce all gradients of a step in one fused pushpull;
+- parameters are broadcast from rank 0 as soon as they are initialised (Trainer:
+  at construction and at deferred initialisation; Module: at init_optimizer), so
+  every rank runs its first forward pass on identical weights.
+"""
+import functools
+
+import mxnet as mx
+import mxnet.gluon.parameter
+import mxnet.gluon.trainer
+import mxnet.model
+import mxnet.module.module
+
+from .kvstore import Hybrid
+
+_MODULES_USING_CREATE = (mxnet.model, mxnet.gluon.trainer, mxnet.module.module)
+_MODULES_USING_UPDATES = (mxnet.model, mxnet.module.module)
+
+
+def _names_hybrid(kvstore) -> bool:
+    return isinstance(kvstore, str) and kvstore.lower() == Hybrid.__name__.lower()
+
+
+def _create_kvstore(original, kvstore, num_device, arg_params):
+    if _names_hybrid(kvstore):
+        kvstore = mx.kv.create(kvstore)
+    return original(kvstore, num_device, arg_params)
+
+
+def _initialize_kvstore(original, kvstore, param_arrays, arg_params, param_names,
+                        update_on_kvstore):
+    if not isinstance(kvstore, Hybrid):
+        return original(kvstore, param_arrays, arg_params, param_names, update_on_kvstore)
+    kvstore.broadcast(list(param_names), [arg_params[n] for n in param_names], out=param_arrays)
+    return None
+
+
+def _valid_updates(param_arrays, grad_arrays, param_names):
+    valid = [i for i, grads in enumerate(grad_arrays) if grads[0] is not None]
+    return ([param_names[i] for i in valid], [grad_arrays[i] for i in valid],
+            [param_arrays[i] for i in valid])
+
+
+def _update_params_on_kvstore(original, param_arrays, grad_arrays, kvstore, param_names):
+    if not isinstance(kvstore, Hybrid):
+        return original(param_arrays, grad_arrays, kvstore, param_names)
+    names, grads, params = _valid_updates(param_arrays, grad_arrays, param_names)
+    kvstore.pushpull(names, grads, out=params)
+    return None
+
+
+def _update_params(original, param_arrays, grad_arrays, updater, num_device, kvstore=None,
+                   param_names=None):
+    if isinstance(kvstore, Hybrid):
+        names, grads, _ = _valid_updates(param_arrays, grad_arrays, param_names)
+        kvstore.pushpull(names, grads)
+        kvstore = None  # reduced: the local updates below need no store
+    return original(param_arrays, grad_arrays, updater, num_device, kvstore, param_names)
+
+
+def _trainer_store(trainer):
+    """The Hybrid store a Trainer was given (created from the string if needed), or None."""
+    params = getattr(trainer, "_kvstore_params", None) or {}
+    kvstore = params.get("kvstore")
+    if _names_hybrid(kvstore):
+        kvstore = params["kvstore"] = mx.kv.create(kvstore)
+    return kvstore if isinstance(kvstore, Hybrid) else None
+
+
+def _broadcast_parameters(store: Hybrid, trainer, params) -> None:
+    keys = [trainer._param2idx[p.name] for p in params]
+    data = [p.list_data() for p in params]
+    store.broadcast(keys, [d[0] for d in data], out=data)
+
+
+def _trainer_init(original, self, *args, **kwargs):
+    original(self, *args, **kwargs)
+    store = _trainer_store(self)
+    if store is not None:
+        ready = [p for p in self._params if p._data is not None]
+        if ready:
+            _broadcast_parameters(store, self, ready)
+
+
+def _parameter_init_impl(original, self, *args, **kwargs):
+    original(self, *args, **kwargs)
+    trainer = getattr(self, "_trainer", None)
+    store = _trainer_store(trainer) if trainer is not None else None
+    if store is not None:
+        _broadcast_parameters(store, trainer, [self])
+
+
+def _allreduce_grads(original, self):
+    if not isinstance(self._kvstore, Hybrid):
+        return original(self)
+    params = [(i, p) for i, p in enumerate(self._params) if p.grad_req != "null"]
+    keys = [i for i, _ in params]
+    grads = [p.list_grad() for _, p in params]
+    if self._update_on_kvstore:
+        self._kvstore.pushpull(keys, grads, out=[p.list_data() for _, p in params])
+    else:
+        self._kvstore.pushpull(keys, grads)
+    return None
+
+
+def _patch(owner, name: str, replacement) -> None:
+    """owner.name = replacement(original, ...); a function, so it binds as a method too."""
+    original = getattr(owner, name)
+    if hasattr(original, "_mxkv_original"):
+        return  # already installed
+
+    @functools.wraps(original)
+    def wrapper(*args, **kwargs):
+        return replacement(original, *args, **kwargs)
+
+    wrapper._mxkv_original = original
+    setattr(owner, name, wrapper)
+
+
+def install() -> None:
+    """Installs the hooks (idempotent)."""
+    for module in _MODULES_USING_CREATE:
+        _patch(module, "_create_kvstore", _create_kvstore)
+    for module in _MODULES_USING_UPDATES:
+        _patch(module, "_initialize_kvstore", _initialize_kvstore)
+        _patch(module, "_update_params_on_kvstore", _update_params_on_kvstore)
+        _patch(module, "_update_params", _update_params)
+    _patch(mxnet.gluon.trainer.Trainer, "__init__", _trainer_init)
+    _patch(mxnet.gluon.trainer.Trainer, "_allreduce_grads", _allreduce_grads)
+    _patch(mxnet.gluon.parameter.Parameter, "_init_impl", _parameter_init_impl)
