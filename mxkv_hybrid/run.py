@@ -1,0 +1,39 @@
+"""Runs an unmodified script with the plugin active:
+
+    python -m mxkv_hybrid.run script.py [args...]
+    python -m mxkv_hybrid.run -m package.module [args...]
+
+`import mxkv_hybrid` happens first, so `kvstore='hybrid'` / `mx.kv.create('hybrid')`
+in the script get the Hybrid store instead of MXNet's silent local fallback.
+"""
+import os
+import runpy
+import sys
+
+USAGE = "usage: python -m mxkv_hybrid.run (script.py | -m module) [args...]"
+
+
+def main(argv=None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help") or (argv[0] == "-m" and len(argv) < 2):
+        print(USAGE, file=sys.stderr)
+        raise SystemExit(2)
+
+    # One write per line, so mpiexec's rank prefix starts every line (PYTHONUNBUFFERED=1
+    # would otherwise write each piece of a print separately).
+    for stream in (sys.stdout, sys.stderr):
+        stream.reconfigure(line_buffering=True, write_through=False)
+
+    import mxkv_hybrid  # noqa: F401  (registers the store, installs the hooks)
+
+    if argv[0] == "-m":
+        sys.argv = [argv[1], *argv[2:]]
+        runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+    else:
+        sys.argv = argv
+        sys.path.insert(0, os.path.dirname(os.path.abspath(argv[0])))
+        runpy.run_path(argv[0], run_name="__main__")
+
+
+if __name__ == "__main__":
+    main()

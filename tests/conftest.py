@@ -1,0 +1,78 @@
+"""Helpers for tests that start real MPI jobs through mxkv-launch."""
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import numpy as np
+import pytest
+
+from mxkv_hybrid.launch import live_group_members
+
+WORKERS = Path(__file__).parent / "workers"
+JOB_TIMEOUT = 180  # seconds; a hard bound on every multi-process test
+
+
+@dataclass
+class Job:
+    returncode: int
+    output: str
+
+    def lines_of(self, rank: int) -> List[str]:
+        prefix = f"[{rank}] "
+        return [line[len(prefix):] for line in self.output.splitlines() if line.startswith(prefix)]
+
+
+def launch(num_ranks: int, script: str, *args: str, env: Optional[Dict[str, str]] = None,
+           timeout: float = JOB_TIMEOUT) -> Job:
+    """Runs `mxkv-launch -n N -- python workers/script args` and checks nothing is left behind."""
+    command = [sys.executable, "-m", "mxkv_hybrid.launch", "-n", str(num_ranks),
+               "--timeout", str(timeout), "--", "python", str(WORKERS / script), *args]
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("MXKV_")}
+    full_env.update(env or {})
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True, env=full_env, start_new_session=True)
+    try:
+        output, _ = process.communicate(timeout=timeout + 30)
+    finally:
+        leftovers = live_group_members(process.pid)
+        if leftovers:
+            subprocess.run(["kill", "-9", *map(str, leftovers)])
+        process.kill() if process.poll() is None else None
+    assert not leftovers, f"processes left behind: {leftovers}"
+    return Job(process.returncode, output)
+
+
+def run_reference(script: str, *args: str) -> str:
+    """Runs a worker as one plain process (no MPI job) and returns its output."""
+    done = subprocess.run([sys.executable, str(WORKERS / script), *args], capture_output=True,
+                          text=True, timeout=JOB_TIMEOUT)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def load_ranks(directory: Path, num_ranks: int) -> List[Dict[str, np.ndarray]]:
+    return [dict(np.load(directory / f"rank{r}.npz")) for r in range(num_ranks)]
+
+
+def assert_identical_across_ranks(weights: List[Dict[str, np.ndarray]]) -> None:
+    for rank, mine in enumerate(weights[1:], start=1):
+        assert mine.keys() == weights[0].keys()
+        for name in mine:
+            assert np.array_equal(mine[name], weights[0][name]), \
+                f"{name}: rank {rank} differs from rank 0 (max |diff| " \
+                f"{np.abs(mine[name] - weights[0][name]).max():.3g})"
+
+
+def assert_matches_reference(mine: Dict[str, np.ndarray], reference: Dict[str, np.ndarray]) -> None:
+    assert mine.keys() == reference.keys()
+    for name in mine:
+        np.testing.assert_allclose(mine[name], reference[name], rtol=1e-4, atol=1e-6,
+                                   err_msg=f"{name} differs from the single-process reference")
+
+
+@pytest.fixture
+def job_dir(tmp_path: Path) -> Path:
+    return tmp_path

@@ -1,0 +1,22 @@
+"""Data and models shared by the test workers: deterministic per (rank, step)."""
+import numpy as np
+
+BATCH = 8          # samples per rank and step
+CLASSES = 4
+STEPS = 5
+LEARNING_RATE = 0.1
+MOMENTUM = 0.9
+
+
+def rank_batch(rank: int, step: int):
+    """The batch a given rank sees at a given step: (images N x 1 x 8 x 8, labels N)."""
+    rng = np.random.RandomState(1000 * rank + step)
+    x = rng.rand(BATCH, 1, 8, 8).astype(np.float32)
+    y = rng.randint(0, CLASSES, BATCH).astype(np.float32)
+    return x, y
+
+
+def union_batch(num_ranks: int, step: int):
+    """What one process sees when it trains on the batches of all ranks at once."""
+    parts = [rank_batch(r, step) for r in range(num_ranks)]
+    return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])

@@ -1,0 +1,59 @@
+"""Trains a small conv net with gluon.Trainer for a few SGD-momentum steps, then writes
+the weights to OUT/rank<r>.npz. Each rank initialises with a different seed, so equal
+results prove the initial broadcast. --reference N: one process, the union of N ranks' batches."""
+import argparse
+import os
+
+import mxnet as mx
+import numpy as np
+from mxnet import autograd, gluon
+
+from common import CLASSES, LEARNING_RATE, MOMENTUM, STEPS, rank_batch, union_batch
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--out", required=True)
+parser.add_argument("--kvstore", choices=["string", "instance"], default="string")
+parser.add_argument("--devices", type=int, default=1)
+parser.add_argument("--update-on-kvstore", choices=["default", "0", "1"], default="default")
+parser.add_argument("--reference", type=int, default=0, help="number of ranks to emulate")
+args = parser.parse_args()
+
+if args.reference:
+    rank, kvstore = 0, None
+else:
+    kvstore = "hybrid" if args.kvstore == "string" else mx.kv.create("hybrid")
+    rank = mx.kv.create("hybrid").rank if args.kvstore == "string" else kvstore.rank
+
+mx.random.seed(rank)
+contexts = [mx.cpu(i) for i in range(args.devices)]
+net = gluon.nn.HybridSequential()
+net.add(gluon.nn.Conv2D(6, 3, activation="relu"),   # in_channels unknown: deferred init
+        gluon.nn.Conv2D(4, 3, activation="relu"),
+        gluon.nn.Dense(16, activation="relu"),
+        gluon.nn.Dense(CLASSES))
+net.initialize(mx.init.Xavier(magnitude=2.0), ctx=contexts)
+update_on_kvstore = None if args.update_on_kvstore == "default" else args.update_on_kvstore == "1"
+trainer = gluon.Trainer(net.collect_params(), "sgd",
+                        {"learning_rate": LEARNING_RATE, "momentum": MOMENTUM},
+                        kvstore=kvstore, update_on_kvstore=update_on_kvstore)
+loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+
+for step in range(STEPS):
+    x, y = union_batch(args.reference, step) if args.reference else rank_batch(rank, step)
+    xs = gluon.utils.split_and_load(mx.nd.array(x), contexts)
+    ys = gluon.utils.split_and_load(mx.nd.array(y), contexts)
+    with autograd.record():
+        losses = [loss_fn(net(a), b) for a, b in zip(xs, ys)]
+    for loss in losses:
+        loss.backward()
+    trainer.step(len(x))
+
+params = list(net.collect_params().values())
+for p in params:  # every device copy holds the same weights
+    copies = [d.asnumpy() for d in p.list_data()]
+    assert all(np.array_equal(c, copies[0]) for c in copies), p.name
+os.makedirs(args.out, exist_ok=True)
+np.savez(os.path.join(args.out, f"rank{rank}.npz"),
+         **{f"{i:02d}": p.data(contexts[0]).asnumpy() for i, p in enumerate(params)})
+print(f"rank {rank}: trained {STEPS} steps, kvstore={trainer._kvstore.type if trainer._kvstore else None}",
+      f"update_on_kvstore={trainer._update_on_kvstore}")

@@ -1,0 +1,40 @@
+"""Trains a small symbolic conv net with Module.fit(kvstore='hybrid') for one epoch of
+STEPS batches, then writes the weights to OUT/rank<r>.npz (different seed per rank).
+--reference N: one process, batches that are the union of N ranks' batches."""
+import argparse
+import os
+
+import mxnet as mx
+import numpy as np
+
+from common import BATCH, CLASSES, LEARNING_RATE, MOMENTUM, STEPS, rank_batch, union_batch
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--out", required=True)
+parser.add_argument("--devices", type=int, default=1)
+parser.add_argument("--reference", type=int, default=0, help="number of ranks to emulate")
+args = parser.parse_args()
+
+rank = 0 if args.reference else mx.kv.create("hybrid").rank
+batches = [union_batch(args.reference, s) if args.reference else rank_batch(rank, s)
+           for s in range(STEPS)]
+x = np.concatenate([b[0] for b in batches])
+y = np.concatenate([b[1] for b in batches])
+batch_size = BATCH * (args.reference or 1)
+data = mx.io.NDArrayIter(x, y, batch_size=batch_size, shuffle=False, label_name="softmax_label")
+
+net = mx.sym.Variable("data")
+net = mx.sym.Activation(mx.sym.Convolution(net, num_filter=6, kernel=(3, 3), name="conv1"), "relu")
+net = mx.sym.Activation(mx.sym.FullyConnected(net, num_hidden=16, name="fc1"), "relu")
+net = mx.sym.SoftmaxOutput(mx.sym.FullyConnected(net, num_hidden=CLASSES, name="fc2"), name="softmax")
+
+mx.random.seed(rank)
+module = mx.mod.Module(net, context=[mx.cpu(i) for i in range(args.devices)])
+module.fit(data, num_epoch=1, kvstore=None if args.reference else "hybrid",
+           optimizer="sgd", optimizer_params={"learning_rate": LEARNING_RATE, "momentum": MOMENTUM},
+           initializer=mx.init.Xavier(magnitude=2.0))
+arg_params, _ = module.get_params()
+os.makedirs(args.out, exist_ok=True)
+np.savez(os.path.join(args.out, f"rank{rank}.npz"), **{k: v.asnumpy() for k, v in arg_params.items()})
+print(f"rank {rank}: kvstore={module._kvstore.type if module._kvstore else None}",
+      f"update_on_kvstore={module._update_on_kvstore}")
