@@ -1,0 +1,46 @@
+"""Bad input ends the job with a clear message on every rank, not a hang or a wrong result."""
+import pytest
+
+from conftest import launch
+
+
+@pytest.mark.parametrize("case, rank0_says, rank1_says", [
+    ("shape", "key 'weight' float32 (3, 4)", "key 'weight' float32 (4, 3)"),
+    ("dtype", "key 'weight' float32 (3, 4)", "key 'weight' float64 (3, 4)"),
+    ("key", "key 'weight' float32", "key 'other' float32"),
+])
+def test_ranks_that_disagree_get_a_mismatch_error(case, rank0_says, rank1_says):
+    job = launch(3, "mismatch.py", case, timeout=90)
+    assert job.returncode != 0
+    assert "no error was raised" not in job.output
+    for rank in range(3):
+        text = "\n".join(job.lines_of(rank))
+        assert "MismatchError: pushpull: ranks disagree" in text, job.output
+        assert f"rank 0 has {rank0_says}" in text and f"rank 1 has {rank1_says}" in text, text
+
+
+@pytest.mark.parametrize("env, message", [
+    ({"MXKV_MODE": "bogus"}, "MXKV_MODE='bogus' is invalid: expected one of: allreduce"),
+    ({"MXKV_BUCKET_MB": "-1"}, "MXKV_BUCKET_MB='-1' is invalid"),
+    ({"MXKV_AVERAGE": "maybe"}, "MXKV_AVERAGE='maybe' is invalid"),
+    ({"MXKV_BUKET_MB": "4"}, "unknown setting MXKV_BUKET_MB"),
+])
+def test_bad_knobs_fail_on_every_rank(env, message):
+    job = launch(2, "mismatch.py", "none", env=env, timeout=90)
+    assert job.returncode != 0
+    for rank in range(2):
+        assert any("ConfigError" in line and message in line for line in job.lines_of(rank)), \
+            job.output
+
+
+def test_a_failing_rank_ends_the_job():
+    job = launch(3, "fail.py", "raise", timeout=90)
+    assert job.returncode != 0
+    assert "RuntimeError: rank 1 fails on purpose" in "\n".join(job.lines_of(1))
+    assert "the job failed" in job.output
+
+
+def test_a_hung_job_is_stopped_by_the_launcher_timeout():
+    job = launch(2, "fail.py", "hang", timeout=20)
+    assert job.returncode == 124
+    assert "timed out after 20 s" in job.output

@@ -1,0 +1,110 @@
+"""What one process can check without mpiexec (MPI runs as a world of one)."""
+import subprocess
+import sys
+
+import mxnet as mx
+import numpy as np
+import pytest
+
+import mxkv_hybrid
+from mxkv_hybrid.config import Config
+from mxkv_hybrid.errors import ConfigError, MXKVError
+from mxkv_hybrid.launch import parse_arguments, wrap_command
+
+FLOAT32, FLOAT64, FLOAT16 = 0, 1, 2
+
+
+def test_the_plugin_registers_class_hybrid():
+    kv = mx.kv.create("hybrid")
+    assert type(kv).__name__ == "Hybrid" and isinstance(kv, mxkv_hybrid.Hybrid)
+    assert (kv.rank, kv.num_workers, kv.type) == (0, 1, "hybrid")
+
+
+def test_without_the_import_mxnet_silently_makes_a_local_store():
+    code = "import mxnet as mx; kv = mx.kv.create('hybrid'); print(type(kv).__name__, kv.num_workers)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["KVStore", "1"]
+
+
+def test_the_string_store_survives_one_device():
+    net = mx.gluon.nn.Dense(2, in_units=3)
+    net.initialize()
+    trainer = mx.gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1}, kvstore="hybrid")
+    trainer._init_kvstore()
+    assert isinstance(trainer._kvstore, mxkv_hybrid.Hybrid)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16"])
+@pytest.mark.parametrize("size", [1, 7, 1_000_003])
+def test_device_copies_are_summed_and_broadcast(dtype, size):
+    kv = mx.kv.create("hybrid")
+    rng = np.random.RandomState(size)
+    values = [rng.rand(size).astype(dtype) for _ in range(3)]
+    arrays = [mx.nd.array(v, ctx=mx.cpu(i), dtype=dtype) for i, v in enumerate(values)]
+    kv.pushpull("x", arrays)
+    expected = (values[0].astype(np.float64) + values[1] + values[2]).astype(dtype)
+    tolerance = 2e-3 if dtype == "float16" else 1e-6
+    for a in arrays:
+        np.testing.assert_allclose(a.asnumpy(), expected, rtol=tolerance)
+
+
+def test_many_small_keys_in_one_call():
+    kv = mx.kv.create("hybrid")
+    keys = list(range(300))
+    arrays = [[mx.nd.ones((k % 5 + 1,)) * k, mx.nd.ones((k % 5 + 1,), ctx=mx.cpu(1))] for k in keys]
+    kv.pushpull(keys, arrays)
+    assert all(np.all(a[0].asnumpy() == k + 1) for k, a in zip(keys, arrays))
+
+
+def test_bucket_plan_fuses_small_tensors_and_chunks_large_ones():
+    kv = mx.kv.create("hybrid")
+    cap = kv.config.bucket_bytes // 4
+    plan = kv._collectives.plan([(FLOAT32, 10), (FLOAT32, 2 * cap + 1), (FLOAT64, 3),
+                                 (FLOAT32, cap - 10), (FLOAT32, 1)])
+    in_place = [b for b in plan if not b[0]]
+    fused = [b for b in plan if b[0]]
+    assert [segments for _, segments in in_place] == [[(1, 0, cap)], [(1, cap, cap)],
+                                                       [(1, 2 * cap, 1)]]
+    # float32: 10 + (cap - 10) fill one bucket; the last element opens the next one
+    assert [segments for _, segments in fused] == [[(0, 0, 10), (3, 0, cap - 10)],
+                                                    [(4, 0, 1)], [(2, 0, 3)]]
+
+
+def test_arrays_that_disagree_on_one_rank_name_the_key():
+    kv = mx.kv.create("hybrid")
+    with pytest.raises(MXKVError, match="key 'w': its arrays disagree on this rank"):
+        kv.pushpull("w", [mx.nd.ones((2, 3)), mx.nd.ones((3, 2), ctx=mx.cpu(1))])
+    with pytest.raises(MXKVError, match="int32.*not supported|dtype code 4"):
+        kv.pushpull("i", mx.nd.ones((2,), dtype="int32"))
+
+
+def test_unsupported_features_say_what_to_use_instead():
+    kv = mx.kv.create("hybrid")
+    with pytest.raises(MXKVError, match="gradient compression is not supported"):
+        kv.set_gradient_compression({"type": "2bit"})
+    with pytest.raises(MXKVError, match="not initialised; call init first"):
+        kv.pull("never", out=mx.nd.zeros((1,)))
+    kv.close()
+    with pytest.raises(MXKVError, match="closed"):
+        kv.pushpull(0, mx.nd.ones((1,)))
+
+
+def test_config_defaults_and_errors():
+    config = Config.from_environment({})
+    assert (config.mode, config.bucket_bytes, config.average) == ("allreduce", 4 << 20, True)
+    assert Config.from_environment({"MXKV_AVERAGE": "off", "MXKV_BUCKET_MB": "0.5"}).bucket_bytes \
+        == 512 << 10
+    with pytest.raises(ConfigError, match="unknown setting MXKV_NOPE"):
+        Config.from_environment({"MXKV_NOPE": "1"})
+    with pytest.raises(ConfigError, match="MXKV_BUCKET_MB='big' is invalid"):
+        Config.from_environment({"MXKV_BUCKET_MB": "big"})
+
+
+def test_launcher_runs_python_scripts_through_the_runner():
+    assert wrap_command(["python", "train.py", "--kv-store", "hybrid"]) == \
+        [sys.executable, "-m", "mxkv_hybrid.run", "train.py", "--kv-store", "hybrid"]
+    assert wrap_command(["python3", "-m", "pkg.train"]) == \
+        [sys.executable, "-m", "mxkv_hybrid.run", "-m", "pkg.train"]
+    assert wrap_command(["./train.sh", "x"]) == ["./train.sh", "x"]
+    args = parse_arguments(["-n", "4", "-H", "a:2,b:2", "--", "python", "t.py"])
+    assert (args.num_ranks, args.hosts, args.command) == (4, "a:2,b:2", ["python", "t.py"])
