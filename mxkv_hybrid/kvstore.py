@@ -88,37 +88,27 @@ class Hybrid(KVStoreBase):
             self._broadcast_into_store("broadcast", keys, values, outs)
 
     def push(self, key, value, priority: int = 0) -> None:
-        """Combines the values of all devices and ranks; with an optimizer, updates the
-        stored weight with the result, else stores the result."""
+        """Combines the values of all devices and ranks into the store; with an optimizer,
+        the combined value is the gradient that updates the stored weight."""
         keys, values = _as_key_lists(key, value)
         self._require_initialised("push", keys)
-        if self._updater is None:
-            targets = [[self._store[k]] for k in keys]
-        else:
-            targets = [[self._reduced_buffer(k)] for k in keys]
-        self._active().allreduce("push", keys, values, targets, self._config.average)
-        if self._updater is not None:
-            for k in keys:
-                self._updater(k, self._reduced[k], self._store[k])
+        self._reduce("push", keys, values, outs=None)
 
     def pull(self, key, out=None, priority: int = 0, ignore_sparse: bool = True) -> None:
         """Copies the stored value of each key into `out`."""
         keys, outs = _as_key_lists(key, out)
         self._require_initialised("pull", keys)
-        for k, targets in zip(keys, outs):
-            for target in targets:
-                self._store[k].copyto(target)
+        self._copy_out(keys, outs)
 
     def pushpull(self, key, value, out=None, priority: int = 0) -> None:
-        """Without an optimizer: out (default: value, in place) = combined value, in one
-        fused collective; the store is not touched. With an optimizer: push, then pull."""
-        if self._updater is not None:
-            self.push(key, value, priority)
-            self.pull(key, value if out is None else out, priority)
-            return
+        """out (default: value, in place) = the combined value, in one fused collective.
+
+        With an optimizer set, keys that hold a weight (init/broadcast) are updated on the
+        store and `out` receives the new weight; other keys (metrics, say) are only combined."""
         keys, values = _as_key_lists(key, value)
         outs = values if out is None else _as_key_lists(key, out)[1]
-        self._active().allreduce("pushpull", keys, values, outs, self._config.average)
+        updated = self._reduce("pushpull", keys, values, outs)
+        self._copy_out([keys[i] for i in updated], [outs[i] for i in updated])
 
     def row_sparse_pull(self, key, out=None, priority: int = 0, row_ids=None) -> None:
         raise MXKVError("row_sparse_pull: sparse arrays are not supported by the hybrid kvstore; "
@@ -171,6 +161,27 @@ class Hybrid(KVStoreBase):
         missing = [k for k in keys if k not in self._store]
         if missing:
             raise MXKVError(f"{op}: key(s) {missing!r} not initialised; call init first")
+
+    def _updates_on_store(self, key: Key) -> bool:
+        return self._updater is not None and key in self._store
+
+    def _reduce(self, op: str, keys, values, outs) -> List[int]:
+        """One fused allreduce of all keys. Weights under an optimizer are reduced into a push
+        buffer and updated in the store; the others go to `outs` (push: to the store).
+        Returns the positions of the updated keys."""
+        updated = [i for i, k in enumerate(keys) if self._updates_on_store(k)]
+        targets = [[self._reduced_buffer(k)] if self._updates_on_store(k)
+                   else [self._store[k]] if outs is None else outs[i]
+                   for i, k in enumerate(keys)]
+        self._active().allreduce(op, keys, values, targets, self._config.average)
+        for i in updated:
+            self._updater(keys[i], self._reduced[keys[i]], self._store[keys[i]])
+        return updated
+
+    def _copy_out(self, keys, outs) -> None:
+        for k, targets in zip(keys, outs):
+            for target in targets:
+                self._store[k].copyto(target)
 
     def _broadcast_into_store(self, op, keys, values, outs) -> None:
         for k, v in zip(keys, values):
