@@ -62,8 +62,7 @@ PYBIND11_MODULE(_C, m) {
     api.get_dtype = as_function<int(NDArrayHandle, int*)>(addresses, "MXNDArrayGetDType");
     api.get_context = as_function<int(NDArrayHandle, int*, int*)>(addresses, "MXNDArrayGetContext");
     api.get_storage_type = as_function<int(NDArrayHandle, int*)>(addresses, "MXNDArrayGetStorageType");
-    api.wait_to_read = as_function<int(NDArrayHandle)>(addresses, "MXNDArrayWaitToRead");
-    api.wait_to_write = as_function<int(NDArrayHandle)>(addresses, "MXNDArrayWaitToWrite");
+    api.wait_all = as_function<int()>(addresses, "MXNDArrayWaitAll");
     api.get_last_error = as_function<const char*()>(addresses, "MXGetLastError");
   }, "Binds the MXNet C API functions, given {name: address} of the loaded libmxnet.");
 

@@ -16,7 +16,12 @@ MXNetApi& mxnet_api() {
   return api;
 }
 
-ArrayView resolve_array(NDArrayHandle handle, Access access) {
+void wait_for_engine() {
+  const MXNetApi& api = mxnet_api();
+  api.check(api.wait_all(), "MXNDArrayWaitAll");
+}
+
+ArrayView resolve_array(NDArrayHandle handle) {
   const MXNetApi& api = mxnet_api();
   if (!api.bound()) throw std::logic_error("mxkv_hybrid._C: MXNet C API not bound");
 
@@ -36,11 +41,6 @@ ArrayView resolve_array(NDArrayHandle handle, Access access) {
            "keep parameters on mx.cpu() contexts";
     throw std::invalid_argument(msg.str());
   }
-
-  if (access == Access::kRead)
-    api.check(api.wait_to_read(handle), "MXNDArrayWaitToRead");
-  else
-    api.check(api.wait_to_write(handle), "MXNDArrayWaitToWrite");
 
   ArrayView view;
   api.check(api.get_dtype(handle, &view.dtype), "MXNDArrayGetDType");

@@ -20,8 +20,7 @@ struct MXNetApi {
   int (*get_dtype)(NDArrayHandle, int*) = nullptr;
   int (*get_context)(NDArrayHandle, int*, int*) = nullptr;
   int (*get_storage_type)(NDArrayHandle, int*) = nullptr;
-  int (*wait_to_read)(NDArrayHandle) = nullptr;
-  int (*wait_to_write)(NDArrayHandle) = nullptr;
+  int (*wait_all)() = nullptr;
   const char* (*get_last_error)() = nullptr;
 
   bool bound() const { return get_data != nullptr; }
@@ -33,10 +32,7 @@ struct MXNetApi {
 // The process-wide table, filled by bind_mxnet_api() from Python.
 MXNetApi& mxnet_api();
 
-enum class Access { kRead, kWrite };
-
-// A dense CPU NDArray seen through a raw pointer, after MXNet's engine has
-// finished every pending operation that could touch it.
+// A dense CPU NDArray seen through a raw pointer.
 struct ArrayView {
   void* data = nullptr;
   int dtype = -1;
@@ -44,8 +40,14 @@ struct ArrayView {
   int64_t count = 0;
 };
 
-// Waits on the engine (read or write access), then returns the array's memory.
-// Throws std::invalid_argument for arrays the collectives cannot use in place.
-ArrayView resolve_array(NDArrayHandle handle, Access access);
+// Waits until MXNet's engine has finished every pushed operation, so no array
+// is being read or written by it. One call costs about as much as one
+// MXNDArrayWaitToRead (a sync op through the engine), so a collective calls it
+// once rather than once per array.
+void wait_for_engine();
+
+// The array's memory; call wait_for_engine() before touching it. Throws
+// std::invalid_argument for arrays the collectives cannot use in place.
+ArrayView resolve_array(NDArrayHandle handle);
 
 }  // namespace mxkv

@@ -31,6 +31,7 @@ std::string describe(const ArrayView& v) {
 
 TensorSet resolve_tensors(const std::vector<TensorRequest>& requests, uint64_t key_signature,
                           bool read_inputs) {
+  wait_for_engine();
   TensorSet set;
   uint64_t h = kFnvOffset;
   fnv_mix(h, key_signature);
@@ -42,8 +43,8 @@ TensorSet resolve_tensors(const std::vector<TensorRequest>& requests, uint64_t k
     try {
       Tensor t;
       ArrayView first;
-      auto add = [&](NDArrayHandle handle, Access access, std::vector<char*>& into) {
-        ArrayView v = resolve_array(handle, access);
+      auto add = [&](NDArrayHandle handle, std::vector<char*>& into) {
+        ArrayView v = resolve_array(handle);
         if (first.dtype < 0) {
           dtype_size(v.dtype);  // rejects unsupported dtypes with a clear message
           first = v;
@@ -53,9 +54,9 @@ TensorSet resolve_tensors(const std::vector<TensorRequest>& requests, uint64_t k
         }
         into.push_back(static_cast<char*>(v.data));
       };
-      for (NDArrayHandle out : req.outputs) add(out, Access::kWrite, t.outputs);
+      for (NDArrayHandle out : req.outputs) add(out, t.outputs);
       if (read_inputs)
-        for (NDArrayHandle in : req.inputs) add(in, Access::kRead, t.inputs);
+        for (NDArrayHandle in : req.inputs) add(in, t.inputs);
       t.dtype = first.dtype;
       t.count = first.count;
       fnv_mix(h, static_cast<uint64_t>(first.dtype));

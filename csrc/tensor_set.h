@@ -37,9 +37,9 @@ class EntryError : public std::invalid_argument {
   size_t index;
 };
 
-// Waits on MXNet's engine for every array (inputs for reading, outputs for
-// writing), checks that the arrays of each entry agree in dtype and shape, and
-// hashes (key_signature, dtype, shape) of all entries. When `read_inputs` is
+// Waits for MXNet's engine to finish all pending work, checks that the arrays
+// of each entry agree in dtype and shape, and hashes (key_signature, dtype,
+// shape) of all entries. When `read_inputs` is
 // false (broadcast on a non-root rank) the inputs are skipped: they are never read.
 TensorSet resolve_tensors(const std::vector<TensorRequest>& requests, uint64_t key_signature,
                           bool read_inputs = true);

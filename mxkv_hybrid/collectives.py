@@ -14,8 +14,8 @@ Key = Hashable  # int or str, as MXNet passes them
 Arrays = Sequence[mx.nd.NDArray]
 
 _MXNET_FUNCTIONS = ("MXNDArrayGetData", "MXNDArrayGetShapeEx", "MXNDArrayGetDType",
-                    "MXNDArrayGetContext", "MXNDArrayGetStorageType", "MXNDArrayWaitToRead",
-                    "MXNDArrayWaitToWrite", "MXGetLastError")
+                    "MXNDArrayGetContext", "MXNDArrayGetStorageType", "MXNDArrayWaitAll",
+                    "MXGetLastError")
 
 
 @lru_cache(maxsize=None)
