@@ -43,7 +43,7 @@ class Knob:
 KNOBS: Dict[str, Knob] = {
     "MXKV_MODE": Knob(_parse_mode, "allreduce",
                       "How gradients are combined. allreduce: one MPI allreduce over all ranks."),
-    "MXKV_BUCKET_MB": Knob(_parse_bucket_mb, "4",
+    "MXKV_BUCKET_MB": Knob(_parse_bucket_mb, "1",
                            "Fusion bucket size in MiB: smaller arrays are packed together up to this "
                            "size; larger ones are reduced in place in chunks of this size."),
     "MXKV_AVERAGE": Knob(_parse_bool, "1",

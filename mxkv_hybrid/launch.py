@@ -49,15 +49,34 @@ def mpi_arguments(flavour: str, args: argparse.Namespace) -> List[str]:
     return out
 
 
+PYTHON_OPTIONS_WITH_VALUE = ("-W", "-X", "--check-hash-based-pycs")
+
+
 def wrap_command(command: List[str]) -> List[str]:
-    """`python x.py ...` -> `<this python> -m mxkv_hybrid.run x.py ...`; others unchanged."""
-    program = os.path.basename(command[0])
-    if not program.startswith("python") or len(command) < 2 or command[1].startswith("-") \
-            and command[1] != "-m":
+    """`python [options] x.py ...` -> `<this python> [options] -m mxkv_hybrid.run x.py ...`,
+    the same for `-m module`; anything else (`-c`, other programs) is left unchanged."""
+    if not os.path.basename(command[0]).startswith("python"):
         return command
-    if command[1:3] == ["-m", "mxkv_hybrid.run"]:
-        return [sys.executable, *command[1:]]
-    return [sys.executable, "-m", "mxkv_hybrid.run", *command[1:]]
+    position = 1
+    while position < len(command) and command[position].startswith("-") \
+            and command[position] != "-m":
+        if command[position] == "-c":
+            return command
+        position += 2 if command[position] in PYTHON_OPTIONS_WITH_VALUE else 1
+    if position >= len(command):
+        return command
+    options, target = command[1:position], command[position:]
+    if target[:2] == ["-m", "mxkv_hybrid.run"]:
+        target = target[2:]
+    return [sys.executable, *options, "-m", "mxkv_hybrid.run", *target]
+
+
+class _Terminated(Exception):
+    """SIGTERM/SIGHUP reached the launcher."""
+
+
+def _raise_terminated(signum, frame):
+    raise _Terminated(signal.Signals(signum).name)
 
 
 def live_group_members(pgid: int) -> List[int]:
@@ -93,6 +112,9 @@ def _end_process_group(process: subprocess.Popen) -> None:
 
 
 def run(command: List[str], timeout: Optional[float]) -> int:
+    """Runs the job in its own session; returns its exit status (124 timeout, 130 stopped)."""
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _raise_terminated)
     process = subprocess.Popen(command, start_new_session=True)
     deadline = None if timeout is None else time.monotonic() + timeout
     try:
@@ -106,8 +128,9 @@ def run(command: List[str], timeout: Optional[float]) -> int:
                           file=sys.stderr, flush=True)
                     _end_process_group(process)
                     return 124
-    except KeyboardInterrupt:
-        print("mxkv-launch: interrupted; stopping all ranks", file=sys.stderr, flush=True)
+    except (KeyboardInterrupt, _Terminated) as stop:
+        print(f"mxkv-launch: {stop.__class__.__name__} {stop}; stopping all ranks",
+              file=sys.stderr, flush=True)
         _end_process_group(process)
         return 130
     _end_process_group(process)  # leftovers of a failed job (e.g. a rank stuck in a collective)

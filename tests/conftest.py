@@ -2,6 +2,7 @@
 import os
 import subprocess
 import sys
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional
@@ -9,10 +10,9 @@ from typing import Dict, List, Optional
 import numpy as np
 import pytest
 
-from mxkv_hybrid.launch import live_group_members
-
 WORKERS = Path(__file__).parent / "workers"
 JOB_TIMEOUT = 180  # seconds; a hard bound on every multi-process test
+JOB_TAG = "PYTEST_MXKV_JOB"  # marks every process of one test job (not an MXKV_* knob)
 
 
 @dataclass
@@ -25,22 +25,44 @@ class Job:
         return [line[len(prefix):] for line in self.output.splitlines() if line.startswith(prefix)]
 
 
+def processes_of(tag: str) -> List[int]:
+    """Live processes (zombies excluded) whose environment carries JOB_TAG=tag: mpiexec,
+    its proxies and the ranks all inherit it, whatever session they run in."""
+    marker = f"{JOB_TAG}={tag}".encode()
+    found = []
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    continue
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                if marker in f.read().split(b"\0"):
+                    found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
 def launch(num_ranks: int, script: str, *args: str, env: Optional[Dict[str, str]] = None,
            timeout: float = JOB_TIMEOUT) -> Job:
     """Runs `mxkv-launch -n N -- python workers/script args` and checks nothing is left behind."""
     command = [sys.executable, "-m", "mxkv_hybrid.launch", "-n", str(num_ranks),
                "--timeout", str(timeout), "--", "python", str(WORKERS / script), *args]
+    tag = uuid.uuid4().hex
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("MXKV_")}
     full_env.update(env or {})
+    full_env[JOB_TAG] = tag
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               text=True, env=full_env, start_new_session=True)
+                               text=True, env=full_env)
     try:
         output, _ = process.communicate(timeout=timeout + 30)
     finally:
-        leftovers = live_group_members(process.pid)
-        if leftovers:
-            subprocess.run(["kill", "-9", *map(str, leftovers)])
-        process.kill() if process.poll() is None else None
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        leftovers = processes_of(tag)
+        for pid in leftovers:
+            os.kill(pid, 9)
     assert not leftovers, f"processes left behind: {leftovers}"
     return Job(process.returncode, output)
 

@@ -1,7 +1,13 @@
 """Bad input ends the job with a clear message on every rank, not a hang or a wrong result."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
 import pytest
 
-from conftest import launch
+from conftest import JOB_TAG, WORKERS, launch, processes_of
 
 
 @pytest.mark.parametrize("case, rank0_says, rank1_says", [
@@ -44,3 +50,22 @@ def test_a_hung_job_is_stopped_by_the_launcher_timeout():
     job = launch(2, "fail.py", "hang", timeout=20)
     assert job.returncode == 124
     assert "timed out after 20 s" in job.output
+
+
+def test_sigterm_to_the_launcher_stops_every_rank(tmp_path):
+    """A batch system's SIGTERM reaches only the launcher: it must end the ranks too."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MXKV_")}
+    env[JOB_TAG] = tag = "sigterm-" + tmp_path.name
+    launcher = subprocess.Popen([sys.executable, "-m", "mxkv_hybrid.launch", "-n", "2", "--",
+                                 "python", str(WORKERS / "fail.py"), "hang"],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    deadline = time.monotonic() + 60
+    while len(processes_of(tag)) < 4 and time.monotonic() < deadline:  # launcher, mpiexec, ranks
+        time.sleep(0.2)
+    assert len(processes_of(tag)) >= 4, "the job's processes were not found"
+    time.sleep(2)  # the ranks are importing mxnet / waiting in the collective
+    launcher.send_signal(signal.SIGTERM)
+    output, _ = launcher.communicate(timeout=60)
+    assert launcher.returncode == 130, output
+    assert "stopping all ranks" in output
+    assert processes_of(tag) == []

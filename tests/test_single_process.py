@@ -91,7 +91,7 @@ def test_unsupported_features_say_what_to_use_instead():
 
 def test_config_defaults_and_errors():
     config = Config.from_environment({})
-    assert (config.mode, config.bucket_bytes, config.average) == ("allreduce", 4 << 20, True)
+    assert (config.mode, config.bucket_bytes, config.average) == ("allreduce", 1 << 20, True)
     assert Config.from_environment({"MXKV_AVERAGE": "off", "MXKV_BUCKET_MB": "0.5"}).bucket_bytes \
         == 512 << 10
     with pytest.raises(ConfigError, match="unknown setting MXKV_NOPE"):
@@ -105,6 +105,9 @@ def test_launcher_runs_python_scripts_through_the_runner():
         [sys.executable, "-m", "mxkv_hybrid.run", "train.py", "--kv-store", "hybrid"]
     assert wrap_command(["python3", "-m", "pkg.train"]) == \
         [sys.executable, "-m", "mxkv_hybrid.run", "-m", "pkg.train"]
+    assert wrap_command(["python", "-u", "-W", "ignore", "t.py", "a"]) == \
+        [sys.executable, "-u", "-W", "ignore", "-m", "mxkv_hybrid.run", "t.py", "a"]
+    assert wrap_command(["python", "-c", "print(1)"]) == ["python", "-c", "print(1)"]
     assert wrap_command(["./train.sh", "x"]) == ["./train.sh", "x"]
     args = parse_arguments(["-n", "4", "-H", "a:2,b:2", "--", "python", "t.py"])
     assert (args.num_ranks, args.hosts, args.command) == (4, "a:2,b:2", ["python", "t.py"])

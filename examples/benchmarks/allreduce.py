@@ -199,7 +199,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ranks", type=int, nargs="+", default=[2, 4])
-    parser.add_argument("--out", default="results", help="folder for allreduce.json/.png")
+    parser.add_argument("--out", default=os.path.join(HERE, "results"),
+                        help="folder for allreduce.json/.png (default: examples/benchmarks/results)")
     parser.add_argument("--quick", action="store_true", help="fewer sizes and repetitions")
     parser.add_argument("--skip-dist-sync", action="store_true")
     parser.add_argument("--worker", choices=["mpi", "dist_sync"], help=argparse.SUPPRESS)
