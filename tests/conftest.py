@@ -5,7 +5,7 @@ import sys
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 import pytest
@@ -44,10 +44,11 @@ def processes_of(tag: str) -> List[int]:
 
 
 def launch(num_ranks: int, script: str, *args: str, env: Optional[Dict[str, str]] = None,
-           timeout: float = JOB_TIMEOUT) -> Job:
+           timeout: float = JOB_TIMEOUT, launcher_options: Sequence[str] = ()) -> Job:
     """Runs `mxkv-launch -n N -- python workers/script args` and checks nothing is left behind."""
     command = [sys.executable, "-m", "mxkv_hybrid.launch", "-n", str(num_ranks),
-               "--timeout", str(timeout), "--", "python", str(WORKERS / script), *args]
+               "--timeout", str(timeout), *launcher_options, "--",
+               "python", str(WORKERS / script), *args]
     tag = uuid.uuid4().hex
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("MXKV_")}
     full_env.update(env or {})
