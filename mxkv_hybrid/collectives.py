@@ -8,7 +8,6 @@ import mxnet as mx
 import numpy as np
 
 from .errors import MismatchError, MXKVError
-from .topology import World
 
 Key = Hashable  # int or str, as MXNet passes them
 Arrays = Sequence[mx.nd.NDArray]
@@ -44,9 +43,10 @@ def _handles(arrays: Arrays) -> List[int]:
 class TensorCollectives:
     """Fused allreduce and broadcast of many keys' arrays over one communicator."""
 
-    def __init__(self, world: World, bucket_bytes: int):
-        self._comm = world.comm
-        self._impl = _extension().TensorCollectives(world.comm.py2f(), bucket_bytes)
+    def __init__(self, comm, bucket_bytes: int):
+        """comm: an mpi4py communicator."""
+        self._comm = comm
+        self._impl = _extension().TensorCollectives(comm.py2f(), bucket_bytes)
 
     @property
     def bucket_bytes(self) -> int:

@@ -5,7 +5,7 @@ from typing import Callable, Dict, Mapping, Optional
 
 from .errors import ConfigError
 
-MODES = ("allreduce",)
+MODES = ("allreduce", "sync")
 
 
 def _parse_bool(text: str) -> bool:
@@ -22,6 +22,20 @@ def _parse_mode(text: str) -> str:
     if mode not in MODES:
         raise ValueError("expected one of: " + ", ".join(MODES))
     return mode
+
+
+def _parse_group_size(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise ValueError("expected 0 (one group per host) or a positive number of ranks")
+    return value
+
+
+def _parse_seconds(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise ValueError("expected a positive number of seconds")
+    return value
 
 
 def _parse_bucket_mb(text: str) -> float:
@@ -42,7 +56,16 @@ class Knob:
 
 KNOBS: Dict[str, Knob] = {
     "MXKV_MODE": Knob(_parse_mode, "allreduce",
-                      "How gradients are combined. allreduce: one MPI allreduce over all ranks."),
+                      "How gradients are combined. allreduce: one MPI allreduce over all ranks. "
+                      "sync: allreduce inside each group, group leaders sum through MXNet's "
+                      "parameter server (dist_sync), then a broadcast inside each group."),
+    "MXKV_GROUP_SIZE": Knob(_parse_group_size, "0",
+                            "Ranks per group in the sync mode: 0 puts the ranks of one host in "
+                            "one group; N makes groups of N consecutive ranks (the last may be "
+                            "smaller)."),
+    "MXKV_PS_TIMEOUT": Knob(_parse_seconds, "60",
+                            "Seconds a group leader waits for the parameter server (connecting, "
+                            "or one push/pull) before it ends the job with an error."),
     "MXKV_BUCKET_MB": Knob(_parse_bucket_mb, "1",
                            "Fusion bucket size in MiB: smaller arrays are packed together up to this "
                            "size; larger ones are reduced in place in chunks of this size."),
@@ -59,6 +82,8 @@ class Config:
     mode: str
     bucket_bytes: int
     average: bool
+    group_size: int
+    ps_timeout: float
 
     @classmethod
     def from_environment(cls, environ: Optional[Mapping[str, str]] = None) -> "Config":
@@ -78,4 +103,5 @@ class Config:
                 raise ConfigError(f"{name}={text!r} is invalid: {err}. {knob.doc}") from None
         return cls(mode=values["MXKV_MODE"],
                    bucket_bytes=int(values["MXKV_BUCKET_MB"] * 1024 * 1024),
-                   average=values["MXKV_AVERAGE"])
+                   average=values["MXKV_AVERAGE"], group_size=values["MXKV_GROUP_SIZE"],
+                   ps_timeout=values["MXKV_PS_TIMEOUT"])

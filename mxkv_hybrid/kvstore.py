@@ -9,7 +9,8 @@ from mxnet.kvstore import KVStoreBase
 from .collectives import Key, TensorCollectives
 from .config import Config
 from .errors import MXKVError
-from .topology import world
+from .grouped_sync import GroupedSync
+from .topology import groups, world
 
 
 
@@ -36,7 +37,11 @@ class Hybrid(KVStoreBase):
         self._config = Config.from_environment()
         self._world = world()
         self._collectives: Optional[TensorCollectives] = TensorCollectives(
-            self._world, self._config.bucket_bytes)
+            self._world.comm, self._config.bucket_bytes)
+        self._reducer = self._collectives  # mode allreduce: one world
+        if self._config.mode == "sync":
+            self._reducer = GroupedSync(self._config, self._world,
+                                        groups(self._config.group_size))
         self._store: Dict[Key, mx.nd.NDArray] = {}
         self._reduced: Dict[Key, mx.nd.NDArray] = {}  # push buffers, used with an optimizer
         self._updater = None
@@ -146,16 +151,25 @@ class Hybrid(KVStoreBase):
             self._updater.set_states(f.read())
 
     def close(self) -> None:
-        """Frees the buffers; the store cannot be used afterwards."""
-        self._collectives = None
+        """Leaves the parameter server (sync mode) and frees the buffers; the store cannot
+        be used afterwards."""
+        if isinstance(self._reducer, GroupedSync):
+            self._reducer.close()
+        self._collectives = self._reducer = None
         self._store.clear()
         self._reduced.clear()
 
     # ---- helpers ----------------------------------------------------------------------
     def _active(self) -> TensorCollectives:
+        """The collectives over all ranks (broadcasts)."""
         if self._collectives is None:
             raise MXKVError("this hybrid kvstore was closed; create a new one")
         return self._collectives
+
+    def _reduction(self):
+        """What combines values in this mode: the world collectives, or GroupedSync."""
+        self._active()
+        return self._reducer
 
     def _require_initialised(self, op: str, keys: Sequence[Key]) -> None:
         missing = [k for k in keys if k not in self._store]
@@ -173,7 +187,7 @@ class Hybrid(KVStoreBase):
         targets = [[self._reduced_buffer(k)] if self._updates_on_store(k)
                    else [self._store[k]] if outs is None else outs[i]
                    for i, k in enumerate(keys)]
-        self._active().allreduce(op, keys, values, targets, self._config.average)
+        self._reduction().allreduce(op, keys, values, targets, self._config.average)
         for i in updated:
             self._updater(keys[i], self._reduced[keys[i]], self._store[keys[i]])
         return updated

@@ -2,20 +2,25 @@
 
     mxkv-launch -n 4 -- python train.py --kv-store hybrid
     mxkv-launch -n 8 -H host1:4,host2:4 -- python train.py
+    MXKV_MODE=sync mxkv-launch -n 4 --group-size 2 --servers 2 -- python train.py
 
 `python script.py` (and `python -m module`) is run as `python -m mxkv_hybrid.run ...`
 with this interpreter, so unmodified scripts get the plugin. Every output line is
-prefixed with its rank. The exit status is non-zero when any rank fails, and the
-whole process tree is ended on failure, timeout or Ctrl-C.
+prefixed with its rank. With --servers, a ps-lite scheduler and S servers are started
+first (modes sync/async). The exit status is non-zero when any rank or server fails,
+and every process is ended on failure, timeout, Ctrl-C or SIGTERM.
 """
 import argparse
+import math
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
-from typing import List, Optional
+from dataclasses import dataclass
+from typing import Dict, List, Optional
 
 GRACE_SECONDS = 5.0
 
@@ -95,9 +100,12 @@ def live_group_members(pgid: int) -> List[int]:
     return members
 
 
-def _end_process_group(process: subprocess.Popen) -> None:
-    """SIGTERM the job's process group, then SIGKILL whatever outlives the grace period."""
-    process.poll()
+def _end_process_group(process: subprocess.Popen, grace: float = 0.0) -> None:
+    """Gives the process group `grace` seconds to end by itself, then SIGTERM, then
+    SIGKILL for whatever outlives GRACE_SECONDS."""
+    deadline = time.monotonic() + grace
+    while process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
     for sig in (signal.SIGTERM, signal.SIGKILL):
         if not live_group_members(process.pid):
             break
@@ -111,33 +119,115 @@ def _end_process_group(process: subprocess.Popen) -> None:
     process.wait()
 
 
-def run(command: List[str], timeout: Optional[float]) -> int:
-    """Runs the job in its own session; returns its exit status (124 timeout, 130 stopped)."""
+@dataclass
+class Node:
+    """A process the launcher started (in its own session) and watches."""
+
+    name: str
+    process: subprocess.Popen
+
+
+def start(name: str, command: List[str], env: Optional[Dict[str, str]] = None) -> Node:
+    return Node(name, subprocess.Popen(command, env=env, start_new_session=True))
+
+
+def free_port(host: str) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def wait_until_listening(node: Node, host: str, port: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if node.process.poll() is not None:
+            raise RuntimeError(f"the {node.name} exited with status {node.process.returncode} "
+                               "before listening")
+        with socket.socket() as s:
+            if s.connect_ex((host, port)) == 0:
+                return
+        time.sleep(0.1)
+    raise RuntimeError(f"the {node.name} did not listen on {host}:{port} within {timeout:g} s")
+
+
+def supervise(job: Node, helpers: List[Node], timeout: Optional[float]) -> int:
+    """Waits for the job; ends everything on failure, timeout, a dead helper or a signal.
+    Returns the exit status (124 timeout, 130 stopped)."""
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _raise_terminated)
-    process = subprocess.Popen(command, start_new_session=True)
     deadline = None if timeout is None else time.monotonic() + timeout
+    code = None
     try:
-        while True:
-            try:
-                code = process.wait(timeout=1.0)
-                break
-            except subprocess.TimeoutExpired:
-                if deadline is not None and time.monotonic() > deadline:
-                    print(f"mxkv-launch: timed out after {timeout:g} s; stopping all ranks",
-                          file=sys.stderr, flush=True)
-                    _end_process_group(process)
-                    return 124
+        while code is None:
+            code = job.process.poll()
+            # a server that ends with status 0 has served every worker; any other end is a failure
+            dead = [h for h in helpers if h.process.poll() not in (None, 0)]
+            if code is None and dead:
+                print(f"mxkv-launch: the {dead[0].name} (pid {dead[0].process.pid}) exited with "
+                      f"status {dead[0].process.returncode} while the ranks were running; "
+                      "stopping all ranks", file=sys.stderr, flush=True)
+                code = 1
+            elif code is None and deadline is not None and time.monotonic() > deadline:
+                print(f"mxkv-launch: timed out after {timeout:g} s; stopping all ranks",
+                      file=sys.stderr, flush=True)
+                code = 124
+            elif code is None:
+                time.sleep(0.2)
     except (KeyboardInterrupt, _Terminated) as stop:
         print(f"mxkv-launch: {stop.__class__.__name__} {stop}; stopping all ranks",
               file=sys.stderr, flush=True)
-        _end_process_group(process)
-        return 130
-    _end_process_group(process)  # leftovers of a failed job (e.g. a rank stuck in a collective)
+        code = 130
+    _end_process_group(job.process)
+    for helper in helpers:  # servers leave by themselves once the workers are gone
+        _end_process_group(helper.process, grace=GRACE_SECONDS if code == 0 else 0)
     if code != 0:
         print(f"mxkv-launch: the job failed with exit status {code}; the first rank-prefixed "
               "error above names the failing rank", file=sys.stderr, flush=True)
     return code
+
+
+def start_parameter_servers(args: argparse.Namespace, num_groups: int, mpiexec: str,
+                            flavour: str) -> List[Node]:
+    """The scheduler (here, listening on --ps-host) and --servers servers; sets the DMLC_*
+    variables the ranks inherit."""
+    port = free_port(args.ps_host)
+    os.environ.update({"DMLC_PS_ROOT_URI": args.ps_host, "DMLC_PS_ROOT_PORT": str(port),
+                       "DMLC_NUM_SERVER": str(args.servers), "DMLC_NUM_WORKER": str(num_groups),
+                       "DMLC_ROLE": "worker"})
+    if args.ps_interface:
+        os.environ["DMLC_INTERFACE"] = args.ps_interface
+    elif args.ps_host.startswith("127.") or args.ps_host == "localhost":
+        os.environ["DMLC_NODE_HOST"] = "127.0.0.1"  # keep every ps-lite node on loopback
+    node = [sys.executable, "-m", "mxkv_hybrid.ps_server"]
+    scheduler = start("parameter-server scheduler", node, dict(os.environ, DMLC_ROLE="scheduler"))
+    nodes = [scheduler]
+    try:
+        wait_until_listening(scheduler, args.ps_host, port, timeout=60)
+        server_env = dict(os.environ, DMLC_ROLE="server")
+        if args.server_hosts:
+            hosts = ["-hosts", args.server_hosts] if flavour == "hydra" else ["-H", args.server_hosts]
+            nodes.append(start("parameter servers", [mpiexec, "-n", str(args.servers), *hosts,
+                                                      *node], server_env))
+        else:
+            nodes += [start(f"parameter server {i}", node, server_env) for i in range(args.servers)]
+    except BaseException:
+        for n in nodes:
+            _end_process_group(n.process, grace=0)
+        raise
+    return nodes
+
+
+def count_groups(args: argparse.Namespace) -> int:
+    """Groups of --group-size ranks, else one per host (-H / --hostfile, else one host)."""
+    if args.group_size:
+        return math.ceil(args.num_ranks / args.group_size)
+    if args.hosts:
+        return len({entry.split(":")[0] for entry in args.hosts.split(",") if entry})
+    if args.hostfile:
+        with open(args.hostfile) as f:
+            return len({line.split()[0].split(":")[0] for line in f
+                        if line.strip() and not line.startswith("#")})
+    return 1
 
 
 def parse_arguments(argv: Optional[List[str]] = None) -> argparse.Namespace:
@@ -147,6 +237,18 @@ def parse_arguments(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser.add_argument("-H", "--hosts", help="host1:slots,host2:slots (passed to mpiexec)")
     parser.add_argument("--hostfile", help="MPI host file (passed to mpiexec)")
     parser.add_argument("--timeout", type=float, help="stop every rank after this many seconds")
+    ps = parser.add_argument_group("parameter server (MXKV_MODE=sync)")
+    ps.add_argument("--servers", type=int, default=0,
+                    help="start a ps-lite scheduler and this many servers")
+    ps.add_argument("--group-size", type=int, default=0,
+                    help="ranks per group (sets MXKV_GROUP_SIZE; default: one group per host)")
+    ps.add_argument("--ps-host", default="127.0.0.1",
+                    help="address of this machine that the ranks and servers reach the "
+                         "scheduler at (DMLC_PS_ROOT_URI; default 127.0.0.1)")
+    ps.add_argument("--ps-interface", help="network interface ps-lite uses (DMLC_INTERFACE)")
+    ps.add_argument("--server-hosts",
+                    help="host1,host2: start the servers there through mpiexec "
+                         "(default: on this machine)")
     parser.add_argument("--dry-run", action="store_true", help="print the mpiexec command only")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- program [args...]")
     args = parser.parse_args(argv)
@@ -156,17 +258,31 @@ def parse_arguments(argv: Optional[List[str]] = None) -> argparse.Namespace:
         parser.error("no command given: mxkv-launch -n 2 -- python train.py")
     if args.num_ranks < 1:
         parser.error("-n must be at least 1")
+    if args.servers < 0 or args.group_size < 0:
+        parser.error("--servers and --group-size must not be negative")
+    if (args.group_size or args.server_hosts) and not args.servers:
+        parser.error("--group-size and --server-hosts need --servers")
     return args
 
 
 def main(argv: Optional[List[str]] = None) -> None:
     args = parse_arguments(argv)
     mpiexec = find_mpiexec()
-    command = [mpiexec, *mpi_arguments(_flavour(mpiexec), args), *wrap_command(args.command)]
+    flavour = _flavour(mpiexec)
+    if args.group_size:
+        os.environ["MXKV_GROUP_SIZE"] = str(args.group_size)
+    command = [mpiexec, *mpi_arguments(flavour, args), *wrap_command(args.command)]
     if args.dry_run:
         print(" ".join(command))
         return
-    sys.exit(run(command, args.timeout))
+    helpers = []
+    if args.servers:
+        try:
+            helpers = start_parameter_servers(args, count_groups(args), mpiexec, flavour)
+        except RuntimeError as err:
+            sys.exit(f"mxkv-launch: could not start the parameter server: {err}")
+    job = start("MPI job", command)
+    sys.exit(supervise(job, helpers, args.timeout))
 
 
 if __name__ == "__main__":

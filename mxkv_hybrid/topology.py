@@ -37,6 +37,39 @@ def world() -> World:
     return described
 
 
+@dataclass(frozen=True)
+class Groups:
+    """The ranks split into groups; each group's rank 0 is its leader, and the leaders
+    have a communicator of their own (None on the other ranks)."""
+
+    group_comm: Any
+    leader_comm: Any
+    group_index: int
+    num_groups: int
+    is_leader: bool
+
+
+@lru_cache(maxsize=None)
+def groups(group_size: int) -> Groups:
+    """Groups of `group_size` consecutive ranks, or (0) the ranks of each host."""
+    from mpi4py import MPI
+
+    this = world()
+    if group_size > 0:
+        group_comm = this.comm.Split(color=this.rank // group_size, key=this.rank)
+    else:
+        group_comm = this.comm.Split_type(MPI.COMM_TYPE_SHARED, key=this.rank)
+    is_leader = group_comm.Get_rank() == 0
+    leader_comm = this.comm.Split(color=0 if is_leader else MPI.UNDEFINED, key=this.rank)
+    # number the groups by their leader's world rank, the same on every rank
+    leader_ranks = sorted(set(this.comm.allgather(this.rank if is_leader else None)) - {None})
+    my_leader = group_comm.bcast(this.rank if is_leader else None, root=0)
+    return Groups(group_comm=group_comm,
+                  leader_comm=leader_comm if leader_comm != MPI.COMM_NULL else None,
+                  group_index=leader_ranks.index(my_leader), num_groups=len(leader_ranks),
+                  is_leader=is_leader)
+
+
 def _end_job_on_uncaught_exception(this: World) -> None:
     """An exception on one rank must not leave the others blocked in a collective:
     print it with the rank, then abort the whole job (unless every rank raised it)."""

@@ -1,0 +1,70 @@
+"""MXKV_MODE=sync: groups joined by MXNet's parameter server, synchronously.
+
+A step: the ranks of each group sum their gradients with the tensor-collective allreduce
+straight into the leader's fused buffer; the leaders push that buffer, in balanced
+chunks, to MXNet's dist_sync servers and pull back the sum over all groups; the leader
+scales it (average) and broadcasts it inside its group. The result is the same as one
+allreduce over all ranks (mode allreduce), up to float rounding.
+"""
+import atexit
+from typing import Dict, List, Sequence, Tuple
+
+import mxnet as mx
+import numpy as np
+
+from .collectives import Arrays, Key, TensorCollectives
+from .config import Config
+from . import ps
+from .topology import Groups, World
+
+Layout = Tuple[List[mx.nd.NDArray], List[mx.nd.NDArray]]  # fused buffers, per-key views
+
+
+class GroupedSync:
+    def __init__(self, config: Config, world: World, groups: Groups):
+        num_servers = ps.check_environment(config.mode, groups.num_groups)
+        self._world_size = world.size
+        self._group = TensorCollectives(groups.group_comm, config.bucket_bytes)
+        self._layouts: Dict[Tuple, Layout] = {}
+        self._ps = None
+        if groups.is_leader:
+            self._ps = ps.acquire("dist_sync", num_servers, config.ps_timeout,
+                                  f"rank {world.rank} (leader of group {groups.group_index})",
+                                  lambda: world.comm.Abort(1))
+            atexit.register(self.close)
+
+    def allreduce(self, op: str, keys: Sequence[Key], inputs: Sequence[Arrays],
+                  outputs: Sequence[Arrays], average: bool) -> None:
+        if self._ps is None:
+            self._group.allreduce(op, keys, inputs, outputs, average=False)
+            self._group.broadcast(op, keys, outputs, outputs, root=0)
+            return
+        layout_id = tuple((k, o[0].shape, np.dtype(o[0].dtype).name) for k, o in zip(keys, outputs))
+        buffers, views = self._layout(layout_id, outputs)
+        fused = [[v] for v in views]
+        self._group.allreduce(op, keys, inputs, fused, average=False)
+        self._ps.sum_across_groups(self._ps.chunks_for(layout_id, buffers))
+        if average:
+            for buffer in buffers:
+                buffer *= 1.0 / self._world_size
+        self._group.broadcast(op, keys, fused, outputs, root=0)
+
+    def _layout(self, layout_id: Tuple, outputs: Sequence[Arrays]) -> Layout:
+        """One flat buffer per dtype, and a view of it shaped like each key's array."""
+        if layout_id not in self._layouts:
+            sizes: Dict[str, int] = {}
+            placed = []
+            for _, shape, dtype in layout_id:
+                start = sizes.get(dtype, 0)
+                sizes[dtype] = start + int(np.prod(shape))
+                placed.append((dtype, start, shape))
+            buffers = {d: mx.nd.zeros((n,), dtype=d) for d, n in sizes.items()}
+            views = [buffers[d][s:s + int(np.prod(shape))].reshape(shape) for d, s, shape in placed]
+            self._layouts[layout_id] = (list(buffers.values()), views)
+        return self._layouts[layout_id]
+
+    def close(self) -> None:
+        """Releases this store's use of the parameter server (leaders); safe to call twice."""
+        if self._ps is not None:
+            self._ps = None
+            ps.release()

@@ -1,0 +1,111 @@
+"""The group leaders' bridge to MXNet's own ps-lite parameter server (dist kvstore)."""
+import os
+from typing import Callable, Dict, List, Sequence, Tuple
+
+import mxnet as mx
+
+from .errors import ConfigError
+from .ps_layout import Chunk, balanced_chunks, bigarray_bound
+from .watchdog import Watchdog
+
+REQUIRED = ("DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT", "DMLC_NUM_SERVER", "DMLC_NUM_WORKER")
+
+
+def check_environment(mode: str, num_groups: int) -> int:
+    """Validates the DMLC_* variables on every rank; returns the number of servers."""
+    missing = [name for name in REQUIRED if not os.environ.get(name)]
+    if missing:
+        raise ConfigError(
+            f"MXKV_MODE={mode} joins the groups through MXNet's parameter server, but "
+            f"{', '.join(missing)} is not set: start the job with "
+            "`mxkv-launch -n N --servers S [--group-size G] -- python ...`")
+    workers = int(os.environ["DMLC_NUM_WORKER"])
+    if workers != num_groups:
+        raise ConfigError(
+            f"DMLC_NUM_WORKER={workers}, but this job has {num_groups} groups (only group "
+            "leaders talk to the parameter server): set DMLC_NUM_WORKER to the number of "
+            "groups, or let mxkv-launch set it (--group-size)")
+    if os.environ.get("DMLC_ROLE", "worker") != "worker":
+        raise ConfigError(f"DMLC_ROLE={os.environ['DMLC_ROLE']} on an MPI rank: ranks are "
+                          "workers; servers and the scheduler are separate processes")
+    return int(os.environ["DMLC_NUM_SERVER"])
+
+
+class ParameterServer:
+    """A dist kvstore on one group leader, with balanced fused chunks and timeouts.
+
+    ps-lite allows one dist kvstore per process, so every Hybrid store of a process
+    shares one ParameterServer (see acquire/release)."""
+
+    def __init__(self, kind: str, num_servers: int, timeout: float, watchdog: Watchdog):
+        self._timeout = timeout
+        self._watchdog = watchdog
+        self._num_servers = num_servers
+        address = f"{os.environ['DMLC_PS_ROOT_URI']}:{os.environ['DMLC_PS_ROOT_PORT']}"
+        with watchdog.guard(f"connecting to the parameter server (scheduler {address}, "
+                            f"{num_servers} server(s))", timeout):
+            self._store = mx.kv.create(kind)
+        self._chunks: Dict[Tuple, List[Tuple[int, mx.nd.NDArray]]] = {}
+        self._next_key = 0
+
+    @property
+    def rank(self) -> int:
+        return self._store.rank
+
+    def chunks_for(self, layout_id: Tuple, buffers: Sequence[mx.nd.NDArray]
+                   ) -> List[Tuple[int, mx.nd.NDArray]]:
+        """(PS key, view) pairs covering the fused buffers; created and initialised once."""
+        if layout_id not in self._chunks:
+            pairs = []
+            for buffer in buffers:
+                chunks: List[Chunk] = balanced_chunks(buffer.size, self._num_servers,
+                                                      self._next_key, bigarray_bound())
+                if chunks:
+                    self._next_key = chunks[-1].key + 1
+                pairs += [(c.key, buffer[c.start:c.stop]) for c in chunks]
+            keys = [k for k, _ in pairs]
+            with self._watchdog.guard("initialising parameter-server keys", self._timeout):
+                self._store.init(keys, [mx.nd.zeros(v.shape, dtype=v.dtype) for _, v in pairs])
+                mx.nd.waitall()
+            self._chunks[layout_id] = pairs
+        return self._chunks[layout_id]
+
+    def sum_across_groups(self, pairs: Sequence[Tuple[int, mx.nd.NDArray]]) -> None:
+        """Pushes every chunk and pulls back the sum over all groups, in place."""
+        keys = [k for k, _ in pairs]
+        views = [v for _, v in pairs]
+        with self._watchdog.guard(f"push/pull of {len(keys)} chunks through the parameter "
+                                  "server", self._timeout):
+            self._store.push(keys, views)
+            self._store.pull(keys, out=views)
+            mx.nd.waitall()
+
+    def close(self) -> None:
+        """Leaves ps-lite (a barrier with the other leaders and the servers)."""
+        with self._watchdog.guard("closing the parameter-server connection", self._timeout):
+            del self._store
+
+
+_shared: Dict[str, object] = {"server": None, "users": 0, "closed": False}
+
+
+def acquire(kind: str, num_servers: int, timeout: float, who: str,
+            on_timeout: Callable[[], None]) -> ParameterServer:
+    """This process's ParameterServer, connected on first use. `who` names this process in
+    messages; `on_timeout` ends the job when the server does not answer within `timeout`."""
+    if _shared["closed"]:
+        raise ConfigError("this process already left the parameter server (every hybrid store "
+                          "was closed); ps-lite cannot join again: create the stores before "
+                          "closing the last one")
+    if _shared["server"] is None:
+        _shared["server"] = ParameterServer(kind, num_servers, timeout, Watchdog(on_timeout, who))
+    _shared["users"] += 1
+    return _shared["server"]
+
+
+def release() -> None:
+    """Called by each user once; the last one leaves ps-lite."""
+    _shared["users"] -= 1
+    if _shared["users"] == 0 and _shared["server"] is not None:
+        server, _shared["server"], _shared["closed"] = _shared["server"], None, True
+        server.close()
