@@ -43,29 +43,54 @@ def processes_of(tag: str) -> List[int]:
     return found
 
 
-def launch(num_ranks: int, script: str, *args: str, env: Optional[Dict[str, str]] = None,
-           timeout: float = JOB_TIMEOUT, launcher_options: Sequence[str] = ()) -> Job:
-    """Runs `mxkv-launch -n N -- python workers/script args` and checks nothing is left behind."""
+@dataclass
+class RunningJob:
+    process: subprocess.Popen
+    tag: str
+    timeout: float
+
+
+def start_job(num_ranks: int, script: str, *args: str, env: Optional[Dict[str, str]] = None,
+              timeout: float = JOB_TIMEOUT, launcher_options: Sequence[str] = ()) -> RunningJob:
+    """Starts `mxkv-launch -n N [options] -- python workers/script args`, every process
+    of it marked with a fresh JOB_TAG."""
     command = [sys.executable, "-m", "mxkv_hybrid.launch", "-n", str(num_ranks),
                "--timeout", str(timeout), *launcher_options, "--",
                "python", str(WORKERS / script), *args]
     tag = uuid.uuid4().hex
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith("MXKV_")}
+    full_env = {k: v for k, v in os.environ.items()
+                if not k.startswith(("MXKV_", "DMLC_", "PS_"))}
     full_env.update(env or {})
     full_env[JOB_TAG] = tag
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                text=True, env=full_env)
+    return RunningJob(process, tag, timeout)
+
+
+def finish_job(job: RunningJob) -> Job:
+    """Waits for the launcher (hard timeout) and checks that nothing of the job is left."""
     try:
-        output, _ = process.communicate(timeout=timeout + 30)
+        output, _ = job.process.communicate(timeout=job.timeout + 30)
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-        leftovers = processes_of(tag)
+        if job.process.poll() is None:
+            job.process.kill()
+            job.process.wait()
+        leftovers = processes_of(job.tag)
         for pid in leftovers:
             os.kill(pid, 9)
     assert not leftovers, f"processes left behind: {leftovers}"
-    return Job(process.returncode, output)
+    return Job(job.process.returncode, output)
+
+
+def launch(num_ranks: int, script: str, *args: str, **options) -> Job:
+    """Runs a job to the end: start_job + finish_job."""
+    return finish_job(start_job(num_ranks, script, *args, **options))
+
+
+def environment_of(pid: int) -> Dict[str, str]:
+    with open(f"/proc/{pid}/environ", "rb") as f:
+        pairs = [item.split(b"=", 1) for item in f.read().split(b"\0") if b"=" in item]
+    return {k.decode(): v.decode(errors="replace") for k, v in pairs}
 
 
 def run_reference(script: str, *args: str) -> str:

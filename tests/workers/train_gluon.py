@@ -16,6 +16,8 @@ parser.add_argument("--kvstore", choices=["string", "instance"], default="string
 parser.add_argument("--devices", type=int, default=1)
 parser.add_argument("--update-on-kvstore", choices=["default", "0", "1"], default="default")
 parser.add_argument("--reference", type=int, default=0, help="number of ranks to emulate")
+parser.add_argument("--steps", type=int, default=STEPS)
+parser.add_argument("--init", choices=["xavier", "zero"], default="xavier")
 args = parser.parse_args()
 
 if args.reference:
@@ -31,14 +33,15 @@ net.add(gluon.nn.Conv2D(6, 3, activation="relu"),   # in_channels unknown: defer
         gluon.nn.Conv2D(4, 3, activation="relu"),
         gluon.nn.Dense(16, activation="relu"),
         gluon.nn.Dense(CLASSES))
-net.initialize(mx.init.Xavier(magnitude=2.0), ctx=contexts)
+net.initialize(mx.init.Zero() if args.init == "zero" else mx.init.Xavier(magnitude=2.0),
+               ctx=contexts)
 update_on_kvstore = None if args.update_on_kvstore == "default" else args.update_on_kvstore == "1"
 trainer = gluon.Trainer(net.collect_params(), "sgd",
                         {"learning_rate": LEARNING_RATE, "momentum": MOMENTUM},
                         kvstore=kvstore, update_on_kvstore=update_on_kvstore)
 loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
 
-for step in range(STEPS):
+for step in range(args.steps):
     x, y = union_batch(args.reference, step) if args.reference else rank_batch(rank, step)
     xs = gluon.utils.split_and_load(mx.nd.array(x), contexts)
     ys = gluon.utils.split_and_load(mx.nd.array(y), contexts)
@@ -55,5 +58,5 @@ for p in params:  # every device copy holds the same weights
 os.makedirs(args.out, exist_ok=True)
 np.savez(os.path.join(args.out, f"rank{rank}.npz"),
          **{f"{i:02d}": p.data(contexts[0]).asnumpy() for i, p in enumerate(params)})
-print(f"rank {rank}: trained {STEPS} steps, kvstore={trainer._kvstore.type if trainer._kvstore else None}",
+print(f"rank {rank}: trained {args.steps} steps, kvstore={trainer._kvstore.type if trainer._kvstore else None}",
       f"update_on_kvstore={trainer._update_on_kvstore}")

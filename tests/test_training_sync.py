@@ -1,0 +1,40 @@
+"""MXKV_MODE=sync: 4 ranks in 2 groups, joined by real ps-lite scheduler and server
+processes on 127.0.0.1. The weights must be identical on every rank and equal to the
+single-process reference, as in mode allreduce (each rank initialises differently)."""
+import pytest
+
+from conftest import (assert_identical_across_ranks, assert_matches_reference, launch,
+                      load_ranks, run_reference)
+
+SYNC = {"MXKV_MODE": "sync"}
+
+
+def _check(job_dir, script, num_ranks, job, *reference_args):
+    assert job.returncode == 0, job.output
+    run_reference(script, "--out", str(job_dir / "ref"), "--reference", str(num_ranks),
+                  *reference_args)
+    weights = load_ranks(job_dir / "dist", num_ranks)
+    assert_identical_across_ranks(weights)
+    assert_matches_reference(weights[0], load_ranks(job_dir / "ref", 1)[0])
+
+
+@pytest.mark.parametrize("servers", [1, 2])
+def test_gluon_sync_two_groups(job_dir, servers):
+    job = launch(4, "train_gluon.py", "--out", str(job_dir / "dist"), env=SYNC,
+                 launcher_options=["--group-size", "2", "--servers", str(servers)])
+    _check(job_dir, "train_gluon.py", 4, job)
+
+
+@pytest.mark.parametrize("init", ["zero", "xavier"])
+def test_first_sync_step_is_not_stale(job_dir, init):
+    """MXNet's dist_sync was seen to return a stale first step (zero weights); check step 1."""
+    options = ["--steps", "1", "--init", init, "--update-on-kvstore", "0"]
+    job = launch(4, "train_gluon.py", "--out", str(job_dir / "dist"), *options, env=SYNC,
+                 launcher_options=["--group-size", "2", "--servers", "2"])
+    _check(job_dir, "train_gluon.py", 4, job, *options[:4])
+
+
+def test_module_sync_groups_of_one(job_dir):
+    job = launch(2, "train_module.py", "--out", str(job_dir / "dist"), env=SYNC,
+                 launcher_options=["--group-size", "1", "--servers", "1"])
+    _check(job_dir, "train_module.py", 2, job)
