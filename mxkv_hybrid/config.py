@@ -5,7 +5,7 @@ from typing import Callable, Dict, Mapping, Optional
 
 from .errors import ConfigError
 
-MODES = ("allreduce", "sync")
+MODES = ("allreduce", "sync", "async")
 
 
 def _parse_bool(text: str) -> bool:
@@ -58,9 +58,11 @@ KNOBS: Dict[str, Knob] = {
     "MXKV_MODE": Knob(_parse_mode, "allreduce",
                       "How gradients are combined. allreduce: one MPI allreduce over all ranks. "
                       "sync: allreduce inside each group, group leaders sum through MXNet's "
-                      "parameter server (dist_sync), then a broadcast inside each group."),
+                      "parameter server (dist_sync), then a broadcast inside each group. async: the "
+                      "same groups, asynchronous to each other: the servers (dist_async) hold "
+                      "the weights and apply each group's gradient as it arrives."),
     "MXKV_GROUP_SIZE": Knob(_parse_group_size, "0",
-                            "Ranks per group in the sync mode: 0 puts the ranks of one host in "
+                            "Ranks per group in the modes sync and async: 0 puts the ranks of one host in "
                             "one group; N makes groups of N consecutive ranks (the last may be "
                             "smaller)."),
     "MXKV_PS_TIMEOUT": Knob(_parse_seconds, "60",

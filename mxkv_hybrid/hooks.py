@@ -16,6 +16,7 @@ import mxnet.gluon.trainer
 import mxnet.model
 import mxnet.module.module
 
+from .errors import MXKVError
 from .kvstore import Hybrid
 
 _MODULES_USING_CREATE = (mxnet.model, mxnet.gluon.trainer, mxnet.module.module)
@@ -40,6 +41,13 @@ def _initialize_kvstore(original, kvstore, param_arrays, arg_params, param_names
     return None
 
 
+def _refuse_local_updates_in_async(kvstore: Hybrid) -> None:
+    if kvstore.config.mode == "async":
+        raise MXKVError("MXKV_MODE=async applies the updates on the parameter servers, but this "
+                        "Trainer/Module updates on the workers: use update_on_kvstore=True (the "
+                        "default; for Module unset MXNET_UPDATE_ON_KVSTORE=0)")
+
+
 def _valid_updates(param_arrays, grad_arrays, param_names):
     valid = [i for i, grads in enumerate(grad_arrays) if grads[0] is not None]
     return ([param_names[i] for i in valid], [grad_arrays[i] for i in valid],
@@ -57,6 +65,7 @@ def _update_params_on_kvstore(original, param_arrays, grad_arrays, kvstore, para
 def _update_params(original, param_arrays, grad_arrays, updater, num_device, kvstore=None,
                    param_names=None):
     if isinstance(kvstore, Hybrid):
+        _refuse_local_updates_in_async(kvstore)
         names, grads, _ = _valid_updates(param_arrays, grad_arrays, param_names)
         kvstore.pushpull(names, grads)
         kvstore = None  # reduced: the local updates below need no store
@@ -104,6 +113,7 @@ def _allreduce_grads(original, self):
     if self._update_on_kvstore:
         self._kvstore.pushpull(keys, grads, out=[p.list_data() for _, p in params])
     else:
+        _refuse_local_updates_in_async(self._kvstore)
         self._kvstore.pushpull(keys, grads)
     return None
 

@@ -38,6 +38,7 @@ class ParameterServer:
     shares one ParameterServer (see acquire/release)."""
 
     def __init__(self, kind: str, num_servers: int, timeout: float, watchdog: Watchdog):
+        self.kind = kind
         self._timeout = timeout
         self._watchdog = watchdog
         self._num_servers = num_servers
@@ -63,21 +64,37 @@ class ParameterServer:
                 if chunks:
                     self._next_key = chunks[-1].key + 1
                 pairs += [(c.key, buffer[c.start:c.stop]) for c in chunks]
-            keys = [k for k, _ in pairs]
-            with self._watchdog.guard("initialising parameter-server keys", self._timeout):
-                self._store.init(keys, [mx.nd.zeros(v.shape, dtype=v.dtype) for _, v in pairs])
-                mx.nd.waitall()
+            self.init([k for k, _ in pairs], [mx.nd.zeros(v.shape, dtype=v.dtype) for _, v in pairs])
             self._chunks[layout_id] = pairs
         return self._chunks[layout_id]
 
     def sum_across_groups(self, pairs: Sequence[Tuple[int, mx.nd.NDArray]]) -> None:
-        """Pushes every chunk and pulls back the sum over all groups, in place."""
-        keys = [k for k, _ in pairs]
+        """dist_sync: pushes every chunk and pulls back the sum over all groups, in place."""
         views = [v for _, v in pairs]
-        with self._watchdog.guard(f"push/pull of {len(keys)} chunks through the parameter "
-                                  "server", self._timeout):
-            self._store.push(keys, views)
-            self._store.pull(keys, out=views)
+        self.push([k for k, _ in pairs], views)
+        self.pull([k for k, _ in pairs], views)
+
+    def init(self, keys: Sequence, values: Sequence[mx.nd.NDArray]) -> None:
+        """Creates the keys on the servers (the value of ps-lite's worker 0 is kept)."""
+        with self._watchdog.guard(f"initialising {len(keys)} parameter-server keys", self._timeout):
+            self._store.init(list(keys), list(values))
+            mx.nd.waitall()
+
+    def set_optimizer(self, optimizer: mx.optimizer.Optimizer) -> None:
+        """Sends the optimizer to the servers (dist_async: they apply every push to the weights)."""
+        with self._watchdog.guard("sending the optimizer to the parameter servers", self._timeout):
+            self._store.set_optimizer(optimizer)
+
+    def push(self, keys: Sequence, values: Sequence[mx.nd.NDArray]) -> None:
+        with self._watchdog.guard(f"push of {len(keys)} keys to the parameter server",
+                                  self._timeout):
+            self._store.push(list(keys), list(values))
+            mx.nd.waitall()
+
+    def pull(self, keys: Sequence, outs: Sequence[mx.nd.NDArray]) -> None:
+        with self._watchdog.guard(f"pull of {len(keys)} keys from the parameter server",
+                                  self._timeout):
+            self._store.pull(list(keys), out=list(outs))
             mx.nd.waitall()
 
     def close(self) -> None:
@@ -99,6 +116,9 @@ def acquire(kind: str, num_servers: int, timeout: float, who: str,
                           "closing the last one")
     if _shared["server"] is None:
         _shared["server"] = ParameterServer(kind, num_servers, timeout, Watchdog(on_timeout, who))
+    elif _shared["server"].kind != kind:
+        raise ConfigError(f"this process is connected to a {_shared['server'].kind} parameter "
+                          f"server and cannot open a {kind} one (one ps-lite store per process)")
     _shared["users"] += 1
     return _shared["server"]
 

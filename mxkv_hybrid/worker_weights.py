@@ -1,0 +1,86 @@
+"""Weights kept by the store on the workers (modes allreduce and sync).
+
+Like MXNet's local store: `init` keeps rank 0's value; `push` combines the values of
+all devices and ranks and, with an optimizer set, applies the update to the kept
+weight (the same on every rank, since every rank gets the same combined gradient)."""
+import os
+import tempfile
+from typing import Dict, Sequence
+
+import mxnet as mx
+
+from .collectives import Arrays, Key, TensorCollectives
+from .errors import MXKVError
+
+
+class WorkerWeights:
+    def __init__(self, world: TensorCollectives, reduction, average: bool):
+        """reduction: what combines values in this mode (world collectives or GroupedSync)."""
+        self._world = world
+        self._reduction = reduction
+        self._average = average
+        self._weights: Dict[Key, mx.nd.NDArray] = {}
+        self._reduced: Dict[Key, mx.nd.NDArray] = {}  # push buffers, used with an optimizer
+        self.updater = None
+
+    def holds(self, key: Key) -> bool:
+        return key in self._weights
+
+    def updates(self, key: Key) -> bool:
+        """Whether a push of `key` is a gradient applied by the optimizer."""
+        return self.updater is not None and key in self._weights
+
+    @property
+    def has_optimizer(self) -> bool:
+        return self.updater is not None
+
+    def set_optimizer(self, optimizer: mx.optimizer.Optimizer) -> None:
+        self.updater = mx.optimizer.get_updater(optimizer)
+
+    def init(self, op: str, keys: Sequence[Key], values: Sequence[Arrays],
+             outs: Sequence[Arrays]) -> None:
+        """Keeps rank 0's values (and copies them into `outs`)."""
+        for k, v in zip(keys, values):
+            if k not in self._weights:
+                self._weights[k] = mx.nd.empty(v[0].shape, ctx=v[0].context, dtype=v[0].dtype)
+        self._world.broadcast(op, keys, values, [[self._weights[k], *o] for k, o in zip(keys, outs)])
+
+    def push(self, op: str, keys: Sequence[Key], values: Sequence[Arrays]) -> None:
+        targets = [[self._reduced_buffer(k)] if self.updates(k) else [self._weights[k]]
+                   for k in keys]
+        self._reduction.allreduce(op, keys, values, targets, self._average)
+        for k in keys:
+            if self.updates(k):
+                self.updater(k, self._reduced[k], self._weights[k])
+
+    def pull(self, keys: Sequence[Key], outs: Sequence[Arrays]) -> None:
+        for k, targets in zip(keys, outs):
+            for target in targets:
+                self._weights[k].copyto(target)
+
+    def save_optimizer_states(self, fname: str, dump_optimizer: bool) -> None:
+        """Writes the optimizer state (identical on every rank) atomically to `fname`."""
+        if self.updater is None:
+            raise MXKVError("save_optimizer_states: no optimizer is set on this store")
+        directory = os.path.dirname(os.path.abspath(fname))
+        with tempfile.NamedTemporaryFile("wb", dir=directory, delete=False,
+                                         prefix=f".{os.path.basename(fname)}.") as tmp:
+            tmp.write(self.updater.get_states(dump_optimizer))
+        os.replace(tmp.name, fname)
+
+    def load_optimizer_states(self, fname: str) -> None:
+        if self.updater is None:
+            raise MXKVError("load_optimizer_states: no optimizer is set on this store; "
+                            "call set_optimizer first")
+        with open(fname, "rb") as f:
+            self.updater.set_states(f.read())
+
+    def close(self) -> None:
+        self._weights.clear()
+        self._reduced.clear()
+
+    def _reduced_buffer(self, key: Key) -> mx.nd.NDArray:
+        if key not in self._reduced:
+            kept = self._weights[key]
+            self._reduced[key] = mx.nd.empty(kept.shape, ctx=kept.context, dtype=kept.dtype)
+        return self._reduced[key]

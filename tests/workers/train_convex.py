@@ -1,0 +1,42 @@
+"""Least-squares linear regression (a convex problem with a known optimum) trained with
+gluon.Trainer(kvstore='hybrid'); each rank has its own shard of the data. Prints the
+final loss on the full data set and writes the weights to OUT/rank<r>.npz.
+argv: OUT STEPS"""
+import os
+import sys
+
+import mxnet as mx
+import numpy as np
+from mxnet import autograd, gluon
+
+out, steps = sys.argv[1], int(sys.argv[2])
+FEATURES, SAMPLES, BATCH = 10, 2048, 32
+
+rng = np.random.RandomState(0)  # the same data set on every rank
+true_w = rng.randn(FEATURES).astype(np.float32)
+x_all = rng.randn(SAMPLES, FEATURES).astype(np.float32)
+y_all = x_all @ true_w + 0.01 * rng.randn(SAMPLES).astype(np.float32)
+
+kv = mx.kv.create("hybrid")
+x, y = x_all[kv.rank::kv.num_workers], y_all[kv.rank::kv.num_workers]
+mx.random.seed(kv.rank)
+net = gluon.nn.Dense(1, in_units=FEATURES)
+net.initialize(mx.init.Normal(1.0))
+trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.05, "momentum": 0.5},
+                        kvstore=kv)
+loss_fn = gluon.loss.L2Loss()
+order = np.random.RandomState(kv.rank).permutation(len(y))
+for step in range(steps):
+    batch = order[(step * BATCH) % len(y):][:BATCH]
+    with autograd.record():
+        loss = loss_fn(net(mx.nd.array(x[batch])), mx.nd.array(y[batch]))
+    loss.backward()
+    trainer.step(len(batch))
+
+final = float(loss_fn(net(mx.nd.array(x_all)), mx.nd.array(y_all)).mean().asscalar())
+initial_scale = float(np.mean(y_all ** 2) / 2)
+print(f"rank {kv.rank} group-final loss {final:.6f} (zero-weight loss {initial_scale:.3f})", flush=True)
+os.makedirs(out, exist_ok=True)
+np.savez(os.path.join(out, f"rank{kv.rank}.npz"),
+         **{f"{i:02d}": p.data().asnumpy() for i, p in enumerate(net.collect_params().values())})
+kv.close()
