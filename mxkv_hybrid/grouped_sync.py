@@ -15,7 +15,7 @@ import numpy as np
 from .collectives import Arrays, Key, TensorCollectives
 from .config import Config
 from . import ps
-from .topology import Groups, World
+from .topology import Groups, World, wait_for_leader
 
 Layout = Tuple[List[mx.nd.NDArray], List[mx.nd.NDArray]]  # fused buffers, per-key views
 
@@ -24,6 +24,7 @@ class GroupedSync:
     def __init__(self, config: Config, world: World, groups: Groups):
         num_servers = ps.check_environment(config.mode, groups.num_groups)
         self._world_size = world.size
+        self._group_comm = groups.group_comm
         self._group = TensorCollectives(groups.group_comm, config.bucket_bytes)
         self._layouts: Dict[Tuple, Layout] = {}
         self._ps = None
@@ -37,6 +38,7 @@ class GroupedSync:
                   outputs: Sequence[Arrays], average: bool) -> None:
         if self._ps is None:
             self._group.allreduce(op, keys, inputs, outputs, average=False)
+            wait_for_leader(self._group_comm, is_leader=False)
             self._group.broadcast(op, keys, outputs, outputs, root=0)
             return
         layout_id = tuple((k, o[0].shape, np.dtype(o[0].dtype).name) for k, o in zip(keys, outputs))
@@ -47,6 +49,7 @@ class GroupedSync:
         if average:
             for buffer in buffers:
                 buffer *= 1.0 / self._world_size
+        wait_for_leader(self._group_comm, is_leader=True)
         self._group.broadcast(op, keys, fused, outputs, root=0)
 
     def _layout(self, layout_id: Tuple, outputs: Sequence[Arrays]) -> Layout:

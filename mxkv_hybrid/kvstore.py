@@ -129,8 +129,8 @@ class Hybrid(KVStoreBase):
             self._reducer.allreduce("pushpull", [keys[i] for i in plain], [values[i] for i in plain],
                                     [outs[i] for i in plain], self._config.average)
         if updated:
-            self._weights.push("pushpull", [keys[i] for i in updated], [values[i] for i in updated])
-            self._weights.pull([keys[i] for i in updated], [outs[i] for i in updated])
+            self._weights.push_pull("pushpull", [keys[i] for i in updated],
+                                    [values[i] for i in updated], [outs[i] for i in updated])
 
     def row_sparse_pull(self, key, out=None, priority: int = 0, row_ids=None) -> None:
         raise MXKVError("row_sparse_pull: sparse arrays are not supported by the hybrid kvstore; "

@@ -3,6 +3,7 @@ import os
 from typing import Callable, Dict, List, Sequence, Tuple
 
 import mxnet as mx
+import numpy as np
 
 from .errors import ConfigError
 from .ps_layout import Chunk, balanced_chunks, bigarray_bound
@@ -48,6 +49,8 @@ class ParameterServer:
             self._store = mx.kv.create(kind)
         self._chunks: Dict[Tuple, List[Tuple[int, mx.nd.NDArray]]] = {}
         self._next_key = 0
+        self.bytes_pushed = 0
+        self.bytes_pulled = 0
 
     @property
     def rank(self) -> int:
@@ -71,8 +74,7 @@ class ParameterServer:
     def sum_across_groups(self, pairs: Sequence[Tuple[int, mx.nd.NDArray]]) -> None:
         """dist_sync: pushes every chunk and pulls back the sum over all groups, in place."""
         views = [v for _, v in pairs]
-        self.push([k for k, _ in pairs], views)
-        self.pull([k for k, _ in pairs], views)
+        self.push_pull([k for k, _ in pairs], views, views)
 
     def init(self, keys: Sequence, values: Sequence[mx.nd.NDArray]) -> None:
         """Creates the keys on the servers (the value of ps-lite's worker 0 is kept)."""
@@ -86,16 +88,25 @@ class ParameterServer:
             self._store.set_optimizer(optimizer)
 
     def push(self, keys: Sequence, values: Sequence[mx.nd.NDArray]) -> None:
-        with self._watchdog.guard(f"push of {len(keys)} keys to the parameter server",
-                                  self._timeout):
-            self._store.push(list(keys), list(values))
-            mx.nd.waitall()
+        self.push_pull(keys, values, [])
 
     def pull(self, keys: Sequence, outs: Sequence[mx.nd.NDArray]) -> None:
-        with self._watchdog.guard(f"pull of {len(keys)} keys from the parameter server",
+        self.push_pull(keys, [], outs)
+
+    def push_pull(self, keys: Sequence, values: Sequence[mx.nd.NDArray],
+                  outs: Sequence[mx.nd.NDArray]) -> None:
+        """Pushes `values` (if any) and pulls into `outs` (if any), then waits once: MXNet's
+        engine overlaps the pull of one key with the pushes of the others."""
+        what = " and ".join(w for w, arrays in (("push", values), ("pull", outs)) if arrays)
+        with self._watchdog.guard(f"{what} of {len(keys)} keys through the parameter server",
                                   self._timeout):
-            self._store.pull(list(keys), out=list(outs))
+            if values:
+                self._store.push(list(keys), list(values))
+            if outs:
+                self._store.pull(list(keys), out=list(outs))
             mx.nd.waitall()
+        self.bytes_pushed += sum(v.size * np.dtype(v.dtype).itemsize for v in values)
+        self.bytes_pulled += sum(o.size * np.dtype(o.dtype).itemsize for o in outs)
 
     def close(self) -> None:
         """Leaves ps-lite (a barrier with the other leaders and the servers)."""
@@ -121,6 +132,12 @@ def acquire(kind: str, num_servers: int, timeout: float, who: str,
                           f"server and cannot open a {kind} one (one ps-lite store per process)")
     _shared["users"] += 1
     return _shared["server"]
+
+
+def traffic() -> Tuple[int, int]:
+    """(bytes pushed, bytes pulled) by this process through the parameter server so far."""
+    server = _shared["server"]
+    return (server.bytes_pushed, server.bytes_pulled) if server is not None else (0, 0)
 
 
 def release() -> None:

@@ -7,7 +7,7 @@ weights and broadcasts them in its group. Groups therefore run at their own pace
 group's gradient may be computed on weights that other groups have since updated
 (asynchronous SGD; how stale depends on the groups' relative speed)."""
 import atexit
-from typing import Sequence, Set
+from typing import Optional, Sequence, Set
 
 import mxnet as mx
 
@@ -15,7 +15,7 @@ from . import ps
 from .collectives import Arrays, Key, TensorCollectives
 from .config import Config
 from .errors import MXKVError
-from .topology import Groups, World
+from .topology import Groups, World, wait_for_leader
 
 
 SERVER_SIDE_STATES = ("in MXKV_MODE=async the optimizer and its state live on the parameter "
@@ -28,6 +28,7 @@ class ServerWeights:
                  world_collectives: TensorCollectives):
         num_servers = ps.check_environment(config.mode, groups.num_groups)
         self._world = world_collectives
+        self._group_comm = groups.group_comm
         self._group = TensorCollectives(groups.group_comm, config.bucket_bytes)
         self._average = config.average
         self._keys: Set[Key] = set()
@@ -70,15 +71,23 @@ class ServerWeights:
 
     def push(self, op: str, keys: Sequence[Key], values: Sequence[Arrays]) -> None:
         """Group average (or sum), then the leader's push: the servers apply it."""
-        self._group.allreduce(op, keys, values, values, self._average)
-        if self._ps is not None:
-            self._ps.push(keys, [v[0] for v in values])
+        self.push_pull(op, keys, values, outs=None)
 
     def pull(self, keys: Sequence[Key], outs: Sequence[Arrays]) -> None:
         """The leader pulls the servers' current weights and broadcasts them in its group."""
+        self.push_pull("pull", keys, values=None, outs=outs)
+
+    def push_pull(self, op: str, keys: Sequence[Key], values: Optional[Sequence[Arrays]],
+                  outs: Optional[Sequence[Arrays]]) -> None:
+        """push and/or pull in one round trip of the leader to the servers."""
+        if values is not None:
+            self._group.allreduce(op, keys, values, values, self._average)
         if self._ps is not None:
-            self._ps.pull(keys, [o[0] for o in outs])
-        self._group.broadcast("pull", keys, outs, outs, root=0)
+            self._ps.push_pull(keys, [v[0] for v in values] if values is not None else [],
+                               [o[0] for o in outs] if outs is not None else [])
+        if outs is not None:
+            wait_for_leader(self._group_comm, is_leader=self._ps is not None)
+            self._group.broadcast(op, keys, outs, outs, root=0)
 
     def save_optimizer_states(self, fname: str, dump_optimizer: bool) -> None:
         raise MXKVError(SERVER_SIDE_STATES)

@@ -1,6 +1,7 @@
 """The MPI world this process belongs to, created on first use."""
 import socket
 import sys
+import time
 import traceback
 from dataclasses import dataclass
 from functools import lru_cache
@@ -68,6 +69,18 @@ def groups(group_size: int) -> Groups:
                   leader_comm=leader_comm if leader_comm != MPI.COMM_NULL else None,
                   group_index=leader_ranks.index(my_leader), num_groups=len(leader_ranks),
                   is_leader=is_leader)
+
+
+def wait_for_leader(group_comm, is_leader: bool, poll_seconds: float = 2e-4) -> None:
+    """A barrier in which the group's other ranks sleep instead of spinning, while their
+    leader talks to the parameter server (busy-polling ranks would take the CPU from the
+    leader and the servers when processes outnumber cores)."""
+    request = group_comm.Ibarrier()  # every rank: a blocking Barrier would not match it
+    if is_leader:
+        request.Wait()
+        return
+    while not request.Test():
+        time.sleep(poll_seconds)
 
 
 def _end_job_on_uncaught_exception(this: World) -> None:

@@ -58,6 +58,11 @@ class WorkerWeights:
             for target in targets:
                 self._weights[k].copyto(target)
 
+    def push_pull(self, op: str, keys: Sequence[Key], values: Sequence[Arrays],
+                  outs: Sequence[Arrays]) -> None:
+        self.push(op, keys, values)
+        self.pull(keys, outs)
+
     def save_optimizer_states(self, fname: str, dump_optimizer: bool) -> None:
         """Writes the optimizer state (identical on every rank) atomically to `fname`."""
         if self.updater is None:

@@ -1,0 +1,168 @@
+"""Training-step benchmark: ResNet-18 (32x32 inputs, batch 16 per rank) on 4 ranks with
+  allreduce   the hybrid store over one MPI world,
+  sync        the hybrid store, 2 groups of 2 joined by 2 dist_sync servers,
+  async       the hybrid store, 2 groups of 2, 2 dist_async servers holding the weights,
+  dist_sync   MXNet's native ps-lite store, every rank a worker, 2 servers,
+all in one run, on generated data. Per step: compute (forward + backward), the trainer
+step (communication + update) and the whole step, medians over the measured steps of
+rank 0; bytes through the parameter server per step (sum over the processes that talk
+to it). Prints a table and writes training_step.json and training_step.png to --out.
+
+    python examples/benchmarks/training_step.py [--steps 20] [--ranks 4]
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+BATCH = 16
+CLASSES = 10
+SERVERS = 2
+
+
+def worker(kvstore_name: str, steps: int, warmup: int) -> None:
+    """One rank: trains ResNet-18 on random data, prints a JSON line with its timings."""
+    import mxnet as mx
+    from mxnet import autograd, gluon
+
+    kv = mx.kv.create(kvstore_name)
+    mx.random.seed(kv.rank)
+    net = gluon.model_zoo.vision.resnet18_v1(classes=CLASSES)
+    net.initialize(mx.init.Xavier())
+    net.hybridize()
+    trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.01, "momentum": 0.9},
+                            kvstore=kv)
+    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+    rng = np.random.RandomState(kv.rank)
+    x = mx.nd.array(rng.rand(BATCH, 3, 32, 32))
+    y = mx.nd.array(rng.randint(0, CLASSES, BATCH))
+    compute, update = [], []
+    traffic_before = (0, 0)
+    for step in range(warmup + steps):
+        if step == warmup:
+            traffic_before = ps_traffic()
+        started = time.perf_counter()
+        with autograd.record():
+            loss = loss_fn(net(x), y)
+        loss.backward()
+        mx.nd.waitall()
+        middle = time.perf_counter()
+        trainer.step(BATCH)
+        mx.nd.waitall()
+        if step >= warmup:
+            compute.append(middle - started)
+            update.append(time.perf_counter() - middle)
+    pushed, pulled = (a - b for a, b in zip(ps_traffic(), traffic_before))
+    size = sum(p.data().size for p in net.collect_params().values() if p.grad_req != "null")
+    print(json.dumps({"rank": kv.rank, "workers": kv.num_workers, "compute": compute,
+                      "step": update, "ps_bytes_per_step": (pushed + pulled) / steps,
+                      "gradient_bytes": size * 4}), flush=True)
+    if hasattr(kv, "close"):
+        kv.close()
+
+
+def ps_traffic():
+    """Bytes this process pushed and pulled through the parameter server (hybrid modes)."""
+    try:
+        from mxkv_hybrid import ps
+    except ImportError:
+        return (0, 0)
+    return ps.traffic()
+
+
+def json_rows(text: str) -> list:
+    rows = []
+    for line in text.splitlines():
+        line = line.split("] ", 1)[1] if line.startswith("[") else line
+        if line.startswith("{"):
+            rows.append(json.loads(line))
+    return rows
+
+
+def run_configuration(name: str, ranks: int, steps: int, warmup: int) -> dict:
+    args = ["--worker", "--steps", str(steps), "--warmup", str(warmup)]
+    print(f"-- {name} ...", flush=True)
+    if name == "dist_sync":
+        from ps_job import run_ps_job
+        outputs = run_ps_job([sys.executable, __file__, *args, "--kvstore", "dist_sync"],
+                             num_workers=ranks, num_servers=SERVERS)
+        rows = [r for out in outputs for r in json_rows(out)]
+        # every worker pushes and pulls every gradient once per step
+        for r in rows:
+            r["ps_bytes_per_step"] = 2 * r["gradient_bytes"]
+    else:
+        launcher = [sys.executable, "-m", "mxkv_hybrid.launch", "-n", str(ranks), "--timeout", "1500"]
+        env = dict(os.environ, MXKV_MODE=name)
+        if name != "allreduce":
+            launcher += ["--group-size", str(ranks // 2), "--servers", str(SERVERS)]
+        done = subprocess.run([*launcher, "--", "python", __file__, *args, "--kvstore", "hybrid"],
+                              capture_output=True, text=True, env=env)
+        if done.returncode != 0:
+            sys.exit(f"{name} failed:\n{done.stdout}\n{done.stderr}")
+        rows = json_rows(done.stdout)
+    first = min(rows, key=lambda r: r["rank"])
+    return {"configuration": name, "ranks": ranks, "compute_ms": 1e3 * np.median(first["compute"]),
+            "step_ms": 1e3 * np.median(first["step"]),
+            "total_ms": 1e3 * np.median(np.add(first["compute"], first["step"])),
+            "ps_mb_per_step": sum(r["ps_bytes_per_step"] for r in rows) / 2 ** 20,
+            "gradient_mb": first["gradient_bytes"] / 2 ** 20}
+
+
+def plot(results: list, path: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [r["configuration"] for r in results]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    left.bar(names, [r["compute_ms"] for r in results], label="forward + backward")
+    left.bar(names, [r["step_ms"] for r in results], bottom=[r["compute_ms"] for r in results],
+             label="trainer.step (communication + update)")
+    left.set_ylabel("ms per step (median, rank 0)")
+    left.set_title(f"ResNet-18, 32x32, batch {BATCH}/rank, {results[0]['ranks']} ranks")
+    left.legend(fontsize=8)
+    right.bar(names, [r["ps_mb_per_step"] for r in results], color="tab:green")
+    right.set_ylabel("MiB through the parameter server per step")
+    right.set_title("parameter-server traffic (all processes)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ranks", type=int, default=4, help="ranks (even: two groups)")
+    parser.add_argument("--steps", type=int, default=20, help="measured steps")
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--out", default=os.path.join(HERE, "results"))
+    parser.add_argument("--configurations", nargs="+",
+                        default=["allreduce", "sync", "async", "dist_sync"])
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--kvstore", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        return worker(args.kvstore, args.steps, args.warmup)
+
+    results = [run_configuration(c, args.ranks, args.steps, args.warmup) for c in args.configurations]
+    print(f"\nResNet-18, 32x32, batch {BATCH} per rank, {args.ranks} ranks, {SERVERS} servers "
+          f"(groups of {args.ranks // 2}); medians of {args.steps} steps, rank 0")
+    print(f"{'configuration':>14} {'compute ms':>11} {'step ms':>9} {'total ms':>9} {'PS MiB/step':>12}")
+    for r in results:
+        print(f"{r['configuration']:>14} {r['compute_ms']:11.1f} {r['step_ms']:9.1f} "
+              f"{r['total_ms']:9.1f} {r['ps_mb_per_step']:12.1f}")
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "training_step.json"), "w") as f:
+        json.dump({"batch_per_rank": BATCH, "servers": SERVERS, "results": results}, f, indent=1)
+    plot(results, os.path.join(args.out, "training_step.png"))
+    print(f"\nwrote {args.out}/training_step.json and training_step.png")
+
+
+if __name__ == "__main__":
+    main()
