@@ -22,16 +22,12 @@ Layout = Tuple[List[mx.nd.NDArray], List[mx.nd.NDArray]]  # fused buffers, per-k
 
 class GroupedSync:
     def __init__(self, config: Config, world: World, groups: Groups):
-        num_servers = ps.check_environment(config.mode, groups.num_groups)
         self._world_size = world.size
         self._group_comm = groups.group_comm
         self._group = TensorCollectives(groups.group_comm, config.bucket_bytes)
         self._layouts: Dict[Tuple, Layout] = {}
-        self._ps = None
-        if groups.is_leader:
-            self._ps = ps.acquire("dist_sync", num_servers, config.ps_timeout,
-                                  f"rank {world.rank} (leader of group {groups.group_index})",
-                                  lambda: world.comm.Abort(1))
+        self._ps = ps.connect_leader("dist_sync", config, world, groups)
+        if self._ps is not None:
             atexit.register(self.close)
 
     def allreduce(self, op: str, keys: Sequence[Key], inputs: Sequence[Arrays],

@@ -1,6 +1,6 @@
 """The group leaders' bridge to MXNet's own ps-lite parameter server (dist kvstore)."""
 import os
-from typing import Callable, Dict, List, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import mxnet as mx
 import numpy as np
@@ -132,6 +132,17 @@ def acquire(kind: str, num_servers: int, timeout: float, who: str,
                           f"server and cannot open a {kind} one (one ps-lite store per process)")
     _shared["users"] += 1
     return _shared["server"]
+
+
+def connect_leader(kind: str, config, world, groups) -> Optional[ParameterServer]:
+    """Checks the DMLC_* set-up on every rank; on a group leader returns this process's
+    connection (dist_sync or dist_async), elsewhere None. Users call release() once."""
+    num_servers = check_environment(config.mode, groups.num_groups)
+    if not groups.is_leader:
+        return None
+    return acquire(kind, num_servers, config.ps_timeout,
+                   f"rank {world.rank} (leader of group {groups.group_index})",
+                   lambda: world.comm.Abort(1))
 
 
 def traffic() -> Tuple[int, int]:

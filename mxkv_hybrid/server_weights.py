@@ -26,18 +26,14 @@ SERVER_SIDE_STATES = ("in MXKV_MODE=async the optimizer and its state live on th
 class ServerWeights:
     def __init__(self, config: Config, world: World, groups: Groups,
                  world_collectives: TensorCollectives):
-        num_servers = ps.check_environment(config.mode, groups.num_groups)
         self._world = world_collectives
         self._group_comm = groups.group_comm
         self._group = TensorCollectives(groups.group_comm, config.bucket_bytes)
         self._average = config.average
         self._keys: Set[Key] = set()
         self._optimizer_set = False
-        self._ps = None
-        if groups.is_leader:
-            self._ps = ps.acquire("dist_async", num_servers, config.ps_timeout,
-                                  f"rank {world.rank} (leader of group {groups.group_index})",
-                                  lambda: world.comm.Abort(1))
+        self._ps = ps.connect_leader("dist_async", config, world, groups)
+        if self._ps is not None:
             atexit.register(self.close)
 
     def holds(self, key: Key) -> bool:

@@ -25,6 +25,8 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
+from job_output import json_lines  # noqa: E402
+
 SIZES = [1 << 10, 16 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 100 << 20]
 RESNET50 = "resnet50"
 
@@ -113,15 +115,6 @@ def worker_dist_sync(quick: bool) -> None:
 
 
 # ---- driver --------------------------------------------------------------------------
-def json_lines(text: str) -> List[dict]:
-    rows = []
-    for line in text.splitlines():
-        line = line.split("] ", 1)[1] if line.startswith("[") else line
-        if line.startswith("{"):
-            rows.append(json.loads(line))
-    return rows
-
-
 def measure(ranks: int, quick: bool, skip_dist_sync: bool) -> List[dict]:
     flag = ["--quick"] if quick else []
     print(f"-- {ranks} ranks: hybrid and mpi_flat ...", flush=True)

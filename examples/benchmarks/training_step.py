@@ -22,6 +22,8 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
+from job_output import json_lines  # noqa: E402
+
 BATCH = 16
 CLASSES = 10
 SERVERS = 2
@@ -77,15 +79,6 @@ def ps_traffic():
     return ps.traffic()
 
 
-def json_rows(text: str) -> list:
-    rows = []
-    for line in text.splitlines():
-        line = line.split("] ", 1)[1] if line.startswith("[") else line
-        if line.startswith("{"):
-            rows.append(json.loads(line))
-    return rows
-
-
 def run_configuration(name: str, ranks: int, steps: int, warmup: int) -> dict:
     args = ["--worker", "--steps", str(steps), "--warmup", str(warmup)]
     print(f"-- {name} ...", flush=True)
@@ -93,7 +86,7 @@ def run_configuration(name: str, ranks: int, steps: int, warmup: int) -> dict:
         from ps_job import run_ps_job
         outputs = run_ps_job([sys.executable, __file__, *args, "--kvstore", "dist_sync"],
                              num_workers=ranks, num_servers=SERVERS)
-        rows = [r for out in outputs for r in json_rows(out)]
+        rows = [r for out in outputs for r in json_lines(out)]
         # every worker pushes and pulls every gradient once per step
         for r in rows:
             r["ps_bytes_per_step"] = 2 * r["gradient_bytes"]
@@ -106,7 +99,7 @@ def run_configuration(name: str, ranks: int, steps: int, warmup: int) -> dict:
                               capture_output=True, text=True, env=env)
         if done.returncode != 0:
             sys.exit(f"{name} failed:\n{done.stdout}\n{done.stderr}")
-        rows = json_rows(done.stdout)
+        rows = json_lines(done.stdout)
     first = min(rows, key=lambda r: r["rank"])
     return {"configuration": name, "ranks": ranks, "compute_ms": 1e3 * np.median(first["compute"]),
             "step_ms": 1e3 * np.median(first["step"]),
