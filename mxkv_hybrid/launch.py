@@ -159,14 +159,14 @@ def supervise(job: Node, helpers: List[Node], timeout: Optional[float]) -> int:
     code = None
     try:
         while code is None:
-            code = job.process.poll()
-            # a server that ends with status 0 has served every worker; any other end is a failure
+            # a dead helper is named even when the ranks it served fail first
             dead = [h for h in helpers if h.process.poll() not in (None, 0)]
-            if code is None and dead:
+            code = job.process.poll()
+            if dead:
                 print(f"mxkv-launch: the {dead[0].name} (pid {dead[0].process.pid}) exited with "
                       f"status {dead[0].process.returncode} while the ranks were running; "
                       "stopping all ranks", file=sys.stderr, flush=True)
-                code = 1
+                code = code or 1
             elif code is None and deadline is not None and time.monotonic() > deadline:
                 print(f"mxkv-launch: timed out after {timeout:g} s; stopping all ranks",
                       file=sys.stderr, flush=True)
