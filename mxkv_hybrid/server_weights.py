@@ -5,16 +5,22 @@ tensor-collective allreduce. The group leader pushes that gradient to the server
 which apply the optimizer at once (no waiting for other groups), pulls the current
 weights and broadcasts them in its group. Groups therefore run at their own pace and a
 group's gradient may be computed on weights that other groups have since updated
-(asynchronous SGD; how stale depends on the groups' relative speed)."""
+(asynchronous SGD). That staleness is measured: the servers count the pushes they
+apply (CountingOptimizer), and each leader reports, at close, how many updates of other
+groups landed between its reading the weights and its gradient being applied."""
 import atexit
-from typing import Optional, Sequence, Set
+from typing import List, Optional, Sequence, Set
+
+import sys
 
 import mxnet as mx
+import numpy as np
 
 from . import ps
 from .collectives import Arrays, Key, TensorCollectives
 from .config import Config
 from .errors import MXKVError
+from .server_optimizers import COUNTER_KEY, CountingOptimizer
 from .topology import Groups, World, wait_for_leader
 
 
@@ -32,6 +38,12 @@ class ServerWeights:
         self._average = config.average
         self._keys: Set[Key] = set()
         self._optimizer_set = False
+        self._who = f"group {groups.group_index} (leader rank {world.rank})"
+        self._counter = mx.nd.zeros((1,))
+        self._one = mx.nd.ones((1,))
+        self._count_at_pull = 0.0
+        self._pushes_since_pull = 0
+        self.staleness: List[int] = []  # per applied gradient (leaders only)
         self._ps = ps.connect_leader("dist_async", config, world, groups)
         if self._ps is not None:
             atexit.register(self.close)
@@ -52,7 +64,9 @@ class ServerWeights:
 
     def set_optimizer(self, optimizer: mx.optimizer.Optimizer) -> None:
         if self._ps is not None:
-            self._ps.set_optimizer(optimizer)
+            if not self._optimizer_set:
+                self._ps.init([COUNTER_KEY], [mx.nd.zeros((1,))])
+            self._ps.set_optimizer(CountingOptimizer(optimizer))
         self._optimizer_set = True
 
     def init(self, op: str, keys: Sequence[Key], values: Sequence[Arrays],
@@ -79,11 +93,37 @@ class ServerWeights:
         if values is not None:
             self._group.allreduce(op, keys, values, values, self._average)
         if self._ps is not None:
-            self._ps.push_pull(keys, [v[0] for v in values] if values is not None else [],
-                               [o[0] for o in outs] if outs is not None else [])
+            counted = [*keys, COUNTER_KEY] if self._optimizer_set else list(keys)
+            pushed = [v[0] for v in values] + [self._one] if values is not None else []
+            pulled = [o[0] for o in outs] + [self._counter] if outs is not None else []
+            self._ps.push_pull(counted, pushed[:len(counted)], pulled[:len(counted)])
+            self._count_staleness(values is not None, outs is not None)
         if outs is not None:
             wait_for_leader(self._group_comm, is_leader=self._ps is not None)
             self._group.broadcast(op, keys, outs, outs, root=0)
+
+    def _count_staleness(self, pushed: bool, pulled: bool) -> None:
+        """Updates applied between this leader's last two pulls, less its own pushes: the
+        other groups' updates its gradient did not see (an upper estimate: updates landing
+        between its push and its pull count too)."""
+        if not self._optimizer_set:
+            return
+        self._pushes_since_pull += int(pushed)
+        if pulled:
+            now = float(self._counter.asscalar())
+            if self._pushes_since_pull:
+                self.staleness.append(int(now - self._count_at_pull - self._pushes_since_pull))
+            self._count_at_pull, self._pushes_since_pull = now, 0
+
+    def report(self) -> str:
+        """One line about the staleness measured by this leader ('' elsewhere)."""
+        if not self.staleness:
+            return ""
+        values = np.array(self.staleness)
+        return (f"mxkv_hybrid: {self._who}: {len(values)} asynchronous updates; staleness "
+                f"(updates by other groups between reading the weights and applying the "
+                f"gradient) mean {values.mean():.2f}, median {np.median(values):.0f}, "
+                f"max {values.max()}")
 
     def save_optimizer_states(self, fname: str, dump_optimizer: bool) -> None:
         raise MXKVError(SERVER_SIDE_STATES)
@@ -94,5 +134,8 @@ class ServerWeights:
     def close(self) -> None:
         """Releases this store's use of the parameter server (leaders); safe to call twice."""
         if self._ps is not None:
+            line = self.report()
+            if line:
+                print(line, file=sys.stderr, flush=True)
             self._ps = None
             ps.release()

@@ -9,11 +9,12 @@ from conftest import launch, load_ranks
 
 ASYNC = {"MXKV_MODE": "async"}
 TARGET_LOSS = 1e-3  # from 7.19 at zero weights; the noise floor of the data is 5e-5
+STEPS = 200
 
 
 @pytest.mark.parametrize("servers", [1, 2])
 def test_async_groups_reach_the_optimum_of_a_convex_problem(job_dir, servers):
-    job = launch(4, "train_convex.py", str(job_dir), "200", env=ASYNC,
+    job = launch(4, "train_convex.py", str(job_dir), str(STEPS), env=ASYNC,
                  launcher_options=["--group-size", "2", "--servers", str(servers)])
     assert job.returncode == 0, job.output
     for rank in range(4):
@@ -23,6 +24,15 @@ def test_async_groups_reach_the_optimum_of_a_convex_problem(job_dir, servers):
     for first, second in ((0, 1), (2, 3)):  # synchronous inside a group
         for name in weights[first]:
             assert np.array_equal(weights[first][name], weights[second][name]), name
+    for leader in (0, 2):  # staleness is measured and reported by each group leader
+        report = re.search(r"(\d+) asynchronous updates; staleness .* mean ([0-9.]+), "
+                           r"median (\d+), max (\d+)", "\n".join(job.lines_of(leader)))
+        assert report, job.output
+        updates, mean = int(report.group(1)), float(report.group(2))
+        assert updates == STEPS
+        # each update of the other group falls between two of this leader's pulls at most
+        # once: the sum of staleness is at most the other group's STEPS updates
+        assert 0 < mean <= 1.0, report.group(0)
 
 
 def test_async_refuses_updates_on_the_workers(job_dir):
