@@ -52,10 +52,6 @@ class ParameterServer:
         self.bytes_pushed = 0
         self.bytes_pulled = 0
 
-    @property
-    def rank(self) -> int:
-        return self._store.rank
-
     def chunks_for(self, layout_id: Tuple, buffers: Sequence[mx.nd.NDArray]
                    ) -> List[Tuple[int, mx.nd.NDArray]]:
         """(PS key, view) pairs covering the fused buffers; created and initialised once."""
@@ -86,12 +82,6 @@ class ParameterServer:
         """Sends the optimizer to the servers (dist_async: they apply every push to the weights)."""
         with self._watchdog.guard("sending the optimizer to the parameter servers", self._timeout):
             self._store.set_optimizer(optimizer)
-
-    def push(self, keys: Sequence, values: Sequence[mx.nd.NDArray]) -> None:
-        self.push_pull(keys, values, [])
-
-    def pull(self, keys: Sequence, outs: Sequence[mx.nd.NDArray]) -> None:
-        self.push_pull(keys, [], outs)
 
     def push_pull(self, keys: Sequence, values: Sequence[mx.nd.NDArray],
                   outs: Sequence[mx.nd.NDArray]) -> None:

@@ -9,9 +9,8 @@ group's gradient may be computed on weights that other groups have since updated
 apply (CountingOptimizer), and each leader reports, at close, how many updates of other
 groups landed between its reading the weights and its gradient being applied."""
 import atexit
-from typing import List, Optional, Sequence, Set
-
 import sys
+from typing import Dict, List, Optional, Sequence
 
 import mxnet as mx
 import numpy as np
@@ -36,7 +35,9 @@ class ServerWeights:
         self._group_comm = groups.group_comm
         self._group = TensorCollectives(groups.group_comm, config.bucket_bytes)
         self._average = config.average
-        self._keys: Set[Key] = set()
+        self._server_keys: Dict[Key, int] = {}  # the int key each key has on the servers
+        self._key_type: Optional[type] = None   # str or int: one per store, as in MXNet
+        self._next_string_key = 0
         self._optimizer_set = False
         self._who = f"group {groups.group_index} (leader rank {world.rank})"
         self._counter = mx.nd.zeros((1,))
@@ -49,10 +50,10 @@ class ServerWeights:
             atexit.register(self.close)
 
     def holds(self, key: Key) -> bool:
-        return key in self._keys
+        return key in self._server_keys
 
     def updates(self, key: Key) -> bool:
-        return self._optimizer_set and key in self._keys
+        return self._optimizer_set and key in self._server_keys
 
     @property
     def has_optimizer(self) -> bool:
@@ -74,10 +75,26 @@ class ServerWeights:
         """Rank 0's values become the servers' weights (and are copied into `outs`)."""
         kept = [[mx.nd.empty(v[0].shape, ctx=v[0].context, dtype=v[0].dtype)] for v in values]
         self._world.broadcast(op, keys, values, [[*k, *o] for k, o in zip(kept, outs)])
-        new = [i for i, k in enumerate(keys) if k not in self._keys]
+        new = [i for i, k in enumerate(keys) if k not in self._server_keys]
+        for i in new:
+            self._server_keys[keys[i]] = self._number(keys[i])
         if self._ps is not None and new:
-            self._ps.init([keys[i] for i in new], [kept[i][0] for i in new])
-        self._keys.update(keys)
+            self._ps.init([self._server_keys[keys[i]] for i in new], [kept[i][0] for i in new])
+
+    def _number(self, key: Key) -> int:
+        """The servers' int key: an int key as it is; string keys numbered 0, 1, ... in the
+        order they are initialised, as MXNet numbers them (so the server-side optimizer sees
+        the same indices). One dist kvstore takes one key type only, and the staleness
+        counter is an int, hence the numbering here."""
+        key_type = str if isinstance(key, str) else int
+        if self._key_type not in (None, key_type):
+            raise MXKVError(f"init: key {key!r} mixes string and int keys in one store; "
+                            "MXNet's kvstores take one key type")
+        self._key_type = key_type
+        if key_type is int:
+            return key
+        self._next_string_key += 1
+        return self._next_string_key - 1
 
     def push(self, op: str, keys: Sequence[Key], values: Sequence[Arrays]) -> None:
         """Group average (or sum), then the leader's push: the servers apply it."""
@@ -93,10 +110,14 @@ class ServerWeights:
         if values is not None:
             self._group.allreduce(op, keys, values, values, self._average)
         if self._ps is not None:
-            counted = [*keys, COUNTER_KEY] if self._optimizer_set else list(keys)
-            pushed = [v[0] for v in values] + [self._one] if values is not None else []
-            pulled = [o[0] for o in outs] + [self._counter] if outs is not None else []
-            self._ps.push_pull(counted, pushed[:len(counted)], pulled[:len(counted)])
+            server_keys = [self._server_keys[k] for k in keys]
+            pushed = [v[0] for v in values] if values is not None else []
+            pulled = [o[0] for o in outs] if outs is not None else []
+            if self._optimizer_set:  # the servers count pushes on COUNTER_KEY (staleness)
+                server_keys.append(COUNTER_KEY)
+                pushed += [self._one] if values is not None else []
+                pulled += [self._counter] if outs is not None else []
+            self._ps.push_pull(server_keys, pushed, pulled)
             self._count_staleness(values is not None, outs is not None)
         if outs is not None:
             wait_for_leader(self._group_comm, is_leader=self._ps is not None)

@@ -40,3 +40,16 @@ def test_async_refuses_updates_on_the_workers(job_dir):
                  env=ASYNC, launcher_options=["--group-size", "1", "--servers", "1"], timeout=90)
     assert job.returncode != 0
     assert "MXKV_MODE=async applies the updates on the parameter servers" in job.output, job.output
+
+
+def test_module_fit_in_async_mode(job_dir):
+    """Module passes string keys; the staleness counter (an int key) must not be mixed in."""
+    job = launch(2, "train_module.py", "--out", str(job_dir), env=ASYNC,
+                 launcher_options=["--group-size", "1", "--servers", "1"])
+    assert job.returncode == 0, job.output
+    for rank in range(2):
+        lines = "\n".join(job.lines_of(rank))
+        assert "update_on_kvstore=True" in lines and "asynchronous updates; staleness" in lines, \
+            job.output
+    for weights in load_ranks(job_dir, 2):
+        assert all(np.isfinite(w).all() for w in weights.values())
