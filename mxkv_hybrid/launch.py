@@ -84,23 +84,26 @@ def _raise_terminated(signum, frame):
     raise _Terminated(signal.Signals(signum).name)
 
 
-def live_group_members(pgid: int) -> List[int]:
-    """PIDs in process group `pgid` that are still running (zombies excluded)."""
-    members = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
+def live_processes() -> Dict[int, int]:
+    """{pid: process group} of every running process (zombies excluded), from /proc."""
+    found = {}
+    for entry in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
+                fields = f.read().rsplit(")", 1)[1].split()  # after "pid (name)"
         except OSError:
             continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            members.append(int(entry))
-    return members
+        if fields[0] != "Z":
+            found[int(entry)] = int(fields[2])
+    return found
 
 
-def _end_process_group(process: subprocess.Popen, grace: float = 0.0) -> None:
+def live_group_members(pgid: int) -> List[int]:
+    """PIDs in process group `pgid` that are still running."""
+    return [pid for pid, group in live_processes().items() if group == pgid]
+
+
+def end_process_group(process: subprocess.Popen, grace: float = 0.0) -> None:
     """Gives the process group `grace` seconds to end by itself, then SIGTERM, then
     SIGKILL for whatever outlives GRACE_SECONDS."""
     deadline = time.monotonic() + grace
@@ -177,9 +180,9 @@ def supervise(job: Node, helpers: List[Node], timeout: Optional[float]) -> int:
         print(f"mxkv-launch: {stop.__class__.__name__} {stop}; stopping all ranks",
               file=sys.stderr, flush=True)
         code = 130
-    _end_process_group(job.process)
+    end_process_group(job.process)
     for helper in helpers:  # servers leave by themselves once the workers are gone
-        _end_process_group(helper.process, grace=GRACE_SECONDS if code == 0 else 0)
+        end_process_group(helper.process, grace=GRACE_SECONDS if code == 0 else 0)
     if code != 0:
         print(f"mxkv-launch: the job failed with exit status {code}; the first rank-prefixed "
               "error above names the failing rank", file=sys.stderr, flush=True)
@@ -212,7 +215,7 @@ def start_parameter_servers(args: argparse.Namespace, num_groups: int, mpiexec: 
             nodes += [start(f"parameter server {i}", node, server_env) for i in range(args.servers)]
     except BaseException:
         for n in nodes:
-            _end_process_group(n.process, grace=0)
+            end_process_group(n.process, grace=0)
         raise
     return nodes
 

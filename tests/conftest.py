@@ -10,6 +10,8 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 import pytest
 
+from mxkv_hybrid.launch import live_processes
+
 WORKERS = Path(__file__).parent / "workers"
 JOB_TIMEOUT = 180  # seconds; a hard bound on every multi-process test
 JOB_TAG = "PYTEST_MXKV_JOB"  # marks every process of one test job (not an MXKV_* knob)
@@ -26,18 +28,15 @@ class Job:
 
 
 def processes_of(tag: str) -> List[int]:
-    """Live processes (zombies excluded) whose environment carries JOB_TAG=tag: mpiexec,
-    its proxies and the ranks all inherit it, whatever session they run in."""
+    """Live processes whose environment carries JOB_TAG=tag: mpiexec, its proxies, the
+    ranks and the parameter servers all inherit it, whatever session they run in."""
     marker = f"{JOB_TAG}={tag}".encode()
     found = []
-    for entry in filter(str.isdigit, os.listdir("/proc")):
+    for pid in live_processes():
         try:
-            with open(f"/proc/{entry}/stat") as f:
-                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
-                    continue
-            with open(f"/proc/{entry}/environ", "rb") as f:
+            with open(f"/proc/{pid}/environ", "rb") as f:
                 if marker in f.read().split(b"\0"):
-                    found.append(int(entry))
+                    found.append(pid)
         except OSError:
             continue
     return found
