@@ -40,11 +40,10 @@ def world() -> World:
 
 @dataclass(frozen=True)
 class Groups:
-    """The ranks split into groups; each group's rank 0 is its leader, and the leaders
-    have a communicator of their own (None on the other ranks)."""
+    """The ranks split into groups; each group's rank 0 is its leader (the only rank that
+    talks to the parameter server)."""
 
     group_comm: Any
-    leader_comm: Any
     group_index: int
     num_groups: int
     is_leader: bool
@@ -61,14 +60,11 @@ def groups(group_size: int) -> Groups:
     else:
         group_comm = this.comm.Split_type(MPI.COMM_TYPE_SHARED, key=this.rank)
     is_leader = group_comm.Get_rank() == 0
-    leader_comm = this.comm.Split(color=0 if is_leader else MPI.UNDEFINED, key=this.rank)
     # number the groups by their leader's world rank, the same on every rank
     leader_ranks = sorted(set(this.comm.allgather(this.rank if is_leader else None)) - {None})
     my_leader = group_comm.bcast(this.rank if is_leader else None, root=0)
-    return Groups(group_comm=group_comm,
-                  leader_comm=leader_comm if leader_comm != MPI.COMM_NULL else None,
-                  group_index=leader_ranks.index(my_leader), num_groups=len(leader_ranks),
-                  is_leader=is_leader)
+    return Groups(group_comm=group_comm, group_index=leader_ranks.index(my_leader),
+                  num_groups=len(leader_ranks), is_leader=is_leader)
 
 
 def wait_for_leader(group_comm, is_leader: bool, poll_seconds: float = 2e-4) -> None:
