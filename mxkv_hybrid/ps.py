@@ -6,6 +6,7 @@ import mxnet as mx
 import numpy as np
 
 from .errors import ConfigError
+from .topology import end_job
 from .ps_layout import Chunk, balanced_chunks, bigarray_bound
 from .watchdog import Watchdog
 
@@ -132,7 +133,7 @@ def connect_leader(kind: str, config, world, groups) -> Optional[ParameterServer
         return None
     return acquire(kind, num_servers, config.ps_timeout,
                    f"rank {world.rank} (leader of group {groups.group_index})",
-                   lambda: world.comm.Abort(1))
+                   end_job)
 
 
 def traffic() -> Tuple[int, int]:

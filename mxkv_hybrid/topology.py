@@ -1,8 +1,8 @@
 """The MPI world this process belongs to, created on first use."""
+import os
 import socket
 import sys
 import time
-import traceback
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -79,6 +79,15 @@ def wait_for_leader(group_comm, is_leader: bool, poll_seconds: float = 2e-4) -> 
         time.sleep(poll_seconds)
 
 
+def end_job() -> None:
+    """Ends this rank at once with status 1; mpiexec then ends every other rank.
+    Not MPI_Abort: it races with the forwarding of this rank's last output, which
+    then goes missing (measured: 1 to 4 lost error messages in 10 runs)."""
+    sys.stderr.flush()
+    sys.stdout.flush()
+    os._exit(1)
+
+
 def _end_job_on_uncaught_exception(this: World) -> None:
     """An exception on one rank must not leave the others blocked in a collective:
     print it with the rank, then abort the whole job (unless every rank raised it)."""
@@ -87,13 +96,8 @@ def _end_job_on_uncaught_exception(this: World) -> None:
     def hook(kind, value, tb):
         sys.stderr.write(f"mxkv_hybrid: rank {this.rank} on {this.host} failed:\n")
         previous_hook(kind, value, tb)
-        sys.stderr.flush()
-        sys.stdout.flush()
         if isinstance(value, MXKVError) and value.on_every_rank:
             return  # all ranks raised it together: a normal exit (MPI_Finalize) is safe
-        try:
-            this.comm.Abort(1)
-        except Exception:  # pragma: no cover - Abort does not return
-            traceback.print_exc()
+        end_job()
 
     sys.excepthook = hook

@@ -8,7 +8,7 @@ from typing import Callable, Optional, Tuple
 
 class Watchdog:
     """`with watchdog.guard("what", seconds):` -- if the block has not finished after
-    `seconds`, prints what was being waited for and calls `on_expiry` (MPI_Abort)."""
+    `seconds`, prints what was being waited for and calls `on_expiry` (topology.end_job)."""
 
     def __init__(self, on_expiry: Callable[[], None], who: str):
         self._on_expiry = on_expiry
