@@ -1,9 +1,11 @@
 // Python bindings of the tensor collectives (module mxkv_hybrid._C).
 #include <mpi.h>
 #include <pybind11/pybind11.h>
+#include <pybind11/buffer_info.h>
 #include <pybind11/stl.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "dtype.h"
@@ -67,12 +69,22 @@ PYBIND11_MODULE(_C, m) {
   }, "Binds the MXNet C API functions, given {name: address} of the loaded libmxnet.");
 
   py::class_<mxkv::TensorCollectives>(m, "TensorCollectives")
-      .def(py::init([](int64_t fortran_comm, size_t bucket_bytes) {
+      .def(py::init([](int64_t fortran_comm, size_t bucket_bytes, const std::string& algorithm,
+                       const std::vector<std::pair<int64_t, std::string>>& table, int compress,
+                       size_t segment_bytes) {
+             mxkv::AllreduceOptions options;
+             options.algorithm = mxkv::algorithm_from_name(algorithm);
+             for (const auto& [max_bytes, name] : table)
+               options.table.push_back({max_bytes, mxkv::algorithm_from_name(name)});
+             options.compress = compress;
              return new mxkv::TensorCollectives(MPI_Comm_f2c(static_cast<MPI_Fint>(fortran_comm)),
-                                                bucket_bytes);
+                                                bucket_bytes, options, segment_bytes);
            }),
-           py::arg("fortran_comm"), py::arg("bucket_bytes"),
-           "Collectives on the communicator whose Fortran handle is given (mpi4py: comm.py2f()).")
+           py::arg("fortran_comm"), py::arg("bucket_bytes"), py::arg("algorithm"),
+           py::arg("table"), py::arg("compress"), py::arg("segment_bytes"),
+           "Collectives on a private duplicate of the communicator whose Fortran handle is given "
+           "(mpi4py: comm.py2f()). algorithm: auto|mpi|ring|rhd|rd; table: [(max bytes or -1, "
+           "algorithm)] for auto; compress: dtype code float32 values travel in, or -1.")
       .def_property_readonly("rank", &mxkv::TensorCollectives::rank)
       .def_property_readonly("size", &mxkv::TensorCollectives::size)
       .def_property_readonly("bucket_bytes", &mxkv::TensorCollectives::bucket_bytes)
@@ -90,6 +102,27 @@ PYBIND11_MODULE(_C, m) {
            },
            py::arg("spec"), py::arg("key_signature"), py::arg("root"),
            "Broadcast root's inputs[0] into every output; False if ranks disagree on the call.")
+      .def("allreduce_vector",
+           [](mxkv::TensorCollectives& self, py::buffer array, int dtype,
+              const std::string& algorithm, double scale) {
+             py::buffer_info info = array.request(/*writable=*/true);
+             if (static_cast<size_t>(info.itemsize) != mxkv::dtype_size(dtype))
+               throw std::invalid_argument("the array's item size does not match the dtype code");
+             if (info.size > 0 && info.strides.back() != info.itemsize)
+               throw std::invalid_argument("the array must be contiguous");
+             const mxkv::Algorithm chosen = mxkv::algorithm_from_name(algorithm);
+             py::gil_scoped_release release;
+             self.allreduce_vector(info.ptr, info.size, dtype, chosen, scale);
+           },
+           py::arg("array"), py::arg("dtype"), py::arg("algorithm"), py::arg("scale") = 1.0,
+           "In place: array = scale * sum over ranks, by the named algorithm (for tests and "
+           "benchmarks); a 16-bit dtype code takes a uint16 array of its bits.")
+      .def("algorithm_for",
+           [](const mxkv::TensorCollectives& self, int dtype, int64_t bytes) {
+             return std::string(mxkv::algorithm_name(
+                 mxkv::choose_algorithm(self.options(), dtype, bytes)));
+           },
+           py::arg("dtype"), py::arg("bytes"), "The algorithm a bucket of this dtype and size takes.")
       .def("plan",
            [](const mxkv::TensorCollectives& self, const std::vector<std::pair<int, int64_t>>& shape) {
              std::vector<mxkv::Tensor> tensors(shape.size());

@@ -22,8 +22,7 @@ std::vector<Bucket> plan_buckets(const std::vector<Tensor>& tensors, size_t buck
     const size_t esize = dtype_size(t.dtype);
     const int64_t cap = std::max<int64_t>(1, static_cast<int64_t>(bucket_bytes / esize));
     if (t.count >= cap) {
-      for (int64_t off = 0; off < t.count; off += cap)
-        plan.push_back({t.dtype, false, {{i, off, std::min(cap, t.count - off)}}});
+      plan.push_back({t.dtype, false, {{i, 0, t.count}}});
       continue;
     }
     auto it = open.find(t.dtype);

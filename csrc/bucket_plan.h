@@ -1,7 +1,7 @@
 // How the tensors of one call travel: small tensors are packed together into
 // fused buckets of at most `bucket_bytes`; a tensor of `bucket_bytes` or more
-// travels in place (zero copy), cut into bucket-sized chunks so each chunk is
-// still in cache when it is scaled and copied out.
+// travels whole, in place (zero copy): the allreduce algorithms cut it into
+// cache-sized segments themselves.
 //
 // The plan depends only on the (dtype, count) sequence, so every rank that
 // passed the signature check computes the same plan and calls the same MPI
@@ -25,7 +25,7 @@ struct Segment {
 struct Bucket {
   int dtype;
   bool fused;                     // packed into a staging buffer, else in place
-  std::vector<Segment> segments;  // fused: many whole tensors; in place: one chunk
+  std::vector<Segment> segments;  // fused: many whole tensors; in place: one tensor
   int64_t elements() const;
 };
 

@@ -5,8 +5,15 @@
 namespace mxkv {
 
 namespace {
-void half_sum(void* in, void* inout, int* len, MPI_Datatype*) {
-  accumulate(static_cast<half*>(inout), static_cast<const half*>(in), static_cast<size_t>(*len));
+template <typename T>
+void sum_16bit(void* in, void* inout, int* len, MPI_Datatype*) {
+  accumulate(static_cast<T*>(inout), static_cast<const T*>(in), static_cast<size_t>(*len));
+}
+
+MPI_Op create_sum(MPI_User_function* fn) {
+  MPI_Op created;
+  MPI_Op_create(fn, /*commute=*/1, &created);
+  return created;
 }
 }  // namespace
 
@@ -15,11 +22,11 @@ MpiSum mpi_sum_for(int dtype) {
     case kFloat32: return {MPI_FLOAT, MPI_SUM};
     case kFloat64: return {MPI_DOUBLE, MPI_SUM};
     case kFloat16: {
-      static MPI_Op op = [] {
-        MPI_Op created;
-        MPI_Op_create(&half_sum, /*commute=*/1, &created);
-        return created;
-      }();
+      static MPI_Op op = create_sum(&sum_16bit<half>);
+      return {MPI_UINT16_T, op};
+    }
+    case kBfloat16: {
+      static MPI_Op op = create_sum(&sum_16bit<bfloat16>);
       return {MPI_UINT16_T, op};
     }
   }

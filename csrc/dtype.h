@@ -10,17 +10,18 @@
 namespace mxkv {
 
 // mshadow type flags (mxnet/3rdparty/mshadow/mshadow/base.h).
-enum DType : int { kFloat32 = 0, kFloat64 = 1, kFloat16 = 2 };
+enum DType : int { kFloat32 = 0, kFloat64 = 1, kFloat16 = 2, kBfloat16 = 12 };
 
 inline size_t dtype_size(int dtype) {
   switch (dtype) {
     case kFloat32: return 4;
     case kFloat64: return 8;
     case kFloat16: return 2;
+    case kBfloat16: return 2;
   }
   throw std::invalid_argument("dtype code " + std::to_string(dtype) +
                               " is not supported by the hybrid kvstore; "
-                              "use float32, float64 or float16 arrays");
+                              "use float32, float64, float16 or bfloat16 arrays");
 }
 
 inline const char* dtype_name(int dtype) {
@@ -28,12 +29,13 @@ inline const char* dtype_name(int dtype) {
     case kFloat32: return "float32";
     case kFloat64: return "float64";
     case kFloat16: return "float16";
+    case kBfloat16: return "bfloat16";
   }
   return "unsupported";
 }
 
-// The MPI datatype and sum operation for a dtype. float16 has no MPI type:
-// it travels as 16-bit words and is summed by a user operation in float32.
+// The MPI datatype and sum operation for a dtype. float16 and bfloat16 have
+// no MPI type: they travel as 16-bit words, summed by a user operation in float32.
 struct MpiSum {
   MPI_Datatype type;
   MPI_Op op;

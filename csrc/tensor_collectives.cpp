@@ -11,14 +11,6 @@ namespace mxkv {
 
 namespace {
 
-void check_mpi(int rc, const char* what) {
-  if (rc == MPI_SUCCESS) return;
-  char text[MPI_MAX_ERROR_STRING];
-  int len = 0;
-  MPI_Error_string(rc, text, &len);
-  throw std::runtime_error(std::string(what) + " failed: " + std::string(text, len));
-}
-
 template <typename T>
 T* at(char* base, int64_t offset) {
   return reinterpret_cast<T*>(base) + offset;
@@ -46,17 +38,18 @@ void combine_inputs(T* dst, const std::vector<char*>& inputs, int64_t offset, in
 
 }  // namespace
 
-TensorCollectives::TensorCollectives(MPI_Comm comm, size_t bucket_bytes)
-    : comm_(comm), bucket_bytes_(bucket_bytes) {
+TensorCollectives::TensorCollectives(MPI_Comm comm, size_t bucket_bytes,
+                                     AllreduceOptions options, size_t segment_bytes)
+    : comm_(comm), workspace_(segment_bytes), bucket_bytes_(bucket_bytes),
+      options_(std::move(options)) {
   if (bucket_bytes_ < 8) throw std::invalid_argument("bucket size must be at least 8 bytes");
-  check_mpi(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
-  check_mpi(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
+  if (segment_bytes < 64) throw std::invalid_argument("segment size must be at least 64 bytes");
 }
 
 bool TensorCollectives::signatures_agree(uint64_t signature) {
   int64_t mine = static_cast<int64_t>(signature);
   int64_t extremes[2] = {mine, -mine};  // max and -min in one call
-  check_mpi(MPI_Allreduce(MPI_IN_PLACE, extremes, 2, MPI_INT64_T, MPI_MAX, comm_),
+  check_mpi(MPI_Allreduce(MPI_IN_PLACE, extremes, 2, MPI_INT64_T, MPI_MAX, comm_.comm()),
             "MPI_Allreduce (signature check)");
   return extremes[0] == mine && -extremes[1] == mine;
 }
@@ -71,7 +64,7 @@ Status TensorCollectives::allreduce(const std::vector<TensorRequest>& requests,
                                     uint64_t key_signature, bool average) {
   TensorSet set = resolve_tensors(requests, key_signature);
   if (!signatures_agree(set.signature)) return Status::kMismatch;
-  const double scale = average ? 1.0 / size_ : 1.0;
+  const double scale = average ? 1.0 / size() : 1.0;
   for (const Bucket& bucket : plan(set.tensors)) {
     if (bucket.fused)
       allreduce_fused(bucket, set.tensors, scale);
@@ -79,6 +72,14 @@ Status TensorCollectives::allreduce(const std::vector<TensorRequest>& requests,
       allreduce_in_place(bucket, set.tensors, scale);
   }
   return Status::kOk;
+}
+
+void TensorCollectives::allreduce_vector(void* data, int64_t count, int dtype,
+                                         Algorithm algorithm, double scale) {
+  const Algorithm chosen = choose_algorithm(
+      {algorithm, options_.table, options_.compress}, dtype,
+      count * static_cast<int64_t>(dtype_size(dtype)));
+  mxkv::allreduce_vector(comm_, workspace_, data, count, dtype, chosen, options_.compress, scale);
 }
 
 void TensorCollectives::allreduce_fused(const Bucket& bucket, const std::vector<Tensor>& tensors,
@@ -90,13 +91,11 @@ void TensorCollectives::allreduce_fused(const Bucket& bucket, const std::vector<
       combine_inputs(buffer + pos, tensors[s.tensor].inputs, s.offset, s.count);
       pos += s.count;
     }
-    const MpiSum sum = mpi_sum_for(bucket.dtype);
-    check_mpi(MPI_Allreduce(MPI_IN_PLACE, buffer, static_cast<int>(pos), sum.type, sum.op, comm_),
-              "MPI_Allreduce");
+    allreduce_vector(buffer, pos, bucket.dtype, options_.algorithm, scale);
     pos = 0;
     for (const Segment& s : bucket.segments) {
       for (char* out : tensors[s.tensor].outputs)
-        copy_scaled(at<T>(out, s.offset), buffer + pos, s.count, scale);
+        copy_scaled(at<T>(out, s.offset), buffer + pos, s.count, 1.0);
       pos += s.count;
     }
   });
@@ -108,16 +107,8 @@ void TensorCollectives::allreduce_in_place(const Bucket& bucket,
   const Tensor& t = tensors[s.tensor];
   dispatch_dtype(bucket.dtype, [&]<typename T>() {
     T* dst = at<T>(t.outputs.front(), s.offset);
-    const MpiSum sum = mpi_sum_for(bucket.dtype);
-    const int n = static_cast<int>(s.count);
-    const T* single = t.inputs.size() == 1 ? at<T>(t.inputs.front(), s.offset) : nullptr;
-    if (single != nullptr && single != dst) {
-      check_mpi(MPI_Allreduce(single, dst, n, sum.type, sum.op, comm_), "MPI_Allreduce");
-    } else {
-      combine_inputs(dst, t.inputs, s.offset, s.count);
-      check_mpi(MPI_Allreduce(MPI_IN_PLACE, dst, n, sum.type, sum.op, comm_), "MPI_Allreduce");
-    }
-    scale_in_place(dst, s.count, scale);
+    combine_inputs(dst, t.inputs, s.offset, s.count);
+    allreduce_vector(dst, s.count, bucket.dtype, options_.algorithm, scale);
     for (size_t k = 1; k < t.outputs.size(); ++k)
       copy_scaled(at<T>(t.outputs[k], s.offset), dst, s.count, 1.0);
   });
@@ -125,10 +116,10 @@ void TensorCollectives::allreduce_in_place(const Bucket& bucket,
 
 Status TensorCollectives::broadcast(const std::vector<TensorRequest>& requests,
                                     uint64_t key_signature, int root) {
-  if (root < 0 || root >= size_)
+  if (root < 0 || root >= size())
     throw std::invalid_argument("broadcast root " + std::to_string(root) + " is not a rank of " +
-                                std::to_string(size_));
-  TensorSet set = resolve_tensors(requests, key_signature, /*read_inputs=*/rank_ == root);
+                                std::to_string(size()));
+  TensorSet set = resolve_tensors(requests, key_signature, /*read_inputs=*/rank() == root);
   if (!signatures_agree(set.signature)) return Status::kMismatch;
   for (const Bucket& bucket : plan(set.tensors)) broadcast_bucket(bucket, set.tensors, root);
   return Status::kOk;
@@ -136,16 +127,14 @@ Status TensorCollectives::broadcast(const std::vector<TensorRequest>& requests,
 
 void TensorCollectives::broadcast_bucket(const Bucket& bucket, const std::vector<Tensor>& tensors,
                                          int root) {
-  const bool is_root = rank_ == root;
+  const bool is_root = rank() == root;
   dispatch_dtype(bucket.dtype, [&]<typename T>() {
-    const int esize = static_cast<int>(sizeof(T));
     if (!bucket.fused) {
       const Segment& s = bucket.segments.front();
       const Tensor& t = tensors[s.tensor];
       T* dst = at<T>(t.outputs.front(), s.offset);
       if (is_root) copy_scaled(dst, at<T>(t.inputs.front(), s.offset), s.count, 1.0);
-      check_mpi(MPI_Bcast(dst, static_cast<int>(s.count) * esize, MPI_BYTE, root, comm_),
-                "MPI_Bcast");
+      comm_.broadcast(dst, s.count * sizeof(T), root);
       for (size_t k = 1; k < t.outputs.size(); ++k)
         copy_scaled(at<T>(t.outputs[k], s.offset), dst, s.count, 1.0);
       return;
@@ -157,7 +146,7 @@ void TensorCollectives::broadcast_bucket(const Bucket& bucket, const std::vector
                                s.count, 1.0);
       pos += s.count;
     }
-    check_mpi(MPI_Bcast(buffer, static_cast<int>(pos) * esize, MPI_BYTE, root, comm_), "MPI_Bcast");
+    comm_.broadcast(buffer, pos * sizeof(T), root);
     pos = 0;
     for (const Segment& s : bucket.segments) {
       for (char* out : tensors[s.tensor].outputs)

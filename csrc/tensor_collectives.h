@@ -1,6 +1,6 @@
 // Collectives over a set of tensors treated as one object: the per-device
 // copies are combined locally, the tensors are fused into buckets (see
-// bucket_plan.h), and each bucket takes one MPI collective.
+// bucket_plan.h), and each bucket takes one allreduce (see allreduce.h).
 #pragma once
 
 #include <mpi.h>
@@ -9,7 +9,10 @@
 #include <map>
 #include <vector>
 
+#include "allreduce.h"
 #include "bucket_plan.h"
+#include "communicator.h"
+#include "segmented_exchange.h"
 #include "tensor_set.h"
 
 namespace mxkv {
@@ -18,11 +21,13 @@ enum class Status : int { kOk = 0, kMismatch = 1 };
 
 class TensorCollectives {
  public:
-  TensorCollectives(MPI_Comm comm, size_t bucket_bytes);
+  TensorCollectives(MPI_Comm comm, size_t bucket_bytes, AllreduceOptions options,
+                    size_t segment_bytes);
 
-  int rank() const { return rank_; }
-  int size() const { return size_; }
+  int rank() const { return comm_.rank(); }
+  int size() const { return comm_.size(); }
   size_t bucket_bytes() const { return bucket_bytes_; }
+  const AllreduceOptions& options() const { return options_; }
 
   // outputs = scale * sum over ranks of (sum of this rank's inputs);
   // scale = 1/size when `average`, else 1.
@@ -31,6 +36,9 @@ class TensorCollectives {
 
   // outputs = root's inputs[0], on every rank.
   Status broadcast(const std::vector<TensorRequest>& requests, uint64_t key_signature, int root);
+
+  // One contiguous vector (for tests and benchmarks): data = scale * sum over ranks.
+  void allreduce_vector(void* data, int64_t count, int dtype, Algorithm algorithm, double scale);
 
   // The plan a call with these (dtype, count) tensors would follow.
   std::vector<Bucket> plan(const std::vector<Tensor>& tensors) const {
@@ -44,10 +52,10 @@ class TensorCollectives {
   void allreduce_in_place(const Bucket& bucket, const std::vector<Tensor>& tensors, double scale);
   void broadcast_bucket(const Bucket& bucket, const std::vector<Tensor>& tensors, int root);
 
-  MPI_Comm comm_;
-  int rank_ = 0;
-  int size_ = 1;
+  Communicator comm_;
+  Workspace workspace_;
   size_t bucket_bytes_;
+  AllreduceOptions options_;
   std::map<int, std::vector<char>> staging_;  // one bucket buffer per dtype
 };
 

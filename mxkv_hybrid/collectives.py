@@ -7,6 +7,8 @@ from typing import Hashable, List, Sequence
 import mxnet as mx
 import numpy as np
 
+from . import algorithm_table
+from .config import Config
 from .errors import MismatchError, MXKVError
 
 Key = Hashable  # int or str, as MXNet passes them
@@ -36,6 +38,15 @@ def _key_signature(keys: Sequence[Key]) -> int:
     return int.from_bytes(digest, "little")
 
 
+DTYPE_CODES = {"float32": 0, "float64": 1, "float16": 2, "bfloat16": 12}
+
+
+def _dtype_code(array: np.ndarray) -> int:
+    if array.dtype == np.uint16:
+        return DTYPE_CODES["bfloat16"]
+    return DTYPE_CODES[array.dtype.name]
+
+
 def _handles(arrays: Arrays) -> List[int]:
     return [a.handle.value for a in arrays]
 
@@ -43,14 +54,31 @@ def _handles(arrays: Arrays) -> List[int]:
 class TensorCollectives:
     """Fused allreduce and broadcast of many keys' arrays over one communicator."""
 
-    def __init__(self, comm, bucket_bytes: int):
-        """comm: an mpi4py communicator."""
+    def __init__(self, comm, config: Config):
+        """comm: an mpi4py communicator (collective: every rank of it constructs one)."""
         self._comm = comm
-        self._impl = _extension().TensorCollectives(comm.py2f(), bucket_bytes)
+        rules = None
+        if comm.rank == 0 and config.algorithm == "auto":
+            path = config.algorithm_table or algorithm_table.default_path()
+            rules = algorithm_table.rules_for(algorithm_table.load(path), comm.size)
+        rules = comm.bcast(rules, root=0) or []
+        self.algorithm_rules = rules
+        self._impl = _extension().TensorCollectives(
+            comm.py2f(), config.bucket_bytes, config.algorithm, rules, config.compress_dtype,
+            config.segment_bytes)
 
     @property
     def bucket_bytes(self) -> int:
         return self._impl.bucket_bytes
+
+    def allreduce_vector(self, array: np.ndarray, algorithm: str, scale: float = 1.0) -> None:
+        """In place: array = scale * its sum over ranks (float32/float64/float16; for
+        bfloat16 pass the uint16 bits with dtype='bfloat16'), by the named algorithm."""
+        self._impl.allreduce_vector(array, _dtype_code(array), algorithm, scale)
+
+    def algorithm_for(self, dtype: str, nbytes: int) -> str:
+        """The algorithm a bucket of `nbytes` of `dtype` takes (auto resolved)."""
+        return self._impl.algorithm_for(DTYPE_CODES[dtype], nbytes)
 
     def allreduce(self, op: str, keys: Sequence[Key], inputs: Sequence[Arrays],
                   outputs: Sequence[Arrays], average: bool) -> None:

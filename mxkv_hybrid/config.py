@@ -6,6 +6,8 @@ from typing import Callable, Dict, Mapping, Optional
 from .errors import ConfigError
 
 MODES = ("allreduce", "sync", "async")
+ALGORITHMS = ("auto", "mpi", "ring", "rhd", "rd")
+COMPRESSIONS = {"none": -1, "fp16": 2, "bf16": 12}  # wire type -> MXNet dtype code
 
 
 def _parse_bool(text: str) -> bool:
@@ -17,11 +19,20 @@ def _parse_bool(text: str) -> bool:
     raise ValueError("expected 1/0, true/false, yes/no or on/off")
 
 
-def _parse_mode(text: str) -> str:
-    mode = text.strip().lower()
-    if mode not in MODES:
-        raise ValueError("expected one of: " + ", ".join(MODES))
-    return mode
+def _choice(options):
+    def parse(text: str) -> str:
+        value = text.strip().lower()
+        if value not in options:
+            raise ValueError("expected one of: " + ", ".join(options))
+        return value
+    return parse
+
+
+def _parse_segment_kb(text: str) -> int:
+    value = int(text)
+    if not 4 <= value <= 65536:
+        raise ValueError("expected a size in KiB between 4 and 65536")
+    return value
 
 
 def _parse_group_size(text: str) -> int:
@@ -55,7 +66,7 @@ class Knob:
 
 
 KNOBS: Dict[str, Knob] = {
-    "MXKV_MODE": Knob(_parse_mode, "allreduce",
+    "MXKV_MODE": Knob(_choice(MODES), "allreduce",
                       "How gradients are combined. allreduce: one MPI allreduce over all ranks. "
                       "sync: allreduce inside each group, group leaders sum through MXNet's "
                       "parameter server (dist_sync), then a broadcast inside each group. async: the "
@@ -70,7 +81,23 @@ KNOBS: Dict[str, Knob] = {
                             "or one push/pull) before it ends the job with an error."),
     "MXKV_BUCKET_MB": Knob(_parse_bucket_mb, "1",
                            "Fusion bucket size in MiB: smaller arrays are packed together up to this "
-                           "size; larger ones are reduced in place in chunks of this size."),
+                           "size; larger ones are reduced whole, in place."),
+    "MXKV_ALGO": Knob(_choice(ALGORITHMS), "auto",
+                      "Allreduce algorithm: ring (pipelined ring), rhd (recursive halving/"
+                      "doubling), rd (recursive doubling), mpi (MPI_Allreduce), or auto: chosen "
+                      "per bucket by size and rank count from the algorithm table."),
+    "MXKV_ALGO_TABLE": Knob(str, "",
+                            "JSON algorithm table for auto, written by `python -m mxkv_hybrid.tune`. "
+                            "Empty: the table tune saved in ~/.cache/mxkv_hybrid/ if there is one, "
+                            "else the one shipped with the package. Rank 0's table is used on every "
+                            "rank."),
+    "MXKV_COMPRESS": Knob(_choice(tuple(COMPRESSIONS)), "none",
+                          "fp16 or bf16: float32 gradients travel in 16 bits and are summed in "
+                          "float32 (half the bytes; rounding error about 1e-3 relative for fp16, "
+                          "1e-2 for bf16). Other dtypes travel as they are. Not with MXKV_ALGO=mpi."),
+    "MXKV_SEGMENT_KB": Knob(_parse_segment_kb, "1024",
+                            "Segment size in KiB of the ring/rhd/rd algorithms: each message is cut "
+                            "into segments this large, two in flight, reduced while in cache."),
     "MXKV_AVERAGE": Knob(_parse_bool, "1",
                          "1: gradients are averaged over ranks (a script written for one process "
                          "trains on the union of the batches). 0: summed, like MXNet's dist_sync."),
@@ -86,6 +113,10 @@ class Config:
     average: bool
     group_size: int
     ps_timeout: float
+    algorithm: str
+    algorithm_table: str
+    compress: str
+    segment_bytes: int
 
     @classmethod
     def from_environment(cls, environ: Optional[Mapping[str, str]] = None) -> "Config":
@@ -103,7 +134,18 @@ class Config:
                 values[name] = knob.parse(text)
             except ValueError as err:
                 raise ConfigError(f"{name}={text!r} is invalid: {err}. {knob.doc}") from None
+        if values["MXKV_ALGO"] == "mpi" and values["MXKV_COMPRESS"] != "none":
+            raise ConfigError(f"MXKV_COMPRESS={values['MXKV_COMPRESS']} needs one of this "
+                              "package's algorithms (MPI cannot sum 16-bit floats into float32): "
+                              "set MXKV_ALGO to auto, ring, rhd or rd, or MXKV_COMPRESS=none")
         return cls(mode=values["MXKV_MODE"],
                    bucket_bytes=int(values["MXKV_BUCKET_MB"] * 1024 * 1024),
                    average=values["MXKV_AVERAGE"], group_size=values["MXKV_GROUP_SIZE"],
-                   ps_timeout=values["MXKV_PS_TIMEOUT"])
+                   ps_timeout=values["MXKV_PS_TIMEOUT"], algorithm=values["MXKV_ALGO"],
+                   algorithm_table=values["MXKV_ALGO_TABLE"], compress=values["MXKV_COMPRESS"],
+                   segment_bytes=values["MXKV_SEGMENT_KB"] * 1024)
+
+    @property
+    def compress_dtype(self) -> int:
+        """MXNet dtype code float32 values travel in, or -1 (uncompressed)."""
+        return COMPRESSIONS[self.compress]

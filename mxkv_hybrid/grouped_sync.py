@@ -24,7 +24,7 @@ class GroupedSync:
     def __init__(self, config: Config, world: World, groups: Groups):
         self._world_size = world.size
         self._group_comm = groups.group_comm
-        self._group = TensorCollectives(groups.group_comm, config.bucket_bytes)
+        self._group = TensorCollectives(groups.group_comm, config)
         self._layouts: Dict[Tuple, Layout] = {}
         self._ps = ps.connect_leader("dist_sync", config, world, groups)
         if self._ps is not None:

@@ -36,7 +36,7 @@ class Hybrid(KVStoreBase):
         self._config = Config.from_environment()
         self._world = world()
         self._collectives: Optional[TensorCollectives] = TensorCollectives(
-            self._world.comm, self._config.bucket_bytes)
+            self._world.comm, self._config)
         mode = self._config.mode
         self._reducer = self._collectives  # what combines plain values
         if mode == "sync":

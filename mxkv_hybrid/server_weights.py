@@ -33,7 +33,7 @@ class ServerWeights:
                  world_collectives: TensorCollectives):
         self._world = world_collectives
         self._group_comm = groups.group_comm
-        self._group = TensorCollectives(groups.group_comm, config.bucket_bytes)
+        self._group = TensorCollectives(groups.group_comm, config)
         self._average = config.average
         self._server_keys: Dict[Key, int] = {}  # the int key each key has on the servers
         self._key_type: Optional[type] = None   # str or int: one per store, as in MXNet

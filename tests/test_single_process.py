@@ -56,15 +56,14 @@ def test_many_small_keys_in_one_call():
     assert all(np.all(a[0].asnumpy() == k + 1) for k, a in zip(keys, arrays))
 
 
-def test_bucket_plan_fuses_small_tensors_and_chunks_large_ones():
+def test_bucket_plan_fuses_small_tensors_and_keeps_large_ones_whole():
     kv = mx.kv.create("hybrid")
     cap = kv.config.bucket_bytes // 4
     plan = kv._collectives.plan([(FLOAT32, 10), (FLOAT32, 2 * cap + 1), (FLOAT64, 3),
                                  (FLOAT32, cap - 10), (FLOAT32, 1)])
     in_place = [b for b in plan if not b[0]]
     fused = [b for b in plan if b[0]]
-    assert [segments for _, segments in in_place] == [[(1, 0, cap)], [(1, cap, cap)],
-                                                       [(1, 2 * cap, 1)]]
+    assert [segments for _, segments in in_place] == [[(1, 0, 2 * cap + 1)]]
     # float32: 10 + (cap - 10) fill one bucket; the last element opens the next one
     assert [segments for _, segments in fused] == [[(0, 0, 10), (3, 0, cap - 10)],
                                                     [(4, 0, 1)], [(2, 0, 3)]]

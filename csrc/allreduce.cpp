@@ -1,0 +1,94 @@
+#include "allreduce.h"
+
+#include <climits>
+#include <stdexcept>
+
+#include "allreduce_halving_doubling.h"
+#include "allreduce_recursive_doubling.h"
+#include "allreduce_ring.h"
+#include "dtype.h"
+#include "kernels.h"
+
+namespace mxkv {
+
+namespace {
+
+template <typename T>
+void allreduce_mpi(const Communicator& comm, T* data, int64_t count, int dtype, double scale) {
+  const MpiSum sum = mpi_sum_for(dtype);
+  for (int64_t done = 0; done < count; done += INT_MAX) {
+    const int n = static_cast<int>(std::min<int64_t>(INT_MAX, count - done));
+    check_mpi(MPI_Allreduce(MPI_IN_PLACE, data + done, n, sum.type, sum.op, comm.comm()),
+              "MPI_Allreduce");
+  }
+  scale_in_place(data, count, scale);
+}
+
+template <typename T, typename W>
+void run(const Communicator& comm, Workspace& ws, T* data, int64_t count, Algorithm algorithm,
+         double scale) {
+  switch (algorithm) {
+    case Algorithm::kRing: return allreduce_ring<T, W>(comm, ws, data, count, scale);
+    case Algorithm::kHalvingDoubling:
+      return allreduce_halving_doubling<T, W>(comm, ws, data, count, scale);
+    case Algorithm::kRecursiveDoubling:
+      return allreduce_recursive_doubling<T, W>(comm, ws, data, count, scale);
+    default: throw std::logic_error("allreduce: no algorithm chosen");
+  }
+}
+
+}  // namespace
+
+Algorithm algorithm_from_name(const std::string& name) {
+  if (name == "auto") return Algorithm::kAuto;
+  if (name == "mpi") return Algorithm::kMpi;
+  if (name == "ring") return Algorithm::kRing;
+  if (name == "rhd") return Algorithm::kHalvingDoubling;
+  if (name == "rd") return Algorithm::kRecursiveDoubling;
+  throw std::invalid_argument("unknown allreduce algorithm '" + name +
+                              "': use auto, mpi, ring, rhd or rd");
+}
+
+const char* algorithm_name(Algorithm algorithm) {
+  switch (algorithm) {
+    case Algorithm::kAuto: return "auto";
+    case Algorithm::kMpi: return "mpi";
+    case Algorithm::kRing: return "ring";
+    case Algorithm::kHalvingDoubling: return "rhd";
+    case Algorithm::kRecursiveDoubling: return "rd";
+  }
+  return "unknown";
+}
+
+Algorithm choose_algorithm(const AllreduceOptions& options, int dtype, int64_t bytes) {
+  Algorithm chosen = options.algorithm;
+  if (chosen == Algorithm::kAuto) {
+    chosen = Algorithm::kRing;
+    for (const AlgorithmRule& rule : options.table) {
+      if (rule.max_bytes < 0 || bytes <= rule.max_bytes) {
+        chosen = rule.algorithm;
+        break;
+      }
+    }
+  }
+  const bool compressed = options.compress >= 0 && dtype == kFloat32;
+  if (compressed && chosen == Algorithm::kMpi) chosen = Algorithm::kRecursiveDoubling;
+  return chosen;
+}
+
+void allreduce_vector(const Communicator& comm, Workspace& ws, void* data, int64_t count,
+                      int dtype, Algorithm algorithm, int compress, double scale) {
+  if (count == 0) return;
+  dispatch_dtype(dtype, [&]<typename T>() {
+    T* values = static_cast<T*>(data);
+    if (algorithm == Algorithm::kMpi) return allreduce_mpi(comm, values, count, dtype, scale);
+    if constexpr (std::is_same_v<T, float>) {
+      if (compress == kFloat16) return run<float, half>(comm, ws, values, count, algorithm, scale);
+      if (compress == kBfloat16)
+        return run<float, bfloat16>(comm, ws, values, count, algorithm, scale);
+    }
+    run<T, T>(comm, ws, values, count, algorithm, scale);
+  });
+}
+
+}  // namespace mxkv

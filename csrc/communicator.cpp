@@ -1,0 +1,54 @@
+#include "communicator.h"
+
+#include <algorithm>
+#include <climits>
+
+namespace mxkv {
+
+namespace {
+constexpr int kTag = 7001;
+}  // namespace
+
+void check_mpi(int rc, const char* what) {
+  if (rc == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, text, &len);
+  throw std::runtime_error(std::string(what) + " failed: " + std::string(text, len));
+}
+
+Communicator::Communicator(MPI_Comm comm) {
+  check_mpi(MPI_Comm_dup(comm, &comm_), "MPI_Comm_dup");
+  check_mpi(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
+  check_mpi(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
+}
+
+Communicator::~Communicator() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+}
+
+void Communicator::isend(const void* data, size_t bytes, int to, MPI_Request* request) const {
+  check_mpi(MPI_Isend(data, static_cast<int>(bytes), MPI_BYTE, to, kTag, comm_, request),
+            "MPI_Isend");
+}
+
+void Communicator::irecv(void* data, size_t bytes, int from, MPI_Request* request) const {
+  check_mpi(MPI_Irecv(data, static_cast<int>(bytes), MPI_BYTE, from, kTag, comm_, request),
+            "MPI_Irecv");
+}
+
+void Communicator::wait(MPI_Request* request) {
+  if (*request != MPI_REQUEST_NULL) check_mpi(MPI_Wait(request, MPI_STATUS_IGNORE), "MPI_Wait");
+}
+
+void Communicator::broadcast(void* data, size_t bytes, int root) const {
+  char* bytes_at = static_cast<char*>(data);
+  for (size_t done = 0; done < bytes; done += INT_MAX) {
+    const int n = static_cast<int>(std::min<size_t>(INT_MAX, bytes - done));
+    check_mpi(MPI_Bcast(bytes_at + done, n, MPI_BYTE, root, comm_), "MPI_Bcast");
+  }
+}
+
+}  // namespace mxkv

@@ -1,0 +1,41 @@
+// A private duplicate of an MPI communicator, with the few point-to-point
+// calls the allreduce algorithms need. Duplicating keeps the algorithms'
+// messages apart from anything the user sends on the original communicator.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstddef>
+#include <stdexcept>
+#include <string>
+
+namespace mxkv {
+
+// Throws std::runtime_error naming `what` and MPI's error text.
+void check_mpi(int rc, const char* what);
+
+class Communicator {
+ public:
+  explicit Communicator(MPI_Comm comm);
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  MPI_Comm comm() const { return comm_; }
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+
+  // Byte messages; counts above INT_MAX are not used (segments are small).
+  void isend(const void* data, size_t bytes, int to, MPI_Request* request) const;
+  void irecv(void* data, size_t bytes, int from, MPI_Request* request) const;
+  static void wait(MPI_Request* request);
+  // MPI_Bcast of any number of bytes.
+  void broadcast(void* data, size_t bytes, int root) const;
+
+ private:
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0;
+  int size_ = 1;
+};
+
+}  // namespace mxkv
