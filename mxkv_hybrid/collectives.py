@@ -39,12 +39,7 @@ def _key_signature(keys: Sequence[Key]) -> int:
 
 
 DTYPE_CODES = {"float32": 0, "float64": 1, "float16": 2, "bfloat16": 12}
-
-
-def _dtype_code(array: np.ndarray) -> int:
-    if array.dtype == np.uint16:
-        return DTYPE_CODES["bfloat16"]
-    return DTYPE_CODES[array.dtype.name]
+_CODE_OF_NUMPY_CHAR = {"f": 0, "d": 1, "e": 2, "H": 12}  # uint16 carries bfloat16 bits
 
 
 def _handles(arrays: Arrays) -> List[int]:
@@ -74,7 +69,7 @@ class TensorCollectives:
     def allreduce_vector(self, array: np.ndarray, algorithm: str, scale: float = 1.0) -> None:
         """In place: array = scale * its sum over ranks (float32/float64/float16; for
         bfloat16 pass the uint16 bits with dtype='bfloat16'), by the named algorithm."""
-        self._impl.allreduce_vector(array, _dtype_code(array), algorithm, scale)
+        self._impl.allreduce_vector(array, _CODE_OF_NUMPY_CHAR[array.dtype.char], algorithm, scale)
 
     def algorithm_for(self, dtype: str, nbytes: int) -> str:
         """The algorithm a bucket of `nbytes` of `dtype` takes (auto resolved)."""

@@ -1,15 +1,21 @@
-"""Allreduce benchmark: Hybrid.pushpull vs one flat MPI_Allreduce vs MXNet's dist_sync.
+"""Allreduce benchmark: this package's algorithms and Hybrid.pushpull vs plain
+MPI_Allreduce vs MXNet's dist_sync.
 
     python examples/benchmarks/allreduce.py                  # 2 and 4 ranks, writes results/
     python examples/benchmarks/allreduce.py --ranks 2 --quick
 
-For each rank count, message sizes from 1 KB to 100 MB (float32, one array) and the
-gradient set of ResNet-50 v1 (MXNet model zoo: 193 arrays, 25.6 M floats) are reduced by
-  hybrid     Hybrid.pushpull over all arrays (fused buckets, C++ kernels, averaged),
-  mpi_flat   one MPI_Allreduce (mpi4py) of a single flat buffer of the same bytes,
+For each rank count, float32 vectors from 1 KB to 100 MB and the gradient set of ResNet-50
+v1 (MXNet model zoo: 193 arrays, 25.6 M floats) are reduced by
+  mpi        one MPI_Allreduce (mpi4py, in place) of a flat buffer: the honest baseline,
+  auto       this package's algorithm chosen by MXKV_ALGO=auto for that size (the table),
+  ring, rhd, rd   each algorithm forced (rd only up to 16 MB),
+  hybrid     Hybrid.pushpull over all arrays (fused buckets, engine sync, signature check,
+             averaging): what a training step pays; hybrid_fp16 / hybrid_bf16 the same with
+             MXKV_COMPRESS (ResNet-50 set only),
   dist_sync  MXNet's native ps-lite kvstore, push + pull, 2 servers, every rank a worker.
-hybrid and mpi_flat run in the same MPI job, interleaved repetition by repetition. A
-repetition's time is the slowest rank's; the table shows medians. Prints a table and
+Everything but dist_sync runs in one MPI job, interleaved repetition by repetition. A
+repetition's time is the slowest rank's; the table shows medians. The machine's memory-copy
+bandwidth is measured in the same job and drawn as the physical limit. Prints a table and
 writes allreduce.json and allreduce.png to --out.
 """
 import argparse
@@ -52,38 +58,80 @@ def resnet50_shapes() -> List[tuple]:
 
 
 # ---- workers -------------------------------------------------------------------------
+ALGORITHMS = ["auto", "ring", "rhd", "rd"]
+RD_LIMIT = 16 << 20
+
+
+def memory_copy_bandwidth() -> float:
+    """Bytes per second numpy copies 64 MiB (best of 5): the limit a reduction on one host
+    cannot beat, since every byte is at least read and written once."""
+    source = np.ones(16 << 20, dtype=np.float32)
+    target = np.empty_like(source)
+    best = min(_seconds(lambda: np.copyto(target, source)) for _ in range(5))
+    return source.nbytes / best
+
+
+def _seconds(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
 def worker_mpi(quick: bool) -> None:
-    """Runs under mxkv-launch: hybrid and mpi_flat, interleaved; rank 0 prints JSON lines."""
+    """Runs under mxkv-launch; rank 0 prints JSON lines."""
     import mxnet as mx
     from mpi4py import MPI
 
     import mxkv_hybrid  # noqa: F401
+    from mxkv_hybrid.collectives import TensorCollectives
+    from mxkv_hybrid.config import Config
 
-    kv = mx.kv.create("hybrid")
     comm = MPI.COMM_WORLD
+    config = Config.from_environment()
+    vectors = TensorCollectives(comm, config)
+    stores = {"hybrid": mx.kv.create("hybrid")}
+    for wire in ("fp16", "bf16"):
+        os.environ["MXKV_COMPRESS"] = wire
+        stores[f"hybrid_{wire}"] = mx.kv.create("hybrid")
+    del os.environ["MXKV_COMPRESS"]
 
     def timed(fn) -> float:
         comm.Barrier()
-        start = time.perf_counter()
-        fn()
-        elapsed = time.perf_counter() - start
+        elapsed = _seconds(fn)
         return comm.allreduce(elapsed, op=MPI.MAX)
 
+    def emit(**row) -> None:
+        if comm.rank == 0:
+            print(json.dumps(dict(row, ranks=comm.size)), flush=True)
+
+    copy_bandwidth = comm.allreduce(memory_copy_bandwidth(), op=MPI.MIN)
+    emit(workload="memcpy", method="memcpy", bytes=64 << 20, arrays=1,
+         times=[(64 << 20) / copy_bandwidth])
     for name, shapes, reps in workloads(quick):
         arrays = [mx.nd.ones(s) for s in shapes]
         keys = list(range(len(arrays)))
         flat = np.ones(sum(int(np.prod(s)) for s in shapes), dtype=np.float32)
+        methods = {"mpi": lambda: comm.Allreduce(MPI.IN_PLACE, flat, op=MPI.SUM)}
+        if name == RESNET50:
+            for store_name, kv in stores.items():
+                methods[store_name] = lambda kv=kv: kv.pushpull(keys, arrays)
+        else:
+            methods["hybrid"] = lambda: stores["hybrid"].pushpull(keys, arrays)
+            for algorithm in ALGORITHMS:
+                if algorithm != "rd" or flat.nbytes <= RD_LIMIT:
+                    methods[algorithm] = lambda a=algorithm: vectors.allreduce_vector(
+                        flat, a, 1.0 / comm.size)
         mx.nd.waitall()
-        kv.pushpull(keys, arrays)  # warm-up: buffers, plan, page faults
-        comm.Allreduce(MPI.IN_PLACE, flat, op=MPI.SUM)
-        times: Dict[str, List[float]] = {"hybrid": [], "mpi_flat": []}
+        for run in methods.values():
+            run()  # warm-up: buffers, plan, page faults
+        times: Dict[str, List[float]] = {method: [] for method in methods}
         for _ in range(reps):
-            times["hybrid"].append(timed(lambda: kv.pushpull(keys, arrays)))
-            times["mpi_flat"].append(timed(lambda: comm.Allreduce(MPI.IN_PLACE, flat, op=MPI.SUM)))
-        if comm.rank == 0:
-            for method, values in times.items():
-                print(json.dumps({"workload": name, "bytes": flat.nbytes, "arrays": len(arrays),
-                                  "method": method, "ranks": comm.size, "times": values}), flush=True)
+            for method, run in methods.items():
+                times[method].append(timed(run))
+        for method, values in times.items():
+            emit(workload=name, bytes=flat.nbytes, arrays=len(arrays), method=method,
+                 times=values, algorithm=vectors.algorithm_for("float32", flat.nbytes)
+                 if method == "auto" else None)
 
 
 def worker_dist_sync(quick: bool) -> None:
@@ -117,7 +165,7 @@ def worker_dist_sync(quick: bool) -> None:
 # ---- driver --------------------------------------------------------------------------
 def measure(ranks: int, quick: bool, skip_dist_sync: bool) -> List[dict]:
     flag = ["--quick"] if quick else []
-    print(f"-- {ranks} ranks: hybrid and mpi_flat ...", flush=True)
+    print(f"-- {ranks} ranks: MPI_Allreduce, the algorithms and Hybrid.pushpull ...", flush=True)
     done = subprocess.run([sys.executable, "-m", "mxkv_hybrid.launch", "-n", str(ranks),
                            "--timeout", "1200", "--", "python", __file__, "--worker", "mpi", *flag],
                           capture_output=True, text=True)
@@ -142,50 +190,77 @@ def label(workload: str) -> str:
     return f"{n >> 20} MB" if n >= 1 << 20 else f"{n >> 10} KB"
 
 
+SIZE_COLUMNS = ["mpi", "auto", "ring", "rhd", "rd", "hybrid", "dist_sync"]
+RESNET_COLUMNS = ["mpi", "hybrid", "hybrid_fp16", "hybrid_bf16", "dist_sync"]
+
+
+def medians_ms(rows: List[dict], ranks: int, workload: str) -> Dict[str, float]:
+    return {r["method"]: r["median_s"] * 1e3 for r in rows
+            if r["ranks"] == ranks and r["workload"] == workload}
+
+
 def print_table(rows: List[dict]) -> None:
-    methods = ["hybrid", "mpi_flat", "dist_sync"]
     for ranks in sorted({r["ranks"] for r in rows}):
-        print(f"\n{ranks} ranks, median ms (ratio = hybrid / other)")
-        print(f"{'workload':>14} {'arrays':>6} " + " ".join(f"{m:>10}" for m in methods) +
-              f" {'vs mpi':>7} {'vs dist':>8}")
-        for workload in dict.fromkeys(r["workload"] for r in rows):
-            got = {r["method"]: r for r in rows if r["ranks"] == ranks and r["workload"] == workload}
-            if "hybrid" not in got:
-                continue
-            ms = {m: got[m]["median_s"] * 1e3 for m in methods if m in got}
-            cells = " ".join(f"{ms[m]:10.3f}" if m in ms else f"{'-':>10}" for m in methods)
-            vs_mpi = ms["hybrid"] / ms["mpi_flat"]
-            vs_dist = f"{ms['hybrid'] / ms['dist_sync']:8.3f}" if "dist_sync" in ms else f"{'-':>8}"
-            print(f"{label(workload):>14} {got['hybrid']['arrays']:>6} {cells} {vs_mpi:7.3f} {vs_dist}")
+        chosen = {r["workload"]: r["algorithm"] for r in rows
+                  if r["ranks"] == ranks and r["method"] == "auto"}
+        print(f"\n{ranks} ranks, median ms; auto/mpi and hybrid/mpi: ratio of times "
+              "(below 1: faster than MPI_Allreduce)")
+        print(f"{'size':>8} " + " ".join(f"{m:>9}" for m in SIZE_COLUMNS) +
+              f" {'auto is':>8} {'auto/mpi':>8} {'hyb/mpi':>8}")
+        for workload in chosen:
+            ms = medians_ms(rows, ranks, workload)
+            cells = " ".join(f"{ms[m]:9.3f}" if m in ms else f"{'-':>9}" for m in SIZE_COLUMNS)
+            print(f"{label(workload):>8} {cells} {chosen[workload]:>8} "
+                  f"{ms['auto'] / ms['mpi']:8.3f} {ms['hybrid'] / ms['mpi']:8.3f}")
+        ms = medians_ms(rows, ranks, RESNET50)
+        if ms:
+            print(f"\nResNet-50 gradient set (193 arrays), {ranks} ranks, median ms; "
+                  "speed-up = mpi / method")
+            for method in RESNET_COLUMNS:
+                if method in ms:
+                    print(f"{method:>12} {ms[method]:9.3f}  speed-up vs one flat MPI_Allreduce "
+                          f"{ms['mpi'] / ms[method]:5.2f}x")
 
 
 def plot(rows: List[dict], path: str) -> None:
+    """Algorithm bandwidth (bytes / time) and bus bandwidth (x 2(p-1)/p, the bytes each
+    rank must send and receive) per rank count, with the memory-copy bandwidth as limit."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     rank_counts = sorted({r["ranks"] for r in rows})
-    fig, axes = plt.subplots(1, len(rank_counts), figsize=(6 * len(rank_counts), 4.5), squeeze=False)
-    for ax, ranks in zip(axes[0], rank_counts):
-        for method, style in (("hybrid", "o-"), ("mpi_flat", "s--"), ("dist_sync", "^:")):
-            pts = sorted((r["bytes"], r["median_s"]) for r in rows if r["ranks"] == ranks
-                         and r["method"] == method and r["workload"] != RESNET50)
-            if pts:
-                x, t = zip(*pts)
-                ax.loglog(x, np.array(x) / np.array(t) / 1e9, style, label=method)
-            resnet = [r for r in rows if r["ranks"] == ranks and r["method"] == method
-                      and r["workload"] == RESNET50]
-            if resnet:
-                ax.plot(resnet[0]["bytes"], resnet[0]["bytes"] / resnet[0]["median_s"] / 1e9,
-                        "*", markersize=14, color=ax.lines[-1].get_color(),
-                        label=f"{method}, ResNet-50 set")
-        ax.set_title(f"{ranks} ranks (algorithm bandwidth, median)")
-        ax.set_xlabel("bytes reduced")
-        ax.set_ylabel("GB/s = bytes / time")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8)
+    fig, axes = plt.subplots(2, len(rank_counts), figsize=(6.5 * len(rank_counts), 9),
+                             squeeze=False)
+    styles = {"mpi": "s--", "auto": "o-", "ring": "v:", "rhd": "^:", "rd": "<:",
+              "hybrid": "D-", "dist_sync": "x-."}
+    for column, ranks in enumerate(rank_counts):
+        bus_factor = 2 * (ranks - 1) / ranks
+        copy = [r for r in rows if r["ranks"] == ranks and r["method"] == "memcpy"]
+        for row_index, (kind, factor) in enumerate((("algorithm", 1.0), ("bus", bus_factor))):
+            ax = axes[row_index][column]
+            for method, style in styles.items():
+                pts = sorted((r["bytes"], r["median_s"]) for r in rows if r["ranks"] == ranks
+                             and r["method"] == method and r["workload"] not in (RESNET50, "memcpy"))
+                if pts:
+                    x, t = (np.array(v) for v in zip(*pts))
+                    ax.loglog(x, factor * x / t / 1e9, style, label=method, markersize=4)
+            for method, marker in (("mpi", "s"), ("hybrid", "D"), ("hybrid_fp16", "*")):
+                resnet = [r for r in rows if r["ranks"] == ranks and r["method"] == method
+                          and r["workload"] == RESNET50]
+                if resnet:
+                    ax.plot(resnet[0]["bytes"], factor * resnet[0]["bytes"] / resnet[0]["median_s"]
+                            / 1e9, marker, markersize=12, label=f"ResNet-50 set: {method}")
+            if copy:
+                ax.axhline(copy[0]["bytes"] / copy[0]["median_s"] / 1e9, color="gray",
+                           linewidth=2, alpha=0.6, label="memory copy (one rank)")
+            ax.set_title(f"{ranks} ranks: {kind} bandwidth (median)")
+            ax.set_xlabel("bytes reduced")
+            ax.set_ylabel("GB/s" + (" x 2(p-1)/p" if kind == "bus" else " = bytes / time"))
+            ax.grid(True, which="both", alpha=0.3)
+            ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=100)
 
 
 def main() -> None:
@@ -207,8 +282,8 @@ def main() -> None:
     print_table(rows)
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "allreduce.json"), "w") as f:
-        json.dump({"settings": {"MXKV_BUCKET_MB": os.environ.get("MXKV_BUCKET_MB", "default"),
-                                "cpus": os.cpu_count()}, "rows": rows}, f, indent=1)
+        settings = {k: v for k, v in os.environ.items() if k.startswith("MXKV_")}
+        json.dump({"settings": dict(settings, cpus=os.cpu_count()), "rows": rows}, f, indent=1)
     plot(rows, os.path.join(args.out, "allreduce.png"))
     print(f"\nwrote {args.out}/allreduce.json and {args.out}/allreduce.png")
 
