@@ -1,12 +1,19 @@
 // bfloat16: the upper 16 bits of an IEEE float32 (8-bit exponent, 7-bit
 // mantissa). GCC 12 has no arithmetic on __bf16, so conversions are written
-// out: float -> bfloat16 rounds to nearest even, NaN stays NaN.
+// out: float -> bfloat16 rounds to nearest even, NaN stays NaN (branch-free,
+// so loops of it vectorise).
 #pragma once
 
 #include <cstdint>
 #include <cstring>
 
 namespace mxkv {
+
+inline uint16_t bfloat16_bits(uint32_t f32_bits) {
+  const uint32_t rounded = (f32_bits + 0x7fffu + ((f32_bits >> 16) & 1u)) >> 16;
+  const uint32_t quiet_nan = (f32_bits >> 16) | 0x40u;
+  return static_cast<uint16_t>((f32_bits & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
+}
 
 struct bfloat16 {
   uint16_t bits;
@@ -15,12 +22,7 @@ struct bfloat16 {
   explicit bfloat16(float value) {
     uint32_t u;
     std::memcpy(&u, &value, sizeof u);
-    if ((u & 0x7fffffffu) > 0x7f800000u) {
-      bits = static_cast<uint16_t>((u >> 16) | 0x40);  // quiet NaN
-    } else {
-      u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest, ties to even
-      bits = static_cast<uint16_t>(u >> 16);
-    }
+    bits = bfloat16_bits(u);
   }
   explicit operator float() const {
     uint32_t u = static_cast<uint32_t>(bits) << 16;

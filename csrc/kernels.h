@@ -1,85 +1,129 @@
 // Element-wise kernels of the collectives, written as simple loops over
 // contiguous memory so the compiler vectorises them (-O3). 16-bit values
-// (float16, bfloat16) are widened to float32 for arithmetic.
+// (float16, bfloat16) are widened to float32 in cache-sized blocks by the
+// vectorised converters of float16_convert.h, computed on in float32, and
+// narrowed back.
 //
 // T is the type an array is stored in; W the type its values travel in on
 // the wire (W == T, or float16/bfloat16 for a compressed float32 array).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstring>
 #include <type_traits>
 
 #include "bfloat16.h"
+#include "float16_convert.h"
 
 namespace mxkv {
 
-using half = _Float16;
+template <typename T>
+constexpr bool is_16bit = std::is_same_v<T, half> || std::is_same_v<T, bfloat16>;
 
-template <typename T> struct Accum { using type = T; };
-template <> struct Accum<half> { using type = float; };
-template <> struct Accum<bfloat16> { using type = float; };
-template <typename T> using accum_t = typename Accum<T>::type;
+template <typename T>
+using accum_t = std::conditional_t<is_16bit<T>, float, T>;
 
-template <typename To, typename From>
-inline To convert(From value) {
-  if constexpr (std::is_same_v<To, From>) {
-    return value;
-  } else {
-    return static_cast<To>(static_cast<accum_t<From>>(value));
-  }
+constexpr size_t kBlock = 1024;  // elements widened at a time (4 KiB of float32)
+
+// dst = float32 values of src (a copy when T is float).
+template <typename T>
+inline void widen(float* dst, const T* src, size_t n) {
+  if constexpr (std::is_same_v<T, float>) std::memcpy(dst, src, n * sizeof(float));
+  else to_float(dst, src, n);
 }
 
-// dst[i] = src[i] * scale   (a plain copy when scale == 1)
 template <typename T>
-void copy_scaled(T* __restrict dst, const T* __restrict src, size_t n, double scale) {
-  if (scale == 1.0) {
-    if (dst != src) std::memcpy(dst, src, n * sizeof(T));
-    return;
+inline void narrow(T* dst, const float* src, size_t n) {
+  if constexpr (std::is_same_v<T, float>) std::memcpy(dst, src, n * sizeof(float));
+  else from_float(dst, src, n);
+}
+
+// fn(float* values, offset, count) on float32 copies of x, block by block, written back.
+template <typename T, typename Fn>
+inline void in_float_blocks(T* x, size_t n, Fn&& fn) {
+  float block[kBlock];
+  for (size_t i = 0; i < n; i += kBlock) {
+    const size_t m = std::min(kBlock, n - i);
+    widen(block, x + i, m);
+    fn(block, i, m);
+    narrow(x + i, block, m);
   }
-  using A = accum_t<T>;
-  const A s = static_cast<A>(scale);
-  for (size_t i = 0; i < n; ++i) dst[i] = static_cast<T>(static_cast<A>(src[i]) * s);
 }
 
 // x[i] *= scale, in place.
 template <typename T>
 void scale_in_place(T* x, size_t n, double scale) {
   if (scale == 1.0) return;
-  using A = accum_t<T>;
-  const A s = static_cast<A>(scale);
-  for (size_t i = 0; i < n; ++i) x[i] = static_cast<T>(static_cast<A>(x[i]) * s);
+  const accum_t<T> s = static_cast<accum_t<T>>(scale);
+  if constexpr (is_16bit<T>) {
+    in_float_blocks(x, n, [s](float* v, size_t, size_t m) {
+      for (size_t j = 0; j < m; ++j) v[j] *= s;
+    });
+  } else {
+    for (size_t i = 0; i < n; ++i) x[i] *= s;
+  }
 }
 
-// dst[i] += src[i]
+// dst[i] = src[i] * scale   (a plain copy when scale == 1)
 template <typename T>
-void accumulate(T* __restrict dst, const T* __restrict src, size_t n) {
-  using A = accum_t<T>;
-  for (size_t i = 0; i < n; ++i)
-    dst[i] = static_cast<T>(static_cast<A>(dst[i]) + static_cast<A>(src[i]));
+void copy_scaled(T* __restrict dst, const T* __restrict src, size_t n, double scale) {
+  if (dst != src) std::memcpy(dst, src, n * sizeof(T));
+  scale_in_place(dst, n, scale);
 }
 
 // dst[i] = (dst[i] + received[i]) * scale, in the accumulation type of T.
 template <typename T, typename W>
 void reduce_received(T* __restrict dst, const W* __restrict received, size_t n, double scale) {
   using A = accum_t<T>;
-  if (scale == 1.0) {
-    for (size_t i = 0; i < n; ++i)
-      dst[i] = static_cast<T>(static_cast<A>(dst[i]) + convert<A>(received[i]));
-    return;
-  }
   const A s = static_cast<A>(scale);
-  for (size_t i = 0; i < n; ++i)
-    dst[i] = static_cast<T>((static_cast<A>(dst[i]) + convert<A>(received[i])) * s);
+  if constexpr (!is_16bit<T> && !is_16bit<W>) {
+    if (scale == 1.0) {
+      for (size_t i = 0; i < n; ++i) dst[i] += received[i];
+    } else {
+      for (size_t i = 0; i < n; ++i) dst[i] = (dst[i] + received[i]) * s;
+    }
+  } else if constexpr (std::is_same_v<T, float>) {  // a compressed float32 vector
+    float other[kBlock];
+    for (size_t i = 0; i < n; i += kBlock) {
+      const size_t m = std::min(kBlock, n - i);
+      widen(other, received + i, m);
+      float* v = dst + i;
+      if (scale == 1.0) {
+        for (size_t j = 0; j < m; ++j) v[j] += other[j];
+      } else {
+        for (size_t j = 0; j < m; ++j) v[j] = (v[j] + other[j]) * s;
+      }
+    }
+  } else {
+    float other[kBlock];
+    in_float_blocks(dst, n, [&](float* v, size_t offset, size_t m) {
+      widen(other, received + offset, m);
+      if (scale == 1.0) {
+        for (size_t j = 0; j < m; ++j) v[j] += other[j];
+      } else {
+        for (size_t j = 0; j < m; ++j) v[j] = (v[j] + other[j]) * s;
+      }
+    });
+  }
 }
 
-// dst[i] = To(src[i]): encoding for the wire, or decoding from it.
+// dst[i] += src[i]
+template <typename T>
+void accumulate(T* __restrict dst, const T* __restrict src, size_t n) {
+  reduce_received(dst, src, n, 1.0);
+}
+
+// dst[i] = To(src[i]): encoding for the wire (float -> 16 bits) or decoding.
 template <typename To, typename From>
 void convert_all(To* __restrict dst, const From* __restrict src, size_t n) {
   if constexpr (std::is_same_v<To, From>) {
     std::memcpy(dst, src, n * sizeof(To));
+  } else if constexpr (std::is_same_v<From, float>) {
+    narrow(dst, src, n);
   } else {
-    for (size_t i = 0; i < n; ++i) dst[i] = convert<To>(src[i]);
+    static_assert(std::is_same_v<To, float>, "the wire converts to and from float32 only");
+    widen(dst, src, n);
   }
 }
 
@@ -88,7 +132,13 @@ void convert_all(To* __restrict dst, const From* __restrict src, size_t n) {
 template <typename T, typename W>
 void quantize(T* x, size_t n) {
   if constexpr (!std::is_same_v<T, W>) {
-    for (size_t i = 0; i < n; ++i) x[i] = convert<T>(convert<W>(x[i]));
+    static_assert(std::is_same_v<T, float>, "only float32 values are sent compressed");
+    W wire[kBlock];
+    for (size_t i = 0; i < n; i += kBlock) {
+      const size_t m = std::min(kBlock, n - i);
+      from_float(wire, x + i, m);
+      to_float(x + i, wire, m);
+    }
   }
 }
 
