@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "dtype.h"
@@ -65,6 +66,8 @@ PYBIND11_MODULE(_C, m) {
     api.get_context = as_function<int(NDArrayHandle, int*, int*)>(addresses, "MXNDArrayGetContext");
     api.get_storage_type = as_function<int(NDArrayHandle, int*)>(addresses, "MXNDArrayGetStorageType");
     api.wait_all = as_function<int()>(addresses, "MXNDArrayWaitAll");
+    api.push_async = as_function<std::remove_pointer_t<decltype(api.push_async)>>(
+        addresses, "MXEnginePushAsyncND");
     api.get_last_error = as_function<const char*()>(addresses, "MXGetLastError");
   }, "Binds the MXNet C API functions, given {name: address} of the loaded libmxnet.");
 
@@ -88,6 +91,8 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("rank", &mxkv::TensorCollectives::rank)
       .def_property_readonly("size", &mxkv::TensorCollectives::size)
       .def_property_readonly("bucket_bytes", &mxkv::TensorCollectives::bucket_bytes)
+      .def_property_readonly("overlapped_buckets", &mxkv::TensorCollectives::overlapped_buckets,
+                             "Buckets reduced behind MXNet's engine so far (MXKV_OVERLAP=1).")
       .def("allreduce",
            [](mxkv::TensorCollectives& self, const Spec& spec, uint64_t key_signature, bool average) {
              auto requests = to_requests(spec);
@@ -95,6 +100,21 @@ PYBIND11_MODULE(_C, m) {
            },
            py::arg("spec"), py::arg("key_signature"), py::arg("average"),
            "Allreduce [(inputs, outputs), ...]; False (nothing moved) if ranks disagree on the call.")
+      .def("allreduce_overlapped",
+           [](mxkv::TensorCollectives& self, const Spec& spec, uint64_t key_signature, bool average) {
+             auto requests = to_requests(spec);
+             return run_collective([&] {
+               return self.allreduce_overlapped(requests, key_signature, average);
+             });
+           },
+           py::arg("spec"), py::arg("key_signature"), py::arg("average"),
+           "allreduce behind MXNet's engine, overlapping backward; False if ranks disagree.")
+      .def("finish_overlapped",
+           [](mxkv::TensorCollectives& self, bool stop) {
+             py::gil_scoped_release release;
+             self.finish_overlapped(stop);
+           },
+           py::arg("stop"), "Waits for the overlapped buckets; ends their thread when stop.")
       .def("broadcast",
            [](mxkv::TensorCollectives& self, const Spec& spec, uint64_t key_signature, int root) {
              auto requests = to_requests(spec);

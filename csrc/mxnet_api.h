@@ -14,6 +14,10 @@ namespace mxkv {
 
 using NDArrayHandle = void*;
 
+// MXNet's engine callbacks (c_api.h: EngineAsyncFunc, EngineFuncParamDeleter).
+using EngineAsyncFunc = void (*)(void* run_context, void* on_complete, void* param);
+using EngineParamDeleter = void (*)(void* param);
+
 struct MXNetApi {
   int (*get_data)(NDArrayHandle, void**) = nullptr;
   int (*get_shape)(NDArrayHandle, int*, const int**) = nullptr;
@@ -21,6 +25,12 @@ struct MXNetApi {
   int (*get_context)(NDArrayHandle, int*, int*) = nullptr;
   int (*get_storage_type)(NDArrayHandle, int*) = nullptr;
   int (*wait_all)() = nullptr;
+  // MXEnginePushAsyncND: runs `fn` once the const arrays are written and
+  // nothing reads the mutable ones, i.e. in order with MXNet's own operations.
+  int (*push_async)(EngineAsyncFunc fn, void* param, EngineParamDeleter deleter, void* context,
+                    NDArrayHandle* const_arrays, int num_const, NDArrayHandle* mutable_arrays,
+                    int num_mutable, void* property, int priority, const char* name,
+                    bool wait) = nullptr;
   const char* (*get_last_error)() = nullptr;
 
   bool bound() const { return get_data != nullptr; }

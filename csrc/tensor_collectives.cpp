@@ -1,6 +1,8 @@
 #include "tensor_collectives.h"
 
+#include <algorithm>
 #include <cstring>
+#include <memory>
 #include <stdexcept>
 #include <string>
 
@@ -40,7 +42,7 @@ void combine_inputs(T* dst, const std::vector<char*>& inputs, int64_t offset, in
 
 TensorCollectives::TensorCollectives(MPI_Comm comm, size_t bucket_bytes,
                                      AllreduceOptions options, size_t segment_bytes)
-    : comm_(comm), workspace_(segment_bytes), bucket_bytes_(bucket_bytes),
+    : comm_(comm), check_comm_(comm), workspace_(segment_bytes), bucket_bytes_(bucket_bytes),
       options_(std::move(options)) {
   if (bucket_bytes_ < 8) throw std::invalid_argument("bucket size must be at least 8 bytes");
   if (segment_bytes < 64) throw std::invalid_argument("segment size must be at least 64 bytes");
@@ -49,7 +51,7 @@ TensorCollectives::TensorCollectives(MPI_Comm comm, size_t bucket_bytes,
 bool TensorCollectives::signatures_agree(uint64_t signature) {
   int64_t mine = static_cast<int64_t>(signature);
   int64_t extremes[2] = {mine, -mine};  // max and -min in one call
-  check_mpi(MPI_Allreduce(MPI_IN_PLACE, extremes, 2, MPI_INT64_T, MPI_MAX, comm_.comm()),
+  check_mpi(MPI_Allreduce(MPI_IN_PLACE, extremes, 2, MPI_INT64_T, MPI_MAX, check_comm_.comm()),
             "MPI_Allreduce (signature check)");
   return extremes[0] == mine && -extremes[1] == mine;
 }
@@ -62,16 +64,53 @@ char* TensorCollectives::staging(int dtype) {
 
 Status TensorCollectives::allreduce(const std::vector<TensorRequest>& requests,
                                     uint64_t key_signature, bool average) {
+  overlap_.drain();
   TensorSet set = resolve_tensors(requests, key_signature);
   if (!signatures_agree(set.signature)) return Status::kMismatch;
   const double scale = average ? 1.0 / size() : 1.0;
-  for (const Bucket& bucket : plan(set.tensors)) {
-    if (bucket.fused)
-      allreduce_fused(bucket, set.tensors, scale);
-    else
-      allreduce_in_place(bucket, set.tensors, scale);
+  for (const Bucket& bucket : plan(set.tensors)) run_bucket(bucket, set.tensors, scale);
+  return Status::kOk;
+}
+
+Status TensorCollectives::allreduce_overlapped(const std::vector<TensorRequest>& requests,
+                                               uint64_t key_signature, bool average) {
+  int provided = MPI_THREAD_SINGLE;
+  MPI_Query_thread(&provided);
+  if (provided < MPI_THREAD_MULTIPLE)
+    throw std::runtime_error("MXKV_OVERLAP=1 needs MPI initialised with MPI_THREAD_MULTIPLE "
+                             "(mpi4py's default); set MXKV_OVERLAP=0 or leave mpi4py.rc.thread_level");
+  auto set = std::make_shared<TensorSet>(
+      resolve_tensors(requests, key_signature, /*read_inputs=*/true, /*wait_engine=*/false));
+  if (!signatures_agree(set->signature)) return Status::kMismatch;
+  const double scale = average ? 1.0 / size() : 1.0;
+  for (const Bucket& bucket : plan(set->tensors)) {
+    std::vector<NDArrayHandle> reads, writes;
+    for (const Segment& s : bucket.segments) {
+      const TensorRequest& request = requests[s.tensor];
+      writes.insert(writes.end(), request.outputs.begin(), request.outputs.end());
+      for (NDArrayHandle in : request.inputs)
+        if (std::find(request.outputs.begin(), request.outputs.end(), in) == request.outputs.end())
+          reads.push_back(in);
+    }
+    overlap_.push([this, set, bucket, scale] { run_bucket(bucket, set->tensors, scale); },
+                  std::move(reads), std::move(writes));
   }
   return Status::kOk;
+}
+
+void TensorCollectives::finish_overlapped(bool stop) {
+  if (stop)
+    overlap_.stop();
+  else
+    overlap_.drain();
+}
+
+void TensorCollectives::run_bucket(const Bucket& bucket, const std::vector<Tensor>& tensors,
+                                   double scale) {
+  if (bucket.fused)
+    allreduce_fused(bucket, tensors, scale);
+  else
+    allreduce_in_place(bucket, tensors, scale);
 }
 
 void TensorCollectives::allreduce_vector(void* data, int64_t count, int dtype,
@@ -119,6 +158,7 @@ Status TensorCollectives::broadcast(const std::vector<TensorRequest>& requests,
   if (root < 0 || root >= size())
     throw std::invalid_argument("broadcast root " + std::to_string(root) + " is not a rank of " +
                                 std::to_string(size()));
+  overlap_.drain();
   TensorSet set = resolve_tensors(requests, key_signature, /*read_inputs=*/rank() == root);
   if (!signatures_agree(set.signature)) return Status::kMismatch;
   for (const Bucket& bucket : plan(set.tensors)) broadcast_bucket(bucket, set.tensors, root);

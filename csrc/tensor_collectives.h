@@ -12,6 +12,7 @@
 #include "allreduce.h"
 #include "bucket_plan.h"
 #include "communicator.h"
+#include "engine_overlap.h"
 #include "segmented_exchange.h"
 #include "tensor_set.h"
 
@@ -34,6 +35,16 @@ class TensorCollectives {
   Status allreduce(const std::vector<TensorRequest>& requests, uint64_t key_signature,
                    bool average);
 
+  // The same result as allreduce(), computed behind MXNet's engine: returns
+  // once the buckets are pushed (see engine_overlap.h). The call signature is
+  // still compared across ranks before anything is pushed.
+  Status allreduce_overlapped(const std::vector<TensorRequest>& requests,
+                              uint64_t key_signature, bool average);
+
+  // Waits for every overlapped bucket; ends the communication thread when `stop`.
+  void finish_overlapped(bool stop);
+  uint64_t overlapped_buckets() const { return overlap_.pushed(); }
+
   // outputs = root's inputs[0], on every rank.
   Status broadcast(const std::vector<TensorRequest>& requests, uint64_t key_signature, int root);
 
@@ -48,15 +59,18 @@ class TensorCollectives {
  private:
   bool signatures_agree(uint64_t signature);
   char* staging(int dtype);
+  void run_bucket(const Bucket& bucket, const std::vector<Tensor>& tensors, double scale);
   void allreduce_fused(const Bucket& bucket, const std::vector<Tensor>& tensors, double scale);
   void allreduce_in_place(const Bucket& bucket, const std::vector<Tensor>& tensors, double scale);
   void broadcast_bucket(const Bucket& bucket, const std::vector<Tensor>& tensors, int root);
 
   Communicator comm_;
+  Communicator check_comm_;  // signature checks, from the caller's thread
   Workspace workspace_;
   size_t bucket_bytes_;
   AllreduceOptions options_;
   std::map<int, std::vector<char>> staging_;  // one bucket buffer per dtype
+  OverlapQueue overlap_;  // last: its thread stops before what it uses is destroyed
 };
 
 }  // namespace mxkv

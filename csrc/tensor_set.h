@@ -37,11 +37,12 @@ class EntryError : public std::invalid_argument {
   size_t index;
 };
 
-// Waits for MXNet's engine to finish all pending work, checks that the arrays
-// of each entry agree in dtype and shape, and hashes (key_signature, dtype,
-// shape) of all entries. When `read_inputs` is
-// false (broadcast on a non-root rank) the inputs are skipped: they are never read.
+// Waits for MXNet's engine to finish all pending work (unless `wait_engine`
+// is false: the caller then orders its reads through the engine), checks that
+// the arrays of each entry agree in dtype and shape, and hashes
+// (key_signature, dtype, shape) of all entries. When `read_inputs` is false
+// (broadcast on a non-root rank) the inputs are skipped: they are never read.
 TensorSet resolve_tensors(const std::vector<TensorRequest>& requests, uint64_t key_signature,
-                          bool read_inputs = true);
+                          bool read_inputs = true, bool wait_engine = true);
 
 }  // namespace mxkv

@@ -1,4 +1,5 @@
 """Python face of the C++ tensor collectives: keys and NDArrays in, errors that name keys out."""
+import atexit
 import ctypes
 import hashlib
 from functools import lru_cache
@@ -16,7 +17,7 @@ Arrays = Sequence[mx.nd.NDArray]
 
 _MXNET_FUNCTIONS = ("MXNDArrayGetData", "MXNDArrayGetShapeEx", "MXNDArrayGetDType",
                     "MXNDArrayGetContext", "MXNDArrayGetStorageType", "MXNDArrayWaitAll",
-                    "MXGetLastError")
+                    "MXGetLastError", "MXEnginePushAsyncND")
 
 
 @lru_cache(maxsize=None)
@@ -61,10 +62,18 @@ class TensorCollectives:
         self._impl = _extension().TensorCollectives(
             comm.py2f(), config.bucket_bytes, config.algorithm, rules, config.compress_dtype,
             config.segment_bytes)
+        self._overlap = config.overlap
+        if self._overlap:  # the communication thread ends before mpi4py finalises MPI
+            atexit.register(self._impl.finish_overlapped, True)
 
     @property
     def bucket_bytes(self) -> int:
         return self._impl.bucket_bytes
+
+    @property
+    def overlapped_buckets(self) -> int:
+        """Buckets reduced behind MXNet's engine so far (MXKV_OVERLAP=1)."""
+        return self._impl.overlapped_buckets
 
     def allreduce_vector(self, array: np.ndarray, algorithm: str, scale: float = 1.0) -> None:
         """In place: array = scale * its sum over ranks (float32/float64/float16; for
@@ -77,10 +86,12 @@ class TensorCollectives:
 
     def allreduce(self, op: str, keys: Sequence[Key], inputs: Sequence[Arrays],
                   outputs: Sequence[Arrays], average: bool) -> None:
-        """outputs[k] = (average of, or sum over ranks of) sum(inputs[k]), for every key k."""
+        """outputs[k] = (average of, or sum over ranks of) sum(inputs[k]), for every key k.
+        With MXKV_OVERLAP=1 it returns once the buckets are queued behind MXNet's engine:
+        MXNet operations that read the outputs wait for them, as after any MXNet op."""
         spec = [(_handles(i), _handles(o)) for i, o in zip(inputs, outputs)]
-        self._run(op, keys, inputs, outputs,
-                  lambda: self._impl.allreduce(spec, _key_signature(keys), average))
+        run = self._impl.allreduce_overlapped if self._overlap else self._impl.allreduce
+        self._run(op, keys, inputs, outputs, lambda: run(spec, _key_signature(keys), average))
 
     def broadcast(self, op: str, keys: Sequence[Key], inputs: Sequence[Arrays],
                   outputs: Sequence[Arrays], root: int = 0) -> None:

@@ -95,6 +95,10 @@ KNOBS: Dict[str, Knob] = {
                           "fp16 or bf16: float32 gradients travel in 16 bits and are summed in "
                           "float32 (half the bytes; rounding error about 1e-3 relative for fp16, "
                           "1e-2 for bf16). Other dtypes travel as they are. Not with MXKV_ALGO=mpi."),
+    "MXKV_OVERLAP": Knob(_parse_bool, "0",
+                         "1: each gradient bucket is reduced as soon as backward has written it, "
+                         "while backward goes on (MXNet engine operations and one communication "
+                         "thread); same numbers as 0, which reduces after the whole backward."),
     "MXKV_SEGMENT_KB": Knob(_parse_segment_kb, "1024",
                             "Segment size in KiB of the ring/rhd/rd algorithms: each message is cut "
                             "into segments this large, two in flight, reduced while in cache."),
@@ -117,6 +121,7 @@ class Config:
     algorithm_table: str
     compress: str
     segment_bytes: int
+    overlap: bool
 
     @classmethod
     def from_environment(cls, environ: Optional[Mapping[str, str]] = None) -> "Config":
@@ -143,7 +148,7 @@ class Config:
                    average=values["MXKV_AVERAGE"], group_size=values["MXKV_GROUP_SIZE"],
                    ps_timeout=values["MXKV_PS_TIMEOUT"], algorithm=values["MXKV_ALGO"],
                    algorithm_table=values["MXKV_ALGO_TABLE"], compress=values["MXKV_COMPRESS"],
-                   segment_bytes=values["MXKV_SEGMENT_KB"] * 1024)
+                   segment_bytes=values["MXKV_SEGMENT_KB"] * 1024, overlap=values["MXKV_OVERLAP"])
 
     @property
     def compress_dtype(self) -> int:

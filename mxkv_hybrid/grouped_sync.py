@@ -7,6 +7,7 @@ scales it (average) and broadcasts it inside its group. The result is the same a
 allreduce over all ranks (mode allreduce), up to float rounding.
 """
 import atexit
+from dataclasses import replace
 from typing import Dict, List, Sequence, Tuple
 
 import mxnet as mx
@@ -24,7 +25,7 @@ class GroupedSync:
     def __init__(self, config: Config, world: World, groups: Groups):
         self._world_size = world.size
         self._group_comm = groups.group_comm
-        self._group = TensorCollectives(groups.group_comm, config)
+        self._group = TensorCollectives(groups.group_comm, replace(config, overlap=False))
         self._layouts: Dict[Tuple, Layout] = {}
         self._ps = ps.connect_leader("dist_sync", config, world, groups)
         if self._ps is not None:

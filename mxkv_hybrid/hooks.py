@@ -107,7 +107,9 @@ def _parameter_init_impl(original, self, *args, **kwargs):
 def _allreduce_grads(original, self):
     if not isinstance(self._kvstore, Hybrid):
         return original(self)
-    params = [(i, p) for i, p in enumerate(self._params) if p.grad_req != "null"]
+    # Last layers first: backward writes their gradients first, so with MXKV_OVERLAP=1
+    # their buckets can start while the first layers are still being differentiated.
+    params = [(i, p) for i, p in enumerate(self._params) if p.grad_req != "null"][::-1]
     keys = [i for i, _ in params]
     grads = [p.list_grad() for _, p in params]
     if self._update_on_kvstore:

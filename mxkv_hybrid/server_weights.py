@@ -9,6 +9,7 @@ group's gradient may be computed on weights that other groups have since updated
 apply (CountingOptimizer), and each leader reports, at close, how many updates of other
 groups landed between its reading the weights and its gradient being applied."""
 import atexit
+from dataclasses import replace
 import sys
 from typing import Dict, List, Optional, Sequence
 
@@ -33,7 +34,7 @@ class ServerWeights:
                  world_collectives: TensorCollectives):
         self._world = world_collectives
         self._group_comm = groups.group_comm
-        self._group = TensorCollectives(groups.group_comm, config)
+        self._group = TensorCollectives(groups.group_comm, replace(config, overlap=False))
         self._average = config.average
         self._server_keys: Dict[Key, int] = {}  # the int key each key has on the servers
         self._key_type: Optional[type] = None   # str or int: one per store, as in MXNet

@@ -20,3 +20,9 @@ def union_batch(num_ranks: int, step: int):
     """What one process sees when it trains on the batches of all ranks at once."""
     parts = [rank_batch(r, step) for r in range(num_ranks)]
     return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+
+
+def overlapped_buckets(store) -> int:
+    """How many buckets a Hybrid store reduced behind MXNet's engine (MXKV_OVERLAP=1)."""
+    collectives = getattr(store, "_collectives", None)
+    return collectives.overlapped_buckets if collectives is not None else 0
