@@ -1,11 +1,13 @@
 """Training-step benchmark: ResNet-18 (32x32 inputs, batch 16 per rank) on 4 ranks with
   allreduce   the hybrid store over one MPI world,
+  overlap     the same with MXKV_OVERLAP=1 (buckets reduced while backward runs),
   sync        the hybrid store, 2 groups of 2 joined by 2 dist_sync servers,
   async       the hybrid store, 2 groups of 2, 2 dist_async servers holding the weights,
   dist_sync   MXNet's native ps-lite store, every rank a worker, 2 servers,
-all in one run, on generated data. Per step: compute (forward + backward), the trainer
-step (communication + update) and the whole step, medians over the measured steps of
-rank 0; bytes through the parameter server per step (sum over the processes that talk
+all in one run, on generated data. Per step: compute (forward + backward) and the trainer
+step (communication + update), measured apart (a wait for the engine in between), and the
+whole step measured in separate steps without that wait (where overlap can help), medians
+over the measured steps of rank 0; bytes through the parameter server per step (sum over the processes that talk
 to it). Prints a table and writes training_step.json and training_step.png to --out.
 
     python examples/benchmarks/training_step.py [--steps 20] [--ranks 4]
@@ -45,26 +47,31 @@ def worker(kvstore_name: str, steps: int, warmup: int) -> None:
     rng = np.random.RandomState(kv.rank)
     x = mx.nd.array(rng.rand(BATCH, 3, 32, 32))
     y = mx.nd.array(rng.randint(0, CLASSES, BATCH))
-    compute, update = [], []
+    compute, update, whole = [], [], []
     traffic_before = (0, 0)
-    for step in range(warmup + steps):
+    for step in range(warmup + 2 * steps):
         if step == warmup:
             traffic_before = ps_traffic()
+        apart = step < warmup + steps
         started = time.perf_counter()
         with autograd.record():
             loss = loss_fn(net(x), y)
         loss.backward()
-        mx.nd.waitall()
+        if apart:
+            mx.nd.waitall()
         middle = time.perf_counter()
         trainer.step(BATCH)
         mx.nd.waitall()
-        if step >= warmup:
+        if warmup <= step and apart:
             compute.append(middle - started)
             update.append(time.perf_counter() - middle)
+        elif not apart:
+            whole.append(time.perf_counter() - started)
     pushed, pulled = (a - b for a, b in zip(ps_traffic(), traffic_before))
+    steps *= 2
     size = sum(p.data().size for p in net.collect_params().values() if p.grad_req != "null")
     print(json.dumps({"rank": kv.rank, "workers": kv.num_workers, "compute": compute,
-                      "step": update, "ps_bytes_per_step": (pushed + pulled) / steps,
+                      "step": update, "whole": whole, "ps_bytes_per_step": (pushed + pulled) / steps,
                       "gradient_bytes": size * 4}), flush=True)
     if hasattr(kv, "close"):
         kv.close()
@@ -92,8 +99,9 @@ def run_configuration(name: str, ranks: int, steps: int, warmup: int) -> dict:
             r["ps_bytes_per_step"] = 2 * r["gradient_bytes"]
     else:
         launcher = [sys.executable, "-m", "mxkv_hybrid.launch", "-n", str(ranks), "--timeout", "1500"]
-        env = dict(os.environ, MXKV_MODE=name)
-        if name != "allreduce":
+        env = dict(os.environ, MXKV_MODE="allreduce" if name == "overlap" else name,
+                   MXKV_OVERLAP="1" if name == "overlap" else "0")
+        if name not in ("allreduce", "overlap"):
             launcher += ["--group-size", str(ranks // 2), "--servers", str(SERVERS)]
         done = subprocess.run([*launcher, "--", "python", __file__, *args, "--kvstore", "hybrid"],
                               capture_output=True, text=True, env=env)
@@ -103,7 +111,7 @@ def run_configuration(name: str, ranks: int, steps: int, warmup: int) -> dict:
     first = min(rows, key=lambda r: r["rank"])
     return {"configuration": name, "ranks": ranks, "compute_ms": 1e3 * np.median(first["compute"]),
             "step_ms": 1e3 * np.median(first["step"]),
-            "total_ms": 1e3 * np.median(np.add(first["compute"], first["step"])),
+            "total_ms": 1e3 * np.median(first["whole"]),
             "ps_mb_per_step": sum(r["ps_bytes_per_step"] for r in rows) / 2 ** 20,
             "gradient_mb": first["gradient_bytes"] / 2 ** 20}
 
@@ -136,7 +144,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--out", default=os.path.join(HERE, "results"))
     parser.add_argument("--configurations", nargs="+",
-                        default=["allreduce", "sync", "async", "dist_sync"])
+                        default=["allreduce", "overlap", "sync", "async", "dist_sync"])
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--kvstore", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -146,10 +154,14 @@ def main() -> None:
     results = [run_configuration(c, args.ranks, args.steps, args.warmup) for c in args.configurations]
     print(f"\nResNet-18, 32x32, batch {BATCH} per rank, {args.ranks} ranks, {SERVERS} servers "
           f"(groups of {args.ranks // 2}); medians of {args.steps} steps, rank 0")
-    print(f"{'configuration':>14} {'compute ms':>11} {'step ms':>9} {'total ms':>9} {'PS MiB/step':>12}")
+    print(f"{'configuration':>14} {'compute ms':>11} {'step ms':>9} {'whole ms':>9} {'PS MiB/step':>12}")
     for r in results:
         print(f"{r['configuration']:>14} {r['compute_ms']:11.1f} {r['step_ms']:9.1f} "
               f"{r['total_ms']:9.1f} {r['ps_mb_per_step']:12.1f}")
+    by_name = {r["configuration"]: r for r in results}
+    if "allreduce" in by_name and "overlap" in by_name:
+        print(f"\noverlap on / off, whole step: "
+              f"{by_name['overlap']['total_ms'] / by_name['allreduce']['total_ms']:.3f}")
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "training_step.json"), "w") as f:
         json.dump({"batch_per_rank": BATCH, "servers": SERVERS, "results": results}, f, indent=1)
