@@ -143,6 +143,10 @@ class Config:
             raise ConfigError(f"MXKV_COMPRESS={values['MXKV_COMPRESS']} needs one of this "
                               "package's algorithms (MPI cannot sum 16-bit floats into float32): "
                               "set MXKV_ALGO to auto, ring, rhd or rd, or MXKV_COMPRESS=none")
+        if values["MXKV_OVERLAP"] and environ.get("MXNET_ENGINE_TYPE") == "NaiveEngine":
+            raise ConfigError("MXKV_OVERLAP=1 reduces buckets behind MXNet's threaded engine, "
+                              "and MXNET_ENGINE_TYPE=NaiveEngine runs every operation at once: "
+                              "unset one of them")
         return cls(mode=values["MXKV_MODE"],
                    bucket_bytes=int(values["MXKV_BUCKET_MB"] * 1024 * 1024),
                    average=values["MXKV_AVERAGE"], group_size=values["MXKV_GROUP_SIZE"],

@@ -27,6 +27,11 @@ def test_compression_needs_one_of_our_algorithms():
         Config.from_environment({"MXKV_ALGO": "tree"})
 
 
+def test_overlap_refuses_the_naive_engine():
+    with pytest.raises(ConfigError, match="MXNET_ENGINE_TYPE=NaiveEngine"):
+        Config.from_environment({"MXKV_OVERLAP": "1", "MXNET_ENGINE_TYPE": "NaiveEngine"})
+
+
 def test_auto_follows_the_table_and_compression_never_takes_mpi(tmp_path, monkeypatch):
     path = tmp_path / "table.json"
     algorithm_table.save(str(path), 1, [(1000, "mpi"), (50000, "rd"), (-1, "ring")])

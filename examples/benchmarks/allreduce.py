@@ -13,14 +13,15 @@ v1 (MXNet model zoo: 193 arrays, 25.6 M floats) are reduced by
              averaging): what a training step pays; hybrid_fp16 / hybrid_bf16 the same with
              MXKV_COMPRESS (ResNet-50 set only),
   dist_sync  MXNet's native ps-lite kvstore, push + pull, 2 servers, every rank a worker.
-Everything but dist_sync runs in one MPI job, interleaved repetition by repetition. A
-repetition's time is the slowest rank's; the table shows medians. The machine's memory-copy
+Everything but dist_sync runs in one MPI job, interleaved repetition by repetition in
+shuffled order. A repetition's time is the slowest rank's; the table shows medians. The machine's memory-copy
 bandwidth is measured in the same job and drawn as the physical limit. Prints a table and
 writes allreduce.json and allreduce.png to --out.
 """
 import argparse
 import json
 import os
+import random
 import subprocess
 import sys
 import time
@@ -38,7 +39,7 @@ RESNET50 = "resnet50"
 
 
 def repetitions(nbytes: int, quick: bool) -> int:
-    reps = 50 if nbytes <= (1 << 20) else 20 if nbytes <= (16 << 20) else 8
+    reps = 100 if nbytes <= (1 << 20) else 40 if nbytes <= (16 << 20) else 12
     return max(3, reps // 4) if quick else reps
 
 
@@ -125,9 +126,11 @@ def worker_mpi(quick: bool) -> None:
         for run in methods.values():
             run()  # warm-up: buffers, plan, page faults
         times: Dict[str, List[float]] = {method: [] for method in methods}
-        for _ in range(reps):
-            for method, run in methods.items():
-                times[method].append(timed(run))
+        for rep in range(reps):  # shuffled alike on every rank: no method always follows another
+            order = list(methods)
+            random.Random(rep).shuffle(order)
+            for method in order:
+                times[method].append(timed(methods[method]))
         for method, values in times.items():
             emit(workload=name, bytes=flat.nbytes, arrays=len(arrays), method=method,
                  times=values, algorithm=vectors.algorithm_for("float32", flat.nbytes)
@@ -253,7 +256,7 @@ def plot(rows: List[dict], path: str) -> None:
                             / 1e9, marker, markersize=12, label=f"ResNet-50 set: {method}")
             if copy:
                 ax.axhline(copy[0]["bytes"] / copy[0]["median_s"] / 1e9, color="gray",
-                           linewidth=2, alpha=0.6, label="memory copy (one rank)")
+                           linewidth=2, alpha=0.6, label="memory copy per rank, all ranks at once")
             ax.set_title(f"{ranks} ranks: {kind} bandwidth (median)")
             ax.set_xlabel("bytes reduced")
             ax.set_ylabel("GB/s" + (" x 2(p-1)/p" if kind == "bus" else " = bytes / time"))
