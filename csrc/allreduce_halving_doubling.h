@@ -13,15 +13,8 @@ namespace mxkv {
 template <typename T, typename W>
 void allreduce_halving_doubling(const Communicator& comm, Workspace& ws, T* data, int64_t count,
                                 double scale) {
-  const PowerOfTwoRanks ranks(comm);
-  const int q = ranks.count();
-  if (q == 1) {
-    scale_in_place(data, count, scale);
-    return;
-  }
-  ranks.fold_in(comm, ws, data, count);
-  if (!ranks.sits_out()) {
-    const int v = ranks.virtual_rank();
+  on_power_of_two_ranks(comm, ws, data, count, scale, [&](const PowerOfTwoRanks& ranks) {
+    const int q = ranks.count(), v = ranks.virtual_rank();
     auto offset = [&](int b) { return block_offset(count, q, b); };
     auto exchange_blocks = [&](int d, int keep, int give, OnReceive on_receive, double s) {
       // keep / give: first block of this rank's and the partner's d-block range
@@ -42,8 +35,7 @@ void allreduce_halving_doubling(const Communicator& comm, Workspace& ws, T* data
       // send mine, receive theirs: the argument order of exchange_blocks is (keep=recv, give=send)
       exchange_blocks(d, theirs, mine, OnReceive::kCopy, 1.0);
     }
-  }
-  ranks.hand_back(comm, ws, data, count);
+  });
 }
 
 }  // namespace mxkv

@@ -13,15 +13,8 @@ namespace mxkv {
 template <typename T, typename W>
 void allreduce_recursive_doubling(const Communicator& comm, Workspace& ws, T* data,
                                   int64_t count, double scale) {
-  const PowerOfTwoRanks ranks(comm);
-  const int q = ranks.count();
-  if (q == 1) {
-    scale_in_place(data, count, scale);
-    return;
-  }
-  ranks.fold_in(comm, ws, data, count);
-  if (!ranks.sits_out()) {
-    const int v = ranks.virtual_rank();
+  on_power_of_two_ranks(comm, ws, data, count, scale, [&](const PowerOfTwoRanks& ranks) {
+    const int q = ranks.count(), v = ranks.virtual_rank();
     T* sent = reinterpret_cast<T*>(ws.scratch(count * sizeof(T)));
     for (int d = 1; d < q; d *= 2) {
       quantize<T, W>(data, count);
@@ -30,8 +23,7 @@ void allreduce_recursive_doubling(const Communicator& comm, Workspace& ws, T* da
       exchange<T, W>(comm, ws, peer, sent, count, peer, data, count, OnReceive::kReduce,
                      2 * d == q ? scale : 1.0);
     }
-  }
-  ranks.hand_back(comm, ws, data, count);
+  });
 }
 
 }  // namespace mxkv

@@ -46,4 +46,19 @@ class PowerOfTwoRanks {
   int extra_ = 0;
 };
 
+// Runs body(ranks) on the power-of-two ranks, the others folded in before and
+// handed the result after; on one rank only the scale is applied.
+template <typename T, typename Body>
+void on_power_of_two_ranks(const Communicator& comm, Workspace& ws, T* data, int64_t count,
+                           double scale, Body&& body) {
+  const PowerOfTwoRanks ranks(comm);
+  if (ranks.count() == 1) {
+    scale_in_place(data, count, scale);
+    return;
+  }
+  ranks.fold_in(comm, ws, data, count);
+  if (!ranks.sits_out()) body(ranks);
+  ranks.hand_back(comm, ws, data, count);
+}
+
 }  // namespace mxkv
