@@ -51,11 +51,11 @@ class RunningJob:
 
 def start_job(num_ranks: int, script: str, *args: str, env: Optional[Dict[str, str]] = None,
               timeout: float = JOB_TIMEOUT, launcher_options: Sequence[str] = ()) -> RunningJob:
-    """Starts `mxkv-launch -n N [options] -- python workers/script args`, every process
-    of it marked with a fresh JOB_TAG."""
+    """Starts `mxkv-launch -n N [options] -- python workers/script args` (script "-m":
+    `python -m args`), every process of it marked with a fresh JOB_TAG."""
+    target = ["-m"] if script == "-m" else [str(WORKERS / script)]
     command = [sys.executable, "-m", "mxkv_hybrid.launch", "-n", str(num_ranks),
-               "--timeout", str(timeout), *launcher_options, "--",
-               "python", str(WORKERS / script), *args]
+               "--timeout", str(timeout), *launcher_options, "--", "python", *target, *args]
     tag = uuid.uuid4().hex
     full_env = {k: v for k, v in os.environ.items()
                 if not k.startswith(("MXKV_", "DMLC_", "PS_"))}

@@ -62,3 +62,15 @@ def test_a_broken_table_says_how_to_make_a_new_one(tmp_path):
     path.write_text("{")
     with pytest.raises(ConfigError, match="python -m mxkv_hybrid.tune"):
         algorithm_table.load(str(path))
+
+
+def test_tune_measures_and_saves_rules_that_auto_can_read(tmp_path):
+    table = tmp_path / "table.json"
+    job = launch(2, "-m", "mxkv_hybrid.tune", "--quick", "--out", str(table), timeout=240)
+    assert job.returncode == 0, job.output
+    progress = [line for line in job.lines_of(0) if line.rstrip().endswith(("-> mpi", "-> ring",
+                                                                             "-> rhd", "-> rd"))]
+    assert len(progress) == 6, job.output  # 1 KiB, 16 KiB, ... 64 MiB, 128 MiB
+    rules = algorithm_table.load(str(table))[2]
+    assert rules[-1][0] == -1 and all(name in ("mpi", "ring", "rhd", "rd") for _, name in rules)
+    assert [limit for limit, _ in rules[:-1]] == sorted(limit for limit, _ in rules[:-1])
