@@ -5,7 +5,7 @@ from typing import Callable, Dict, Mapping, Optional
 
 from .errors import ConfigError
 
-MODES = ("allreduce", "sync", "async")
+MODES = ("allreduce", "sync", "async", "easgd")
 ALGORITHMS = ("auto", "mpi", "ring", "rhd", "rd")
 COMPRESSIONS = {"none": -1, "fp16": 2, "bf16": 12}  # wire type -> MXNet dtype code
 
@@ -32,6 +32,29 @@ def _parse_segment_kb(text: str) -> int:
     value = int(text)
     if not 4 <= value <= 65536:
         raise ValueError("expected a size in KiB between 4 and 65536")
+    return value
+
+
+def _parse_positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise ValueError("expected a whole number >= 1")
+    return value
+
+
+def _parse_non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise ValueError("expected a whole number >= 0")
+    return value
+
+
+def _parse_fraction(text: str) -> Optional[float]:
+    if text.strip() == "":
+        return None
+    value = float(text)
+    if not 0 < value < 1:
+        raise ValueError("expected a number between 0 and 1 (exclusive)")
     return value
 
 
@@ -72,6 +95,18 @@ KNOBS: Dict[str, Knob] = {
                       "parameter server (dist_sync), then a broadcast inside each group. async: the "
                       "same groups, asynchronous to each other: the servers (dist_async) hold "
                       "the weights and apply each group's gradient as it arrives."),
+    "MXKV_TAU": Knob(_parse_positive_int, "4",
+                     "easgd: local steps between two elastic exchanges of a group with the "
+                     "centre variable on the parameter server."),
+    "MXKV_EASGD_BETA": Knob(_parse_fraction, "0.9",
+                            "easgd: the moving rate beta = groups x alpha (the paper's 0.9); "
+                            "alpha = beta / number of groups unless MXKV_EASGD_ALPHA is set."),
+    "MXKV_EASGD_ALPHA": Knob(_parse_fraction, "",
+                             "easgd: the elastic moving rate alpha of each exchange "
+                             "(e = alpha (x - centre); x -= e; centre += e). Empty: beta / groups."),
+    "MXKV_WARMUP_STEPS": Knob(_parse_non_negative_int, "0",
+                              "easgd: steps of group-synchronous SGD before the first elastic "
+                              "exchange."),
     "MXKV_GROUP_SIZE": Knob(_parse_group_size, "0",
                             "Ranks per group in the modes sync and async: 0 puts the ranks of one host in "
                             "one group; N makes groups of N consecutive ranks (the last may be "
@@ -122,6 +157,10 @@ class Config:
     compress: str
     segment_bytes: int
     overlap: bool
+    tau: int
+    easgd_beta: float
+    easgd_alpha: Optional[float]
+    warmup_steps: int
 
     @classmethod
     def from_environment(cls, environ: Optional[Mapping[str, str]] = None) -> "Config":
@@ -152,7 +191,9 @@ class Config:
                    average=values["MXKV_AVERAGE"], group_size=values["MXKV_GROUP_SIZE"],
                    ps_timeout=values["MXKV_PS_TIMEOUT"], algorithm=values["MXKV_ALGO"],
                    algorithm_table=values["MXKV_ALGO_TABLE"], compress=values["MXKV_COMPRESS"],
-                   segment_bytes=values["MXKV_SEGMENT_KB"] * 1024, overlap=values["MXKV_OVERLAP"])
+                   segment_bytes=values["MXKV_SEGMENT_KB"] * 1024, overlap=values["MXKV_OVERLAP"],
+                   tau=values["MXKV_TAU"], easgd_beta=values["MXKV_EASGD_BETA"],
+                   easgd_alpha=values["MXKV_EASGD_ALPHA"], warmup_steps=values["MXKV_WARMUP_STEPS"])
 
     @property
     def compress_dtype(self) -> int:

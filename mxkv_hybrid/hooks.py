@@ -120,6 +120,15 @@ def _allreduce_grads(original, self):
     return None
 
 
+def _trainer_update(original, self, *args, **kwargs):
+    """After the optimizer step: the store's averaging hook (mode easgd)."""
+    result = original(self, *args, **kwargs)
+    if isinstance(self._kvstore, Hybrid) and self._kvstore.elastic is not None:
+        params = [(i, p) for i, p in enumerate(self._params) if p.grad_req != "null"]
+        self._kvstore.after_update([i for i, _ in params], [p.list_data() for _, p in params])
+    return result
+
+
 def _patch(owner, name: str, replacement) -> None:
     """owner.name = replacement(original, ...); a function, so it binds as a method too."""
     original = getattr(owner, name)
@@ -144,4 +153,5 @@ def install() -> None:
         _patch(module, "_update_params", _update_params)
     _patch(mxnet.gluon.trainer.Trainer, "__init__", _trainer_init)
     _patch(mxnet.gluon.trainer.Trainer, "_allreduce_grads", _allreduce_grads)
+    _patch(mxnet.gluon.trainer.Trainer, "_update", _trainer_update)
     _patch(mxnet.gluon.parameter.Parameter, "_init_impl", _parameter_init_impl)

@@ -6,6 +6,7 @@ from mxnet.kvstore import KVStoreBase
 
 from .collectives import Key, TensorCollectives
 from .config import Config
+from .elastic import ElasticAveraging
 from .errors import MXKVError
 from .grouped_sync import GroupedSync
 from .server_weights import ServerWeights
@@ -39,6 +40,11 @@ class Hybrid(KVStoreBase):
             self._world.comm, self._config)
         mode = self._config.mode
         self._reducer = self._collectives  # what combines plain values
+        self._elastic: Optional[ElasticAveraging] = None
+        if mode == "easgd":
+            self._elastic = ElasticAveraging(self._config, self._world,
+                                             groups(self._config.group_size))
+            self._reducer = self._elastic.group
         if mode == "sync":
             self._reducer = GroupedSync(self._config, self._world, groups(self._config.group_size))
         if mode == "async":
@@ -75,9 +81,21 @@ class Hybrid(KVStoreBase):
         """The optimizer's updater (Trainer.load_states reads _updater.optimizer)."""
         return self._weights.updater
 
-    @staticmethod
-    def is_capable(capability: str) -> bool:
-        return capability == KVStoreBase.OPTIMIZER
+    def is_capable(self, capability: str) -> bool:
+        """Updates can run on the store, except in mode easgd (each group updates its own
+        weights, which the elastic exchanges pull towards the centre)."""
+        return capability == KVStoreBase.OPTIMIZER and self._config.mode != "easgd"
+
+    @property
+    def elastic(self) -> Optional[ElasticAveraging]:
+        """Mode easgd: the elastic averaging of this process's group (else None)."""
+        return self._elastic
+
+    def after_update(self, keys: Sequence[Key], weights: Sequence[Sequence[mx.nd.NDArray]]) -> None:
+        """Called by the Trainer and Module hooks after each optimizer step (mode easgd:
+        every tau-th step is an elastic exchange)."""
+        if self._elastic is not None:
+            self._elastic.after_step(keys, weights)
 
     # ---- data -----------------------------------------------------------------------
     def init(self, key, value) -> None:
@@ -99,6 +117,8 @@ class Hybrid(KVStoreBase):
             self._weights.init("broadcast", keys, values, outs)
         else:
             self._active().broadcast("broadcast", keys, values, outs)
+        if self._elastic is not None:
+            self._elastic.register(keys, [o[0] for o in outs])
 
     def push(self, key, value, priority: int = 0) -> None:
         """Combines the values of all devices and ranks into the store; with an optimizer,
@@ -163,6 +183,8 @@ class Hybrid(KVStoreBase):
         cannot be used afterwards."""
         if isinstance(self._reducer, GroupedSync):
             self._reducer.close()
+        if self._elastic is not None:
+            self._elastic.close()
         self._weights.close()
         self._collectives = None
 

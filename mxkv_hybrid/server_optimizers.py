@@ -29,3 +29,14 @@ class CountingOptimizer(mx.optimizer.Optimizer):
 
     def _set_current_context(self, device_id: int) -> None:
         self.inner._set_current_context(device_id)
+
+
+class ElasticCentre(mx.optimizer.Optimizer):
+    """The centre variable of elastic averaging: what a group pushes is the elastic
+    difference e = alpha (x - centre), and the server adds it: centre += e."""
+
+    def create_state(self, index, weight):
+        return None
+
+    def update(self, index, weight, grad, state):
+        weight += grad

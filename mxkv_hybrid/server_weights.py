@@ -11,7 +11,7 @@ groups landed between its reading the weights and its gradient being applied."""
 import atexit
 from dataclasses import replace
 import sys
-from typing import Dict, List, Optional, Sequence
+from typing import List, Optional, Sequence
 
 import mxnet as mx
 import numpy as np
@@ -20,6 +20,7 @@ from . import ps
 from .collectives import Arrays, Key, TensorCollectives
 from .config import Config
 from .errors import MXKVError
+from .server_keys import ServerKeys
 from .server_optimizers import COUNTER_KEY, CountingOptimizer
 from .topology import Groups, World, wait_for_leader
 
@@ -36,9 +37,7 @@ class ServerWeights:
         self._group_comm = groups.group_comm
         self._group = TensorCollectives(groups.group_comm, replace(config, overlap=False))
         self._average = config.average
-        self._server_keys: Dict[Key, int] = {}  # the int key each key has on the servers
-        self._key_type: Optional[type] = None   # str or int: one per store, as in MXNet
-        self._next_string_key = 0
+        self._server_keys = ServerKeys()
         self._optimizer_set = False
         self._who = f"group {groups.group_index} (leader rank {world.rank})"
         self._counter = mx.nd.zeros((1,))
@@ -78,24 +77,9 @@ class ServerWeights:
         self._world.broadcast(op, keys, values, [[*k, *o] for k, o in zip(kept, outs)])
         new = [i for i, k in enumerate(keys) if k not in self._server_keys]
         for i in new:
-            self._server_keys[keys[i]] = self._number(keys[i])
+            self._server_keys.add(keys[i])
         if self._ps is not None and new:
             self._ps.init([self._server_keys[keys[i]] for i in new], [kept[i][0] for i in new])
-
-    def _number(self, key: Key) -> int:
-        """The servers' int key: an int key as it is; string keys numbered 0, 1, ... in the
-        order they are initialised, as MXNet numbers them (so the server-side optimizer sees
-        the same indices). One dist kvstore takes one key type only, and the staleness
-        counter is an int, hence the numbering here."""
-        key_type = str if isinstance(key, str) else int
-        if self._key_type not in (None, key_type):
-            raise MXKVError(f"init: key {key!r} mixes string and int keys in one store; "
-                            "MXNet's kvstores take one key type")
-        self._key_type = key_type
-        if key_type is int:
-            return key
-        self._next_string_key += 1
-        return self._next_string_key - 1
 
     def push(self, op: str, keys: Sequence[Key], values: Sequence[Arrays]) -> None:
         """Group average (or sum), then the leader's push: the servers apply it."""

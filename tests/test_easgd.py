@@ -1,0 +1,62 @@
+"""MXKV_MODE=easgd with real MPI groups and ps-lite servers: the elastic exchange follows
+the formulas exactly and conserves weights + centre; groups train a convex problem."""
+import json
+import re
+
+import numpy as np
+import pytest
+
+from mxkv_hybrid.config import Config
+from mxkv_hybrid.errors import ConfigError
+
+from conftest import launch, load_ranks
+
+EASGD = {"MXKV_MODE": "easgd"}
+
+
+def test_elastic_exchanges_follow_the_formulas_and_conserve_the_sum(job_dir):
+    alpha = 0.25
+    job = launch(2, "easgd_exchange.py", env=dict(EASGD, MXKV_EASGD_ALPHA=str(alpha)),
+                 launcher_options=["--group-size", "1", "--servers", "1"], timeout=120)
+    assert job.returncode == 0, job.output
+    seen = [json.loads(line.split("EXCHANGE ", 1)[1]) for line in job.lines_of(0)
+            if line.startswith("EXCHANGE ")]
+    assert len(seen) == 6, job.output
+    start = np.array([2.0, -1.0, 0.5])
+    x = [start.copy(), start + np.array([4.0, 2.0, -1.0])]  # broadcast, then "local steps"
+    centre = start.copy()
+    total = x[0] + x[1] + centre
+    for record in seen:  # the formulas, in the order the groups exchanged
+        e = alpha * (x[record["group"]] - centre)
+        x[record["group"]] = x[record["group"]] - e
+        centre = centre + e
+        np.testing.assert_allclose(record["weights"], x, rtol=0, atol=1e-6)
+        np.testing.assert_allclose(record["centre"], centre, rtol=0, atol=1e-6)
+        np.testing.assert_allclose(np.sum(record["weights"], axis=0) + record["centre"], total,
+                                   rtol=0, atol=1e-5)
+
+
+def test_easgd_groups_reach_the_optimum_of_a_convex_problem(job_dir):
+    steps, tau = 200, 4
+    job = launch(4, "train_convex.py", str(job_dir), str(steps), env=dict(EASGD, MXKV_TAU=str(tau)),
+                 launcher_options=["--group-size", "2", "--servers", "1"], timeout=180)
+    assert job.returncode == 0, job.output
+    for rank in range(4):
+        text = "\n".join(job.lines_of(rank))
+        loss = re.search(r"group-final loss ([0-9.e-]+)", text)
+        assert loss and float(loss.group(1)) < 1e-3, job.output
+        assert f"elastic exchanges {steps // tau} (alpha 0.45)" in text, job.output
+    weights = load_ranks(job_dir, 4)
+    for first, second in ((0, 1), (2, 3)):  # synchronous SGD inside a group
+        for name in weights[first]:
+            assert np.array_equal(weights[first][name], weights[second][name]), name
+
+
+@pytest.mark.parametrize("setting, message", [
+    ({"MXKV_TAU": "0"}, "MXKV_TAU='0' is invalid"),
+    ({"MXKV_EASGD_ALPHA": "1.5"}, "MXKV_EASGD_ALPHA='1.5' is invalid"),
+    ({"MXKV_EASGD_BETA": "-1"}, "MXKV_EASGD_BETA='-1' is invalid"),
+])
+def test_bad_easgd_settings_are_refused(setting, message):
+    with pytest.raises(ConfigError, match=message):
+        Config.from_environment(dict(EASGD, **setting))
