@@ -64,12 +64,15 @@ def _update_params_on_kvstore(original, param_arrays, grad_arrays, kvstore, para
 
 def _update_params(original, param_arrays, grad_arrays, updater, num_device, kvstore=None,
                    param_names=None):
-    if isinstance(kvstore, Hybrid):
-        _refuse_local_updates_in_async(kvstore)
-        names, grads, _ = _valid_updates(param_arrays, grad_arrays, param_names)
-        kvstore.pushpull(names, grads)
-        kvstore = None  # reduced: the local updates below need no store
-    return original(param_arrays, grad_arrays, updater, num_device, kvstore, param_names)
+    if not isinstance(kvstore, Hybrid):
+        return original(param_arrays, grad_arrays, updater, num_device, kvstore, param_names)
+    _refuse_local_updates_in_async(kvstore)
+    names, grads, params = _valid_updates(param_arrays, grad_arrays, param_names)
+    kvstore.pushpull(names, grads)
+    # reduced: the local updates need no store
+    result = original(param_arrays, grad_arrays, updater, num_device, None, param_names)
+    kvstore.after_update(names, params)
+    return result
 
 
 def _trainer_store(trainer):

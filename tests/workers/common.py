@@ -26,3 +26,9 @@ def overlapped_buckets(store) -> int:
     """How many buckets a Hybrid store reduced behind MXNet's engine (MXKV_OVERLAP=1)."""
     collectives = getattr(store, "_collectives", None)
     return collectives.overlapped_buckets if collectives is not None else 0
+
+
+def elastic_exchanges(store) -> int:
+    """How many elastic exchanges a Hybrid store in mode easgd has done."""
+    elastic = getattr(store, "elastic", None)
+    return elastic.exchanges if elastic is not None else 0

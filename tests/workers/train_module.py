@@ -7,8 +7,8 @@ import os
 import mxnet as mx
 import numpy as np
 
-from common import (BATCH, CLASSES, LEARNING_RATE, MOMENTUM, STEPS, overlapped_buckets,
-                    rank_batch, union_batch)
+from common import (BATCH, CLASSES, LEARNING_RATE, MOMENTUM, STEPS, elastic_exchanges,
+                    overlapped_buckets, rank_batch, union_batch)
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--out", required=True)
@@ -39,4 +39,5 @@ os.makedirs(args.out, exist_ok=True)
 np.savez(os.path.join(args.out, f"rank{rank}.npz"), **{k: v.asnumpy() for k, v in arg_params.items()})
 print(f"rank {rank}: kvstore={module._kvstore.type if module._kvstore else None}",
       f"update_on_kvstore={module._update_on_kvstore}",
-      f"overlapped_buckets={overlapped_buckets(module._kvstore)}")
+      f"overlapped_buckets={overlapped_buckets(module._kvstore)}",
+      f"elastic_exchanges={elastic_exchanges(module._kvstore)}")
