@@ -104,6 +104,11 @@ KNOBS: Dict[str, Knob] = {
     "MXKV_EASGD_ALPHA": Knob(_parse_fraction, "",
                              "easgd: the elastic moving rate alpha of each exchange "
                              "(e = alpha (x - centre); x -= e; centre += e). Empty: beta / groups."),
+    "MXKV_EASGD_SYNC": Knob(_parse_bool, "0",
+                            "easgd: 0: each group exchanges with the centre on its own "
+                            "(asynchronous EASGD, dist_async servers); 1: all groups exchange at "
+                            "the same step and the centre moves by the sum of their elastic "
+                            "differences (synchronous EASGD, dist_sync servers)."),
     "MXKV_WARMUP_STEPS": Knob(_parse_non_negative_int, "0",
                               "easgd: steps of group-synchronous SGD before the first elastic "
                               "exchange."),
@@ -161,6 +166,7 @@ class Config:
     easgd_beta: float
     easgd_alpha: Optional[float]
     warmup_steps: int
+    easgd_sync: bool
 
     @classmethod
     def from_environment(cls, environ: Optional[Mapping[str, str]] = None) -> "Config":
@@ -193,7 +199,8 @@ class Config:
                    algorithm_table=values["MXKV_ALGO_TABLE"], compress=values["MXKV_COMPRESS"],
                    segment_bytes=values["MXKV_SEGMENT_KB"] * 1024, overlap=values["MXKV_OVERLAP"],
                    tau=values["MXKV_TAU"], easgd_beta=values["MXKV_EASGD_BETA"],
-                   easgd_alpha=values["MXKV_EASGD_ALPHA"], warmup_steps=values["MXKV_WARMUP_STEPS"])
+                   easgd_alpha=values["MXKV_EASGD_ALPHA"], warmup_steps=values["MXKV_WARMUP_STEPS"],
+                   easgd_sync=values["MXKV_EASGD_SYNC"])
 
     @property
     def compress_dtype(self) -> int:

@@ -6,7 +6,11 @@ steps) the group's leader does the asynchronous elastic exchange with the centre
 c, which MXNet's dist_async servers keep: it pulls c, computes e = alpha (x - c), moves
 its weights x -= e and pushes e, which the servers add to c (ElasticCentre). The leader
 then broadcasts x in its group. Each exchange conserves x + c: what the group gives up,
-the centre receives."""
+the centre receives.
+
+With MXKV_EASGD_SYNC=1 the servers are dist_sync: every group exchanges at the same step,
+each reads the same c (a push is held until all groups pushed) and the servers add the
+sum of the groups' e: c += alpha sum_g (x_g - c), synchronous EASGD."""
 import atexit
 from dataclasses import replace
 from typing import Dict, Sequence
@@ -34,7 +38,8 @@ class ElasticAveraging:
         self._group_comm = groups.group_comm
         self._server_keys = ServerKeys()
         self._centre: Dict[Key, mx.nd.NDArray] = {}  # the leader's last read of c
-        self._ps = ps.connect_leader("dist_async", config, world, groups)
+        kind = "dist_sync" if config.easgd_sync else "dist_async"
+        self._ps = ps.connect_leader(kind, config, world, groups)
         if self._ps is not None:
             self._ps.set_optimizer(ElasticCentre())
             atexit.register(self.close)

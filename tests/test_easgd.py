@@ -36,9 +36,30 @@ def test_elastic_exchanges_follow_the_formulas_and_conserve_the_sum(job_dir):
                                    rtol=0, atol=1e-5)
 
 
-def test_easgd_groups_reach_the_optimum_of_a_convex_problem(job_dir):
+def test_synchronous_exchanges_move_the_centre_by_the_sum_of_the_groups(job_dir):
+    alpha = 0.25
+    job = launch(2, "easgd_exchange.py", "together",
+                 env=dict(EASGD, MXKV_EASGD_ALPHA=str(alpha), MXKV_EASGD_SYNC="1"),
+                 launcher_options=["--group-size", "1", "--servers", "1"], timeout=120)
+    assert job.returncode == 0, job.output
+    seen = [json.loads(line.split("EXCHANGE ", 1)[1]) for line in job.lines_of(0)
+            if line.startswith("EXCHANGE ")]
+    assert len(seen) == 3, job.output
+    start = np.array([2.0, -1.0, 0.5])
+    x = np.array([start, start + np.array([4.0, 2.0, -1.0])])
+    centre = start.copy()
+    for record in seen:  # c += alpha sum_g (x_g - c); x_g -= alpha (x_g - c), same c for all
+        e = alpha * (x - centre)
+        x, centre = x - e, centre + e.sum(axis=0)
+        np.testing.assert_allclose(record["weights"], x, rtol=0, atol=1e-6)
+        np.testing.assert_allclose(record["centre"], centre, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("sync", ["0", "1"])
+def test_easgd_groups_reach_the_optimum_of_a_convex_problem(job_dir, sync):
     steps, tau = 200, 4
-    job = launch(4, "train_convex.py", str(job_dir), str(steps), env=dict(EASGD, MXKV_TAU=str(tau)),
+    job = launch(4, "train_convex.py", str(job_dir), str(steps),
+                 env=dict(EASGD, MXKV_TAU=str(tau), MXKV_EASGD_SYNC=sync),
                  launcher_options=["--group-size", "2", "--servers", "1"], timeout=180)
     assert job.returncode == 0, job.output
     for rank in range(4):

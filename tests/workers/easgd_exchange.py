@@ -1,8 +1,10 @@
-"""Elastic exchanges in a fixed order, checked against the formulas. One rank per group,
-MXKV_EASGD_ALPHA set: the centre starts at the broadcast weights, each group then moves its
-weights (as local steps would), and the groups exchange one after the other for a few
-rounds. Rank 0 prints the weights, the centre and their sum after every exchange."""
+"""Elastic exchanges checked against the formulas. One rank per group, MXKV_EASGD_ALPHA
+set: the centre starts at the broadcast weights, each group then moves its weights (as
+local steps would), and for a few rounds the groups exchange one after the other
+(asynchronous EASGD), or all at once with argv[1] == "together" (MXKV_EASGD_SYNC=1).
+Rank 0 prints the weights and the centre after every exchange."""
 import json
+import sys
 
 import mxnet as mx
 import numpy as np
@@ -15,9 +17,10 @@ x = mx.nd.array(start)
 kv.broadcast(0, mx.nd.array(start * (comm.rank + 1)), out=x)  # rank 0's value wins
 x += mx.nd.array([4.0 * comm.rank, 2.0 * comm.rank, -comm.rank])  # "local steps"
 centre = mx.nd.zeros(start.shape)
+together = sys.argv[1:] == ["together"]
 for round_ in range(3):
-    for group in range(comm.size):
-        if comm.rank == group:
+    for group in ([None] if together else range(comm.size)):
+        if together or comm.rank == group:
             kv.elastic.exchange([0], [[x]])
         comm.Barrier()
         if comm.rank == 0:
