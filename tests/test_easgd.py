@@ -12,22 +12,29 @@ from mxkv_hybrid.errors import ConfigError
 from conftest import launch, load_ranks
 
 EASGD = {"MXKV_MODE": "easgd"}
+ALPHA = 0.25
+START = np.array([2.0, -1.0, 0.5])  # broadcast by easgd_exchange.py, then group 1 moves
+MOVE = np.array([4.0, 2.0, -1.0])   # by this ("local steps")
 
 
-def test_elastic_exchanges_follow_the_formulas_and_conserve_the_sum(job_dir):
-    alpha = 0.25
-    job = launch(2, "easgd_exchange.py", env=dict(EASGD, MXKV_EASGD_ALPHA=str(alpha)),
+def exchanges(expected: int, *args: str, **env: str) -> list:
+    """The records easgd_exchange.py prints: 2 groups of 1 rank, 1 server."""
+    job = launch(2, "easgd_exchange.py", *args, env=dict(EASGD, MXKV_EASGD_ALPHA=str(ALPHA), **env),
                  launcher_options=["--group-size", "1", "--servers", "1"], timeout=120)
     assert job.returncode == 0, job.output
     seen = [json.loads(line.split("EXCHANGE ", 1)[1]) for line in job.lines_of(0)
             if line.startswith("EXCHANGE ")]
-    assert len(seen) == 6, job.output
-    start = np.array([2.0, -1.0, 0.5])
-    x = [start.copy(), start + np.array([4.0, 2.0, -1.0])]  # broadcast, then "local steps"
-    centre = start.copy()
+    assert len(seen) == expected, job.output
+    return seen
+
+
+def test_elastic_exchanges_follow_the_formulas_and_conserve_the_sum():
+    seen = exchanges(6)
+    x = [START.copy(), START + MOVE]
+    centre = START.copy()
     total = x[0] + x[1] + centre
     for record in seen:  # the formulas, in the order the groups exchanged
-        e = alpha * (x[record["group"]] - centre)
+        e = ALPHA * (x[record["group"]] - centre)
         x[record["group"]] = x[record["group"]] - e
         centre = centre + e
         np.testing.assert_allclose(record["weights"], x, rtol=0, atol=1e-6)
@@ -36,20 +43,12 @@ def test_elastic_exchanges_follow_the_formulas_and_conserve_the_sum(job_dir):
                                    rtol=0, atol=1e-5)
 
 
-def test_synchronous_exchanges_move_the_centre_by_the_sum_of_the_groups(job_dir):
-    alpha = 0.25
-    job = launch(2, "easgd_exchange.py", "together",
-                 env=dict(EASGD, MXKV_EASGD_ALPHA=str(alpha), MXKV_EASGD_SYNC="1"),
-                 launcher_options=["--group-size", "1", "--servers", "1"], timeout=120)
-    assert job.returncode == 0, job.output
-    seen = [json.loads(line.split("EXCHANGE ", 1)[1]) for line in job.lines_of(0)
-            if line.startswith("EXCHANGE ")]
-    assert len(seen) == 3, job.output
-    start = np.array([2.0, -1.0, 0.5])
-    x = np.array([start, start + np.array([4.0, 2.0, -1.0])])
-    centre = start.copy()
+def test_synchronous_exchanges_move_the_centre_by_the_sum_of_the_groups():
+    seen = exchanges(3, "together", MXKV_EASGD_SYNC="1")
+    x = np.array([START, START + MOVE])
+    centre = START.copy()
     for record in seen:  # c += alpha sum_g (x_g - c); x_g -= alpha (x_g - c), same c for all
-        e = alpha * (x - centre)
+        e = ALPHA * (x - centre)
         x, centre = x - e, centre + e.sum(axis=0)
         np.testing.assert_allclose(record["weights"], x, rtol=0, atol=1e-6)
         np.testing.assert_allclose(record["centre"], centre, rtol=0, atol=1e-6)
