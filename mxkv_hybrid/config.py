@@ -28,25 +28,14 @@ def _choice(options):
     return parse
 
 
-def _parse_segment_kb(text: str) -> int:
-    value = int(text)
-    if not 4 <= value <= 65536:
-        raise ValueError("expected a size in KiB between 4 and 65536")
-    return value
-
-
-def _parse_positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise ValueError("expected a whole number >= 1")
-    return value
-
-
-def _parse_non_negative_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise ValueError("expected a whole number >= 0")
-    return value
+def _whole_number(low: int, high: Optional[int], expected: str):
+    """A parser of integers in [low, high] (no upper bound when high is None)."""
+    def parse(text: str) -> int:
+        value = int(text)
+        if value < low or (high is not None and value > high):
+            raise ValueError("expected " + expected)
+        return value
+    return parse
 
 
 def _parse_fraction(text: str) -> Optional[float]:
@@ -55,13 +44,6 @@ def _parse_fraction(text: str) -> Optional[float]:
     value = float(text)
     if not 0 < value < 1:
         raise ValueError("expected a number between 0 and 1 (exclusive)")
-    return value
-
-
-def _parse_group_size(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise ValueError("expected 0 (one group per host) or a positive number of ranks")
     return value
 
 
@@ -95,7 +77,7 @@ KNOBS: Dict[str, Knob] = {
                       "parameter server (dist_sync), then a broadcast inside each group. async: the "
                       "same groups, asynchronous to each other: the servers (dist_async) hold "
                       "the weights and apply each group's gradient as it arrives."),
-    "MXKV_TAU": Knob(_parse_positive_int, "4",
+    "MXKV_TAU": Knob(_whole_number(1, None, "a whole number >= 1"), "4",
                      "easgd: local steps between two elastic exchanges of a group with the "
                      "centre variable on the parameter server."),
     "MXKV_EASGD_BETA": Knob(_parse_fraction, "0.9",
@@ -109,11 +91,12 @@ KNOBS: Dict[str, Knob] = {
                             "(asynchronous EASGD, dist_async servers); 1: all groups exchange at "
                             "the same step and the centre moves by the sum of their elastic "
                             "differences (synchronous EASGD, dist_sync servers)."),
-    "MXKV_WARMUP_STEPS": Knob(_parse_non_negative_int, "0",
+    "MXKV_WARMUP_STEPS": Knob(_whole_number(0, None, "a whole number >= 0"), "0",
                               "easgd: steps of group-synchronous SGD before the first elastic "
                               "exchange."),
-    "MXKV_GROUP_SIZE": Knob(_parse_group_size, "0",
-                            "Ranks per group in the modes sync and async: 0 puts the ranks of one host in "
+    "MXKV_GROUP_SIZE": Knob(_whole_number(0, None, "0 (one group per host) or a positive "
+                                                    "number of ranks"), "0",
+                            "Ranks per group in the modes sync, async and easgd: 0 puts the ranks of one host in "
                             "one group; N makes groups of N consecutive ranks (the last may be "
                             "smaller)."),
     "MXKV_PS_TIMEOUT": Knob(_parse_seconds, "60",
@@ -139,7 +122,7 @@ KNOBS: Dict[str, Knob] = {
                          "1: each gradient bucket is reduced as soon as backward has written it, "
                          "while backward goes on (MXNet engine operations and one communication "
                          "thread); same numbers as 0, which reduces after the whole backward."),
-    "MXKV_SEGMENT_KB": Knob(_parse_segment_kb, "1024",
+    "MXKV_SEGMENT_KB": Knob(_whole_number(4, 65536, "a size in KiB between 4 and 65536"), "1024",
                             "Segment size in KiB of the ring/rhd/rd algorithms: each message is cut "
                             "into segments this large, two in flight, reduced while in cache."),
     "MXKV_AVERAGE": Knob(_parse_bool, "1",
