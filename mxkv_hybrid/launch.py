@@ -7,7 +7,7 @@
 `python script.py` (and `python -m module`) is run as `python -m mxkv_hybrid.run ...`
 with this interpreter, so unmodified scripts get the plugin. Every output line is
 prefixed with its rank. With --servers, a ps-lite scheduler and S servers are started
-first (modes sync/async). The exit status is non-zero when any rank or server fails,
+first (modes sync, async, easgd). The exit status is non-zero when any rank or server fails,
 and every process is ended on failure, timeout, Ctrl-C or SIGTERM.
 """
 import argparse
@@ -240,7 +240,7 @@ def parse_arguments(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser.add_argument("-H", "--hosts", help="host1:slots,host2:slots (passed to mpiexec)")
     parser.add_argument("--hostfile", help="MPI host file (passed to mpiexec)")
     parser.add_argument("--timeout", type=float, help="stop every rank after this many seconds")
-    ps = parser.add_argument_group("parameter server (MXKV_MODE=sync)")
+    ps = parser.add_argument_group("parameter server (MXKV_MODE=sync, async or easgd)")
     ps.add_argument("--servers", type=int, default=0,
                     help="start a ps-lite scheduler and this many servers")
     ps.add_argument("--group-size", type=int, default=0,
