@@ -58,7 +58,6 @@ class TensorCollectives:
             path = config.algorithm_table or algorithm_table.default_path()
             rules = algorithm_table.rules_for(algorithm_table.load(path), comm.size)
         rules = comm.bcast(rules, root=0) or []
-        self.algorithm_rules = rules
         self._impl = _extension().TensorCollectives(
             comm.py2f(), config.bucket_bytes, config.algorithm, rules, config.compress_dtype,
             config.segment_bytes)

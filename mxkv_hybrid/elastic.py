@@ -44,9 +44,6 @@ class ElasticAveraging:
             self._ps.set_optimizer(ElasticCentre())
             atexit.register(self.close)
 
-    def holds(self, key: Key) -> bool:
-        return key in self._server_keys
-
     def register(self, keys: Sequence[Key], weights: Sequence[mx.nd.NDArray]) -> None:
         """The centre of each new key starts at its weights (identical on every rank)."""
         new = [i for i, k in enumerate(keys) if k not in self._server_keys]
