@@ -99,6 +99,10 @@ class TensorCollectives:
         self._run(op, keys, inputs, outputs,
                   lambda: self._impl.broadcast(spec, _key_signature(keys), root))
 
+    def finish(self) -> None:
+        """Waits until every bucket queued behind MXNet's engine (overlap) is reduced."""
+        self._impl.finish_overlapped(False)
+
     def plan(self, tensors: Sequence[tuple]) -> list:
         """The bucket plan for [(mxnet dtype code, element count), ...] (for tests and benchmarks)."""
         return self._impl.plan(list(tensors))

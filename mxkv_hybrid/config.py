@@ -5,7 +5,7 @@ from typing import Callable, Dict, Mapping, Optional
 
 from .errors import ConfigError
 
-MODES = ("allreduce", "sync", "async", "easgd")
+MODES = ("allreduce", "sync", "async", "easgd", "lasgd")
 ALGORITHMS = ("auto", "mpi", "ring", "rhd", "rd")
 COMPRESSIONS = {"none": -1, "fp16": 2, "bf16": 12}  # wire type -> MXNet dtype code
 
@@ -76,10 +76,14 @@ KNOBS: Dict[str, Knob] = {
                       "sync: allreduce inside each group, group leaders sum through MXNet's "
                       "parameter server (dist_sync), then a broadcast inside each group. async: the "
                       "same groups, asynchronous to each other: the servers (dist_async) hold "
-                      "the weights and apply each group's gradient as it arrives."),
+                      "the weights and apply each group's gradient as it arrives. easgd: elastic "
+                      "averaging SGD between groups through a centre variable on the parameter "
+                      "server. lasgd: every rank takes local steps; the models are averaged every "
+                      "MXKV_TAU steps by an allreduce that overlaps the next local steps."),
     "MXKV_TAU": Knob(_whole_number(1, None, "a whole number >= 1"), "4",
                      "easgd: local steps between two elastic exchanges of a group with the "
-                     "centre variable on the parameter server."),
+                     "centre variable on the parameter server. lasgd: local steps between two "
+                     "model averagings."),
     "MXKV_EASGD_BETA": Knob(_parse_fraction, "0.9",
                             "easgd: the moving rate beta = groups x alpha (the paper's 0.9); "
                             "alpha = beta / number of groups unless MXKV_EASGD_ALPHA is set."),
@@ -92,8 +96,14 @@ KNOBS: Dict[str, Knob] = {
                             "the same step and the centre moves by the sum of their elastic "
                             "differences (synchronous EASGD, dist_sync servers)."),
     "MXKV_WARMUP_STEPS": Knob(_whole_number(0, None, "a whole number >= 0"), "0",
-                              "easgd: steps of group-synchronous SGD before the first elastic "
-                              "exchange."),
+                              "easgd, lasgd: steps of synchronous SGD (easgd: inside each group; "
+                              "lasgd: over all ranks) before the first elastic exchange / model "
+                              "averaging."),
+    "MXKV_LASGD_OVERLAP": Knob(_parse_bool, "1",
+                               "lasgd: 1: the model average started at one averaging point is "
+                               "computed while the next MXKV_TAU local steps run, and applied at "
+                               "the next point (x += average - snapshot); 0: a blocking average "
+                               "(x = mean of x) at every point."),
     "MXKV_GROUP_SIZE": Knob(_whole_number(0, None, "0 (one group per host) or a positive "
                                                     "number of ranks"), "0",
                             "Ranks per group in the modes sync, async and easgd: 0 puts the ranks of one host in "
@@ -150,6 +160,7 @@ class Config:
     easgd_alpha: Optional[float]
     warmup_steps: int
     easgd_sync: bool
+    lasgd_overlap: bool
 
     @classmethod
     def from_environment(cls, environ: Optional[Mapping[str, str]] = None) -> "Config":
@@ -183,7 +194,8 @@ class Config:
                    segment_bytes=values["MXKV_SEGMENT_KB"] * 1024, overlap=values["MXKV_OVERLAP"],
                    tau=values["MXKV_TAU"], easgd_beta=values["MXKV_EASGD_BETA"],
                    easgd_alpha=values["MXKV_EASGD_ALPHA"], warmup_steps=values["MXKV_WARMUP_STEPS"],
-                   easgd_sync=values["MXKV_EASGD_SYNC"])
+                   easgd_sync=values["MXKV_EASGD_SYNC"],
+                   lasgd_overlap=values["MXKV_LASGD_OVERLAP"])
 
     @property
     def compress_dtype(self) -> int:

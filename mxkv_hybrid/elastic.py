@@ -10,7 +10,10 @@ the centre receives.
 
 With MXKV_EASGD_SYNC=1 the servers are dist_sync: every group exchanges at the same step,
 each reads the same c (a push is held until all groups pushed) and the servers add the
-sum of the groups' e: c += alpha sum_g (x_g - c), synchronous EASGD."""
+sum of the groups' e: c += alpha sum_g (x_g - c), synchronous EASGD.
+
+EAMSGD (the paper's momentum variant) is this mode with a Nesterov-momentum optimizer
+('nag'): the elastic step moves x and leaves the momentum alone, as in the paper."""
 import atexit
 from dataclasses import replace
 from typing import Dict, Sequence
@@ -18,10 +21,12 @@ from typing import Dict, Sequence
 import mxnet as mx
 
 from . import ps
+from .averaging import check_state_mode
 from .collectives import Arrays, Key, TensorCollectives
 from .config import Config
 from .server_keys import ServerKeys
 from .server_optimizers import ElasticCentre
+from .errors import MXKVError
 from .topology import Groups, World, wait_for_leader
 
 
@@ -33,7 +38,9 @@ class ElasticAveraging:
         self.tau = config.tau
         self.warmup_steps = config.warmup_steps
         self.steps = 0
-        self.exchanges = 0
+        self.rounds = 0  # elastic exchanges
+        self._sync = config.easgd_sync
+        self._world_comm = world.comm
         self.group = TensorCollectives(groups.group_comm, replace(config, overlap=False))
         self._group_comm = groups.group_comm
         self._server_keys = ServerKeys()
@@ -77,12 +84,52 @@ class ElasticAveraging:
             self._ps.push_pull(server_keys, elastic, [])
         wait_for_leader(self._group_comm, is_leader=self._ps is not None)
         self.group.broadcast("elastic exchange", keys, weights, weights, root=0)
-        self.exchanges += 1
+        self.rounds += 1
 
     def centre(self, keys: Sequence[Key], outs: Sequence[mx.nd.NDArray]) -> None:
         """Leaders: reads the centre variable into `outs` (for tests and checkpoints)."""
         if self._ps is not None:
             self._ps.push_pull([self._server_keys[k] for k in keys], [], list(outs))
+
+    def consensus(self, keys: Sequence[Key], weights: Sequence[Arrays]) -> None:
+        """Every rank's weights become the centre (the model EASGD delivers), once all
+        groups are done (a barrier over all ranks first)."""
+        wait_for_leader(self._world_comm, is_leader=False)
+        if self._ps is not None:
+            self.centre(keys, [w[0] for w in weights])
+        wait_for_leader(self._group_comm, is_leader=self._ps is not None)
+        self.group.broadcast("consensus", keys, weights, weights, root=0)
+
+    def state(self) -> dict:
+        """The step counters and, on group leaders, the centre variable."""
+        centre = None
+        if self._ps is not None:
+            keys = list(self._centre)
+            self.centre(keys, [self._centre[k] for k in keys])
+            centre = {k: self._centre[k].asnumpy() for k in keys}
+        return {"mode": "easgd", "steps": self.steps, "rounds": self.rounds, "centre": centre}
+
+    def load_state(self, state: dict) -> None:
+        """Restores the counters; world rank 0 sets the centre on the servers to the saved
+        one (collective: every rank calls it, after the parameters are initialised)."""
+        check_state_mode(state, "easgd")
+        self.steps, self.rounds = state["steps"], state["rounds"]
+        if self._ps is not None:
+            keys = list(self._centre)
+            saved = state["centre"] if self._world_comm.rank == 0 else None
+            if self._world_comm.rank == 0 and (saved is None or set(saved) != set(keys)):
+                raise MXKVError("easgd: the saved centre variable does not cover this model's "
+                                f"parameters {keys!r}: load the state that world rank 0 saved, "
+                                "after the parameters are initialised")
+            current = [self._centre[k] for k in keys]
+            self.centre(keys, current)
+            if saved is not None:  # push saved - current: the servers add it to the centre
+                moves = [mx.nd.array(saved[k], dtype=c.dtype) - c for k, c in zip(keys, current)]
+            else:  # dist_sync sums one push from every leader: the others add nothing
+                moves = [mx.nd.zeros(c.shape, dtype=c.dtype) for c in current]
+            if saved is not None or self._sync:
+                self._ps.push_pull([self._server_keys[k] for k in keys], moves, [])
+        wait_for_leader(self._world_comm, is_leader=False)
 
     def close(self) -> None:
         if self._ps is not None:

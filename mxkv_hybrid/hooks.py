@@ -9,6 +9,8 @@ What changes, only for the hybrid store (every other store runs MXNet's own code
   every rank runs its first forward pass on identical weights.
 """
 import functools
+import os
+import pickle
 
 import mxnet as mx
 import mxnet.gluon.parameter
@@ -18,6 +20,8 @@ import mxnet.module.module
 
 from .errors import MXKVError
 from .kvstore import Hybrid
+
+AVERAGING_SUFFIX = ".averaging"  # next to an optimizer-states file: the averaging state
 
 _MODULES_USING_CREATE = (mxnet.model, mxnet.gluon.trainer, mxnet.module.module)
 _MODULES_USING_UPDATES = (mxnet.model, mxnet.module.module)
@@ -123,13 +127,83 @@ def _allreduce_grads(original, self):
     return None
 
 
+def _trained_weights(trainer):
+    """(keys, per-device weights) of the parameters a Trainer updates."""
+    params = [(i, p) for i, p in enumerate(trainer._params) if p.grad_req != "null"]
+    return [i for i, _ in params], [p.list_data() for _, p in params]
+
+
 def _trainer_update(original, self, *args, **kwargs):
-    """After the optimizer step: the store's averaging hook (mode easgd)."""
+    """After the optimizer step: the store's averaging hook (modes easgd, lasgd)."""
     result = original(self, *args, **kwargs)
-    if isinstance(self._kvstore, Hybrid) and self._kvstore.elastic is not None:
-        params = [(i, p) for i, p in enumerate(self._params) if p.grad_req != "null"]
-        self._kvstore.after_update([i for i, _ in params], [p.list_data() for _, p in params])
+    if isinstance(self._kvstore, Hybrid) and self._kvstore.averaging is not None:
+        self._kvstore.after_update(*_trained_weights(self))
     return result
+
+
+def _averaging_of(owner):
+    """The averaging schedule behind a Trainer's or Module's hybrid store, or None."""
+    store = getattr(owner, "_kvstore", None)
+    return store.averaging if isinstance(store, Hybrid) else None
+
+
+def _save_averaging(owner, fname: str) -> None:
+    averaging = _averaging_of(owner)
+    if averaging is not None:
+        state = pickle.dumps(averaging.state())
+        with open(fname + AVERAGING_SUFFIX + ".tmp", "wb") as f:
+            f.write(state)
+        os.replace(fname + AVERAGING_SUFFIX + ".tmp", fname + AVERAGING_SUFFIX)
+
+
+def _load_averaging(owner, fname: str) -> None:
+    averaging = _averaging_of(owner)
+    if averaging is None:
+        return
+    path = fname + AVERAGING_SUFFIX
+    if not os.path.exists(path):
+        raise MXKVError(f"{path} is missing: in MXKV_MODE={owner._kvstore.config.mode} the "
+                        "averaging state (step counter, centre or average in flight) is saved "
+                        f"there by save_states next to {fname}; copy it along with the states")
+    with open(path, "rb") as f:
+        averaging.load_state(pickle.load(f))
+
+
+def _trainer_save_states(original, self, fname):
+    """Also writes the averaging state (modes easgd, lasgd) to fname + '.averaging'."""
+    original(self, fname)
+    _save_averaging(self, fname)
+
+
+def _trainer_load_states(original, self, fname):
+    original(self, fname)
+    _load_averaging(self, fname)
+
+
+def _module_save_optimizer_states(original, self, fname):
+    original(self, fname)
+    _save_averaging(self, fname)
+
+
+def _module_load_optimizer_states(original, self, fname):
+    original(self, fname)
+    _load_averaging(self, fname)
+
+
+def consensus(owner) -> None:
+    """Collective: gives every rank the one model of a Trainer's or Module's averaging mode
+    (easgd: the centre variable; lasgd: the average of all ranks). Call it before
+    evaluating or saving the final model; nothing changes in the synchronous modes."""
+    store = getattr(owner, "_kvstore", None)
+    if not isinstance(store, Hybrid):
+        raise MXKVError("consensus: this Trainer/Module does not use the hybrid kvstore "
+                        "(or has not started training yet)")
+    if isinstance(owner, mxnet.gluon.Trainer):
+        store.consensus(*_trained_weights(owner))
+    else:
+        group = owner._exec_group
+        names, _, params = _valid_updates(group.param_arrays, group.grad_arrays, group.param_names)
+        store.consensus(names, params)
 
 
 def _patch(owner, name: str, replacement) -> None:
@@ -157,4 +231,8 @@ def install() -> None:
     _patch(mxnet.gluon.trainer.Trainer, "__init__", _trainer_init)
     _patch(mxnet.gluon.trainer.Trainer, "_allreduce_grads", _allreduce_grads)
     _patch(mxnet.gluon.trainer.Trainer, "_update", _trainer_update)
+    _patch(mxnet.gluon.trainer.Trainer, "save_states", _trainer_save_states)
+    _patch(mxnet.gluon.trainer.Trainer, "load_states", _trainer_load_states)
+    _patch(mxnet.module.module.Module, "save_optimizer_states", _module_save_optimizer_states)
+    _patch(mxnet.module.module.Module, "load_optimizer_states", _module_load_optimizer_states)
     _patch(mxnet.gluon.parameter.Parameter, "_init_impl", _parameter_init_impl)

@@ -6,9 +6,11 @@ from mxnet.kvstore import KVStoreBase
 
 from .collectives import Key, TensorCollectives
 from .config import Config
+from .averaging import Averaging
 from .elastic import ElasticAveraging
 from .errors import MXKVError
 from .grouped_sync import GroupedSync
+from .local_sgd import LocalSGD
 from .server_weights import ServerWeights
 from .topology import groups, world
 from .worker_weights import WorkerWeights
@@ -40,11 +42,12 @@ class Hybrid(KVStoreBase):
             self._world.comm, self._config)
         mode = self._config.mode
         self._reducer = self._collectives  # what combines plain values
-        self._elastic: Optional[ElasticAveraging] = None
+        self._averaging: Optional[Averaging] = None
         if mode == "easgd":
-            self._elastic = ElasticAveraging(self._config, self._world,
-                                             groups(self._config.group_size))
-            self._reducer = self._elastic.group
+            elastic = ElasticAveraging(self._config, self._world, groups(self._config.group_size))
+            self._averaging, self._reducer = elastic, elastic.group
+        if mode == "lasgd":
+            self._averaging = self._reducer = LocalSGD(self._config, self._world)
         if mode == "sync":
             self._reducer = GroupedSync(self._config, self._world, groups(self._config.group_size))
         if mode == "async":
@@ -82,20 +85,27 @@ class Hybrid(KVStoreBase):
         return self._weights.updater
 
     def is_capable(self, capability: str) -> bool:
-        """Updates can run on the store, except in mode easgd (each group updates its own
-        weights, which the elastic exchanges pull towards the centre)."""
-        return capability == KVStoreBase.OPTIMIZER and self._config.mode != "easgd"
+        """Updates can run on the store, except in the averaging modes easgd and lasgd
+        (each group or rank updates its own weights, which the averaging then moves)."""
+        return capability == KVStoreBase.OPTIMIZER and self._averaging is None
 
     @property
-    def elastic(self) -> Optional[ElasticAveraging]:
-        """Mode easgd: the elastic averaging of this process's group (else None)."""
-        return self._elastic
+    def averaging(self) -> Optional[Averaging]:
+        """Modes easgd and lasgd: this process's averaging schedule (else None)."""
+        return self._averaging
 
     def after_update(self, keys: Sequence[Key], weights: Sequence[Sequence[mx.nd.NDArray]]) -> None:
-        """Called by the Trainer and Module hooks after each optimizer step (mode easgd:
-        every tau-th step is an elastic exchange)."""
-        if self._elastic is not None:
-            self._elastic.after_step(keys, weights)
+        """Called by the Trainer and Module hooks after each optimizer step (every tau-th
+        step is an elastic exchange in mode easgd, an averaging point in mode lasgd)."""
+        if self._averaging is not None:
+            self._averaging.after_step(keys, weights)
+
+    def consensus(self, keys: Sequence[Key], weights: Sequence[Sequence[mx.nd.NDArray]]) -> None:
+        """Collective: every rank's weights become the one model the averaging mode delivers
+        (easgd: the centre; lasgd: the average, after applying the one in flight);
+        the synchronous modes' weights already agree, so nothing changes there."""
+        if self._averaging is not None:
+            self._averaging.consensus(keys, weights)
 
     # ---- data -----------------------------------------------------------------------
     def init(self, key, value) -> None:
@@ -117,8 +127,8 @@ class Hybrid(KVStoreBase):
             self._weights.init("broadcast", keys, values, outs)
         else:
             self._active().broadcast("broadcast", keys, values, outs)
-        if self._elastic is not None:
-            self._elastic.register(keys, [o[0] for o in outs])
+        if self._averaging is not None:
+            self._averaging.register(keys, [o[0] for o in outs])
 
     def push(self, key, value, priority: int = 0) -> None:
         """Combines the values of all devices and ranks into the store; with an optimizer,
@@ -183,8 +193,8 @@ class Hybrid(KVStoreBase):
         cannot be used afterwards."""
         if isinstance(self._reducer, GroupedSync):
             self._reducer.close()
-        if self._elastic is not None:
-            self._elastic.close()
+        if self._averaging is not None:
+            self._averaging.close()
         self._weights.close()
         self._collectives = None
 

@@ -9,6 +9,7 @@ import pytest
 from mxkv_hybrid.config import Config
 from mxkv_hybrid.errors import ConfigError
 
+import averaging_reference as reference
 from conftest import launch, load_ranks
 
 EASGD = {"MXKV_MODE": "easgd"}
@@ -78,11 +79,56 @@ def test_module_fit_in_easgd_mode_updates_locally_and_exchanges_every_tau_steps(
     assert job.returncode == 0, job.output
     for rank in range(4):  # 5 steps: exchanges after steps 2 and 4
         assert "update_on_kvstore=False" in " ".join(job.lines_of(rank)), job.output
-        assert "elastic_exchanges=2" in " ".join(job.lines_of(rank)), job.output
+        assert "averaging_rounds=2" in " ".join(job.lines_of(rank)), job.output
     weights = load_ranks(job_dir, 4)
     for first, second in ((0, 1), (2, 3)):
         for name in weights[first]:
             assert np.array_equal(weights[first][name], weights[second][name]), name
+
+
+SYNC_TAU, SYNC_WARMUP, SYNC_STEPS = 2, 1, 7
+
+
+def trainer_steps(job_dir, *args: str):
+    """averaging_steps.py: synchronous EASGD through the Trainer hooks, 2 groups of 1 rank;
+    (STEP records, CONSENSUS or None)."""
+    env = dict(EASGD, MXKV_EASGD_SYNC="1", MXKV_TAU=str(SYNC_TAU),
+               MXKV_WARMUP_STEPS=str(SYNC_WARMUP))
+    job = launch(2, "averaging_steps.py", str(job_dir), *args, env=env, timeout=120,
+                 launcher_options=["--group-size", "1", "--servers", "1"])
+    assert job.returncode == 0, job.output
+    lines = job.lines_of(0)
+    consensus = [json.loads(line[10:]) for line in lines if line.startswith("CONSENSUS ")]
+    return ([json.loads(line[5:]) for line in lines if line.startswith("STEP ")],
+            consensus[0] if consensus else None)
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "nag"])  # nag: EAMSGD
+def test_trainer_steps_follow_synchronous_easgd_and_eamsgd(job_dir, optimizer):
+    seen, agreed = trainer_steps(job_dir, str(SYNC_STEPS), optimizer, "--consensus")
+    expected = reference.easgd_sync(SYNC_STEPS, 2, SYNC_TAU, SYNC_WARMUP, 0.45, optimizer)
+    assert [r["step"] for r in seen] == list(range(1, SYNC_STEPS + 1))
+    for record, want in zip(seen, expected):
+        np.testing.assert_allclose(record["weights"], want["weights"], rtol=0, atol=1e-5,
+                                   err_msg=f"step {record['step']}")
+        np.testing.assert_allclose(record["centre"], want["centre"], rtol=0, atol=1e-5,
+                                   err_msg=f"step {record['step']}")
+    np.testing.assert_allclose(agreed, [expected[-1]["centre"]] * 2, rtol=0, atol=1e-5)
+
+
+def test_easgd_checkpoint_resumes_the_same_trajectory(tmp_path):
+    """Saved after step 4 (exchanges after steps 3, 5, 7): weights, momentum, the centre
+    on the servers and the step counter come back."""
+    straight, _ = trainer_steps(tmp_path / "straight", str(SYNC_STEPS), "nag")
+    trainer_steps(tmp_path / "first", str(SYNC_STEPS), "nag", "--save", "4", str(tmp_path / "ckpt"))
+    resumed, _ = trainer_steps(tmp_path / "second", str(SYNC_STEPS), "nag", "--resume",
+                               str(tmp_path / "ckpt"))
+    assert [r["step"] for r in resumed] == list(range(5, SYNC_STEPS + 1))
+    for record, want in zip(resumed, straight[4:]):
+        np.testing.assert_allclose(record["weights"], want["weights"], rtol=0, atol=1e-6)
+        np.testing.assert_allclose(record["centre"], want["centre"], rtol=0, atol=1e-6)
+    for rank in range(2):
+        assert int(np.load(tmp_path / "second" / f"rank{rank}.npz")["rounds"]) == 3
 
 
 @pytest.mark.parametrize("setting, message", [

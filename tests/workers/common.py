@@ -28,7 +28,7 @@ def overlapped_buckets(store) -> int:
     return collectives.overlapped_buckets if collectives is not None else 0
 
 
-def elastic_exchanges(store) -> int:
-    """How many elastic exchanges a Hybrid store in mode easgd has done."""
-    elastic = getattr(store, "elastic", None)
-    return elastic.exchanges if elastic is not None else 0
+def averaging_rounds(store) -> int:
+    """Elastic exchanges (easgd) or model averagings (lasgd) a Hybrid store has done."""
+    averaging = getattr(store, "averaging", None)
+    return averaging.rounds if averaging is not None else 0

@@ -21,10 +21,10 @@ together = sys.argv[1:] == ["together"]
 for round_ in range(3):
     for group in ([None] if together else range(comm.size)):
         if together or comm.rank == group:
-            kv.elastic.exchange([0], [[x]])
+            kv.averaging.exchange([0], [[x]])
         comm.Barrier()
         if comm.rank == 0:
-            kv.elastic.centre([0], [centre])
+            kv.averaging.centre([0], [centre])
         weights = comm.gather(x.asnumpy().tolist())
         if comm.rank == 0:
             print("EXCHANGE " + json.dumps({"round": round_, "group": group, "weights": weights,

@@ -36,8 +36,8 @@ for step in range(steps):
 final = float(loss_fn(net(mx.nd.array(x_all)), mx.nd.array(y_all)).mean().asscalar())
 initial_scale = float(np.mean(y_all ** 2) / 2)
 print(f"rank {kv.rank} group-final loss {final:.6f} (zero-weight loss {initial_scale:.3f})", flush=True)
-if kv.elastic is not None:
-    print(f"rank {kv.rank} elastic exchanges {kv.elastic.exchanges} (alpha {kv.elastic.alpha:g})",
+if kv.config.mode == "easgd":
+    print(f"rank {kv.rank} elastic exchanges {kv.averaging.rounds} (alpha {kv.averaging.alpha:g})",
           flush=True)
 os.makedirs(out, exist_ok=True)
 np.savez(os.path.join(out, f"rank{kv.rank}.npz"),

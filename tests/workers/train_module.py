@@ -7,7 +7,7 @@ import os
 import mxnet as mx
 import numpy as np
 
-from common import (BATCH, CLASSES, LEARNING_RATE, MOMENTUM, STEPS, elastic_exchanges,
+from common import (BATCH, CLASSES, LEARNING_RATE, MOMENTUM, STEPS, averaging_rounds,
                     overlapped_buckets, rank_batch, union_batch)
 
 parser = argparse.ArgumentParser()
@@ -40,4 +40,4 @@ np.savez(os.path.join(args.out, f"rank{rank}.npz"), **{k: v.asnumpy() for k, v i
 print(f"rank {rank}: kvstore={module._kvstore.type if module._kvstore else None}",
       f"update_on_kvstore={module._update_on_kvstore}",
       f"overlapped_buckets={overlapped_buckets(module._kvstore)}",
-      f"elastic_exchanges={elastic_exchanges(module._kvstore)}")
+      f"averaging_rounds={averaging_rounds(module._kvstore)}")

@@ -1,0 +1,88 @@
+"""Explicit model averaging for people who want control, shaped like PyTorch's
+PeriodicModelAverager: train with a local store (kvstore=None or 'local'), call
+`average_parameters` after every `trainer.step`.
+
+    mxkv_hybrid.broadcast_parameters(net.collect_params())      # same start everywhere
+    averager = mxkv_hybrid.PeriodicModelAverager(period=4, warmup_steps=100)
+    for batch in data:
+        ...
+        trainer.step(batch_size)
+        averager.average_parameters(net.collect_params())
+
+Unlike PyTorch's, a step counts once the optimizer has run: the first average follows
+step warmup_steps + period (PyTorch's averages at step warmup_steps already). With
+overlap=True the average travels while the next `period` steps compute (mode lasgd's
+algorithm, see local_sgd.py); `consensus` then gives every rank the same model."""
+import warnings
+from typing import Iterable, List, Tuple, Union
+
+import mxnet as mx
+from mxnet import gluon
+
+from .collectives import TensorCollectives
+from .config import Config
+from .local_sgd import LocalSGD
+from .topology import world
+
+Parameters = Union[gluon.ParameterDict, Iterable[gluon.Parameter]]
+
+
+def _keys_and_weights(params: Parameters) -> Tuple[List[str], List[List[mx.nd.NDArray]]]:
+    items = list(params.values()) if isinstance(params, gluon.ParameterDict) else list(params)
+    trained = [p for p in items if p.grad_req != "null"]
+    return [p.name for p in trained], [p.list_data() for p in trained]
+
+
+def broadcast_parameters(params: Parameters, root: int = 0) -> None:
+    """Collective: every rank's parameters (all of them) become rank `root`'s."""
+    items = list(params.values()) if isinstance(params, gluon.ParameterDict) else list(params)
+    data = [p.list_data() for p in items]
+    TensorCollectives(world().comm, Config.from_environment()).broadcast(
+        "broadcast_parameters", [p.name for p in items], [d[:1] for d in data], data, root)
+
+
+class PeriodicModelAverager:
+    """Averages the parameters over all ranks every `period` steps after `warmup_steps`."""
+
+    def __init__(self, period: int, warmup_steps: int = 0, overlap: bool = False):
+        if not isinstance(period, int) or period < 1:
+            raise ValueError(f"period must be a whole number >= 1, got {period!r}")
+        if not isinstance(warmup_steps, int) or warmup_steps < 0:
+            raise ValueError(f"warmup_steps must be a whole number >= 0, got {warmup_steps!r}")
+        if period == 1 and not overlap:
+            warnings.warn("period=1 averages the whole model after every step, which costs at "
+                          "least as much as averaging the gradients: use kvstore='hybrid' "
+                          "(MXKV_MODE=allreduce) instead", stacklevel=2)
+        self._schedule = LocalSGD(Config.from_environment(), world(), period=period,
+                                  warmup_steps=warmup_steps, overlap=bool(overlap))
+
+    @property
+    def period(self) -> int:
+        return self._schedule.period
+
+    @property
+    def warmup_steps(self) -> int:
+        return self._schedule.warmup_steps
+
+    @property
+    def step(self) -> int:
+        """Calls of average_parameters so far (optimizer steps)."""
+        return self._schedule.steps
+
+    @property
+    def averagings(self) -> int:
+        return self._schedule.rounds
+
+    def average_parameters(self, params: Parameters) -> bool:
+        """Collective: counts a step; on the schedule, averages. Returns whether it did."""
+        return self._schedule.after_step(*_keys_and_weights(params))
+
+    def consensus(self, params: Parameters) -> None:
+        """Collective: applies an average in flight, then averages at once."""
+        self._schedule.consensus(*_keys_and_weights(params))
+
+    def state(self) -> dict:
+        return self._schedule.state()
+
+    def load_state(self, state: dict) -> None:
+        self._schedule.load_state(state)

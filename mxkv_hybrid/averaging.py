@@ -1,0 +1,34 @@
+"""What the averaging modes (easgd, lasgd) offer the store, the hooks and checkpoints."""
+from typing import Protocol, Sequence
+
+import mxnet as mx
+
+from .collectives import Arrays, Key
+from .errors import MXKVError
+
+
+class Averaging(Protocol):
+    """Counts optimizer steps and, on its schedule, moves the weights towards the other
+    ranks' (ElasticAveraging, LocalSGD)."""
+
+    steps: int   # optimizer steps counted so far
+    rounds: int  # elastic exchanges / model averagings so far
+
+    def register(self, keys: Sequence[Key], weights: Sequence[mx.nd.NDArray]) -> None: ...
+
+    def after_step(self, keys: Sequence[Key], weights: Sequence[Arrays]) -> bool: ...
+
+    def consensus(self, keys: Sequence[Key], weights: Sequence[Arrays]) -> None: ...
+
+    def state(self) -> dict: ...
+
+    def load_state(self, state: dict) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def check_state_mode(state: dict, mode: str) -> None:
+    """Refuses an averaging state saved by another mode."""
+    if state.get("mode") != mode:
+        raise MXKVError(f"this averaging state was saved in mode {state.get('mode')!r}, and this "
+                        f"job runs MXKV_MODE={mode}: resume with the mode it was saved in")

@@ -1,0 +1,75 @@
+"""The averaging algorithms written out in numpy (float64), step by step, for the tests to
+compare with what tests/workers/averaging_steps.py prints."""
+from typing import List
+
+import numpy as np
+
+START = np.array([2.0, -1.0, 0.5])
+LEARNING_RATE, MOMENTUM = 0.1, 0.5
+
+
+def targets(ranks: int) -> np.ndarray:
+    return np.array([[r + 1.0, -2.0 * r, 0.5 * r] for r in range(ranks)])
+
+
+def optimizer_step(w: np.ndarray, mom: np.ndarray, grad: np.ndarray, optimizer: str):
+    """MXNet 1.9.1's sgd_mom_update / nag_mom_update (no weight decay)."""
+    mom = MOMENTUM * mom - LEARNING_RATE * grad
+    if optimizer == "sgd":
+        return w + mom, mom
+    return w + MOMENTUM * mom - LEARNING_RATE * grad, mom
+
+
+def is_averaging_point(step: int, warmup: int, tau: int) -> bool:
+    return step > warmup and (step - warmup) % tau == 0
+
+
+def easgd_sync(steps: int, groups: int, tau: int, warmup: int, alpha: float,
+               optimizer: str) -> List[dict]:
+    """Synchronous EASGD with one rank per group: [{weights, centre} after each step]."""
+    goal = targets(groups)
+    x = np.tile(START, (groups, 1))
+    mom = np.zeros_like(x)
+    centre = START.copy()
+    records = []
+    for step in range(1, steps + 1):
+        x, mom = optimizer_step(x, mom, x - goal, optimizer)
+        if is_averaging_point(step, warmup, tau):
+            elastic = alpha * (x - centre)
+            x, centre = x - elastic, centre + elastic.sum(axis=0)
+        records.append({"weights": x.copy(), "centre": centre.copy()})
+    return records
+
+
+def lasgd(steps: int, ranks: int, tau: int, warmup: int, overlap: bool,
+          optimizer: str) -> List[dict]:
+    """Local SGD after synchronous warm-up steps; with overlap the average started at one
+    point is applied at the next (x += A - S). [{weights, pending}] after each step."""
+    goal = targets(ranks)
+    x = np.tile(START, (ranks, 1))
+    mom = np.zeros_like(x)
+    snapshot = average = None
+    records = []
+    for step in range(1, steps + 1):
+        grad = x - goal
+        if step <= warmup:  # gradients averaged over all ranks
+            grad = np.tile(grad.mean(axis=0), (ranks, 1))
+        x, mom = optimizer_step(x, mom, grad, optimizer)
+        if is_averaging_point(step, warmup, tau):
+            if not overlap:
+                x = np.tile(x.mean(axis=0), (ranks, 1))
+            else:
+                if snapshot is not None:
+                    x = x + average - snapshot
+                snapshot, average = x.copy(), x.mean(axis=0)
+        records.append({"weights": x.copy(),
+                        "pending": None if snapshot is None else average - snapshot})
+    return records
+
+
+def consensus_of_lasgd(record: dict, overlap: bool) -> np.ndarray:
+    """What consensus gives after a lasgd step: the pending average applied, then the mean."""
+    x = record["weights"]
+    if overlap and record["pending"] is not None:
+        x = x + record["pending"]
+    return x.mean(axis=0)

@@ -1,0 +1,105 @@
+"""MXKV_MODE=lasgd and the explicit averager, on real MPI jobs: every step follows the
+formulas of tests/averaging_reference.py; a checkpoint resumes the same trajectory."""
+import json
+
+import numpy as np
+import pytest
+
+import averaging_reference as reference
+import mxkv_hybrid
+from conftest import launch
+from mxkv_hybrid.config import Config
+from mxkv_hybrid.errors import ConfigError
+
+RANKS, TAU, WARMUP, STEPS = 3, 2, 2, 9
+
+
+def run_steps(job_dir, *args: str, **env: str):
+    """averaging_steps.py on 3 ranks in mode lasgd; (STEP records, CONSENSUS or None)."""
+    job = launch(RANKS, "averaging_steps.py", str(job_dir), *args, timeout=120,
+                 env=dict({"MXKV_MODE": "lasgd", "MXKV_TAU": str(TAU),
+                           "MXKV_WARMUP_STEPS": str(WARMUP)}, **env))
+    assert job.returncode == 0, job.output
+    lines = job.lines_of(0)
+    steps = [json.loads(line[5:]) for line in lines if line.startswith("STEP ")]
+    consensus = [json.loads(line[10:]) for line in lines if line.startswith("CONSENSUS ")]
+    return steps, (consensus[0] if consensus else None)
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+@pytest.mark.parametrize("optimizer", ["sgd", "nag"])
+def test_lasgd_steps_follow_the_formula(job_dir, overlap, optimizer):
+    seen, agreed = run_steps(job_dir, str(STEPS), optimizer, "--consensus",
+                             MXKV_LASGD_OVERLAP=str(int(overlap)))
+    expected = reference.lasgd(STEPS, RANKS, TAU, WARMUP, overlap, optimizer)
+    assert [r["step"] for r in seen] == list(range(1, STEPS + 1))
+    for record, want in zip(seen, expected):
+        np.testing.assert_allclose(record["weights"], want["weights"], rtol=0, atol=1e-5,
+                                   err_msg=f"step {record['step']}")
+    final = reference.consensus_of_lasgd(expected[-1], overlap)
+    np.testing.assert_allclose(agreed, np.tile(final, (RANKS, 1)), rtol=0, atol=1e-5)
+    assert all(row == agreed[0] for row in agreed)  # bitwise the same model everywhere
+
+
+def test_lasgd_correction_keeps_the_mean_over_ranks(job_dir):
+    """Applying x += A - S does not move the mean of x over the ranks (sum of A - S is 0)."""
+    seen, _ = run_steps(job_dir, str(STEPS), "sgd")
+    expected = reference.lasgd(STEPS, RANKS, TAU, WARMUP, True, "sgd")
+    for record, want in zip(seen, expected):
+        if want["pending"] is not None:
+            assert abs(want["pending"].sum(axis=0)).max() < 1e-12
+        np.testing.assert_allclose(np.mean(record["weights"], axis=0),
+                                   want["weights"].mean(axis=0), rtol=0, atol=1e-5)
+
+
+def test_lasgd_checkpoint_resumes_the_same_trajectory(tmp_path):
+    """Saved after step 5, while the average started at step 4 is in flight."""
+    run_steps(tmp_path / "straight", str(STEPS), "nag")
+    run_steps(tmp_path / "first", str(STEPS), "nag", "--save", "5", str(tmp_path / "ckpt"))
+    resumed, _ = run_steps(tmp_path / "second", str(STEPS), "nag", "--resume",
+                           str(tmp_path / "ckpt"))
+    assert [r["step"] for r in resumed] == list(range(6, STEPS + 1))
+    for rank in range(RANKS):
+        straight = np.load(tmp_path / "straight" / f"rank{rank}.npz")
+        second = np.load(tmp_path / "second" / f"rank{rank}.npz")
+        np.testing.assert_allclose(second["w"], straight["w"], rtol=0, atol=1e-6)
+        assert int(second["rounds"]) == int(straight["rounds"]) == 3  # steps 4, 6, 8
+
+
+@pytest.mark.parametrize("overlap", ["1", "0"])
+def test_periodic_model_averager_follows_the_formula(overlap):
+    """The explicit object with a local Trainer: broadcast_parameters, then local steps
+    averaged every PERIOD steps (no warm-up), as mode lasgd does."""
+    period = 3
+    job = launch(RANKS, "explicit_averager.py", str(STEPS), str(period), overlap, timeout=120)
+    assert job.returncode == 0, job.output
+    lines = job.lines_of(0)
+    seen = [json.loads(line[5:]) for line in lines if line.startswith("STEP ")]
+    agreed = json.loads(next(line[10:] for line in lines if line.startswith("CONSENSUS ")))
+    expected = reference.lasgd(STEPS, RANKS, period, 0, overlap == "1", "sgd")
+    for record, want in zip(seen, expected):
+        np.testing.assert_allclose(record["weights"], want["weights"], rtol=0, atol=1e-5,
+                                   err_msg=f"step {record['step']}")
+    final = reference.consensus_of_lasgd(expected[-1], overlap == "1")
+    np.testing.assert_allclose(agreed, np.tile(final, (RANKS, 1)), rtol=0, atol=1e-5)
+    assert f"averagings {STEPS // period}" in lines
+
+
+@pytest.mark.parametrize("arguments, message", [
+    ({"period": 0}, "period must be a whole number >= 1, got 0"),
+    ({"period": 2.5}, "period must be a whole number >= 1, got 2.5"),
+    ({"period": 4, "warmup_steps": -1}, "warmup_steps must be a whole number >= 0, got -1"),
+])
+def test_periodic_model_averager_refuses_bad_arguments(arguments, message):
+    with pytest.raises(ValueError, match=message):
+        mxkv_hybrid.PeriodicModelAverager(**arguments)
+
+
+def test_periodic_model_averager_warns_that_period_one_is_gradient_averaging():
+    with pytest.warns(UserWarning, match="period=1 averages the whole model after every step"):
+        mxkv_hybrid.PeriodicModelAverager(period=1)
+
+
+def test_unknown_lasgd_overlap_setting_is_refused():
+    with pytest.raises(ConfigError, match="MXKV_LASGD_OVERLAP='maybe' is invalid"):
+        Config.from_environment({"MXKV_MODE": "lasgd", "MXKV_LASGD_OVERLAP": "maybe"})
