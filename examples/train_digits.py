@@ -2,11 +2,16 @@
 offline in the scikit-learn wheel), data-parallel over the ranks of the job.
 
     mxkv-launch -n 2 -- python examples/train_digits.py            # hybrid kvstore
-    python examples/train_digits.py --kv-store local               # one process, no plugin needed
+    python examples/train_digits.py --kv-store local               # one process
+    MXKV_MODE=lasgd mxkv-launch -n 4 -- python examples/train_digits.py
+    MXKV_MODE=easgd mxkv-launch -n 4 --group-size 2 --servers 1 -- python examples/train_digits.py
 
 Each rank trains on its own shard of the training set; with the default averaging of
 the hybrid store this is the same training as one process with a batch of
-(batch-size x ranks). Rank 0 prints one progress line per epoch and the final accuracy.
+(batch-size x ranks). Rank 0 prints one progress line per epoch (the accuracy of its
+own model: in the averaging modes easgd and lasgd the ranks' models differ between
+averagings) and, after mxkv_hybrid.consensus gave every rank the one final model, the
+final accuracy.
 """
 import argparse
 import time
@@ -16,7 +21,10 @@ import numpy as np
 from mxnet import autograd, gluon
 from sklearn.datasets import load_digits
 
+import mxkv_hybrid
+
 TEST_FRACTION = 0.2
+CHECKSUM_KEY = 10 ** 6  # an int key like the Trainer's (a dist store takes one key type)
 
 
 def parse_arguments() -> argparse.Namespace:
@@ -63,7 +71,7 @@ def replicas_identical(kv, net) -> bool:
     mine = mx.nd.array([p.data().asnumpy().astype(np.float64).sum()
                         for p in net.collect_params().values()], dtype="float64")
     rank0 = mx.nd.zeros(mine.shape, dtype="float64")
-    kv.broadcast("checksum", mine, out=rank0)
+    kv.broadcast(CHECKSUM_KEY, mine, out=rank0)
     return bool((mine == rank0).asnumpy().all())
 
 
@@ -83,8 +91,9 @@ def main() -> None:
     trainer = gluon.Trainer(net.collect_params(), "sgd",
                             {"learning_rate": args.lr, "momentum": 0.9}, kvstore=kv)
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+    mode = f" (MXKV_MODE={kv.config.mode})" if isinstance(kv, mxkv_hybrid.Hybrid) else ""
     if rank == 0:
-        print(f"kvstore {kv.type}: {workers} rank(s) x {args.devices} device(s), "
+        print(f"kvstore {kv.type}{mode}: {workers} rank(s) x {args.devices} device(s), "
               f"{steps} steps/epoch of {args.batch_size} images per rank", flush=True)
 
     for epoch in range(1, args.epochs + 1):
@@ -109,6 +118,8 @@ def main() -> None:
                   f"test accuracy {accuracy(net, test_x, test_y, contexts[0]):.4f}  "
                   f"{steps * args.batch_size * workers / seconds:7.0f} images/s", flush=True)
 
+    if isinstance(kv, mxkv_hybrid.Hybrid):
+        mxkv_hybrid.consensus(trainer)  # easgd: the centre; lasgd: the average
     identical = replicas_identical(kv, net)
     if rank == 0:
         print(f"final test accuracy {accuracy(net, test_x, test_y, contexts[0]):.4f} "

@@ -41,7 +41,8 @@ def _initialize_kvstore(original, kvstore, param_arrays, arg_params, param_names
                         update_on_kvstore):
     if not isinstance(kvstore, Hybrid):
         return original(kvstore, param_arrays, arg_params, param_names, update_on_kvstore)
-    kvstore.broadcast(list(param_names), [arg_params[n] for n in param_names], out=param_arrays)
+    kvstore.broadcast_weights(list(param_names), [arg_params[n] for n in param_names],
+                              out=param_arrays)
     return None
 
 
@@ -91,7 +92,7 @@ def _trainer_store(trainer):
 def _broadcast_parameters(store: Hybrid, trainer, params) -> None:
     keys = [trainer._param2idx[p.name] for p in params]
     data = [p.list_data() for p in params]
-    store.broadcast(keys, [d[0] for d in data], out=data)
+    store.broadcast_weights(keys, [d[0] for d in data], out=data)
 
 
 def _trainer_init(original, self, *args, **kwargs):

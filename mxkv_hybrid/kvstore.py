@@ -12,7 +12,7 @@ from .errors import MXKVError
 from .grouped_sync import GroupedSync
 from .local_sgd import LocalSGD
 from .server_weights import ServerWeights
-from .topology import groups, world
+from .topology import groups, wait_for_leader, world
 from .worker_weights import WorkerWeights
 
 
@@ -102,10 +102,14 @@ class Hybrid(KVStoreBase):
 
     def consensus(self, keys: Sequence[Key], weights: Sequence[Sequence[mx.nd.NDArray]]) -> None:
         """Collective: every rank's weights become the one model the averaging mode delivers
-        (easgd: the centre; lasgd: the average, after applying the one in flight);
-        the synchronous modes' weights already agree, so nothing changes there."""
+        (easgd: the centre; lasgd: the average, after applying the one in flight; async:
+        the servers' weights once every group's last update landed); the synchronous
+        modes' weights already agree, so nothing changes there."""
         if self._averaging is not None:
             self._averaging.consensus(keys, weights)
+        elif self._config.mode == "async":
+            wait_for_leader(self._world.comm, is_leader=False)
+            self.pull(list(keys), out=list(weights))
 
     # ---- data -----------------------------------------------------------------------
     def init(self, key, value) -> None:
@@ -127,8 +131,15 @@ class Hybrid(KVStoreBase):
             self._weights.init("broadcast", keys, values, outs)
         else:
             self._active().broadcast("broadcast", keys, values, outs)
+
+    def broadcast_weights(self, key, value, out) -> None:
+        """broadcast() of model weights (the Trainer and Module hooks use it): the averaging
+        modes also take these keys as weights (easgd: a centre variable starts at them;
+        lasgd: their gradients stay local)."""
+        self.broadcast(key, value, out)
         if self._averaging is not None:
-            self._averaging.register(keys, [o[0] for o in outs])
+            keys, _ = _as_key_lists(key, value)
+            self._averaging.register(keys, [o[0] for o in _as_key_lists(key, out)[1]])
 
     def push(self, key, value, priority: int = 0) -> None:
         """Combines the values of all devices and ranks into the store; with an optimizer,

@@ -265,6 +265,11 @@ def parse_arguments(argv: Optional[List[str]] = None) -> argparse.Namespace:
         parser.error("--servers and --group-size must not be negative")
     if (args.group_size or args.server_hosts) and not args.servers:
         parser.error("--group-size and --server-hosts need --servers")
+    mode = os.environ.get("MXKV_MODE", "allreduce").strip().lower()
+    if args.servers and mode in ("allreduce", "lasgd"):
+        parser.error(f"--servers serves the modes sync, async and easgd, and MXKV_MODE is {mode}"
+                     f"{'' if 'MXKV_MODE' in os.environ else ' (unset)'}, which uses no parameter "
+                     "server: set MXKV_MODE or drop --servers")
     return args
 
 

@@ -110,3 +110,15 @@ def test_launcher_runs_python_scripts_through_the_runner():
     assert wrap_command(["./train.sh", "x"]) == ["./train.sh", "x"]
     args = parse_arguments(["-n", "4", "-H", "a:2,b:2", "--", "python", "t.py"])
     assert (args.num_ranks, args.hosts, args.command) == (4, "a:2,b:2", ["python", "t.py"])
+
+
+@pytest.mark.parametrize("mode", [None, "allreduce", "lasgd"])
+def test_launcher_refuses_servers_for_modes_without_a_parameter_server(monkeypatch, capsys, mode):
+    if mode is None:
+        monkeypatch.delenv("MXKV_MODE", raising=False)
+    else:
+        monkeypatch.setenv("MXKV_MODE", mode)
+    with pytest.raises(SystemExit):
+        parse_arguments(["-n", "2", "--servers", "1", "--", "python", "t.py"])
+    assert f"MXKV_MODE is {mode or 'allreduce (unset)'}, which uses no parameter server" \
+        in capsys.readouterr().err

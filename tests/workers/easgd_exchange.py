@@ -14,7 +14,7 @@ comm = MPI.COMM_WORLD
 kv = mx.kv.create("hybrid")
 start = np.array([2.0, -1.0, 0.5], dtype=np.float32)
 x = mx.nd.array(start)
-kv.broadcast(0, mx.nd.array(start * (comm.rank + 1)), out=x)  # rank 0's value wins
+kv.broadcast_weights(0, mx.nd.array(start * (comm.rank + 1)), out=x)  # rank 0's value wins
 x += mx.nd.array([4.0 * comm.rank, 2.0 * comm.rank, -comm.rank])  # "local steps"
 centre = mx.nd.zeros(start.shape)
 together = sys.argv[1:] == ["together"]
