@@ -54,6 +54,13 @@ def _parse_seconds(text: str) -> float:
     return value
 
 
+def _non_negative(text: str) -> float:
+    value = float(text)
+    if value < 0:
+        raise ValueError("expected a number >= 0")
+    return value
+
+
 def _parse_bucket_mb(text: str) -> float:
     value = float(text)
     if not 0.001 <= value <= 1024:
@@ -112,6 +119,15 @@ KNOBS: Dict[str, Knob] = {
     "MXKV_PS_TIMEOUT": Knob(_parse_seconds, "60",
                             "Seconds a group leader waits for the parameter server (connecting, "
                             "or one push/pull) before it ends the job with an error."),
+    "MXKV_THROTTLE_MBPS": Knob(_non_negative, "0",
+                               "Emulates a slow link between groups (benchmarks, rehearsals on "
+                               "one machine): every transfer across groups (parameter-server "
+                               "pushes and pulls, the allreduce over all ranks of mode allreduce, "
+                               "lasgd's model average) takes at least latency + bytes / this many "
+                               "megabits per second. 0: no throttle."),
+    "MXKV_THROTTLE_LATENCY_MS": Knob(_non_negative, "0",
+                                     "The emulated link's latency per transfer in milliseconds "
+                                     "(only with MXKV_THROTTLE_MBPS > 0)."),
     "MXKV_BUCKET_MB": Knob(_parse_bucket_mb, "1",
                            "Fusion bucket size in MiB: smaller arrays are packed together up to this "
                            "size; larger ones are reduced whole, in place."),
@@ -161,6 +177,8 @@ class Config:
     warmup_steps: int
     easgd_sync: bool
     lasgd_overlap: bool
+    throttle_mbps: float
+    throttle_latency_ms: float
 
     @classmethod
     def from_environment(cls, environ: Optional[Mapping[str, str]] = None) -> "Config":
@@ -195,7 +213,9 @@ class Config:
                    tau=values["MXKV_TAU"], easgd_beta=values["MXKV_EASGD_BETA"],
                    easgd_alpha=values["MXKV_EASGD_ALPHA"], warmup_steps=values["MXKV_WARMUP_STEPS"],
                    easgd_sync=values["MXKV_EASGD_SYNC"],
-                   lasgd_overlap=values["MXKV_LASGD_OVERLAP"])
+                   lasgd_overlap=values["MXKV_LASGD_OVERLAP"],
+                   throttle_mbps=values["MXKV_THROTTLE_MBPS"],
+                   throttle_latency_ms=values["MXKV_THROTTLE_LATENCY_MS"])
 
     @property
     def compress_dtype(self) -> int:

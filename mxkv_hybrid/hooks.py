@@ -6,7 +6,11 @@ What changes, only for the hybrid store (every other store runs MXNet's own code
 - Trainer and Module reduce all gradients of a step in one fused pushpull;
 - parameters are broadcast from rank 0 as soon as they are initialised (Trainer:
   at construction and at deferred initialisation; Module: at init_optimizer), so
-  every rank runs its first forward pass on identical weights.
+  every rank runs its first forward pass on identical weights;
+- after each optimizer step (Trainer `_update`, Module `_update_params`) the averaging
+  modes (easgd, lasgd) count the step and, on their schedule, average;
+- Trainer `save_states`/`load_states` and Module `save/load_optimizer_states` also
+  write/read the averaging state next to the optimizer states.
 """
 import functools
 import os

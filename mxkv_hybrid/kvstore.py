@@ -10,6 +10,7 @@ from .averaging import Averaging
 from .elastic import ElasticAveraging
 from .errors import MXKVError
 from .grouped_sync import GroupedSync
+from .link_throttle import ThrottledReducer, link_throttle
 from .local_sgd import LocalSGD
 from .server_weights import ServerWeights
 from .topology import groups, wait_for_leader, world
@@ -50,6 +51,9 @@ class Hybrid(KVStoreBase):
             self._averaging = self._reducer = LocalSGD(self._config, self._world)
         if mode == "sync":
             self._reducer = GroupedSync(self._config, self._world, groups(self._config.group_size))
+        throttle = link_throttle(self._config)
+        if mode == "allreduce" and throttle is not None:
+            self._reducer = ThrottledReducer(self._collectives, throttle)
         if mode == "async":
             self._weights = ServerWeights(self._config, self._world,
                                           groups(self._config.group_size), self._collectives)

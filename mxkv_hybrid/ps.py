@@ -1,11 +1,13 @@
 """The group leaders' bridge to MXNet's own ps-lite parameter server (dist kvstore)."""
 import os
+import time
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import mxnet as mx
 import numpy as np
 
 from .errors import ConfigError
+from .link_throttle import LinkThrottle, link_throttle
 from .topology import end_job
 from .ps_layout import Chunk, balanced_chunks, bigarray_bound
 from .watchdog import Watchdog
@@ -39,8 +41,10 @@ class ParameterServer:
     ps-lite allows one dist kvstore per process, so every Hybrid store of a process
     shares one ParameterServer (see acquire/release)."""
 
-    def __init__(self, kind: str, num_servers: int, timeout: float, watchdog: Watchdog):
+    def __init__(self, kind: str, num_servers: int, timeout: float, watchdog: Watchdog,
+                 throttle: Optional[LinkThrottle] = None):
         self.kind = kind
+        self._throttle = throttle
         self._timeout = timeout
         self._watchdog = watchdog
         self._num_servers = num_servers
@@ -89,6 +93,7 @@ class ParameterServer:
         """Pushes `values` (if any) and pulls into `outs` (if any), then waits once: MXNet's
         engine overlaps the pull of one key with the pushes of the others."""
         what = " and ".join(w for w, arrays in (("push", values), ("pull", outs)) if arrays)
+        started = time.monotonic()
         with self._watchdog.guard(f"{what} of {len(keys)} keys through the parameter server",
                                   self._timeout):
             if values:
@@ -96,8 +101,12 @@ class ParameterServer:
             if outs:
                 self._store.pull(list(keys), out=list(outs))
             mx.nd.waitall()
-        self.bytes_pushed += sum(v.size * np.dtype(v.dtype).itemsize for v in values)
-        self.bytes_pulled += sum(o.size * np.dtype(o.dtype).itemsize for o in outs)
+        pushed = sum(v.size * np.dtype(v.dtype).itemsize for v in values)
+        pulled = sum(o.size * np.dtype(o.dtype).itemsize for o in outs)
+        self.bytes_pushed += pushed
+        self.bytes_pulled += pulled
+        if self._throttle is not None:
+            self._throttle.wait_since(started, pushed + pulled)
 
     def close(self) -> None:
         """Leaves ps-lite (a barrier with the other leaders and the servers)."""
@@ -109,15 +118,18 @@ _shared: Dict[str, object] = {"server": None, "users": 0, "closed": False}
 
 
 def acquire(kind: str, num_servers: int, timeout: float, who: str,
-            on_timeout: Callable[[], None]) -> ParameterServer:
+            on_timeout: Callable[[], None],
+            throttle: Optional[LinkThrottle] = None) -> ParameterServer:
     """This process's ParameterServer, connected on first use. `who` names this process in
-    messages; `on_timeout` ends the job when the server does not answer within `timeout`."""
+    messages; `on_timeout` ends the job when the server does not answer within `timeout`;
+    `throttle` emulates a slow link to it."""
     if _shared["closed"]:
         raise ConfigError("this process already left the parameter server (every hybrid store "
                           "was closed); ps-lite cannot join again: create the stores before "
                           "closing the last one")
     if _shared["server"] is None:
-        _shared["server"] = ParameterServer(kind, num_servers, timeout, Watchdog(on_timeout, who))
+        _shared["server"] = ParameterServer(kind, num_servers, timeout, Watchdog(on_timeout, who),
+                                            throttle)
     elif _shared["server"].kind != kind:
         raise ConfigError(f"this process is connected to a {_shared['server'].kind} parameter "
                           f"server and cannot open a {kind} one (one ps-lite store per process)")
@@ -133,7 +145,7 @@ def connect_leader(kind: str, config, world, groups) -> Optional[ParameterServer
         return None
     return acquire(kind, num_servers, config.ps_timeout,
                    f"rank {world.rank} (leader of group {groups.group_index})",
-                   end_job)
+                   end_job, link_throttle(config))
 
 
 def traffic() -> Tuple[int, int]:
