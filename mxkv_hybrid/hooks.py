@@ -209,6 +209,7 @@ def consensus(owner) -> None:
         group = owner._exec_group
         names, _, params = _valid_updates(group.param_arrays, group.grad_arrays, group.param_names)
         store.consensus(names, params)
+        owner._params_dirty = True  # get_params() must read the devices' new weights
 
 
 def _patch(owner, name: str, replacement) -> None:

@@ -74,16 +74,19 @@ def test_easgd_groups_reach_the_optimum_of_a_convex_problem(job_dir, sync):
 
 
 def test_module_fit_in_easgd_mode_updates_locally_and_exchanges_every_tau_steps(job_dir):
-    job = launch(4, "train_module.py", "--out", str(job_dir), env=dict(EASGD, MXKV_TAU="2"),
+    """Then consensus (every rank takes the centre) and a save/load of the states."""
+    job = launch(4, "train_module.py", "--out", str(job_dir), "--averaging-checks",
+                 env=dict(EASGD, MXKV_TAU="2"),
                  launcher_options=["--group-size", "2", "--servers", "1"], timeout=180)
     assert job.returncode == 0, job.output
     for rank in range(4):  # 5 steps: exchanges after steps 2 and 4
-        assert "update_on_kvstore=False" in " ".join(job.lines_of(rank)), job.output
-        assert "averaging_rounds=2" in " ".join(job.lines_of(rank)), job.output
+        text = " ".join(job.lines_of(rank))
+        assert "update_on_kvstore=False" in text and "averaging_rounds=2" in text, job.output
+        assert "averaging steps after load=5" in text, job.output
     weights = load_ranks(job_dir, 4)
-    for first, second in ((0, 1), (2, 3)):
-        for name in weights[first]:
-            assert np.array_equal(weights[first][name], weights[second][name]), name
+    for rank in (1, 2, 3):
+        for name in weights[0]:
+            assert np.array_equal(weights[0][name], weights[rank][name]), (rank, name)
 
 
 SYNC_TAU, SYNC_WARMUP, SYNC_STEPS = 2, 1, 7

@@ -7,7 +7,7 @@ import pytest
 
 import averaging_reference as reference
 import mxkv_hybrid
-from conftest import launch
+from conftest import launch, load_ranks
 from mxkv_hybrid.config import Config
 from mxkv_hybrid.errors import ConfigError
 
@@ -103,3 +103,19 @@ def test_periodic_model_averager_warns_that_period_one_is_gradient_averaging():
 def test_unknown_lasgd_overlap_setting_is_refused():
     with pytest.raises(ConfigError, match="MXKV_LASGD_OVERLAP='maybe' is invalid"):
         Config.from_environment({"MXKV_MODE": "lasgd", "MXKV_LASGD_OVERLAP": "maybe"})
+
+
+def test_module_fit_in_lasgd_mode_averages_saves_and_agrees(job_dir):
+    """Module: local updates, averagings after steps 2 and 4 of 5, the averaging state
+    saved beside the optimizer states and loaded back, one model after consensus."""
+    job = launch(2, "train_module.py", "--out", str(job_dir), "--averaging-checks",
+                 env={"MXKV_MODE": "lasgd", "MXKV_TAU": "2"}, timeout=120)
+    assert job.returncode == 0, job.output
+    for rank in range(2):
+        text = " ".join(job.lines_of(rank))
+        assert "update_on_kvstore=False" in text and "averaging_rounds=2" in text, job.output
+        assert "averaging steps after load=5" in text, job.output
+        assert (job_dir / f"rank{rank}.states.averaging").exists()
+    weights = load_ranks(job_dir, 2)
+    for name in weights[0]:
+        assert np.array_equal(weights[0][name], weights[1][name]), name

@@ -1,6 +1,9 @@
 """Trains a small symbolic conv net with Module.fit(kvstore='hybrid') for one epoch of
 STEPS batches, then writes the weights to OUT/rank<r>.npz (different seed per rank).
---reference N: one process, batches that are the union of N ranks' batches."""
+--reference N: one process, batches that are the union of N ranks' batches.
+--averaging-checks (modes easgd/lasgd): after training, mxkv_hybrid.consensus(module),
+then the optimizer states (and the averaging state beside them) are saved, the step
+counter is zeroed and the states are loaded back; prints the counter then."""
 import argparse
 import os
 
@@ -14,6 +17,7 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--out", required=True)
 parser.add_argument("--devices", type=int, default=1)
 parser.add_argument("--reference", type=int, default=0, help="number of ranks to emulate")
+parser.add_argument("--averaging-checks", action="store_true")
 args = parser.parse_args()
 
 rank = 0 if args.reference else mx.kv.create("hybrid").rank
@@ -34,8 +38,16 @@ module = mx.mod.Module(net, context=[mx.cpu(i) for i in range(args.devices)])
 module.fit(data, num_epoch=1, kvstore=None if args.reference else "hybrid",
            optimizer="sgd", optimizer_params={"learning_rate": LEARNING_RATE, "momentum": MOMENTUM},
            initializer=mx.init.Xavier(magnitude=2.0))
-arg_params, _ = module.get_params()
 os.makedirs(args.out, exist_ok=True)
+if args.averaging_checks:
+    import mxkv_hybrid
+    mxkv_hybrid.consensus(module)
+    states = os.path.join(args.out, f"rank{rank}.states")
+    module.save_optimizer_states(states)
+    module._kvstore.averaging.steps = 0
+    module.load_optimizer_states(states)
+    print(f"rank {rank}: averaging steps after load={module._kvstore.averaging.steps}")
+arg_params, _ = module.get_params()
 np.savez(os.path.join(args.out, f"rank{rank}.npz"), **{k: v.asnumpy() for k, v in arg_params.items()})
 print(f"rank {rank}: kvstore={module._kvstore.type if module._kvstore else None}",
       f"update_on_kvstore={module._update_on_kvstore}",
