@@ -204,6 +204,11 @@ class Config:
             raise ConfigError("MXKV_OVERLAP=1 reduces buckets behind MXNet's threaded engine, "
                               "and MXNET_ENGINE_TYPE=NaiveEngine runs every operation at once: "
                               "unset one of them")
+        if (values["MXKV_MODE"] == "lasgd" and values["MXKV_LASGD_OVERLAP"]
+                and environ.get("MXNET_ENGINE_TYPE") == "NaiveEngine"):
+            raise ConfigError("MXKV_LASGD_OVERLAP=1 (the default) averages behind MXNet's threaded "
+                              "engine, and MXNET_ENGINE_TYPE=NaiveEngine runs every operation at "
+                              "once: set MXKV_LASGD_OVERLAP=0 or unset MXNET_ENGINE_TYPE")
         return cls(mode=values["MXKV_MODE"],
                    bucket_bytes=int(values["MXKV_BUCKET_MB"] * 1024 * 1024),
                    average=values["MXKV_AVERAGE"], group_size=values["MXKV_GROUP_SIZE"],

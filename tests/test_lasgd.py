@@ -119,3 +119,10 @@ def test_module_fit_in_lasgd_mode_averages_saves_and_agrees(job_dir):
     weights = load_ranks(job_dir, 2)
     for name in weights[0]:
         assert np.array_equal(weights[0][name], weights[1][name]), name
+
+
+def test_overlapped_averaging_is_refused_with_the_naive_engine():
+    with pytest.raises(ConfigError, match="set MXKV_LASGD_OVERLAP=0 or unset MXNET_ENGINE_TYPE"):
+        Config.from_environment({"MXKV_MODE": "lasgd", "MXNET_ENGINE_TYPE": "NaiveEngine"})
+    assert not Config.from_environment({"MXKV_MODE": "lasgd", "MXKV_LASGD_OVERLAP": "0",
+                                        "MXNET_ENGINE_TYPE": "NaiveEngine"}).lasgd_overlap
