@@ -31,7 +31,7 @@ from .topology import Groups, World, wait_for_leader
 
 
 class ElasticAveraging:
-    """The elastic exchanges of one group; `group` also averages the group's gradients."""
+    """The elastic exchanges of one group, and the store's reducer in mode easgd."""
 
     def __init__(self, config: Config, world: World, groups: Groups):
         self.alpha = config.easgd_alpha or config.easgd_beta / groups.num_groups
@@ -41,7 +41,9 @@ class ElasticAveraging:
         self.rounds = 0  # elastic exchanges
         self._sync = config.easgd_sync
         self._world_comm = world.comm
-        self.group = TensorCollectives(groups.group_comm, replace(config, overlap=False))
+        blocking = replace(config, overlap=False)
+        self.group = TensorCollectives(groups.group_comm, blocking)
+        self._world = TensorCollectives(world.comm, blocking)
         self._group_comm = groups.group_comm
         self._server_keys = ServerKeys()
         self._centre: Dict[Key, mx.nd.NDArray] = {}  # the leader's last read of c
@@ -50,6 +52,16 @@ class ElasticAveraging:
         if self._ps is not None:
             self._ps.set_optimizer(ElasticCentre())
             atexit.register(self.close)
+
+    def allreduce(self, op: str, keys: Sequence[Key], inputs: Sequence[Arrays],
+                  outputs: Sequence[Arrays], average: bool) -> None:
+        """The store's reducer in mode easgd: gradients of weights inside the group, other
+        values (metrics) over all ranks."""
+        for reducer, weights in ((self.group, True), (self._world, False)):
+            chosen = [i for i, k in enumerate(keys) if (k in self._server_keys) == weights]
+            if chosen:
+                reducer.allreduce(op, [keys[i] for i in chosen], [inputs[i] for i in chosen],
+                                  [outputs[i] for i in chosen], average)
 
     def register(self, keys: Sequence[Key], weights: Sequence[mx.nd.NDArray]) -> None:
         """The centre of each new key starts at its weights (identical on every rank)."""

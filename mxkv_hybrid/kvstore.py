@@ -46,7 +46,7 @@ class Hybrid(KVStoreBase):
         self._averaging: Optional[Averaging] = None
         if mode == "easgd":
             elastic = ElasticAveraging(self._config, self._world, groups(self._config.group_size))
-            self._averaging, self._reducer = elastic, elastic.group
+            self._averaging = self._reducer = elastic
         if mode == "lasgd":
             self._averaging = self._reducer = LocalSGD(self._config, self._world)
         if mode == "sync":

@@ -142,3 +142,15 @@ def test_easgd_checkpoint_resumes_the_same_trajectory(tmp_path):
 def test_bad_easgd_settings_are_refused(setting, message):
     with pytest.raises(ConfigError, match=message):
         Config.from_environment(dict(EASGD, **setting))
+
+
+@pytest.mark.parametrize("mode, launcher_options", [
+    ("easgd", ["--group-size", "1", "--servers", "1"]), ("lasgd", [])])
+def test_values_that_are_not_weights_are_averaged_over_all_ranks(mode, launcher_options):
+    """Metrics pushed through the store: the mean over every rank, not over one group."""
+    job = launch(3, "average.py", env={"MXKV_MODE": mode}, launcher_options=launcher_options,
+                 timeout=90)
+    assert job.returncode == 0, job.output
+    for rank in range(3):
+        assert f"RESULT Hybrid rank={rank} of 3 value=[2.0, 2.0, 2.0]" in job.lines_of(rank), \
+            job.output
