@@ -22,9 +22,9 @@ from mxnet import autograd, gluon
 from sklearn.datasets import load_digits
 
 import mxkv_hybrid
+from replica_check import replicas_identical
 
 TEST_FRACTION = 0.2
-CHECKSUM_KEY = 10 ** 6  # an int key like the Trainer's (a dist store takes one key type)
 
 
 def parse_arguments() -> argparse.Namespace:
@@ -64,15 +64,6 @@ def build_network() -> gluon.nn.HybridSequential:
 def accuracy(net, images, labels, ctx) -> float:
     predictions = net(mx.nd.array(images, ctx=ctx)).argmax(axis=1).asnumpy()
     return float((predictions == labels).mean())
-
-
-def replicas_identical(kv, net) -> bool:
-    """Compares this rank's weight checksums with rank 0's (broadcast through the store)."""
-    mine = mx.nd.array([p.data().asnumpy().astype(np.float64).sum()
-                        for p in net.collect_params().values()], dtype="float64")
-    rank0 = mx.nd.zeros(mine.shape, dtype="float64")
-    kv.broadcast(CHECKSUM_KEY, mine, out=rank0)
-    return bool((mine == rank0).asnumpy().all())
 
 
 def main() -> None:

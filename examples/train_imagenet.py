@@ -33,10 +33,10 @@ from mxnet import autograd, gluon
 from mxnet.gluon.data.vision import transforms
 
 import mxkv_hybrid
+from replica_check import replicas_identical
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)  # ImageNet RGB, in [0, 1]
 VALIDATION_KEY = 10 ** 6  # an int key like the Trainer's (a dist store takes one key type)
-CHECKSUM_KEY = VALIDATION_KEY + 1
 
 
 def parse_arguments() -> argparse.Namespace:
@@ -228,17 +228,6 @@ def validate(net, data, contexts, kv, classes: int):
         ranks = kv.num_workers if getattr(kv, "config", None) and kv.config.average else 1
     right1, right5, seen = counts.asnumpy()
     return right1 / max(seen, 1), right5 / max(seen, 1), round(seen * ranks)
-
-
-def replicas_identical(kv, net) -> bool:
-    """Whether every trained parameter equals rank 0's (BatchNorm's running statistics
-    are not trained: they stay per rank, as with MXNet's dist stores)."""
-    mine = mx.nd.array([p.data().asnumpy().astype(np.float64).sum()
-                        for p in net.collect_params().values() if p.grad_req != "null"],
-                       dtype="float64")
-    rank0 = mx.nd.zeros(mine.shape, dtype="float64")
-    kv.broadcast(CHECKSUM_KEY, mine, out=rank0)
-    return bool((mine == rank0).asnumpy().all())
 
 
 # ---- training ---------------------------------------------------------------------------

@@ -1,9 +1,9 @@
 """What the averaging modes (easgd, lasgd) offer the store, the hooks and checkpoints."""
-from typing import Protocol, Sequence
+from typing import Callable, Protocol, Sequence
 
 import mxnet as mx
 
-from .collectives import Arrays, Key
+from .collectives import Arrays, Key, TensorCollectives
 from .errors import MXKVError
 
 
@@ -32,3 +32,15 @@ def check_state_mode(state: dict, mode: str) -> None:
     if state.get("mode") != mode:
         raise MXKVError(f"this averaging state was saved in mode {state.get('mode')!r}, and this "
                         f"job runs MXKV_MODE={mode}: resume with the mode it was saved in")
+
+
+def allreduce_split(op: str, keys: Sequence[Key], inputs: Sequence[Arrays],
+                    outputs: Sequence[Arrays], average: bool, is_weight: Callable[[Key], bool],
+                    weights: TensorCollectives, others: TensorCollectives) -> None:
+    """The averaging modes' reduction: the keys of weights (their gradients) through
+    `weights`, every other key (metrics) through `others`."""
+    for reducer, wanted in ((weights, True), (others, False)):
+        chosen = [i for i, k in enumerate(keys) if is_weight(k) == wanted]
+        if chosen:
+            reducer.allreduce(op, [keys[i] for i in chosen], [inputs[i] for i in chosen],
+                              [outputs[i] for i in chosen], average)

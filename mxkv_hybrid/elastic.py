@@ -21,7 +21,7 @@ from typing import Dict, Sequence
 import mxnet as mx
 
 from . import ps
-from .averaging import check_state_mode
+from .averaging import allreduce_split, check_state_mode
 from .collectives import Arrays, Key, TensorCollectives
 from .config import Config
 from .server_keys import ServerKeys
@@ -57,11 +57,8 @@ class ElasticAveraging:
                   outputs: Sequence[Arrays], average: bool) -> None:
         """The store's reducer in mode easgd: gradients of weights inside the group, other
         values (metrics) over all ranks."""
-        for reducer, weights in ((self.group, True), (self._world, False)):
-            chosen = [i for i, k in enumerate(keys) if (k in self._server_keys) == weights]
-            if chosen:
-                reducer.allreduce(op, [keys[i] for i in chosen], [inputs[i] for i in chosen],
-                                  [outputs[i] for i in chosen], average)
+        allreduce_split(op, keys, inputs, outputs, average, self._server_keys.__contains__,
+                        weights=self.group, others=self._world)
 
     def register(self, keys: Sequence[Key], weights: Sequence[mx.nd.NDArray]) -> None:
         """The centre of each new key starts at its weights (identical on every rank)."""

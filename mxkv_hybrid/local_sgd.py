@@ -22,7 +22,7 @@ from typing import Dict, List, Optional, Sequence
 import mxnet as mx
 from mpi4py import MPI
 
-from .averaging import check_state_mode
+from .averaging import allreduce_split, check_state_mode
 from .collectives import Arrays, Key, TensorCollectives
 from .config import Config
 from .errors import MXKVError
@@ -59,12 +59,8 @@ class LocalSGD:
         """Gradients of registered weights: summed over this process's devices (over all
         ranks during the warm-up); any other key: over all ranks."""
         local = self.steps >= self.warmup_steps
-        for reducer, wanted in ((self._local, True), (self._world, False)):
-            chosen = [i for i, k in enumerate(keys)
-                      if (k in self._weight_keys and local) == wanted]
-            if chosen:
-                reducer.allreduce(op, [keys[i] for i in chosen], [inputs[i] for i in chosen],
-                                  [outputs[i] for i in chosen], average)
+        allreduce_split(op, keys, inputs, outputs, average, self._weight_keys.__contains__,
+                        weights=self._local if local else self._world, others=self._world)
 
     # ---- the averaging schedule ---------------------------------------------------------
     def register(self, keys: Sequence[Key], weights: Sequence[mx.nd.NDArray]) -> None:
