@@ -5,6 +5,7 @@ import json
 import os
 from typing import Dict, List, Optional, Tuple
 
+from .atomic_file import write_atomically
 from .config import ALGORITHMS
 from .errors import ConfigError
 
@@ -54,8 +55,4 @@ def save(path: str, ranks: int, rules: Rules, machine: Optional[str] = None) -> 
     document["tables"][str(ranks)] = [list(rule) for rule in rules]
     if machine:
         document.setdefault("machines", {})[str(ranks)] = machine
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    temporary = path + ".tmp"
-    with open(temporary, "w") as f:
-        json.dump(document, f, indent=1, sort_keys=True)
-    os.replace(temporary, path)
+    write_atomically(path, json.dumps(document, indent=1, sort_keys=True).encode())

@@ -27,15 +27,18 @@ from .topology import world
 Parameters = Union[gluon.ParameterDict, Iterable[gluon.Parameter]]
 
 
+def _as_list(params: Parameters) -> List[gluon.Parameter]:
+    return list(params.values()) if isinstance(params, gluon.ParameterDict) else list(params)
+
+
 def _keys_and_weights(params: Parameters) -> Tuple[List[str], List[List[mx.nd.NDArray]]]:
-    items = list(params.values()) if isinstance(params, gluon.ParameterDict) else list(params)
-    trained = [p for p in items if p.grad_req != "null"]
+    trained = [p for p in _as_list(params) if p.grad_req != "null"]
     return [p.name for p in trained], [p.list_data() for p in trained]
 
 
 def broadcast_parameters(params: Parameters, root: int = 0) -> None:
     """Collective: every rank's parameters (all of them) become rank `root`'s."""
-    items = list(params.values()) if isinstance(params, gluon.ParameterDict) else list(params)
+    items = _as_list(params)
     data = [p.list_data() for p in items]
     TensorCollectives(world().comm, Config.from_environment()).broadcast(
         "broadcast_parameters", [p.name for p in items], [d[:1] for d in data], data, root)

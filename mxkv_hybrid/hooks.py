@@ -22,6 +22,7 @@ import mxnet.gluon.trainer
 import mxnet.model
 import mxnet.module.module
 
+from .atomic_file import write_atomically
 from .errors import MXKVError
 from .kvstore import Hybrid
 
@@ -152,47 +153,28 @@ def _averaging_of(owner):
     return store.averaging if isinstance(store, Hybrid) else None
 
 
-def _save_averaging(owner, fname: str) -> None:
-    averaging = _averaging_of(owner)
+def _save_states(original, self, fname):
+    """Trainer.save_states / Module.save_optimizer_states, then (modes easgd, lasgd) the
+    averaging state to fname + '.averaging'."""
+    original(self, fname)
+    averaging = _averaging_of(self)
     if averaging is not None:
-        state = pickle.dumps(averaging.state())
-        with open(fname + AVERAGING_SUFFIX + ".tmp", "wb") as f:
-            f.write(state)
-        os.replace(fname + AVERAGING_SUFFIX + ".tmp", fname + AVERAGING_SUFFIX)
+        write_atomically(fname + AVERAGING_SUFFIX, pickle.dumps(averaging.state()))
 
 
-def _load_averaging(owner, fname: str) -> None:
-    averaging = _averaging_of(owner)
+def _load_states(original, self, fname):
+    """Trainer.load_states / Module.load_optimizer_states, then the averaging state."""
+    original(self, fname)
+    averaging = _averaging_of(self)
     if averaging is None:
         return
     path = fname + AVERAGING_SUFFIX
     if not os.path.exists(path):
-        raise MXKVError(f"{path} is missing: in MXKV_MODE={owner._kvstore.config.mode} the "
+        raise MXKVError(f"{path} is missing: in MXKV_MODE={self._kvstore.config.mode} the "
                         "averaging state (step counter, centre or average in flight) is saved "
                         f"there by save_states next to {fname}; copy it along with the states")
     with open(path, "rb") as f:
         averaging.load_state(pickle.load(f))
-
-
-def _trainer_save_states(original, self, fname):
-    """Also writes the averaging state (modes easgd, lasgd) to fname + '.averaging'."""
-    original(self, fname)
-    _save_averaging(self, fname)
-
-
-def _trainer_load_states(original, self, fname):
-    original(self, fname)
-    _load_averaging(self, fname)
-
-
-def _module_save_optimizer_states(original, self, fname):
-    original(self, fname)
-    _save_averaging(self, fname)
-
-
-def _module_load_optimizer_states(original, self, fname):
-    original(self, fname)
-    _load_averaging(self, fname)
 
 
 def consensus(owner) -> None:
@@ -237,8 +219,8 @@ def install() -> None:
     _patch(mxnet.gluon.trainer.Trainer, "__init__", _trainer_init)
     _patch(mxnet.gluon.trainer.Trainer, "_allreduce_grads", _allreduce_grads)
     _patch(mxnet.gluon.trainer.Trainer, "_update", _trainer_update)
-    _patch(mxnet.gluon.trainer.Trainer, "save_states", _trainer_save_states)
-    _patch(mxnet.gluon.trainer.Trainer, "load_states", _trainer_load_states)
-    _patch(mxnet.module.module.Module, "save_optimizer_states", _module_save_optimizer_states)
-    _patch(mxnet.module.module.Module, "load_optimizer_states", _module_load_optimizer_states)
+    _patch(mxnet.gluon.trainer.Trainer, "save_states", _save_states)
+    _patch(mxnet.gluon.trainer.Trainer, "load_states", _load_states)
+    _patch(mxnet.module.module.Module, "save_optimizer_states", _save_states)
+    _patch(mxnet.module.module.Module, "load_optimizer_states", _load_states)
     _patch(mxnet.gluon.parameter.Parameter, "_init_impl", _parameter_init_impl)

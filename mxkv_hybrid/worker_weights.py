@@ -3,12 +3,11 @@
 Like MXNet's local store: `init` keeps rank 0's value; `push` combines the values of
 all devices and ranks and, with an optimizer set, applies the update to the kept
 weight (the same on every rank, since every rank gets the same combined gradient)."""
-import os
-import tempfile
 from typing import Dict, Sequence
 
 import mxnet as mx
 
+from .atomic_file import write_atomically
 from .collectives import Arrays, Key, TensorCollectives
 from .errors import MXKVError
 
@@ -67,11 +66,7 @@ class WorkerWeights:
         """Writes the optimizer state (identical on every rank) atomically to `fname`."""
         if self.updater is None:
             raise MXKVError("save_optimizer_states: no optimizer is set on this store")
-        directory = os.path.dirname(os.path.abspath(fname))
-        with tempfile.NamedTemporaryFile("wb", dir=directory, delete=False,
-                                         prefix=f".{os.path.basename(fname)}.") as tmp:
-            tmp.write(self.updater.get_states(dump_optimizer))
-        os.replace(tmp.name, fname)
+        write_atomically(fname, self.updater.get_states(dump_optimizer))
 
     def load_optimizer_states(self, fname: str) -> None:
         if self.updater is None:
