@@ -151,10 +151,27 @@ KNOBS: Dict[str, Knob] = {
     "MXKV_SEGMENT_KB": Knob(_whole_number(4, 65536, "a size in KiB between 4 and 65536"), "1024",
                             "Segment size in KiB of the ring/rhd/rd algorithms: each message is cut "
                             "into segments this large, two in flight, reduced while in cache."),
+    "MXKV_AUTO": Knob(_parse_bool, "0",
+                      "1 (set by `mxkv-launch --auto`): for scripts with no kvstore flag, the "
+                      "stores 'local' and 'device' (the Trainer's and Module.fit's defaults) "
+                      "become 'hybrid', a shuffled mx.io.ImageRecordIter and a "
+                      "gluon.data.DataLoader(shuffle=True) read one shard per rank; unshuffled "
+                      "(validation) data stays whole. Each change is logged once by rank 0."),
     "MXKV_AVERAGE": Knob(_parse_bool, "1",
                          "1: gradients are averaged over ranks (a script written for one process "
                          "trains on the union of the batches). 0: summed, like MXNet's dist_sync."),
 }
+
+
+def read_knob(name: str, environ: Optional[Mapping[str, str]] = None) -> object:
+    """One knob's value (for the few read before a store exists, e.g. MXKV_AUTO at import)."""
+    environ = os.environ if environ is None else environ
+    knob = KNOBS[name]
+    text = environ.get(name, knob.default)
+    try:
+        return knob.parse(text)
+    except ValueError as err:
+        raise ConfigError(f"{name}={text!r} is invalid: {err}. {knob.doc}") from None
 
 
 @dataclass(frozen=True)
@@ -179,6 +196,7 @@ class Config:
     lasgd_overlap: bool
     throttle_mbps: float
     throttle_latency_ms: float
+    auto: bool
 
     @classmethod
     def from_environment(cls, environ: Optional[Mapping[str, str]] = None) -> "Config":
@@ -189,13 +207,7 @@ class Config:
             raise ConfigError(
                 f"unknown setting {', '.join(unknown)}; the known MXKV_* knobs are "
                 f"{', '.join(KNOBS)} (see README.md, 'Knobs'). Unset or rename it.")
-        values = {}
-        for name, knob in KNOBS.items():
-            text = environ.get(name, knob.default)
-            try:
-                values[name] = knob.parse(text)
-            except ValueError as err:
-                raise ConfigError(f"{name}={text!r} is invalid: {err}. {knob.doc}") from None
+        values = {name: read_knob(name, environ) for name in KNOBS}
         if values["MXKV_ALGO"] == "mpi" and values["MXKV_COMPRESS"] != "none":
             raise ConfigError(f"MXKV_COMPRESS={values['MXKV_COMPRESS']} needs one of this "
                               "package's algorithms (MPI cannot sum 16-bit floats into float32): "
@@ -220,7 +232,8 @@ class Config:
                    easgd_sync=values["MXKV_EASGD_SYNC"],
                    lasgd_overlap=values["MXKV_LASGD_OVERLAP"],
                    throttle_mbps=values["MXKV_THROTTLE_MBPS"],
-                   throttle_latency_ms=values["MXKV_THROTTLE_LATENCY_MS"])
+                   throttle_latency_ms=values["MXKV_THROTTLE_LATENCY_MS"],
+                   auto=values["MXKV_AUTO"])
 
     @property
     def compress_dtype(self) -> int:

@@ -9,10 +9,11 @@ What changes, only for the hybrid store (every other store runs MXNet's own code
   every rank runs its first forward pass on identical weights;
 - after each optimizer step (Trainer `_update`, Module `_update_params`) the averaging
   modes (easgd, lasgd) count the step and, on their schedule, average;
+- `Module.fit` wraps its train_data in an EvenBatchesIter: the epochs end on every rank
+  at the same step when the ranks' shards hold different numbers of batches;
 - Trainer `save_states`/`load_states` and Module `save/load_optimizer_states` also
   write/read the averaging state next to the optimizer states.
 """
-import functools
 import os
 import pickle
 
@@ -20,11 +21,15 @@ import mxnet as mx
 import mxnet.gluon.parameter
 import mxnet.gluon.trainer
 import mxnet.model
+import mxnet.module.base_module
 import mxnet.module.module
 
+from . import auto
 from .atomic_file import write_atomically
 from .errors import MXKVError
+from .even_batches import EvenBatchesIter
 from .kvstore import Hybrid
+from .patching import bind_call, patch
 
 AVERAGING_SUFFIX = ".averaging"  # next to an optimizer-states file: the averaging state
 
@@ -33,7 +38,20 @@ _MODULES_USING_UPDATES = (mxnet.model, mxnet.module.module)
 
 
 def _names_hybrid(kvstore) -> bool:
-    return isinstance(kvstore, str) and kvstore.lower() == Hybrid.__name__.lower()
+    """'hybrid', or under --auto a default store name that becomes 'hybrid'."""
+    return isinstance(kvstore, str) and (kvstore.lower() == Hybrid.__name__.lower()
+                                         or auto.replaces_store(kvstore))
+
+
+def _fit(original, self, *args, **kwargs):
+    """Module.fit: with the hybrid store the epochs end on every rank at the same step."""
+    call = bind_call(original, self, *args, **kwargs)
+    given = call.arguments
+    store = given["kvstore"]
+    if ((_names_hybrid(store) or isinstance(store, Hybrid))
+            and not isinstance(given["train_data"], EvenBatchesIter)):
+        given["train_data"] = EvenBatchesIter(given["train_data"])
+    return original(*call.args, **call.kwargs)
 
 
 def _create_kvstore(original, kvstore, num_device, arg_params):
@@ -194,33 +212,20 @@ def consensus(owner) -> None:
         owner._params_dirty = True  # get_params() must read the devices' new weights
 
 
-def _patch(owner, name: str, replacement) -> None:
-    """owner.name = replacement(original, ...); a function, so it binds as a method too."""
-    original = getattr(owner, name)
-    if hasattr(original, "_mxkv_original"):
-        return  # already installed
-
-    @functools.wraps(original)
-    def wrapper(*args, **kwargs):
-        return replacement(original, *args, **kwargs)
-
-    wrapper._mxkv_original = original
-    setattr(owner, name, wrapper)
-
-
 def install() -> None:
     """Installs the hooks (idempotent)."""
     for module in _MODULES_USING_CREATE:
-        _patch(module, "_create_kvstore", _create_kvstore)
+        patch(module, "_create_kvstore", _create_kvstore)
     for module in _MODULES_USING_UPDATES:
-        _patch(module, "_initialize_kvstore", _initialize_kvstore)
-        _patch(module, "_update_params_on_kvstore", _update_params_on_kvstore)
-        _patch(module, "_update_params", _update_params)
-    _patch(mxnet.gluon.trainer.Trainer, "__init__", _trainer_init)
-    _patch(mxnet.gluon.trainer.Trainer, "_allreduce_grads", _allreduce_grads)
-    _patch(mxnet.gluon.trainer.Trainer, "_update", _trainer_update)
-    _patch(mxnet.gluon.trainer.Trainer, "save_states", _save_states)
-    _patch(mxnet.gluon.trainer.Trainer, "load_states", _load_states)
-    _patch(mxnet.module.module.Module, "save_optimizer_states", _save_states)
-    _patch(mxnet.module.module.Module, "load_optimizer_states", _load_states)
-    _patch(mxnet.gluon.parameter.Parameter, "_init_impl", _parameter_init_impl)
+        patch(module, "_initialize_kvstore", _initialize_kvstore)
+        patch(module, "_update_params_on_kvstore", _update_params_on_kvstore)
+        patch(module, "_update_params", _update_params)
+    patch(mxnet.gluon.trainer.Trainer, "__init__", _trainer_init)
+    patch(mxnet.gluon.trainer.Trainer, "_allreduce_grads", _allreduce_grads)
+    patch(mxnet.gluon.trainer.Trainer, "_update", _trainer_update)
+    patch(mxnet.gluon.trainer.Trainer, "save_states", _save_states)
+    patch(mxnet.gluon.trainer.Trainer, "load_states", _load_states)
+    patch(mxnet.module.module.Module, "save_optimizer_states", _save_states)
+    patch(mxnet.module.module.Module, "load_optimizer_states", _load_states)
+    patch(mxnet.gluon.parameter.Parameter, "_init_impl", _parameter_init_impl)
+    patch(mxnet.module.base_module.BaseModule, "fit", _fit)

@@ -252,6 +252,10 @@ def parse_arguments(argv: Optional[List[str]] = None) -> argparse.Namespace:
     ps.add_argument("--server-hosts",
                     help="host1,host2: start the servers there through mpiexec "
                          "(default: on this machine)")
+    parser.add_argument("--auto", action="store_true",
+                        help="for scripts with no kvstore flag: the default stores become "
+                             "'hybrid' and shuffled training data is sharded by rank "
+                             "(sets MXKV_AUTO=1; see README.md, '--auto')")
     parser.add_argument("--dry-run", action="store_true", help="print the mpiexec command only")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- program [args...]")
     args = parser.parse_args(argv)
@@ -279,6 +283,10 @@ def main(argv: Optional[List[str]] = None) -> None:
     flavour = _flavour(mpiexec)
     if args.group_size:
         os.environ["MXKV_GROUP_SIZE"] = str(args.group_size)
+    if args.auto:
+        os.environ["MXKV_AUTO"] = "1"
+        print("mxkv-launch --auto: MXKV_AUTO=1 for every rank: stores 'local'/'device' -> "
+              "'hybrid', shuffled ImageRecordIter/DataLoader sharded by rank", flush=True)
     command = [mpiexec, *mpi_arguments(flavour, args), *wrap_command(args.command)]
     if args.dry_run:
         print(" ".join(command))

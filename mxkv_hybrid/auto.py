@@ -1,0 +1,90 @@
+"""`mxkv-launch --auto` (MXKV_AUTO=1): data-parallel training for scripts that have no
+kvstore flag and read their whole data set on every process. Installed on import.
+
+Exactly what changes (each change is logged once, by rank 0):
+- the store names 'local' and 'device' become 'hybrid': the default of
+  `gluon.Trainer(params, optimizer, optimizer_params)` ('device'), of `Module.fit`
+  ('local') and `mx.kv.create('local' | 'device')`;
+- `mx.io.ImageRecordIter(..., shuffle=True)` without num_parts/part_index reads
+  the shard num_parts=world size, part_index=rank, and its epochs end on every rank
+  at the same step (EvenBatchesIter);
+- `gluon.data.DataLoader(..., shuffle=True)` without sampler/batch_sampler reads
+  one shard per rank through a ShardSampler (a per-epoch permutation shared by all
+  ranks, dealt out so every rank has the same number of samples).
+Unshuffled readers (validation data) are left whole, so every rank evaluates all of it.
+With one rank only the store changes.
+"""
+from typing import Set
+
+import mxnet.gluon.data.dataloader
+import mxnet.io
+import mxnet.io.io
+import mxnet.kvstore
+
+from .even_batches import EvenBatchesIter
+from .patching import bind_call, patch
+from .shard_sampler import ShardSampler
+from .topology import world
+
+DEFAULT_STORES = ("local", "device")
+_installed = False
+_logged: Set[str] = set()
+
+
+def replaces_store(name: str) -> bool:
+    """Whether --auto turns this store name into 'hybrid'."""
+    return _installed and name.lower() in DEFAULT_STORES
+
+
+def _log_once(message: str) -> None:
+    if message not in _logged:
+        _logged.add(message)
+        if world().rank == 0:
+            print(f"mxkv_hybrid --auto: {message}", flush=True)
+
+
+def _create(original, name="local", *args, **kwargs):
+    if isinstance(name, str) and replaces_store(name):
+        _log_once(f"kvstore '{name.lower()}' -> 'hybrid' ({world().size} ranks)")
+        name = "hybrid"
+    return original(name, *args, **kwargs)
+
+
+def _is_true(value) -> bool:
+    return str(value).strip().lower() in ("1", "true")
+
+
+def _image_record_iter(original, *args, **kwargs):
+    sharded = (world().size > 1 and _is_true(kwargs.get("shuffle", False))
+               and "num_parts" not in kwargs and "part_index" not in kwargs)
+    if not sharded:
+        return original(*args, **kwargs)
+    kwargs.update(num_parts=world().size, part_index=world().rank)
+    _log_once(f"ImageRecordIter(shuffle=True, path_imgrec={kwargs.get('path_imgrec')!r}) reads "
+              f"one of {world().size} shards per rank (num_parts={world().size}, part_index=rank); "
+              "its epochs end on all ranks at the same step")
+    return EvenBatchesIter(original(*args, **kwargs))
+
+
+def _data_loader_init(original, self, *args, **kwargs):
+    call = bind_call(original, self, *args, **kwargs)
+    given = call.arguments
+    if (world().size > 1 and given["shuffle"] and given["sampler"] is None
+            and given["batch_sampler"] is None):
+        given["shuffle"] = False
+        given["sampler"] = ShardSampler(len(given["dataset"]), world().rank, world().size)
+        _log_once(f"DataLoader(shuffle=True) over {len(given['dataset'])} samples reads a "
+                  f"shard of {len(given['sampler'])} per rank (ShardSampler)")
+    original(*call.args, **call.kwargs)
+
+
+def install() -> None:
+    """Installs the --auto changes (idempotent)."""
+    global _installed
+    _installed = True
+    patch(mxnet.kvstore, "create", _create)
+    for owner in (mxnet.io, mxnet.io.io):
+        patch(owner, "ImageRecordIter", _image_record_iter)
+    patch(mxnet.gluon.data.dataloader.DataLoader, "__init__", _data_loader_init)
+    _log_once("on: default stores become 'hybrid', shuffled training data is sharded by rank "
+              "(see README.md, '--auto')")

@@ -1,0 +1,53 @@
+"""Uneven shards: ranks with different numbers of batches end every epoch together
+(Module.fit wrapped by the plugin, Gluon through even_batches), with the weights of
+synchronous SGD over the batches that all ranks had."""
+from typing import List
+
+import numpy as np
+import pytest
+
+from conftest import launch
+from workers.common import BATCH, regression_batches
+
+RANKS = 3
+EPOCHS = 3
+LR = 0.1
+
+
+def reference(counts: List[int]) -> dict:
+    """Numpy SGD: each epoch, min(counts) steps on the mean gradient of every rank's batch."""
+    weight = np.zeros((1, 3), np.float64)
+    bias = np.zeros(1, np.float64)
+    shards = [regression_batches(rank, count) for rank, count in enumerate(counts)]
+    for _ in range(EPOCHS):
+        for step in range(min(counts)):
+            x = np.concatenate([shard[step][0] for shard in shards]).astype(np.float64)
+            y = np.concatenate([shard[step][1] for shard in shards]).astype(np.float64)
+            error = x @ weight.T + bias - y  # d(0.5 (pred - y)^2) / d pred
+            weight -= LR * (error.T @ x) / len(x)
+            bias -= LR * error.sum(axis=0) / len(x)
+    return {"weight": weight, "bias": bias}
+
+
+@pytest.mark.parametrize("counts", [[3, 5, 5], [5, 5, 3]], ids=["first-rank-short", "last-rank-short"])
+def test_ranks_stop_together_with_reference_weights(job_dir, counts):
+    assert BATCH * min(counts) > 0
+    job = launch(RANKS, "uneven_shards.py", "--out", str(job_dir),
+                 "--batches", ",".join(map(str, counts)), "--epochs", str(EPOCHS), "--lr", str(LR))
+    assert job.returncode == 0, job.output
+    expected_steps = str([min(counts)] * EPOCHS)
+    for rank in range(RANKS):
+        lines = job.lines_of(rank)
+        assert f"module steps per epoch: {expected_steps}" in lines, job.output
+        assert f"gluon steps per epoch: {expected_steps}" in lines, job.output
+        warned = any("with batches left" in line for line in lines)
+        assert warned == (counts[rank] > min(counts)), job.output
+    expected = reference(counts)
+    for api in ("module", "gluon"):
+        weights = [dict(np.load(job_dir / f"{api}-rank{r}.npz")) for r in range(RANKS)]
+        for rank in range(RANKS):
+            for name in expected:
+                assert np.array_equal(weights[rank][name], weights[0][name]), f"{api} {name} rank {rank}"
+                np.testing.assert_allclose(weights[rank][name].reshape(expected[name].shape),
+                                           expected[name], rtol=1e-5, atol=1e-6,
+                                           err_msg=f"{api} {name} differs from numpy SGD")
