@@ -1,0 +1,109 @@
+"""Scripts that know nothing of mxkv_hybrid, on the generated tiny ImageNet with 2 ranks:
+a Module-API script in the shape of MXNet's example/image-classification with
+`--kv-store hybrid` (RecordIO and `--benchmark 1`), and a gluoncv-style script with no
+kvstore flag under `mxkv-launch --auto` (RecordIO and folder). Each ends with identical
+trained weights on both ranks and (real data) validation accuracy far above chance."""
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import List, Tuple
+
+import mxnet as mx
+import numpy as np
+import pytest
+
+from conftest import Job, launch
+
+EXAMPLES = Path(__file__).parent.parent / "examples"
+CLASSES = 10  # chance: 0.1
+RANKS = 2
+EPOCHS = 3
+TRAIN_IMAGES = CLASSES * 64
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("tiny-imagenet")
+    subprocess.run([sys.executable, str(EXAMPLES / "make_tiny_imagenet.py"), "--out", str(out),
+                    "--classes", str(CLASSES), "--size", "32"], check=True, timeout=120)
+    return out
+
+
+def trained_weights(prefix: Path, epoch: int) -> dict:
+    """The trained (arg:) parameters of a do_checkpoint file; BatchNorm statistics stay per rank."""
+    saved = mx.nd.load(f"{prefix}-{epoch:04d}.params")
+    return {name: array.asnumpy() for name, array in saved.items() if name.startswith("arg:")}
+
+
+def assert_checkpoints_identical(prefix: Path, epoch: int) -> None:
+    rank0 = trained_weights(prefix, epoch)
+    rank1 = trained_weights(Path(f"{prefix}-1"), epoch)  # do_checkpoint's per-rank prefix
+    assert rank0.keys() == rank1.keys() and rank0
+    for name in rank0:
+        assert np.array_equal(rank0[name], rank1[name]), f"{name} differs between the ranks"
+
+
+def run_module_script(job_dir: Path, *options: str) -> Job:
+    job = launch(RANKS, "image_classification_module.py", "--kv-store", "hybrid",
+                 "--model-prefix", str(job_dir / "model"), "--num-epochs", str(EPOCHS), *options)
+    assert job.returncode == 0, job.output
+    return job
+
+
+def test_module_script_with_kv_store_hybrid(tiny, job_dir):
+    job = run_module_script(job_dir, "--data-train", str(tiny / "train.rec"),
+                            "--data-val", str(tiny / "val.rec"))
+    for rank in range(RANKS):
+        lines = job.lines_of(rank)
+        assert any("samples/sec" in line for line in lines), job.output
+        accuracy = [float(m.group(1)) for line in lines
+                    if (m := re.search(rf"Epoch\[{EPOCHS - 1}\] Validation-accuracy=([0-9.]+)", line))]
+        assert accuracy and accuracy[0] > 2.5 / CLASSES, job.output
+    assert_checkpoints_identical(job_dir / "model", EPOCHS)
+
+
+def test_module_script_benchmark_mode(job_dir):
+    job = run_module_script(job_dir, "--benchmark", "1")
+    for rank in range(RANKS):
+        assert any("samples/sec" in line for line in job.lines_of(rank)), job.output
+    assert_checkpoints_identical(job_dir / "model", EPOCHS)
+
+
+def epochs_of(lines: List[str]) -> List[Tuple[int, float, str]]:
+    """(batches, validation accuracy, weights digest) per epoch of gluoncv_classic.py."""
+    found = [re.search(r"\[Epoch \d+\] batches=(\d+) validation-accuracy=([0-9.]+) weights=(\w+)",
+                       line) for line in lines]
+    return [(int(m.group(1)), float(m.group(2)), m.group(3)) for m in found if m]
+
+
+def run_classic_script(tiny: Path, data_format: str, *launcher_options: str) -> Job:
+    job = launch(RANKS, "gluoncv_classic.py", "--data-dir", str(tiny), "--num-epochs", str(EPOCHS),
+                 *(["--use-rec"] if data_format == "rec" else []),
+                 launcher_options=launcher_options)
+    assert job.returncode == 0, job.output
+    return job
+
+
+@pytest.mark.parametrize("data_format", ["rec", "folder"])
+def test_no_flag_script_under_auto(tiny, data_format):
+    job = run_classic_script(tiny, data_format, "--auto")
+    per_rank = [epochs_of(job.lines_of(rank)) for rank in range(RANKS)]
+    assert len(per_rank[0]) == EPOCHS, job.output
+    for rank in range(RANKS):
+        assert [batches for batches, _, _ in per_rank[rank]] == [TRAIN_IMAGES // RANKS // 32] * EPOCHS
+        assert [digest for _, _, digest in per_rank[rank]] == [d for _, _, d in per_rank[0]]
+        assert per_rank[rank][-1][1] > 2.5 / CLASSES, job.output
+    said = "\n".join(job.lines_of(0))
+    assert "mxkv_hybrid --auto: kvstore 'device' -> 'hybrid' (2 ranks)" in said
+    reader = "ImageRecordIter(shuffle=True" if data_format == "rec" else "DataLoader(shuffle=True)"
+    assert f"mxkv_hybrid --auto: {reader}" in said, job.output
+    assert "--auto" not in "\n".join(job.lines_of(1)), "only rank 0 logs the changes"
+
+
+def test_without_auto_each_rank_trains_alone(tiny):
+    """The control: the same script without --auto reads all data and trains alone."""
+    job = run_classic_script(tiny, "folder")
+    rank0, rank1 = (epochs_of(job.lines_of(rank)) for rank in range(RANKS))
+    assert [batches for batches, _, _ in rank0] == [TRAIN_IMAGES // 32] * EPOCHS
+    assert rank0[-1][2] != rank1[-1][2]
