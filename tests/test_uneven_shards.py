@@ -1,13 +1,13 @@
 """Uneven shards: ranks with different numbers of batches end every epoch together
 (Module.fit wrapped by the plugin, Gluon through even_batches), with the weights of
-synchronous SGD over the batches that all ranks had."""
+synchronous SGD over the batches that all ranks had; in mode async each group on its own."""
 from typing import List
 
 import numpy as np
 import pytest
 
 from conftest import launch
-from workers.common import BATCH, regression_batches
+from workers.common import BATCH, REGRESSION_WEIGHT, regression_batches
 
 RANKS = 3
 EPOCHS = 3
@@ -51,3 +51,23 @@ def test_ranks_stop_together_with_reference_weights(job_dir, counts):
                 np.testing.assert_allclose(weights[rank][name].reshape(expected[name].shape),
                                            expected[name], rtol=1e-5, atol=1e-6,
                                            err_msg=f"{api} {name} differs from numpy SGD")
+
+
+def test_in_async_mode_each_group_ends_its_epochs_on_its_own(job_dir):
+    """Groups {0, 1} and {2, 3}; only rank 0 is short: its group takes 3 steps an epoch,
+    the other group all 5 (the groups are not tied together in async)."""
+    counts = [3, 5, 5, 5]
+    job = launch(4, "uneven_shards.py", "--out", str(job_dir), "--apis", "module",
+                 "--batches", ",".join(map(str, counts)), "--epochs", str(EPOCHS),
+                 env={"MXKV_MODE": "async"}, launcher_options=("--servers", "1", "--group-size", "2"))
+    assert job.returncode == 0, job.output
+    for rank, steps in enumerate([3, 3, 5, 5]):
+        assert f"module steps per epoch: {[steps] * EPOCHS}" in job.lines_of(rank), job.output
+    weights = [dict(np.load(job_dir / f"module-rank{r}.npz")) for r in range(4)]
+    for first, second in ((0, 1), (2, 3)):  # a group's ranks hold its leader's weights
+        for name in weights[first]:
+            assert np.array_equal(weights[first][name], weights[second][name]), name
+    true_weight = REGRESSION_WEIGHT.ravel()
+    for rank in (0, 2):  # the servers' model went most of the way from zero to the truth
+        error = np.linalg.norm(weights[rank]["weight"].ravel() - true_weight)
+        assert error < 0.3 * np.linalg.norm(true_weight), (rank, weights[rank]["weight"])

@@ -35,15 +35,15 @@ def averaging_rounds(store) -> int:
 
 
 REGRESSION_FEATURES = 3
+REGRESSION_WEIGHT = np.array([[1.0, -2.0, 0.5]], dtype=np.float32)  # y = x W^T + 0.3 + noise
 
 
 def regression_batches(rank: int, count: int):
     """`count` batches of a linear regression problem for one rank: x (BATCH x 3), y (BATCH x 1)."""
-    true_weight = np.array([[1.0, -2.0, 0.5]], dtype=np.float32)
     batches = []
     for step in range(count):
         rng = np.random.RandomState(100 * rank + step)
         x = rng.randn(BATCH, REGRESSION_FEATURES).astype(np.float32)
-        y = x @ true_weight.T + 0.3 + 0.1 * rng.randn(BATCH, 1).astype(np.float32)
+        y = x @ REGRESSION_WEIGHT.T + 0.3 + 0.1 * rng.randn(BATCH, 1).astype(np.float32)
         batches.append((x, y.astype(np.float32)))
     return batches
