@@ -13,6 +13,8 @@ import pytest
 from mxkv_hybrid.launch import live_processes
 
 WORKERS = Path(__file__).parent / "workers"
+EXAMPLES = Path(__file__).parent.parent / "examples"
+TINY_IMAGENET_CLASSES = 10  # 64 training and 16 validation images each, 32 x 32 pixels
 JOB_TIMEOUT = 180  # seconds; a hard bound on every multi-process test
 JOB_TAG = "PYTEST_MXKV_JOB"  # marks every process of one test job (not an MXKV_* knob)
 
@@ -123,3 +125,13 @@ def assert_matches_reference(mine: Dict[str, np.ndarray], reference: Dict[str, n
 @pytest.fixture
 def job_dir(tmp_path: Path) -> Path:
     return tmp_path
+
+
+@pytest.fixture(scope="session")
+def tiny_imagenet(tmp_path_factory) -> Path:
+    """The tiny ImageNet of examples/make_tiny_imagenet.py (folder and RecordIO), made once."""
+    out = tmp_path_factory.mktemp("tiny-imagenet")
+    subprocess.run([sys.executable, str(EXAMPLES / "make_tiny_imagenet.py"), "--out", str(out),
+                    "--classes", str(TINY_IMAGENET_CLASSES), "--size", "32"],
+                   check=True, timeout=120)
+    return out

@@ -8,25 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from conftest import JOB_TIMEOUT
+from conftest import EXAMPLES, JOB_TIMEOUT, TINY_IMAGENET_CLASSES
 
-EXAMPLES = Path(__file__).parent.parent / "examples"
-CLASSES = 10
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("tiny-imagenet")
-    subprocess.run([sys.executable, str(EXAMPLES / "make_tiny_imagenet.py"), "--out", str(out),
-                    "--classes", str(CLASSES), "--size", "32"], check=True, timeout=120)
-    return out
+CLASSES = TINY_IMAGENET_CLASSES
 
 
-def train(tiny: Path, *options: str) -> str:
+def train(tiny_imagenet: Path, *options: str) -> str:
     """Runs the script on 2 ranks; returns rank 0's lines."""
     done = subprocess.run(
         [sys.executable, "-m", "mxkv_hybrid.launch", "-n", "2", "--timeout", str(JOB_TIMEOUT),
-         "--", "python", str(EXAMPLES / "train_imagenet.py"), "--data-dir", str(tiny),
+         "--", "python", str(EXAMPLES / "train_imagenet.py"), "--data-dir", str(tiny_imagenet),
          "--image-size", "32", "--warmup-epochs", "1", "--log-interval", "5", *options],
         capture_output=True, text=True, timeout=JOB_TIMEOUT + 30)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -42,20 +33,21 @@ def final_result(output: str):
 
 
 @pytest.mark.parametrize("data_format", ["rec", "folder"])
-def test_learns_from_records_and_folders_with_identical_weights(tiny, data_format):
-    output = train(tiny, "--data-format", data_format, "--num-epochs", "4")
+def test_learns_from_records_and_folders_with_identical_weights(tiny_imagenet, data_format):
+    output = train(tiny_imagenet, "--data-format", data_format, "--num-epochs", "4")
     assert f"{CLASSES} classes, {data_format} data, 2 rank(s)" in output
     assert "10 steps/epoch of 64 images" in output  # 640 images / (2 ranks x 32)
     top1, identical = final_result(output)
     assert top1 > 2.5 / CLASSES and identical == "True", output
 
 
-def test_a_resumed_run_continues_from_its_checkpoint(tiny, tmp_path):
+def test_a_resumed_run_continues_from_its_checkpoint(tiny_imagenet, tmp_path):
     saved = tmp_path / "checkpoints"
-    first = train(tiny, "--num-epochs", "3", "--save-dir", str(saved), "--data-format", "folder")
+    first = train(tiny_imagenet, "--num-epochs", "3", "--save-dir", str(saved),
+                  "--data-format", "folder")
     assert sorted(p.name for p in saved.iterdir()) == ["epoch0001", "epoch0002", "epoch0003"]
-    resumed = train(tiny, "--num-epochs", "3", "--save-dir", str(saved), "--resume-epoch", "2",
-                    "--data-format", "folder")
+    resumed = train(tiny_imagenet, "--num-epochs", "3", "--save-dir", str(saved),
+                    "--resume-epoch", "2", "--data-format", "folder")
     # the weights of epoch 2 came back: the same validation numbers
     at_epoch_2 = re.search(r"epoch 2 done in [0-9.]+ s: (validation top-1 \S+ top-5 \S+)", first)
     assert f"resumed from epoch 2: {at_epoch_2.group(1)}" in resumed, (first, resumed)

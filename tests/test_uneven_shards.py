@@ -29,7 +29,8 @@ def reference(counts: List[int]) -> dict:
     return {"weight": weight, "bias": bias}
 
 
-@pytest.mark.parametrize("counts", [[3, 5, 5], [5, 5, 3]], ids=["first-rank-short", "last-rank-short"])
+@pytest.mark.parametrize("counts", [[3, 5, 5], [5, 5, 3]],
+                         ids=["first-rank-short", "last-rank-short"])
 def test_ranks_stop_together_with_reference_weights(job_dir, counts):
     assert BATCH * min(counts) > 0
     job = launch(RANKS, "uneven_shards.py", "--out", str(job_dir),
@@ -47,7 +48,8 @@ def test_ranks_stop_together_with_reference_weights(job_dir, counts):
         weights = [dict(np.load(job_dir / f"{api}-rank{r}.npz")) for r in range(RANKS)]
         for rank in range(RANKS):
             for name in expected:
-                assert np.array_equal(weights[rank][name], weights[0][name]), f"{api} {name} rank {rank}"
+                assert np.array_equal(weights[rank][name], weights[0][name]), \
+                    f"{api} {name} rank {rank}"
                 np.testing.assert_allclose(weights[rank][name].reshape(expected[name].shape),
                                            expected[name], rtol=1e-5, atol=1e-6,
                                            err_msg=f"{api} {name} differs from numpy SGD")
@@ -59,7 +61,8 @@ def test_in_async_mode_each_group_ends_its_epochs_on_its_own(job_dir):
     counts = [3, 5, 5, 5]
     job = launch(4, "uneven_shards.py", "--out", str(job_dir), "--apis", "module",
                  "--batches", ",".join(map(str, counts)), "--epochs", str(EPOCHS),
-                 env={"MXKV_MODE": "async"}, launcher_options=("--servers", "1", "--group-size", "2"))
+                 env={"MXKV_MODE": "async"},
+                 launcher_options=("--servers", "1", "--group-size", "2"))
     assert job.returncode == 0, job.output
     for rank, steps in enumerate([3, 3, 5, 5]):
         assert f"module steps per epoch: {[steps] * EPOCHS}" in job.lines_of(rank), job.output

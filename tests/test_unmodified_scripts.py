@@ -4,8 +4,6 @@ a Module-API script in the shape of MXNet's example/image-classification with
 kvstore flag under `mxkv-launch --auto` (RecordIO and folder). Each ends with identical
 trained weights on both ranks and (real data) validation accuracy far above chance."""
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import List, Tuple
 
@@ -13,21 +11,12 @@ import mxnet as mx
 import numpy as np
 import pytest
 
-from conftest import Job, launch
+from conftest import TINY_IMAGENET_CLASSES, Job, launch
 
-EXAMPLES = Path(__file__).parent.parent / "examples"
-CLASSES = 10  # chance: 0.1
+CLASSES = TINY_IMAGENET_CLASSES  # chance: 0.1
 RANKS = 2
 EPOCHS = 3
 TRAIN_IMAGES = CLASSES * 64
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("tiny-imagenet")
-    subprocess.run([sys.executable, str(EXAMPLES / "make_tiny_imagenet.py"), "--out", str(out),
-                    "--classes", str(CLASSES), "--size", "32"], check=True, timeout=120)
-    return out
 
 
 def trained_weights(prefix: Path, epoch: int) -> dict:
@@ -51,14 +40,14 @@ def run_module_script(job_dir: Path, *options: str) -> Job:
     return job
 
 
-def test_module_script_with_kv_store_hybrid(tiny, job_dir):
-    job = run_module_script(job_dir, "--data-train", str(tiny / "train.rec"),
-                            "--data-val", str(tiny / "val.rec"))
+def test_module_script_with_kv_store_hybrid(tiny_imagenet, job_dir):
+    job = run_module_script(job_dir, "--data-train", str(tiny_imagenet / "train.rec"),
+                            "--data-val", str(tiny_imagenet / "val.rec"))
     for rank in range(RANKS):
         lines = job.lines_of(rank)
         assert any("samples/sec" in line for line in lines), job.output
-        accuracy = [float(m.group(1)) for line in lines
-                    if (m := re.search(rf"Epoch\[{EPOCHS - 1}\] Validation-accuracy=([0-9.]+)", line))]
+        last = re.compile(rf"Epoch\[{EPOCHS - 1}\] Validation-accuracy=([0-9.]+)")
+        accuracy = [float(m.group(1)) for line in lines if (m := last.search(line))]
         assert accuracy and accuracy[0] > 2.5 / CLASSES, job.output
     assert_checkpoints_identical(job_dir / "model", EPOCHS)
 
@@ -77,8 +66,9 @@ def epochs_of(lines: List[str]) -> List[Tuple[int, float, str]]:
     return [(int(m.group(1)), float(m.group(2)), m.group(3)) for m in found if m]
 
 
-def run_classic_script(tiny: Path, data_format: str, *launcher_options: str) -> Job:
-    job = launch(RANKS, "gluoncv_classic.py", "--data-dir", str(tiny), "--num-epochs", str(EPOCHS),
+def run_classic_script(tiny_imagenet: Path, data_format: str, *launcher_options: str) -> Job:
+    job = launch(RANKS, "gluoncv_classic.py", "--data-dir", str(tiny_imagenet),
+                 "--num-epochs", str(EPOCHS),
                  *(["--use-rec"] if data_format == "rec" else []),
                  launcher_options=launcher_options)
     assert job.returncode == 0, job.output
@@ -86,12 +76,13 @@ def run_classic_script(tiny: Path, data_format: str, *launcher_options: str) -> 
 
 
 @pytest.mark.parametrize("data_format", ["rec", "folder"])
-def test_no_flag_script_under_auto(tiny, data_format):
-    job = run_classic_script(tiny, data_format, "--auto")
+def test_no_flag_script_under_auto(tiny_imagenet, data_format):
+    job = run_classic_script(tiny_imagenet, data_format, "--auto")
     per_rank = [epochs_of(job.lines_of(rank)) for rank in range(RANKS)]
     assert len(per_rank[0]) == EPOCHS, job.output
     for rank in range(RANKS):
-        assert [batches for batches, _, _ in per_rank[rank]] == [TRAIN_IMAGES // RANKS // 32] * EPOCHS
+        batches_per_epoch = [batches for batches, _, _ in per_rank[rank]]
+        assert batches_per_epoch == [TRAIN_IMAGES // RANKS // 32] * EPOCHS
         assert [digest for _, _, digest in per_rank[rank]] == [d for _, _, d in per_rank[0]]
         assert per_rank[rank][-1][1] > 2.5 / CLASSES, job.output
     said = "\n".join(job.lines_of(0))
@@ -101,9 +92,9 @@ def test_no_flag_script_under_auto(tiny, data_format):
     assert "--auto" not in "\n".join(job.lines_of(1)), "only rank 0 logs the changes"
 
 
-def test_without_auto_each_rank_trains_alone(tiny):
+def test_without_auto_each_rank_trains_alone(tiny_imagenet):
     """The control: the same script without --auto reads all data and trains alone."""
-    job = run_classic_script(tiny, "folder")
+    job = run_classic_script(tiny_imagenet, "folder")
     rank0, rank1 = (epochs_of(job.lines_of(rank)) for rank in range(RANKS))
     assert [batches for batches, _, _ in rank0] == [TRAIN_IMAGES // 32] * EPOCHS
     assert rank0[-1][2] != rank1[-1][2]

@@ -104,7 +104,8 @@ def train():
             loss.backward()
             trainer.step(opt.batch_size)
             batches += 1
-        print(f"[Epoch {epoch}] batches={batches} validation-accuracy={test(net, val_data, batch_fn):.4f} "
+        accuracy = test(net, val_data, batch_fn)
+        print(f"[Epoch {epoch}] batches={batches} validation-accuracy={accuracy:.4f} "
               f"weights={weights_digest(net)}")
 
 
