@@ -8,7 +8,7 @@ from typing import Hashable, List, Sequence
 import mxnet as mx
 import numpy as np
 
-from . import algorithm_table
+from . import algorithm_table, stall
 from .config import Config
 from .errors import MismatchError, MXKVError
 
@@ -109,7 +109,8 @@ class TensorCollectives:
 
     def _run(self, op, keys, inputs, outputs, call) -> None:
         try:
-            agreed = call()
+            with stall.waiting(f"{op} of {len(keys)} key(s)"):
+                agreed = call()
         except ValueError as err:
             if len(err.args) == 2 and isinstance(err.args[1], int):
                 message, index = err.args
@@ -121,7 +122,8 @@ class TensorCollectives:
     def _raise_mismatch(self, op: str, keys: Sequence[Key], outputs: Sequence[Arrays]) -> None:
         """Every rank gets here together: gather what each passed and name the difference."""
         mine = [(k, np.dtype(o[0].dtype).name, tuple(o[0].shape)) for k, o in zip(keys, outputs)]
-        everyone = self._comm.allgather(mine)
+        with stall.waiting(f"{op}: comparing the keys of a mismatched call"):
+            everyone = self._comm.allgather(mine)
         detail = _first_difference(everyone)
         raise MismatchError(
             f"{op}: ranks disagree on the arrays of this call: {detail}. Every rank must pass "

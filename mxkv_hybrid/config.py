@@ -4,6 +4,7 @@ from dataclasses import dataclass
 from typing import Callable, Dict, Mapping, Optional
 
 from .errors import ConfigError
+from .fault import Fault, parse_fault
 
 MODES = ("allreduce", "sync", "async", "easgd", "lasgd")
 ALGORITHMS = ("auto", "mpi", "ring", "rhd", "rd")
@@ -157,6 +158,17 @@ KNOBS: Dict[str, Knob] = {
                       "become 'hybrid', a shuffled mx.io.ImageRecordIter and a "
                       "gluon.data.DataLoader(shuffle=True) read one shard per rank; unshuffled "
                       "(validation) data stays whole. Each change is logged once by rank 0."),
+    "MXKV_STALL_TIMEOUT": Knob(_non_negative, "30",
+                               "Seconds a rank waits for the others in one collective before it "
+                               "asks every rank where it is, prints the answers (waiting, "
+                               "working, finished, no answer) and ends the job. Raise it when a "
+                               "rank legitimately works alone longer (rank-0-only evaluation); "
+                               "0: wait for ever."),
+    "MXKV_FAULT": Knob(parse_fault, "",
+                       "Rehearses a failure: ACTION:rank=R:step=S makes rank R, at its S-th "
+                       "pushpull (one per training step), kill itself with SIGKILL (kill), raise "
+                       "an exception (raise), hang for ever (hang) or end its script with status 0 "
+                       "(exit: a rank that finished early). Empty: no fault."),
     "MXKV_AVERAGE": Knob(_parse_bool, "1",
                          "1: gradients are averaged over ranks (a script written for one process "
                          "trains on the union of the batches). 0: summed, like MXNet's dist_sync."),
@@ -197,6 +209,7 @@ class Config:
     throttle_mbps: float
     throttle_latency_ms: float
     auto: bool
+    fault: Optional[Fault]
 
     @classmethod
     def from_environment(cls, environ: Optional[Mapping[str, str]] = None) -> "Config":
@@ -233,7 +246,7 @@ class Config:
                    lasgd_overlap=values["MXKV_LASGD_OVERLAP"],
                    throttle_mbps=values["MXKV_THROTTLE_MBPS"],
                    throttle_latency_ms=values["MXKV_THROTTLE_LATENCY_MS"],
-                   auto=values["MXKV_AUTO"])
+                   auto=values["MXKV_AUTO"], fault=values["MXKV_FAULT"])
 
     @property
     def compress_dtype(self) -> int:

@@ -4,11 +4,13 @@ from typing import List, Optional, Sequence, Tuple
 import mxnet as mx
 from mxnet.kvstore import KVStoreBase
 
+from . import stall
 from .collectives import Key, TensorCollectives
 from .config import Config
 from .averaging import Averaging
 from .elastic import ElasticAveraging
 from .errors import MXKVError
+from .fault import FaultInjector
 from .grouped_sync import GroupedSync
 from .link_throttle import ThrottledReducer, link_throttle
 from .local_sgd import LocalSGD
@@ -39,6 +41,8 @@ class Hybrid(KVStoreBase):
     def __init__(self):
         self._config = Config.from_environment()
         self._world = world()
+        self._fault = (FaultInjector(self._config.fault, self._world.rank)
+                       if self._config.fault is not None else None)
         self._collectives: Optional[TensorCollectives] = TensorCollectives(
             self._world.comm, self._config)
         mode = self._config.mode
@@ -165,6 +169,8 @@ class Hybrid(KVStoreBase):
 
         With an optimizer set, keys that hold a weight (init/broadcast) are updated and `out`
         receives the new weight; other keys (metrics, say) are only combined."""
+        if self._fault is not None:
+            self._fault.step()
         keys, values = _as_key_lists(key, value)
         outs = values if out is None else _as_key_lists(key, out)[1]
         updated = [i for i, k in enumerate(keys) if self._weights.updates(k)]
@@ -182,12 +188,14 @@ class Hybrid(KVStoreBase):
                         "use dense parameters or a native MXNet kvstore ('dist_sync')")
 
     def set_gradient_compression(self, compression_params) -> None:
-        raise MXKVError("gradient compression is not supported by the hybrid kvstore; "
-                        "remove compression_params from the Trainer/Module")
+        raise MXKVError("MXNet's gradient compression (compression_params) is not supported by "
+                        "the hybrid kvstore: remove compression_params and set MXKV_COMPRESS=fp16 "
+                        "or bf16 (gradients travel in 16 bits, summed in float32)")
 
     def barrier(self) -> None:
         """Waits until every rank gets here."""
-        self._world.comm.Barrier()
+        with stall.waiting("barrier"):
+            self._world.comm.Barrier()
 
     # ---- optimizer on the store -------------------------------------------------------
     def set_optimizer(self, optimizer: mx.optimizer.Optimizer) -> None:

@@ -22,6 +22,8 @@ import time
 from dataclasses import dataclass
 from typing import Dict, List, Optional
 
+from .rank_watch import RankWatch
+
 GRACE_SECONDS = 5.0
 
 
@@ -153,9 +155,10 @@ def wait_until_listening(node: Node, host: str, port: int, timeout: float) -> No
     raise RuntimeError(f"the {node.name} did not listen on {host}:{port} within {timeout:g} s")
 
 
-def supervise(job: Node, helpers: List[Node], timeout: Optional[float]) -> int:
+def supervise(job: Node, helpers: List[Node], timeout: Optional[float], num_ranks: int) -> int:
     """Waits for the job; ends everything on failure, timeout, a dead helper or a signal.
     Returns the exit status (124 timeout, 130 stopped)."""
+    ranks = RankWatch(job.process.pid, num_ranks)
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _raise_terminated)
     deadline = None if timeout is None else time.monotonic() + timeout
@@ -175,7 +178,7 @@ def supervise(job: Node, helpers: List[Node], timeout: Optional[float]) -> int:
                       file=sys.stderr, flush=True)
                 code = 124
             elif code is None:
-                time.sleep(0.2)
+                ranks.wait(0.2)
     except (KeyboardInterrupt, _Terminated) as stop:
         print(f"mxkv-launch: {stop.__class__.__name__} {stop}; stopping all ranks",
               file=sys.stderr, flush=True)
@@ -183,9 +186,14 @@ def supervise(job: Node, helpers: List[Node], timeout: Optional[float]) -> int:
     end_process_group(job.process)
     for helper in helpers:  # servers leave by themselves once the workers are gone
         end_process_group(helper.process, grace=GRACE_SECONDS if code == 0 else 0)
-    if code != 0:
-        print(f"mxkv-launch: the job failed with exit status {code}; the first rank-prefixed "
-              "error above names the failing rank", file=sys.stderr, flush=True)
+    ranks.close()
+    if code not in (0, 124, 130):
+        first = ranks.describe_first_ended(socket.gethostname())
+        print(f"mxkv-launch: the job failed with exit status {code}"
+              + (f"; {first}; mpiexec then stopped the others (the PID its report names may be "
+                 "one of those)" if first else
+                 "; the first rank-prefixed error above names the failing rank"),
+              file=sys.stderr, flush=True)
     return code
 
 
@@ -298,7 +306,7 @@ def main(argv: Optional[List[str]] = None) -> None:
         except RuntimeError as err:
             sys.exit(f"mxkv-launch: could not start the parameter server: {err}")
     job = start("MPI job", command)
-    sys.exit(supervise(job, helpers, args.timeout))
+    sys.exit(supervise(job, helpers, args.timeout, args.num_ranks))
 
 
 if __name__ == "__main__":

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from . import stall
+from .config import read_knob
 from .errors import MXKVError
 
 
@@ -35,6 +37,8 @@ def world() -> World:
     node.Free()
     if described.size > 1:
         _end_job_on_uncaught_exception(described)
+        stall.install(stall.StallMonitor(comm.Dup(), described.host,
+                                         read_knob("MXKV_STALL_TIMEOUT"), end_job))
     return described
 
 

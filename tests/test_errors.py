@@ -30,6 +30,7 @@ def test_ranks_that_disagree_get_a_mismatch_error(case, rank0_says, rank1_says):
     ({"MXKV_BUCKET_MB": "-1"}, "MXKV_BUCKET_MB='-1' is invalid"),
     ({"MXKV_AVERAGE": "maybe"}, "MXKV_AVERAGE='maybe' is invalid"),
     ({"MXKV_BUKET_MB": "4"}, "unknown setting MXKV_BUKET_MB"),
+    ({"MXKV_FAULT": "kill:rank=1"}, "MXKV_FAULT='kill:rank=1' is invalid: expected ACTION:rank=R:step=S"),
 ])
 def test_bad_knobs_fail_on_every_rank(env, message):
     job = launch(2, "mismatch.py", "none", env=env, timeout=90)
@@ -43,11 +44,11 @@ def test_a_failing_rank_ends_the_job():
     job = launch(3, "fail.py", "raise", timeout=90)
     assert job.returncode != 0
     assert "RuntimeError: rank 1 fails on purpose" in "\n".join(job.lines_of(1))
-    assert "the job failed" in job.output
+    assert "the job failed" in job.output and "rank 1 (pid" in job.output
 
 
 def test_a_hung_job_is_stopped_by_the_launcher_timeout():
-    job = launch(2, "fail.py", "hang", timeout=20)
+    job = launch(2, "fail.py", "hang", timeout=20, env={"MXKV_STALL_TIMEOUT": "0"})  # no report
     assert job.returncode == 124
     assert "timed out after 20 s" in job.output
 

@@ -9,6 +9,7 @@ import pytest
 import mxkv_hybrid
 from mxkv_hybrid.config import Config
 from mxkv_hybrid.errors import ConfigError, MXKVError
+from mxkv_hybrid.fault import Fault, FaultInjector, parse_fault
 from mxkv_hybrid.launch import parse_arguments, wrap_command
 
 FLOAT32, FLOAT64, FLOAT16 = 0, 1, 2
@@ -79,7 +80,7 @@ def test_arrays_that_disagree_on_one_rank_name_the_key():
 
 def test_unsupported_features_say_what_to_use_instead():
     kv = mx.kv.create("hybrid")
-    with pytest.raises(MXKVError, match="gradient compression is not supported"):
+    with pytest.raises(MXKVError, match="gradient compression.*not supported.*MXKV_COMPRESS=fp16"):
         kv.set_gradient_compression({"type": "2bit"})
     with pytest.raises(MXKVError, match="not initialised; call init first"):
         kv.pull("never", out=mx.nd.zeros((1,)))
@@ -122,3 +123,29 @@ def test_launcher_refuses_servers_for_modes_without_a_parameter_server(monkeypat
         parse_arguments(["-n", "2", "--servers", "1", "--", "python", "t.py"])
     assert f"MXKV_MODE is {mode or 'allreduce (unset)'}, which uses no parameter server" \
         in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("", None),
+    ("kill:rank=1:step=5", Fault("kill", 1, 5)),
+    (" HANG:step=2:rank=0 ", Fault("hang", 0, 2)),
+])
+def test_fault_knob_parses(text, expected):
+    assert parse_fault(text) == expected
+
+
+@pytest.mark.parametrize("text", ["kill", "explode:rank=1:step=5", "kill:rank=1:step=0",
+                                  "kill:rank=-1:step=5", "kill:rank=1:step=5:when=now",
+                                  "kill:rank=one:step=5"])
+def test_bad_fault_knobs_are_refused(text):
+    with pytest.raises(ConfigError, match="MXKV_FAULT=.*expected ACTION:rank=R:step=S"):
+        Config.from_environment({"MXKV_FAULT": text})
+
+
+def test_a_fault_for_another_rank_does_nothing():
+    injector = FaultInjector(Fault("raise", 1, 1), rank=0)
+    injector.step()
+    injector = FaultInjector(Fault("raise", 0, 2), rank=0)
+    injector.step()
+    with pytest.raises(RuntimeError, match="MXKV_FAULT: injected failure on rank 0 at step 2"):
+        injector.step()

@@ -1,0 +1,106 @@
+"""Which rank ended first: mpiexec stops every rank as soon as one dies, and its own
+report names a process it picked (measured: rank 0, which it had stopped itself, when
+rank 1 was killed). The launcher watches the ranks on this host through pidfds, which
+become readable the moment a process ends, so the first rank to go is known."""
+import os
+import select
+import time
+from typing import Dict, List, Optional, Tuple
+
+RANK_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK")  # set by Hydra / Open MPI
+
+
+def _parents() -> Dict[int, int]:
+    """{pid: parent pid} of every process, from /proc."""
+    found = {}
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                found[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+    return found
+
+
+def _descendants(root: int) -> List[int]:
+    children: Dict[int, List[int]] = {}
+    for pid, parent in _parents().items():
+        children.setdefault(parent, []).append(pid)
+    found, pending = [], [root]
+    while pending:
+        for child in children.get(pending.pop(), []):
+            found.append(child)
+            pending.append(child)
+    return found
+
+
+def _rank_of(pid: int) -> Optional[int]:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            variables = dict(item.split(b"=", 1) for item in f.read().split(b"\0") if b"=" in item)
+    except OSError:
+        return None
+    for name in RANK_VARIABLES:
+        if name.encode() in variables:
+            return int(variables[name.encode()])
+    return None
+
+
+class RankWatch:
+    """The ranks of one job that run on this host, and the first of them to end."""
+
+    def __init__(self, launcher_pid: int, num_ranks: int):
+        self._root = launcher_pid
+        self._num_ranks = num_ranks
+        self._watched: Dict[int, Tuple[int, int]] = {}  # pidfd -> (rank, pid)
+        self._ranks_seen: Dict[int, int] = {}  # rank -> pid
+        self._last_search = float("-inf")
+        self.first_ended: List[Tuple[int, int]] = []  # (rank, pid) of the first to end
+
+    def _search(self) -> None:
+        """Looks for rank processes not yet watched (at most once a second, until all
+        ranks of the job are found; ranks on other hosts never are)."""
+        now = time.monotonic()
+        if len(self._ranks_seen) >= self._num_ranks or now - self._last_search < 1.0:
+            return
+        self._last_search = now
+        for pid in _descendants(self._root):
+            rank = _rank_of(pid)
+            if rank is None or rank in self._ranks_seen:
+                continue
+            try:
+                descriptor = os.pidfd_open(pid)
+            except OSError:  # already gone
+                continue
+            self._ranks_seen[rank] = pid
+            self._watched[descriptor] = (rank, pid)
+
+    def wait(self, seconds: float) -> None:
+        """Sleeps up to `seconds`, noting the first watched rank that ends."""
+        self._search()
+        if not self._watched:
+            time.sleep(seconds)
+            return
+        ended, _, _ = select.select(list(self._watched), [], [], seconds)
+        gone = []
+        for descriptor in ended:
+            gone.append(self._watched.pop(descriptor))
+            os.close(descriptor)
+        if gone and not self.first_ended:  # several only if they ended within one wake-up
+            self.first_ended = sorted(gone)
+
+    def describe_first_ended(self, host: str) -> Optional[str]:
+        """'rank 1 (pid 6872)' or 'ranks 0 (pid ..) and 2 (pid ..), together', or None."""
+        if not self.first_ended:
+            return None
+        names = [f"{rank} (pid {pid} on {host})" for rank, pid in self.first_ended]
+        partial = ("" if len(self._ranks_seen) == self._num_ranks
+                   else f" of the {len(self._ranks_seen)} on this host")
+        if len(names) == 1:
+            return f"rank {names[0]} was the first rank{partial} to end"
+        return f"ranks {', '.join(names)} were the first ranks{partial} to end, together"
+
+    def close(self) -> None:
+        for descriptor in self._watched:
+            os.close(descriptor)
+        self._watched.clear()

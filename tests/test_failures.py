@@ -1,0 +1,68 @@
+"""Failures end the whole job quickly, with a message that names the rank, and leave no
+process behind: a rank killed or raising mid-training (MXKV_FAULT), a hung rank and a
+rank whose script ended early (the stall report of MXKV_STALL_TIMEOUT)."""
+import re
+
+import pytest
+
+from conftest import launch
+
+LAUNCH_TIMEOUT = 90  # the launcher's --timeout: a job stopped by it (124) hung
+STALL = {"MXKV_STALL_TIMEOUT": "3"}
+
+
+def assert_stopped_by_the_failure(job) -> None:
+    assert job.returncode not in (0, 124), job.output
+
+
+@pytest.mark.parametrize("action", ["kill", "raise"])
+def test_a_rank_that_dies_ends_the_job_and_is_named(action):
+    job = launch(3, "train_steps.py", env={"MXKV_FAULT": f"{action}:rank=1:step=3"},
+                 timeout=LAUNCH_TIMEOUT)
+    assert_stopped_by_the_failure(job)
+    assert "mxkv_hybrid: MXKV_FAULT: rank 1 will " + action in job.output
+    assert re.search(r"rank 1 \(pid \d+ on \S+\) was the first rank to end", job.output), job.output
+    assert "took 10 steps" not in job.output  # nobody finished the training
+
+
+def test_a_killed_rank_ends_the_parameter_servers_too():
+    job = launch(4, "train_steps.py", env={"MXKV_MODE": "sync", "MXKV_FAULT": "kill:rank=2:step=3"},
+                 timeout=LAUNCH_TIMEOUT, launcher_options=("--servers", "1", "--group-size", "2"))
+    assert_stopped_by_the_failure(job)
+    assert re.search(r"rank 2 \(pid \d+ on \S+\) was the first rank to end", job.output), job.output
+    # launch() has checked that no process of the job (servers, scheduler) is left
+
+
+def stall_report(job, culprit: int) -> str:
+    """The report of the first rank that ended the job on a stall (not the culprit)."""
+    assert_stopped_by_the_failure(job)
+    reporters = [r for r in range(3) if r != culprit and any(
+        "for the other ranks (MXKV_STALL_TIMEOUT=3); ending the job" in line
+        for line in job.lines_of(r))]
+    assert reporters, job.output
+    lines = job.lines_of(reporters[0])
+    start = next(i for i, line in enumerate(lines) if "MXKV_STALL_TIMEOUT=3); ending" in line)
+    return "\n".join(lines[start:start + 4])
+
+
+def test_a_hung_rank_is_reported_by_a_waiting_rank():
+    job = launch(3, "train_steps.py", env={**STALL, "MXKV_FAULT": "hang:rank=1:step=3"},
+                 timeout=LAUNCH_TIMEOUT)
+    report = stall_report(job, culprit=1)
+    assert re.search(r"rank 1 on \S+: working \(not in a collective\) for \d+ s after wait #\d+ "
+                     r"\(it has not reached the stalled wait\): hung, or busy alone", report), report
+    for rank in (0, 2):
+        assert re.search(rf"rank {rank} on \S+: waiting in #\d+ \(pushpull of 2 key\(s\)\)",
+                         report), report
+
+
+@pytest.mark.parametrize("how", ["fewer steps", "MXKV_FAULT exit"])
+def test_a_rank_whose_script_ended_early_is_reported(how):
+    if how == "fewer steps":
+        job = launch(3, "train_steps.py", "--short", "2:4", env=STALL, timeout=LAUNCH_TIMEOUT)
+        assert "rank 2 took 4 steps" in job.output
+    else:
+        job = launch(3, "train_steps.py", env={**STALL, "MXKV_FAULT": "exit:rank=2:step=5"},
+                     timeout=LAUNCH_TIMEOUT)
+    report = stall_report(job, culprit=2)
+    assert re.search(r"rank 2 on \S+: its script ended after \d+ waits", report), report
