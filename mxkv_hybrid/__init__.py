@@ -10,14 +10,15 @@ data-parallel too (module auto).
 from . import auto, checkpoint, hooks
 from .averagers import PeriodicModelAverager, broadcast_parameters
 from .config import KNOBS, Config, read_knob
-from .errors import ConfigError, MismatchError, MXKVError
+from .errors import ConfigError, MismatchError, MXKVError, NonFiniteError
 from .even_batches import EvenBatchesIter, even_batches
 from .hooks import consensus
 from .kvstore import Hybrid
 from .shard_sampler import ShardSampler
 from .topology import World, world
 
-__all__ = ["Hybrid", "Config", "KNOBS", "MXKVError", "ConfigError", "MismatchError", "World",
+__all__ = ["Hybrid", "Config", "KNOBS", "MXKVError", "ConfigError", "MismatchError", "NonFiniteError",
+           "World",
            "world", "consensus", "checkpoint", "PeriodicModelAverager", "broadcast_parameters",
            "even_batches", "EvenBatchesIter", "ShardSampler"]
 __version__ = "0.1.0"

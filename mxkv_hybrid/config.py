@@ -164,6 +164,11 @@ KNOBS: Dict[str, Knob] = {
                                "working, finished, no answer) and ends the job. Raise it when a "
                                "rank legitimately works alone longer (rank-0-only evaluation); "
                                "0: wait for ever."),
+    "MXKV_CHECK_FINITE": Knob(_parse_bool, "0",
+                              "1: before each pushpull combines anything, the ranks check their "
+                              "values for NaN/Inf and, if any rank has one, every rank raises "
+                              "NonFiniteError naming the first key and the ranks (costs one "
+                              "pass over the gradients and a 4-byte allreduce per step)."),
     "MXKV_FAULT": Knob(parse_fault, "",
                        "Rehearses a failure: ACTION:rank=R:step=S makes rank R, at its S-th "
                        "pushpull (one per training step), kill itself with SIGKILL (kill), raise "
@@ -210,6 +215,7 @@ class Config:
     throttle_latency_ms: float
     auto: bool
     fault: Optional[Fault]
+    check_finite: bool
 
     @classmethod
     def from_environment(cls, environ: Optional[Mapping[str, str]] = None) -> "Config":
@@ -246,7 +252,8 @@ class Config:
                    lasgd_overlap=values["MXKV_LASGD_OVERLAP"],
                    throttle_mbps=values["MXKV_THROTTLE_MBPS"],
                    throttle_latency_ms=values["MXKV_THROTTLE_LATENCY_MS"],
-                   auto=values["MXKV_AUTO"], fault=values["MXKV_FAULT"])
+                   auto=values["MXKV_AUTO"], fault=values["MXKV_FAULT"],
+                   check_finite=values["MXKV_CHECK_FINITE"])
 
     @property
     def compress_dtype(self) -> int:

@@ -18,3 +18,9 @@ class MismatchError(MXKVError):
     """Ranks called a collective with different keys, shapes or dtypes."""
 
     on_every_rank = True
+
+
+class NonFiniteError(MXKVError):
+    """A rank's values had NaN or Inf (MXKV_CHECK_FINITE=1); found by every rank together."""
+
+    on_every_rank = True

@@ -17,41 +17,24 @@ except in the modes async and asynchronous easgd, where only a group steps in
 lockstep (the groups run independently of each other).
 """
 import sys
-from functools import lru_cache
-from typing import Any, Iterable, Iterator, TypeVar
+from typing import Iterable, Iterator, TypeVar
 
 import mxnet as mx
 import numpy as np
 
 from . import stall
-from .config import Config
-from .topology import groups, world
+from .lockstep import lockstep_comm
+from .topology import world
 
 Batch = TypeVar("Batch")
 _warned = False
-
-
-def _in_lockstep(config: Config) -> bool:
-    """Whether all ranks (not only a group) take their steps together in this mode."""
-    return config.mode not in ("async", "easgd") or (config.mode == "easgd" and config.easgd_sync)
-
-
-@lru_cache(maxsize=None)
-def _agreement_comm() -> Any:
-    """A private duplicate of the communicator of the ranks that step together (collective,
-    so it is created at the first batch, which every rank asks for), or None for one rank."""
-    if world().size == 1:
-        return None
-    config = Config.from_environment()
-    tied = world().comm if _in_lockstep(config) else groups(config.group_size).group_comm
-    return tied.Dup() if tied.Get_size() > 1 else None
 
 
 def all_have_batch(has_batch: bool, batch_index: int) -> bool:
     """Collective: True when every rank stepping with this one has a batch."""
     from mpi4py import MPI
 
-    comm = _agreement_comm()
+    comm = lockstep_comm()
     agreed = has_batch
     if comm is not None:  # a buffer Allreduce: 5.5 us a call on 2 ranks here (pickled: 10 us)
         result = np.empty(1, np.int32)

@@ -11,6 +11,7 @@ from .averaging import Averaging
 from .elastic import ElasticAveraging
 from .errors import MXKVError
 from .fault import FaultInjector
+from .finite_check import check_finite
 from .grouped_sync import GroupedSync
 from .link_throttle import ThrottledReducer, link_throttle
 from .local_sgd import LocalSGD
@@ -172,6 +173,8 @@ class Hybrid(KVStoreBase):
         if self._fault is not None:
             self._fault.step()
         keys, values = _as_key_lists(key, value)
+        if self._config.check_finite:
+            check_finite("pushpull", keys, values, self._world.rank)
         outs = values if out is None else _as_key_lists(key, out)[1]
         updated = [i for i, k in enumerate(keys) if self._weights.updates(k)]
         plain = [i for i, k in enumerate(keys) if not self._weights.updates(k)]

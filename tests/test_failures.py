@@ -1,6 +1,7 @@
 """Failures end the whole job quickly, with a message that names the rank, and leave no
 process behind: a rank killed or raising mid-training (MXKV_FAULT), a hung rank and a
-rank whose script ended early (the stall report of MXKV_STALL_TIMEOUT)."""
+rank whose script ended early (the stall report of MXKV_STALL_TIMEOUT); NaN gradients are
+caught before they reach the weights (MXKV_CHECK_FINITE)."""
 import re
 
 import pytest
@@ -66,3 +67,28 @@ def test_a_rank_whose_script_ended_early_is_reported(how):
                      timeout=LAUNCH_TIMEOUT)
     report = stall_report(job, culprit=2)
     assert re.search(r"rank 2 on \S+: its script ended after \d+ waits", report), report
+
+
+def test_nan_gradients_are_named_and_never_applied():
+    job = launch(3, "train_steps.py", "--nan-at", "1:3", env={"MXKV_CHECK_FINITE": "1"},
+                 timeout=LAUNCH_TIMEOUT)
+    assert job.returncode == 0, job.output  # every rank caught the same error
+    final = set()
+    for rank in range(3):
+        text = "\n".join(job.lines_of(rank))
+        error = re.search(r"step 3: pushpull: NaN or Inf .*\(the first key with one per rank: "
+                          r"([^)]*)\)", text)
+        assert error and error.group(1) == "rank 1: key 1", text  # Trainer order: last first
+        kept = re.search(r"weight before (\[.*\]) after (\[.*\])", text)
+        assert kept and kept.group(1) == kept.group(2) and "nan" not in kept.group(1), text
+        final.add(kept.group(2))
+    assert len(final) == 1, job.output  # and the same on every rank
+
+
+def test_without_the_check_nan_reaches_every_rank():
+    """The control: with MXKV_CHECK_FINITE unset one rank's NaN data spoils every model."""
+    job = launch(3, "train_steps.py", "--nan-at", "1:3", timeout=LAUNCH_TIMEOUT)
+    assert job.returncode == 0, job.output
+    for rank in range(3):
+        assert re.search(rf"rank {rank} took 10 steps; weight \[nan, nan, nan\]", job.output), \
+            job.output

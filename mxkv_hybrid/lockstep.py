@@ -1,0 +1,23 @@
+"""The ranks that take their steps together, and a private communicator among them."""
+from functools import lru_cache
+from typing import Any
+
+from .config import Config
+from .topology import groups, world
+
+
+def in_lockstep(config: Config) -> bool:
+    """Whether all ranks (not only a group) take their steps together in this mode."""
+    return config.mode not in ("async", "easgd") or (config.mode == "easgd" and config.easgd_sync)
+
+
+@lru_cache(maxsize=None)
+def lockstep_comm() -> Any:
+    """A private duplicate of the communicator of the ranks that step together: all ranks,
+    or in modes async and asynchronous easgd this rank's group (collective, so create it
+    at a point every rank reaches, such as the first step); None when this rank is alone."""
+    if world().size == 1:
+        return None
+    config = Config.from_environment()
+    tied = world().comm if in_lockstep(config) else groups(config.group_size).group_comm
+    return tied.Dup() if tied.Get_size() > 1 else None
