@@ -25,6 +25,7 @@ from typing import Dict, List, Optional
 from .rank_watch import RankWatch
 
 GRACE_SECONDS = 5.0
+CHECK_TIMEOUT = 60.0  # seconds; --check's default --timeout
 
 
 def find_mpiexec() -> str:
@@ -190,8 +191,8 @@ def supervise(job: Node, helpers: List[Node], timeout: Optional[float], num_rank
     if code not in (0, 124, 130):
         first = ranks.describe_first_ended(socket.gethostname())
         print(f"mxkv-launch: the job failed with exit status {code}"
-              + (f"; {first}; mpiexec then stopped the others (the PID its report names may be "
-                 "one of those)" if first else
+              + (f"; {first} (the PID in mpiexec's report, if it printed one, can be a rank it "
+                 "stopped itself)" if first else
                  "; the first rank-prefixed error above names the failing rank"),
               file=sys.stderr, flush=True)
     return code
@@ -264,11 +265,19 @@ def parse_arguments(argv: Optional[List[str]] = None) -> argparse.Namespace:
                         help="for scripts with no kvstore flag: the default stores become "
                              "'hybrid' and shuffled training data is sharded by rank "
                              "(sets MXKV_AUTO=1; see README.md, '--auto')")
+    parser.add_argument("--check", action="store_true",
+                        help="run a self-test of the installation and the topology on the ranks "
+                             "(and servers) instead of a program, and print a report")
     parser.add_argument("--dry-run", action="store_true", help="print the mpiexec command only")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- program [args...]")
     args = parser.parse_args(argv)
     if args.command[:1] == ["--"]:
         args.command = args.command[1:]
+    if args.check and args.command:
+        parser.error("--check runs its own program: drop the command after it")
+    if args.check:
+        args.command = [sys.executable, "-m", "mxkv_hybrid.self_check"]
+        args.timeout = args.timeout or CHECK_TIMEOUT
     if not args.command:
         parser.error("no command given: mxkv-launch -n 2 -- python train.py")
     if args.num_ranks < 1:

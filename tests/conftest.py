@@ -51,13 +51,19 @@ class RunningJob:
     timeout: float
 
 
-def start_job(num_ranks: int, script: str, *args: str, env: Optional[Dict[str, str]] = None,
-              timeout: float = JOB_TIMEOUT, launcher_options: Sequence[str] = ()) -> RunningJob:
+def start_job(num_ranks: int, script: Optional[str], *args: str,
+              env: Optional[Dict[str, str]] = None, timeout: float = JOB_TIMEOUT,
+              launcher_options: Sequence[str] = ()) -> RunningJob:
     """Starts `mxkv-launch -n N [options] -- python workers/script args` (script "-m":
-    `python -m args`), every process of it marked with a fresh JOB_TAG."""
-    target = ["-m"] if script == "-m" else [str(WORKERS / script)]
+    `python -m args`; None: no program, for --check), every process of it marked with a
+    fresh JOB_TAG."""
+    if script is None:
+        program = []
+    else:
+        target = ["-m"] if script == "-m" else [str(WORKERS / script)]
+        program = ["--", "python", *target, *args]
     command = [sys.executable, "-m", "mxkv_hybrid.launch", "-n", str(num_ranks),
-               "--timeout", str(timeout), *launcher_options, "--", "python", *target, *args]
+               "--timeout", str(timeout), *launcher_options, *program]
     tag = uuid.uuid4().hex
     full_env = {k: v for k, v in os.environ.items()
                 if not k.startswith(("MXKV_", "DMLC_", "PS_"))}
@@ -83,7 +89,7 @@ def finish_job(job: RunningJob) -> Job:
     return Job(job.process.returncode, output)
 
 
-def launch(num_ranks: int, script: str, *args: str, **options) -> Job:
+def launch(num_ranks: int, script: Optional[str], *args: str, **options) -> Job:
     """Runs a job to the end: start_job + finish_job."""
     return finish_job(start_job(num_ranks, script, *args, **options))
 

@@ -1,4 +1,5 @@
-"""mxkv-launch passes host lists and host files through to mpiexec (here: localhost)."""
+"""mxkv-launch passes host lists and host files through to mpiexec (here: localhost), and
+--check reports on the installation and the topology."""
 import pytest
 
 from conftest import launch
@@ -16,3 +17,31 @@ def test_host_lists_reach_mpiexec(tmp_path, how):
     for rank in range(3):
         assert f"RESULT Hybrid rank={rank} of 3 value=[2.0, 2.0, 2.0]" in job.lines_of(rank), \
             job.output
+
+
+def check_report(job) -> dict:
+    """{field: [lines]} of rank 0's self-check report."""
+    report = {}
+    for line in job.lines_of(0):
+        if line.startswith("  ") and ":" in line:
+            field, text = line.strip().split(":", 1)
+            report.setdefault(field, []).append(text.strip())
+    return report
+
+
+@pytest.mark.parametrize("ranks, env, options, expected", [
+    (2, {}, (), {"mode": "allreduce", "groups": "none (mode allreduce"}),
+    (4, {"MXKV_MODE": "sync"}, ("--servers", "1", "--group-size", "2"),
+     {"mode": "sync", "groups": "2 group(s), 2 ranks each; leaders (talk to the servers): "
+      "ranks [0, 2]", "servers": "1 server(s) answered"}),
+])
+def test_check_reports_the_topology_and_correct_sums(ranks, env, options, expected):
+    job = launch(ranks, None, env=env, launcher_options=(*options, "--check"), timeout=60)
+    assert job.returncode == 0, job.output
+    report = check_report(job)
+    assert f"{ranks} rank(s) on 1 host(s)" in report["MPI"][0], job.output
+    for field, start in expected.items():
+        assert report[field][0].startswith(start), (field, report[field])
+    assert [line.split(":")[1].split(",")[0].strip() for line in report["pushpull"]] == \
+        ["correct on every rank"] * 2, report["pushpull"]
+    assert report["result"][0].startswith("OK"), job.output
