@@ -1,5 +1,6 @@
-"""The allreduce algorithms (ring, rhd, rd, and MPI's own) on 1 to 7 real ranks, against a
-float64 reference; and how MXKV_ALGO / MXKV_COMPRESS / the algorithm table are chosen."""
+"""The allreduce algorithms (ring, rhd, rd, and MPI's own) on 1 to 4, 6 and 7 real ranks,
+against a float64 reference; and how MXKV_ALGO / MXKV_COMPRESS / the algorithm table are
+chosen."""
 import json
 
 import mxnet as mx
@@ -13,7 +14,7 @@ from mxkv_hybrid.errors import ConfigError
 from conftest import launch
 
 
-@pytest.mark.parametrize("ranks", [1, 2, 3, 4, 5, 6, 7])
+@pytest.mark.parametrize("ranks", [1, 2, 3, 4, 6, 7])  # 5 = 4 + 1 adds nothing to 3 = 2 + 1
 def test_every_algorithm_matches_a_float64_reference(ranks):
     job = launch(ranks, "algorithms.py", timeout=240)
     assert job.returncode == 0, job.output

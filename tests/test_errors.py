@@ -48,9 +48,9 @@ def test_a_failing_rank_ends_the_job():
 
 
 def test_a_hung_job_is_stopped_by_the_launcher_timeout():
-    job = launch(2, "fail.py", "hang", timeout=20, env={"MXKV_STALL_TIMEOUT": "0"})  # no report
+    job = launch(2, "fail.py", "hang", timeout=10, env={"MXKV_STALL_TIMEOUT": "0"})  # no report
     assert job.returncode == 124
-    assert "timed out after 20 s" in job.output
+    assert "timed out after 10 s" in job.output
 
 
 def test_sigterm_to_the_launcher_stops_every_rank(tmp_path):

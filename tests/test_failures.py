@@ -18,7 +18,7 @@ def assert_stopped_by_the_failure(job) -> None:
 
 @pytest.mark.parametrize("action", ["kill", "raise"])
 def test_a_rank_that_dies_ends_the_job_and_is_named(action):
-    job = launch(3, "train_steps.py", env={"MXKV_FAULT": f"{action}:rank=1:step=3"},
+    job = launch(2, "train_steps.py", env={"MXKV_FAULT": f"{action}:rank=1:step=3"},
                  timeout=LAUNCH_TIMEOUT)
     assert_stopped_by_the_failure(job)
     assert "mxkv_hybrid: MXKV_FAULT: rank 1 will " + action in job.output
@@ -27,17 +27,17 @@ def test_a_rank_that_dies_ends_the_job_and_is_named(action):
 
 
 def test_a_killed_rank_ends_the_parameter_servers_too():
-    job = launch(4, "train_steps.py", env={"MXKV_MODE": "sync", "MXKV_FAULT": "kill:rank=2:step=3"},
-                 timeout=LAUNCH_TIMEOUT, launcher_options=("--servers", "1", "--group-size", "2"))
+    job = launch(2, "train_steps.py", env={"MXKV_MODE": "sync", "MXKV_FAULT": "kill:rank=1:step=3"},
+                 timeout=LAUNCH_TIMEOUT, launcher_options=("--servers", "1", "--group-size", "1"))
     assert_stopped_by_the_failure(job)
-    assert re.search(r"rank 2 \(pid \d+ on \S+\) was the first rank to end", job.output), job.output
+    assert re.search(r"rank 1 \(pid \d+ on \S+\) was the first rank to end", job.output), job.output
     # launch() has checked that no process of the job (servers, scheduler) is left
 
 
-def stall_report(job, culprit: int) -> str:
+def stall_report(job, culprit: int, ranks: int) -> str:
     """The report of the first rank that ended the job on a stall (not the culprit)."""
     assert_stopped_by_the_failure(job)
-    reporters = [r for r in range(3) if r != culprit and any(
+    reporters = [r for r in range(ranks) if r != culprit and any(
         "for the other ranks (MXKV_STALL_TIMEOUT=3); ending the job" in line
         for line in job.lines_of(r))]
     assert reporters, job.output
@@ -49,7 +49,7 @@ def stall_report(job, culprit: int) -> str:
 def test_a_hung_rank_is_reported_by_a_waiting_rank():
     job = launch(3, "train_steps.py", env={**STALL, "MXKV_FAULT": "hang:rank=1:step=3"},
                  timeout=LAUNCH_TIMEOUT)
-    report = stall_report(job, culprit=1)
+    report = stall_report(job, culprit=1, ranks=3)
     assert re.search(r"rank 1 on \S+: working \(not in a collective\) for \d+ s after wait #\d+ "
                      r"\(it has not reached the stalled wait\): hung, or busy alone", report), report
     for rank in (0, 2):
@@ -60,21 +60,21 @@ def test_a_hung_rank_is_reported_by_a_waiting_rank():
 @pytest.mark.parametrize("how", ["fewer steps", "MXKV_FAULT exit"])
 def test_a_rank_whose_script_ended_early_is_reported(how):
     if how == "fewer steps":
-        job = launch(3, "train_steps.py", "--short", "2:4", env=STALL, timeout=LAUNCH_TIMEOUT)
-        assert "rank 2 took 4 steps" in job.output
+        job = launch(2, "train_steps.py", "--short", "1:4", env=STALL, timeout=LAUNCH_TIMEOUT)
+        assert "rank 1 took 4 steps" in job.output
     else:
-        job = launch(3, "train_steps.py", env={**STALL, "MXKV_FAULT": "exit:rank=2:step=5"},
+        job = launch(2, "train_steps.py", env={**STALL, "MXKV_FAULT": "exit:rank=1:step=5"},
                      timeout=LAUNCH_TIMEOUT)
-    report = stall_report(job, culprit=2)
-    assert re.search(r"rank 2 on \S+: its script ended after \d+ waits", report), report
+    report = stall_report(job, culprit=1, ranks=2)
+    assert re.search(r"rank 1 on \S+: its script ended after \d+ waits", report), report
 
 
 def test_nan_gradients_are_named_and_never_applied():
-    job = launch(3, "train_steps.py", "--nan-at", "1:3", env={"MXKV_CHECK_FINITE": "1"},
+    job = launch(2, "train_steps.py", "--nan-at", "1:3", env={"MXKV_CHECK_FINITE": "1"},
                  timeout=LAUNCH_TIMEOUT)
     assert job.returncode == 0, job.output  # every rank caught the same error
     final = set()
-    for rank in range(3):
+    for rank in range(2):
         text = "\n".join(job.lines_of(rank))
         error = re.search(r"step 3: pushpull: NaN or Inf .*\(the first key with one per rank: "
                           r"([^)]*)\)", text)
@@ -87,8 +87,8 @@ def test_nan_gradients_are_named_and_never_applied():
 
 def test_without_the_check_nan_reaches_every_rank():
     """The control: with MXKV_CHECK_FINITE unset one rank's NaN data spoils every model."""
-    job = launch(3, "train_steps.py", "--nan-at", "1:3", timeout=LAUNCH_TIMEOUT)
+    job = launch(2, "train_steps.py", "--nan-at", "1:3", timeout=LAUNCH_TIMEOUT)
     assert job.returncode == 0, job.output
-    for rank in range(3):
+    for rank in range(2):
         assert re.search(rf"rank {rank} took 10 steps; weight \[nan, nan, nan\]", job.output), \
             job.output

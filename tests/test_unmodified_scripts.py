@@ -66,9 +66,10 @@ def epochs_of(lines: List[str]) -> List[Tuple[int, float, str]]:
     return [(int(m.group(1)), float(m.group(2)), m.group(3)) for m in found if m]
 
 
-def run_classic_script(tiny_imagenet: Path, data_format: str, *launcher_options: str) -> Job:
+def run_classic_script(tiny_imagenet: Path, data_format: str, *launcher_options: str,
+                       epochs: int = EPOCHS) -> Job:
     job = launch(RANKS, "gluoncv_classic.py", "--data-dir", str(tiny_imagenet),
-                 "--num-epochs", str(EPOCHS),
+                 "--num-epochs", str(epochs),
                  *(["--use-rec"] if data_format == "rec" else []),
                  launcher_options=launcher_options)
     assert job.returncode == 0, job.output
@@ -94,7 +95,7 @@ def test_no_flag_script_under_auto(tiny_imagenet, data_format):
 
 def test_without_auto_each_rank_trains_alone(tiny_imagenet):
     """The control: the same script without --auto reads all data and trains alone."""
-    job = run_classic_script(tiny_imagenet, "folder")
+    job = run_classic_script(tiny_imagenet, "folder", epochs=1)
     rank0, rank1 = (epochs_of(job.lines_of(rank)) for rank in range(RANKS))
-    assert [batches for batches, _, _ in rank0] == [TRAIN_IMAGES // 32] * EPOCHS
+    assert [batches for batches, _, _ in rank0] == [TRAIN_IMAGES // 32]
     assert rank0[-1][2] != rank1[-1][2]
