@@ -143,6 +143,19 @@ PYBIND11_MODULE(_C, m) {
                  mxkv::choose_algorithm(self.options(), dtype, bytes)));
            },
            py::arg("dtype"), py::arg("bytes"), "The algorithm a bucket of this dtype and size takes.")
+      .def("enable_timeline",
+           [](mxkv::TensorCollectives& self, bool on) { self.timeline().enable(on); },
+           py::arg("on"), "Records per-bucket events from now on (MXKV_TIMELINE).")
+      .def("drain_timeline",
+           [](mxkv::TensorCollectives& self) {
+             py::list out;
+             for (const mxkv::TimelineEvent& e : self.timeline().drain())
+               out.append(py::make_tuple(e.name, e.algorithm, e.start_us, e.duration_us, e.bytes,
+                                         e.thread));
+             return out;
+           },
+           "The events recorded since the last call: [(name, algorithm, start_us, "
+           "duration_us, bytes, thread), ...] on CLOCK_MONOTONIC.")
       .def("plan",
            [](const mxkv::TensorCollectives& self, const std::vector<std::pair<int, int64_t>>& shape) {
              std::vector<mxkv::Tensor> tensors(shape.size());

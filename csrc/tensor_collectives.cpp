@@ -49,6 +49,7 @@ TensorCollectives::TensorCollectives(MPI_Comm comm, size_t bucket_bytes,
 }
 
 bool TensorCollectives::signatures_agree(uint64_t signature) {
+  TimelineSpan span(timeline_, "signature", 16);
   int64_t mine = static_cast<int64_t>(signature);
   int64_t extremes[2] = {mine, -mine};  // max and -min in one call
   check_mpi(MPI_Allreduce(MPI_IN_PLACE, extremes, 2, MPI_INT64_T, MPI_MAX, check_comm_.comm()),
@@ -121,17 +122,32 @@ void TensorCollectives::allreduce_vector(void* data, int64_t count, int dtype,
   mxkv::allreduce_vector(comm_, workspace_, data, count, dtype, chosen, options_.compress, scale);
 }
 
+const char* TensorCollectives::algorithm_name_for(int dtype, int64_t bytes) const {
+  return algorithm_name(choose_algorithm(
+      {options_.algorithm, options_.table, options_.compress}, dtype, bytes));
+}
+
 void TensorCollectives::allreduce_fused(const Bucket& bucket, const std::vector<Tensor>& tensors,
                                         double scale) {
   dispatch_dtype(bucket.dtype, [&]<typename T>() {
     T* buffer = reinterpret_cast<T*>(staging(bucket.dtype));
-    int64_t pos = 0;
-    for (const Segment& s : bucket.segments) {
-      combine_inputs(buffer + pos, tensors[s.tensor].inputs, s.offset, s.count);
-      pos += s.count;
+    int64_t count = 0;
+    for (const Segment& s : bucket.segments) count += s.count;
+    const int64_t bytes = count * static_cast<int64_t>(sizeof(T));
+    {
+      TimelineSpan span(timeline_, "pack", bytes);
+      int64_t pos = 0;
+      for (const Segment& s : bucket.segments) {
+        combine_inputs(buffer + pos, tensors[s.tensor].inputs, s.offset, s.count);
+        pos += s.count;
+      }
     }
-    allreduce_vector(buffer, pos, bucket.dtype, options_.algorithm, scale);
-    pos = 0;
+    {
+      TimelineSpan span(timeline_, "allreduce", bytes, algorithm_name_for(bucket.dtype, bytes));
+      allreduce_vector(buffer, count, bucket.dtype, options_.algorithm, scale);
+    }
+    TimelineSpan span(timeline_, "unpack", bytes);
+    int64_t pos = 0;
     for (const Segment& s : bucket.segments) {
       for (char* out : tensors[s.tensor].outputs)
         copy_scaled(at<T>(out, s.offset), buffer + pos, s.count, 1.0);
@@ -145,9 +161,17 @@ void TensorCollectives::allreduce_in_place(const Bucket& bucket,
   const Segment& s = bucket.segments.front();
   const Tensor& t = tensors[s.tensor];
   dispatch_dtype(bucket.dtype, [&]<typename T>() {
+    const int64_t bytes = s.count * static_cast<int64_t>(sizeof(T));
     T* dst = at<T>(t.outputs.front(), s.offset);
-    combine_inputs(dst, t.inputs, s.offset, s.count);
-    allreduce_vector(dst, s.count, bucket.dtype, options_.algorithm, scale);
+    {
+      TimelineSpan span(timeline_, "combine devices", bytes);
+      combine_inputs(dst, t.inputs, s.offset, s.count);
+    }
+    {
+      TimelineSpan span(timeline_, "allreduce", bytes, algorithm_name_for(bucket.dtype, bytes));
+      allreduce_vector(dst, s.count, bucket.dtype, options_.algorithm, scale);
+    }
+    TimelineSpan span(timeline_, "copy to devices", bytes);
     for (size_t k = 1; k < t.outputs.size(); ++k)
       copy_scaled(at<T>(t.outputs[k], s.offset), dst, s.count, 1.0);
   });
@@ -168,6 +192,9 @@ Status TensorCollectives::broadcast(const std::vector<TensorRequest>& requests,
 void TensorCollectives::broadcast_bucket(const Bucket& bucket, const std::vector<Tensor>& tensors,
                                          int root) {
   const bool is_root = rank() == root;
+  int64_t count = 0;
+  for (const Segment& s : bucket.segments) count += s.count;
+  TimelineSpan span(timeline_, "broadcast", count * static_cast<int64_t>(dtype_size(bucket.dtype)));
   dispatch_dtype(bucket.dtype, [&]<typename T>() {
     if (!bucket.fused) {
       const Segment& s = bucket.segments.front();

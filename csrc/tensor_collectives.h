@@ -15,6 +15,7 @@
 #include "engine_overlap.h"
 #include "segmented_exchange.h"
 #include "tensor_set.h"
+#include "timeline.h"
 
 namespace mxkv {
 
@@ -51,6 +52,9 @@ class TensorCollectives {
   // One contiguous vector (for tests and benchmarks): data = scale * sum over ranks.
   void allreduce_vector(void* data, int64_t count, int dtype, Algorithm algorithm, double scale);
 
+  // Per-bucket events (MXKV_TIMELINE): enable, then drain after calls.
+  Timeline& timeline() { return timeline_; }
+
   // The plan a call with these (dtype, count) tensors would follow.
   std::vector<Bucket> plan(const std::vector<Tensor>& tensors) const {
     return plan_buckets(tensors, bucket_bytes_);
@@ -63,6 +67,7 @@ class TensorCollectives {
   void allreduce_fused(const Bucket& bucket, const std::vector<Tensor>& tensors, double scale);
   void allreduce_in_place(const Bucket& bucket, const std::vector<Tensor>& tensors, double scale);
   void broadcast_bucket(const Bucket& bucket, const std::vector<Tensor>& tensors, int root);
+  const char* algorithm_name_for(int dtype, int64_t bytes) const;
 
   Communicator comm_;
   Communicator check_comm_;  // signature checks, from the caller's thread
@@ -70,6 +75,7 @@ class TensorCollectives {
   size_t bucket_bytes_;
   AllreduceOptions options_;
   std::map<int, std::vector<char>> staging_;  // one bucket buffer per dtype
+  Timeline timeline_;
   OverlapQueue overlap_;  // last: its thread stops before what it uses is destroyed
 };
 

@@ -8,7 +8,7 @@ from typing import Hashable, List, Sequence
 import mxnet as mx
 import numpy as np
 
-from . import algorithm_table, stall
+from . import algorithm_table, stall, timeline
 from .config import Config
 from .errors import MismatchError, MXKVError
 
@@ -62,6 +62,9 @@ class TensorCollectives:
             comm.py2f(), config.bucket_bytes, config.algorithm, rules, config.compress_dtype,
             config.segment_bytes)
         self._overlap = config.overlap
+        recording = timeline.current()
+        if recording is not None:
+            recording.add_source(self._impl)
         if self._overlap:  # the communication thread ends before mpi4py finalises MPI
             atexit.register(self._impl.finish_overlapped, True)
 
@@ -109,7 +112,8 @@ class TensorCollectives:
 
     def _run(self, op, keys, inputs, outputs, call) -> None:
         try:
-            with stall.waiting(f"{op} of {len(keys)} key(s)"):
+            with stall.waiting(f"{op} of {len(keys)} key(s)"), \
+                    timeline.span(op, "collective", keys=len(keys)):
                 agreed = call()
         except ValueError as err:
             if len(err.args) == 2 and isinstance(err.args[1], int):

@@ -169,6 +169,11 @@ KNOBS: Dict[str, Knob] = {
                               "values for NaN/Inf and, if any rank has one, every rank raises "
                               "NonFiniteError naming the first key and the ranks (costs one "
                               "pass over the gradients and a 4-byte allreduce per step)."),
+    "MXKV_TIMELINE": Knob(str, "",
+                          "path.json: every rank records its collectives, each bucket's pack, "
+                          "allreduce and unpack, the parameter-server exchanges and the "
+                          "averaging rounds; mxkv-launch merges them into this Chrome-trace "
+                          "file when the job ends. Empty: off."),
     "MXKV_FAULT": Knob(parse_fault, "",
                        "Rehearses a failure: ACTION:rank=R:step=S makes rank R, at its S-th "
                        "pushpull (one per training step), kill itself with SIGKILL (kill), raise "

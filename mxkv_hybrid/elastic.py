@@ -20,7 +20,7 @@ from typing import Dict, Sequence
 
 import mxnet as mx
 
-from . import ps
+from . import ps, timeline
 from .averaging import allreduce_split, check_state_mode
 from .collectives import Arrays, Key, TensorCollectives
 from .config import Config
@@ -83,16 +83,17 @@ class ElasticAveraging:
 
     def exchange(self, keys: Sequence[Key], weights: Sequence[Arrays]) -> None:
         """One elastic exchange of this group's weights (every device's copy) with c."""
-        if self._ps is not None:
-            server_keys = [self._server_keys[k] for k in keys]
-            centres = [self._centre[k] for k in keys]
-            self._ps.push_pull(server_keys, [], centres)
-            elastic = [self.alpha * (w[0] - c) for w, c in zip(weights, centres)]
-            for w, e in zip(weights, elastic):
-                w[0][:] = w[0] - e
-            self._ps.push_pull(server_keys, elastic, [])
-        wait_for_leader(self._group_comm, is_leader=self._ps is not None)
-        self.group.broadcast("elastic exchange", keys, weights, weights, root=0)
+        with timeline.span("elastic exchange", "averaging", round=self.rounds + 1):
+            if self._ps is not None:
+                server_keys = [self._server_keys[k] for k in keys]
+                centres = [self._centre[k] for k in keys]
+                self._ps.push_pull(server_keys, [], centres)
+                elastic = [self.alpha * (w[0] - c) for w, c in zip(weights, centres)]
+                for w, e in zip(weights, elastic):
+                    w[0][:] = w[0] - e
+                self._ps.push_pull(server_keys, elastic, [])
+            wait_for_leader(self._group_comm, is_leader=self._ps is not None)
+            self.group.broadcast("elastic exchange", keys, weights, weights, root=0)
         self.rounds += 1
 
     def centre(self, keys: Sequence[Key], outs: Sequence[mx.nd.NDArray]) -> None:

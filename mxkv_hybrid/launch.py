@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass
 from typing import Dict, List, Optional
 
+from . import timeline
 from .rank_watch import RankWatch
 
 GRACE_SECONDS = 5.0
@@ -188,6 +189,10 @@ def supervise(job: Node, helpers: List[Node], timeout: Optional[float], num_rank
     for helper in helpers:  # servers leave by themselves once the workers are gone
         end_process_group(helper.process, grace=GRACE_SECONDS if code == 0 else 0)
     ranks.close()
+    recorded = timeline.merge(os.path.abspath(os.environ["MXKV_TIMELINE"])) \
+        if os.environ.get("MXKV_TIMELINE") else None
+    if recorded:
+        print(f"mxkv-launch: {recorded}", file=sys.stderr, flush=True)
     if code not in (0, 124, 130):
         first = ranks.describe_first_ended(socket.gethostname())
         print(f"mxkv-launch: the job failed with exit status {code}"

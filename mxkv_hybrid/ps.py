@@ -6,6 +6,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import mxnet as mx
 import numpy as np
 
+from . import timeline
 from .errors import ConfigError
 from .link_throttle import LinkThrottle, link_throttle
 from .topology import end_job
@@ -95,7 +96,8 @@ class ParameterServer:
         what = " and ".join(w for w, arrays in (("push", values), ("pull", outs)) if arrays)
         started = time.monotonic()
         with self._watchdog.guard(f"{what} of {len(keys)} keys through the parameter server",
-                                  self._timeout):
+                                  self._timeout), \
+                timeline.span(f"parameter server {what}", "parameter server", keys=len(keys)):
             if values:
                 self._store.push(list(keys), list(values))
             if outs:
