@@ -6,11 +6,9 @@ weights are those of the last good step."""
 from typing import Optional, Sequence
 
 import mxnet as mx
-import numpy as np
 
-from . import stall
 from .errors import NonFiniteError
-from .lockstep import lockstep_comm
+from .lockstep import all_agree, lockstep_comm
 
 
 def _all_finite(arrays: Sequence[mx.nd.NDArray]) -> bool:
@@ -28,20 +26,12 @@ def check_finite(op: str, keys: Sequence, values: Sequence[Sequence[mx.nd.NDArra
                  rank: int) -> None:
     """Collective among the ranks in lockstep: raises NonFiniteError on every rank of them
     if any of them has a NaN/Inf among `values`."""
-    from mpi4py import MPI
-
     flat = [array for arrays in values for array in arrays]
     mine_ok = _all_finite(flat) if flat else True
-    comm = lockstep_comm()
-    everyone_ok = mine_ok
-    if comm is not None:
-        result = np.empty(1, np.int32)
-        with stall.waiting(f"{op}: the finite-value check (MXKV_CHECK_FINITE)"):
-            comm.Allreduce(np.array([mine_ok], np.int32), result, op=MPI.MIN)
-        everyone_ok = bool(result[0])
-    if everyone_ok:
+    if all_agree(mine_ok, f"{op}: the finite-value check (MXKV_CHECK_FINITE)"):
         return
     first = None if mine_ok else _first_non_finite(keys, values)
+    comm = lockstep_comm()
     found = [(rank, first)] if comm is None else comm.allgather((rank, first))
     culprits = "; ".join(f"rank {r}: key {k}" for r, k in found if k is not None)
     raise NonFiniteError(

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional
 
 from . import timeline
-from .rank_watch import RankWatch
+from .rank_watch import RankWatch, process_stats
 
 GRACE_SECONDS = 5.0
 CHECK_TIMEOUT = 60.0  # seconds; --check's default --timeout
@@ -90,16 +90,7 @@ def _raise_terminated(signum, frame):
 
 def live_processes() -> Dict[int, int]:
     """{pid: process group} of every running process (zombies excluded), from /proc."""
-    found = {}
-    for entry in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()  # after "pid (name)"
-        except OSError:
-            continue
-        if fields[0] != "Z":
-            found[int(entry)] = int(fields[2])
-    return found
+    return {pid: int(fields[2]) for pid, fields in process_stats().items() if fields[0] != "Z"}
 
 
 def live_group_members(pgid: int) -> List[int]:

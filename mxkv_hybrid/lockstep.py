@@ -2,6 +2,9 @@
 from functools import lru_cache
 from typing import Any
 
+import numpy as np
+
+from . import stall
 from .config import Config
 from .topology import groups, world
 
@@ -21,3 +24,17 @@ def lockstep_comm() -> Any:
     config = Config.from_environment()
     tied = world().comm if in_lockstep(config) else groups(config.group_size).group_comm
     return tied.Dup() if tied.Get_size() > 1 else None
+
+
+def all_agree(flag: bool, what: str) -> bool:
+    """Collective among the ranks in lockstep: True when `flag` is true on every one of them
+    (a 4-byte buffer Allreduce: 5.5 us a call on 2 ranks here; pickled: 10 us)."""
+    from mpi4py import MPI
+
+    comm = lockstep_comm()
+    if comm is None:
+        return flag
+    result = np.empty(1, np.int32)
+    with stall.waiting(what):
+        comm.Allreduce(np.array([flag], np.int32), result, op=MPI.MIN)
+    return bool(result[0])

@@ -10,22 +10,23 @@ from typing import Dict, List, Optional, Tuple
 RANK_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK")  # set by Hydra / Open MPI
 
 
-def _parents() -> Dict[int, int]:
-    """{pid: parent pid} of every process, from /proc."""
+def process_stats() -> Dict[int, List[str]]:
+    """{pid: the fields of /proc/pid/stat after "pid (name)"} of every process: state,
+    parent pid, process group, ..."""
     found = {}
     for entry in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open(f"/proc/{entry}/stat") as f:
-                found[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
+                found[int(entry)] = f.read().rsplit(")", 1)[1].split()
+        except OSError:
             continue
     return found
 
 
 def _descendants(root: int) -> List[int]:
     children: Dict[int, List[int]] = {}
-    for pid, parent in _parents().items():
-        children.setdefault(parent, []).append(pid)
+    for pid, fields in process_stats().items():
+        children.setdefault(int(fields[1]), []).append(pid)
     found, pending = [], [root]
     while pending:
         for child in children.get(pending.pop(), []):

@@ -1,8 +1,9 @@
 """Stall detection: a rank that waits too long for the others in one collective finds
 out where every rank is and ends the job with a report, instead of hanging for ever.
 
-Every rank counts the waits it enters (collectives, the uneven-shard agreement, a
-group's wait for its leader) and keeps what it is doing now. A monitor thread per rank
+Every rank counts the waits it enters (the store's collectives and barrier, the
+uneven-shard and finite-value agreements; not a group's wait for its leader, which the
+parameter-server timeout MXKV_PS_TIMEOUT bounds) and keeps what it is doing now. A monitor thread per rank
 answers questions on a private duplicate of COMM_WORLD. When this rank's current wait
 passes MXKV_STALL_TIMEOUT seconds, its monitor asks every other rank where it is
 (a rank that is dead, or stuck with Python's GIL held, does not answer within
