@@ -93,6 +93,8 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("bucket_bytes", &mxkv::TensorCollectives::bucket_bytes)
       .def_property_readonly("overlapped_buckets", &mxkv::TensorCollectives::overlapped_buckets,
                              "Buckets reduced behind MXNet's engine so far (MXKV_OVERLAP=1).")
+      .def_property_readonly("payload_bytes", &mxkv::TensorCollectives::payload_bytes,
+                             "Bytes put into allreduces (as they travel) and broadcasts so far.")
       .def("allreduce",
            [](mxkv::TensorCollectives& self, const Spec& spec, uint64_t key_signature, bool average) {
              auto requests = to_requests(spec);

@@ -119,6 +119,10 @@ void TensorCollectives::allreduce_vector(void* data, int64_t count, int dtype,
   const Algorithm chosen = choose_algorithm(
       {algorithm, options_.table, options_.compress}, dtype,
       count * static_cast<int64_t>(dtype_size(dtype)));
+  const bool compressed = options_.compress >= 0 && dtype == kFloat32;
+  if (size() > 1)
+    payload_bytes_.fetch_add(count * dtype_size(compressed ? options_.compress : dtype),
+                             std::memory_order_relaxed);
   mxkv::allreduce_vector(comm_, workspace_, data, count, dtype, chosen, options_.compress, scale);
 }
 
@@ -194,7 +198,9 @@ void TensorCollectives::broadcast_bucket(const Bucket& bucket, const std::vector
   const bool is_root = rank() == root;
   int64_t count = 0;
   for (const Segment& s : bucket.segments) count += s.count;
-  TimelineSpan span(timeline_, "broadcast", count * static_cast<int64_t>(dtype_size(bucket.dtype)));
+  const int64_t bytes = count * static_cast<int64_t>(dtype_size(bucket.dtype));
+  if (size() > 1) payload_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+  TimelineSpan span(timeline_, "broadcast", bytes);
   dispatch_dtype(bucket.dtype, [&]<typename T>() {
     if (!bucket.fused) {
       const Segment& s = bucket.segments.front();

@@ -5,6 +5,7 @@
 
 #include <mpi.h>
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <vector>
@@ -52,6 +53,11 @@ class TensorCollectives {
   // One contiguous vector (for tests and benchmarks): data = scale * sum over ranks.
   void allreduce_vector(void* data, int64_t count, int dtype, Algorithm algorithm, double scale);
 
+  // Bytes this rank has put into allreduces (as they travel: compressed float32
+  // counts 2 bytes a value) and broadcasts so far, for MXKV_SUMMARY_EVERY; none
+  // on a communicator of one rank, where nothing moves.
+  uint64_t payload_bytes() const { return payload_bytes_.load(std::memory_order_relaxed); }
+
   // Per-bucket events (MXKV_TIMELINE): enable, then drain after calls.
   Timeline& timeline() { return timeline_; }
 
@@ -76,6 +82,7 @@ class TensorCollectives {
   AllreduceOptions options_;
   std::map<int, std::vector<char>> staging_;  // one bucket buffer per dtype
   Timeline timeline_;
+  std::atomic<uint64_t> payload_bytes_{0};  // written by the caller's and the overlap thread
   OverlapQueue overlap_;  // last: its thread stops before what it uses is destroyed
 };
 

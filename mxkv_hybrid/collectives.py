@@ -2,6 +2,7 @@
 import atexit
 import ctypes
 import hashlib
+import weakref
 from functools import lru_cache
 from typing import Hashable, List, Sequence
 
@@ -43,6 +44,14 @@ DTYPE_CODES = {"float32": 0, "float64": 1, "float16": 2, "bfloat16": 12}
 _CODE_OF_NUMPY_CHAR = {"f": 0, "d": 1, "e": 2, "H": 12}  # uint16 carries bfloat16 bits
 
 
+_LIVE: "weakref.WeakSet[TensorCollectives]" = weakref.WeakSet()
+
+
+def live_collectives() -> List["TensorCollectives"]:
+    """Every TensorCollectives of this process still in use (MXKV_SUMMARY_EVERY counts their bytes)."""
+    return list(_LIVE)
+
+
 def _handles(arrays: Arrays) -> List[int]:
     return [a.handle.value for a in arrays]
 
@@ -67,10 +76,22 @@ class TensorCollectives:
             recording.add_source(self._impl)
         if self._overlap:  # the communication thread ends before mpi4py finalises MPI
             atexit.register(self._impl.finish_overlapped, True)
+        _LIVE.add(self)
+
+    @property
+    def comm(self):
+        """The mpi4py communicator these collectives run over."""
+        return self._comm
 
     @property
     def bucket_bytes(self) -> int:
         return self._impl.bucket_bytes
+
+    @property
+    def payload_bytes(self) -> int:
+        """Bytes this rank has put into allreduces (as they travel) and broadcasts so far
+        (none when it is the only rank)."""
+        return self._impl.payload_bytes
 
     @property
     def overlapped_buckets(self) -> int:

@@ -174,6 +174,11 @@ KNOBS: Dict[str, Knob] = {
                           "allreduce and unpack, the parameter-server exchanges and the "
                           "averaging rounds; mxkv-launch merges them into this Chrome-trace "
                           "file when the job ends. Empty: off."),
+    "MXKV_SUMMARY_EVERY": Knob(_whole_number(0, None, "a whole number of steps, 0 for off"), "0",
+                               "k > 0: every k steps (pushpulls) the first rank prints one line: "
+                               "communication and compute time a step (means over ranks), bytes "
+                               "moved inside groups and across groups, and the slowest and "
+                               "fastest rank's compute time. 0: off."),
     "MXKV_FAULT": Knob(parse_fault, "",
                        "Rehearses a failure: ACTION:rank=R:step=S makes rank R, at its S-th "
                        "pushpull (one per training step), kill itself with SIGKILL (kill), raise "
@@ -221,6 +226,7 @@ class Config:
     auto: bool
     fault: Optional[Fault]
     check_finite: bool
+    summary_every: int
 
     @classmethod
     def from_environment(cls, environ: Optional[Mapping[str, str]] = None) -> "Config":
@@ -258,7 +264,8 @@ class Config:
                    throttle_mbps=values["MXKV_THROTTLE_MBPS"],
                    throttle_latency_ms=values["MXKV_THROTTLE_LATENCY_MS"],
                    auto=values["MXKV_AUTO"], fault=values["MXKV_FAULT"],
-                   check_finite=values["MXKV_CHECK_FINITE"])
+                   check_finite=values["MXKV_CHECK_FINITE"],
+                   summary_every=values["MXKV_SUMMARY_EVERY"])
 
     @property
     def compress_dtype(self) -> int:

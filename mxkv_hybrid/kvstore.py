@@ -1,5 +1,5 @@
 """class Hybrid: the KVStore that MXNet sees (mx.kv.create('hybrid'))."""
-from typing import List, Optional, Sequence, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import mxnet as mx
 from mxnet.kvstore import KVStoreBase
@@ -16,6 +16,7 @@ from .grouped_sync import GroupedSync
 from .link_throttle import ThrottledReducer, link_throttle
 from .local_sgd import LocalSGD
 from .server_weights import ServerWeights
+from .step_summary import summary_for
 from .topology import groups, wait_for_leader, world
 from .worker_weights import WorkerWeights
 
@@ -64,6 +65,7 @@ class Hybrid(KVStoreBase):
                                           groups(self._config.group_size), self._collectives)
         else:
             self._weights = WorkerWeights(self._collectives, self._reducer, self._config.average)
+        self._summary = summary_for(self._config)  # MXKV_SUMMARY_EVERY
 
     # ---- identity -------------------------------------------------------------------
     @property
@@ -107,7 +109,9 @@ class Hybrid(KVStoreBase):
         """Called by the Trainer and Module hooks after each optimizer step (every tau-th
         step is an elastic exchange in mode easgd, an averaging point in mode lasgd)."""
         if self._averaging is not None:
-            self._averaging.after_step(keys, weights)
+            self._timed(lambda: self._averaging.after_step(keys, weights))
+            if self._summary is not None:
+                self._summary.step_done()
 
     def consensus(self, keys: Sequence[Key], weights: Sequence[Sequence[mx.nd.NDArray]]) -> None:
         """Collective: every rank's weights become the one model the averaging mode delivers
@@ -156,14 +160,14 @@ class Hybrid(KVStoreBase):
         keys, values = _as_key_lists(key, value)
         self._require_initialised("push", keys)
         self._active()
-        self._weights.push("push", keys, values)
+        self._timed(lambda: self._weights.push("push", keys, values))
 
     def pull(self, key, out=None, priority: int = 0, ignore_sparse: bool = True) -> None:
         """Copies the kept value of each key into `out`."""
         keys, outs = _as_key_lists(key, out)
         self._require_initialised("pull", keys)
         self._active()
-        self._weights.pull(keys, outs)
+        self._timed(lambda: self._weights.pull(keys, outs))
 
     def pushpull(self, key, value, out=None, priority: int = 0) -> None:
         """out (default: value, in place) = the combined value, in one fused collective.
@@ -173,12 +177,19 @@ class Hybrid(KVStoreBase):
         if self._fault is not None:
             self._fault.step()
         keys, values = _as_key_lists(key, value)
+        outs = values if out is None else _as_key_lists(key, out)[1]
+        self._active()
+        self._timed(lambda: self._combine(keys, values, outs))
+        if self._summary is not None and self._averaging is None:  # else: after_update ends it
+            self._summary.step_done()
+
+    def _combine(self, keys: List[Key], values: List[List[mx.nd.NDArray]],
+                 outs: List[List[mx.nd.NDArray]]) -> None:
+        """pushpull's work: updates the keys that hold a weight, combines the others."""
         if self._config.check_finite:
             check_finite("pushpull", keys, values, self._world.rank)
-        outs = values if out is None else _as_key_lists(key, out)[1]
         updated = [i for i, k in enumerate(keys) if self._weights.updates(k)]
         plain = [i for i, k in enumerate(keys) if not self._weights.updates(k)]
-        self._active()
         if plain:
             self._reducer.allreduce("pushpull", [keys[i] for i in plain], [values[i] for i in plain],
                                     [outs[i] for i in plain], self._config.average)
@@ -230,6 +241,13 @@ class Hybrid(KVStoreBase):
         if self._collectives is None:
             raise MXKVError("this hybrid kvstore was closed; create a new one")
         return self._collectives
+
+    def _timed(self, call: Callable[[], None]) -> None:
+        """call(), counted as time in the store by the step summary (MXKV_SUMMARY_EVERY)."""
+        if self._summary is None:
+            call()
+        else:
+            self._summary.timed(call)
 
     def _require_initialised(self, op: str, keys: Sequence[Key]) -> None:
         missing = [k for k in keys if not self._weights.holds(k)]

@@ -149,3 +149,11 @@ def test_a_fault_for_another_rank_does_nothing():
     injector.step()
     with pytest.raises(RuntimeError, match="MXKV_FAULT: injected failure on rank 0 at step 2"):
         injector.step()
+
+
+def test_the_summary_knob_takes_a_number_of_steps():
+    assert Config.from_environment({}).summary_every == 0
+    assert Config.from_environment({"MXKV_SUMMARY_EVERY": "50"}).summary_every == 50
+    with pytest.raises(ConfigError, match="MXKV_SUMMARY_EVERY='-5' is invalid: expected a whole "
+                                          "number of steps, 0 for off"):
+        Config.from_environment({"MXKV_SUMMARY_EVERY": "-5"})
