@@ -93,6 +93,10 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("bucket_bytes", &mxkv::TensorCollectives::bucket_bytes)
       .def_property_readonly("overlapped_buckets", &mxkv::TensorCollectives::overlapped_buckets,
                              "Buckets reduced behind MXNet's engine so far (MXKV_OVERLAP=1).")
+      .def_property_readonly("overlapped_bucket_seconds",
+                             &mxkv::TensorCollectives::overlapped_bucket_seconds,
+                             "Seconds the communication thread has been in its current bucket "
+                             "(0: idle).")
       .def_property_readonly("payload_bytes", &mxkv::TensorCollectives::payload_bytes,
                              "Bytes put into allreduces (as they travel) and broadcasts so far.")
       .def("allreduce",

@@ -1,5 +1,6 @@
 #include "engine_overlap.h"
 
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -17,6 +18,12 @@ struct EngineCallback {
   void* param;
   void operator()() const { callback(engine, param, nullptr); }
 };
+
+int64_t steady_now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 // mxnet::Context for the CPU (dev_type kCPU = 1, dev_id 0).
 struct CpuContext {
@@ -74,6 +81,7 @@ void OverlapQueue::run_jobs() {
       if (jobs_.empty()) return;
       job = jobs_.front();
     }
+    running_since_ns_.store(steady_now_ns());
     try {
       job->work();
     } catch (const std::exception& e) {
@@ -83,6 +91,7 @@ void OverlapQueue::run_jobs() {
       std::fflush(stderr);
       _exit(1);
     }
+    running_since_ns_.store(0);
     {
       std::lock_guard<std::mutex> lock(mutex_);
       jobs_.pop_front();
@@ -90,6 +99,11 @@ void OverlapQueue::run_jobs() {
     }
     job->done();
   }
+}
+
+double OverlapQueue::running_seconds() const {
+  const int64_t since = running_since_ns_.load();
+  return since == 0 ? 0.0 : (steady_now_ns() - since) * 1e-9;
 }
 
 void OverlapQueue::drain() {

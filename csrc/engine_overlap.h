@@ -13,6 +13,7 @@
 // wait for the bucket through the engine.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -48,6 +49,11 @@ class OverlapQueue {
   // Buckets pushed so far.
   uint64_t pushed() const { return pushed_; }
 
+  // Seconds the communication thread has been running its current bucket (0 when it
+  // is idle, or waiting for the engine to make a bucket ready): the stall monitor
+  // watches it, since the caller's thread does not wait for these buckets.
+  double running_seconds() const;
+
  private:
   struct Job;
   static void on_engine_ready(void* run_context, void* on_complete, void* param);
@@ -58,6 +64,7 @@ class OverlapQueue {
   std::deque<std::shared_ptr<Job>> jobs_;
   bool stopping_ = false;
   uint64_t pushed_ = 0;
+  std::atomic<int64_t> running_since_ns_{0};  // steady clock; 0: no bucket running
   std::thread thread_;
 };
 

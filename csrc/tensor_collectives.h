@@ -46,6 +46,7 @@ class TensorCollectives {
   // Waits for every overlapped bucket; ends the communication thread when `stop`.
   void finish_overlapped(bool stop);
   uint64_t overlapped_buckets() const { return overlap_.pushed(); }
+  double overlapped_bucket_seconds() const { return overlap_.running_seconds(); }
 
   // outputs = root's inputs[0], on every rank.
   Status broadcast(const std::vector<TensorRequest>& requests, uint64_t key_signature, int root);

@@ -76,6 +76,7 @@ class TensorCollectives:
             recording.add_source(self._impl)
         if self._overlap:  # the communication thread ends before mpi4py finalises MPI
             atexit.register(self._impl.finish_overlapped, True)
+            stall.watch_background(self.overlapped_bucket_seconds)
         _LIVE.add(self)
 
     @property
@@ -97,6 +98,10 @@ class TensorCollectives:
     def overlapped_buckets(self) -> int:
         """Buckets reduced behind MXNet's engine so far (MXKV_OVERLAP=1)."""
         return self._impl.overlapped_buckets
+
+    def overlapped_bucket_seconds(self) -> float:
+        """How long the communication thread has been reducing its current bucket (0: idle)."""
+        return self._impl.overlapped_bucket_seconds
 
     def allreduce_vector(self, array: np.ndarray, algorithm: str, scale: float = 1.0) -> None:
         """In place: array = scale * its sum over ranks (float32/float64/float16; for

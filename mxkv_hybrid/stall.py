@@ -3,7 +3,9 @@ out where every rank is and ends the job with a report, instead of hanging for e
 
 Every rank counts the waits it enters (the store's collectives and barrier, the
 uneven-shard and finite-value agreements; not a group's wait for its leader, which the
-parameter-server timeout MXKV_PS_TIMEOUT bounds) and keeps what it is doing now. A monitor thread per rank
+parameter-server timeout MXKV_PS_TIMEOUT bounds) and keeps what it is doing now, which
+includes a bucket that the communication thread of MXKV_OVERLAP=1 (or lasgd's average
+in flight) has been reducing, when the caller's thread is not waiting itself. A monitor thread per rank
 answers questions on a private duplicate of COMM_WORLD. When this rank's current wait
 passes MXKV_STALL_TIMEOUT seconds, its monitor asks every other rank where it is
 (a rank that is dead, or stuck with Python's GIL held, does not answer within
@@ -15,14 +17,16 @@ import atexit
 import sys
 import threading
 import time
+import weakref
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 QUERY, ANSWER = 7001, 7002  # message tags on the monitor's communicator
 POLL_SECONDS = 0.2
 ANSWER_SECONDS = 3.0
 DEFER_SECONDS = 10.0  # a stalled rank that was asked lets the asker report, this long
+BACKGROUND_WAIT = "a bucket reduced behind MXNet's engine (MXKV_OVERLAP)"
 
 
 @dataclass(frozen=True)
@@ -64,6 +68,7 @@ class StallMonitor:
         self._finished = False
         self._last_asked = float("-inf")  # when another rank last asked where we are
         self._sent: list = []  # requests of the questions in flight (they own the buffers)
+        self._background: List[weakref.WeakMethod] = []  # seconds a background bucket has run
         atexit.register(self._mark_finished)
         threading.Thread(target=self._watch, name="mxkv-stall-monitor", daemon=True).start()
 
@@ -79,10 +84,21 @@ class StallMonitor:
             with self._lock:
                 self._waiting_in, self._since = None, time.monotonic()
 
+    def watch_background(self, seconds_busy: Callable[[], float]) -> None:
+        """Also watches collectives run by another thread: `seconds_busy` (a bound method,
+        held weakly) says how long its current one has run, 0 when idle."""
+        with self._lock:
+            self._background.append(weakref.WeakMethod(seconds_busy))
+
     def whereabouts(self) -> Whereabouts:
         with self._lock:
-            return Whereabouts(self._comm.Get_rank(), self._host, self._waits, self._waiting_in,
-                               time.monotonic() - self._since, self._finished)
+            waiting_in, seconds = self._waiting_in, time.monotonic() - self._since
+            waits, finished, background = self._waits, self._finished, list(self._background)
+        if waiting_in is None:
+            busy = max((method() for method in (ref() for ref in background) if method), default=0.0)
+            if busy > 0:
+                waiting_in, seconds = BACKGROUND_WAIT, busy
+        return Whereabouts(self._comm.Get_rank(), self._host, waits, waiting_in, seconds, finished)
 
     def _mark_finished(self) -> None:
         """At exit (before MPI_Finalize, which would block with the GIL held): wait for the
@@ -155,6 +171,12 @@ _monitor: Optional[StallMonitor] = None
 def install(monitor: StallMonitor) -> None:
     global _monitor
     _monitor = monitor
+
+
+def watch_background(seconds_busy: Callable[[], float]) -> None:
+    """See StallMonitor.watch_background (nothing when the job has one rank)."""
+    if _monitor is not None:
+        _monitor.watch_background(seconds_busy)
 
 
 @contextmanager

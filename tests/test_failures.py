@@ -1,6 +1,7 @@
 """Failures end the whole job quickly, with a message that names the rank, and leave no
-process behind: a rank killed or raising mid-training (MXKV_FAULT), a hung rank and a
-rank whose script ended early (the stall report of MXKV_STALL_TIMEOUT); NaN gradients are
+process behind: a rank killed or raising mid-training (MXKV_FAULT), a hung rank, a bucket
+stuck behind MXNet's engine and a rank whose script ended early (the stall report of
+MXKV_STALL_TIMEOUT); NaN gradients are
 caught before they reach the weights (MXKV_CHECK_FINITE)."""
 import re
 
@@ -55,6 +56,18 @@ def test_a_hung_rank_is_reported_by_a_waiting_rank():
     for rank in (0, 2):
         assert re.search(rf"rank {rank} on \S+: waiting in #\d+ \(pushpull of 2 key\(s\)\)",
                          report), report
+
+
+def test_a_bucket_stuck_behind_the_engine_is_reported():
+    """MXKV_OVERLAP=1: rank 1's backward never ends, so its bucket never becomes ready; rank
+    0's communication thread waits in that bucket's allreduce, its own thread in MXNet's
+    engine (not a watched wait): the monitor watches the bucket."""
+    job = launch(2, "train_steps.py", "--hang-in-backward", "1:3",
+                 env={**STALL, "MXKV_OVERLAP": "1"}, timeout=LAUNCH_TIMEOUT)
+    report = stall_report(job, culprit=1, ranks=2)
+    assert re.search(r"rank 0 on \S+ waited \d+ s in #\d+ \(a bucket reduced behind MXNet's "
+                     r"engine \(MXKV_OVERLAP\)\)", report), report
+    assert re.search(r"rank 1 on \S+: working \(not in a collective\) for \d+ s", report), report
 
 
 @pytest.mark.parametrize("how", ["fewer steps", "MXKV_FAULT exit"])
