@@ -3,22 +3,40 @@
 In the averaging modes (easgd, lasgd) every group or rank has its own weights and
 optimizer state, so each rank writes its own files; the store's averaging state (step
 counter, centre variable or average in flight) goes next to the optimizer states
-(Trainer.save_states writes it, see hooks.AVERAGING_SUFFIX). Rank 0 writes a manifest
-that `load` checks against the job it resumes in."""
+(Trainer.save_states writes it, see hooks.AVERAGING_SUFFIX).
+
+A save is committed by its manifest: every rank writes files of a new generation
+(rank<r>.g<n>.*), all ranks meet, and only then rank 0 replaces the manifest atomically
+with one naming generation n; the files of other generations are removed after that.
+A job that dies during a save (or a save that fails) leaves the manifest naming the
+previous generation, whose files are untouched, so the last checkpoint stays valid even
+when a directory is saved over. `load` checks the manifest against the job it resumes in."""
+import glob
 import json
 import os
 
 from mxnet import gluon
 
+from .atomic_file import write_atomically
+from . import stall
 from .errors import MXKVError
 from .topology import world
 
 MANIFEST = "manifest.json"
 
 
-def _files(directory: str, rank: int):
-    return (os.path.join(directory, f"rank{rank}.params"),
-            os.path.join(directory, f"rank{rank}.states"))
+def _files(directory: str, rank: int, generation: int):
+    prefix = os.path.join(directory, f"rank{rank}.g{generation}")
+    return prefix + ".params", prefix + ".states"
+
+
+def _read_manifest(directory: str):
+    """The committed manifest of `directory`, or None when there is none."""
+    path = os.path.join(directory, MANIFEST)
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
 
 
 def _mode(trainer: gluon.Trainer):
@@ -29,29 +47,36 @@ def _mode(trainer: gluon.Trainer):
 
 
 def save(directory: str, net: gluon.Block, trainer: gluon.Trainer) -> None:
-    """Collective: every rank writes its weights and trainer state into `directory`."""
+    """Collective: every rank writes its weights and trainer state into `directory`, as a
+    new generation that the manifest commits once every rank has written it."""
     this = world()
     os.makedirs(directory, exist_ok=True)
-    params, states = _files(directory, this.rank)
+    committed = _read_manifest(directory) if this.rank == 0 else None
+    generation = this.comm.bcast(committed["generation"] + 1 if committed else 1, root=0)
+    params, states = _files(directory, this.rank, generation)
     net.save_parameters(params)
     trainer.save_states(states)
+    with stall.waiting("checkpoint save: the other ranks' files"):
+        this.comm.Barrier()  # every rank's files are complete
     if this.rank == 0:
-        manifest = {"ranks": this.size, "mode": _mode(trainer)}
-        with open(os.path.join(directory, MANIFEST), "w") as f:
-            json.dump(manifest, f)
-    this.comm.Barrier()
+        manifest = {"ranks": this.size, "mode": _mode(trainer), "generation": generation}
+        write_atomically(os.path.join(directory, MANIFEST), json.dumps(manifest).encode())
+    with stall.waiting("checkpoint save: the manifest"):
+        this.comm.Barrier()  # committed: the older generations can go
+    keep = os.path.basename(params)[:-len(".params")] + "."
+    for path in glob.glob(os.path.join(glob.escape(directory), f"rank{this.rank}.g*")):
+        if not os.path.basename(path).startswith(keep):
+            os.remove(path)
 
 
 def load(directory: str, net: gluon.Block, trainer: gluon.Trainer) -> None:
     """Collective: every rank reads back what `save` wrote for it. The network must be
     initialised (shapes known: in_units, or one forward pass) and the Trainer created."""
     this = world()
-    path = os.path.join(directory, MANIFEST)
-    if not os.path.exists(path):
-        raise MXKVError(f"{path} is missing: {directory} is not a checkpoint written by "
-                        "mxkv_hybrid.checkpoint.save")
-    with open(path) as f:
-        manifest = json.load(f)
+    manifest = _read_manifest(directory)
+    if manifest is None:
+        raise MXKVError(f"{os.path.join(directory, MANIFEST)} is missing: {directory} is not a "
+                        "checkpoint written (to the end) by mxkv_hybrid.checkpoint.save")
     mode = _mode(trainer)
     if manifest["ranks"] != this.size or manifest["mode"] != mode:
         raise MXKVError(f"{directory} was saved by {manifest['ranks']} ranks in mode "
@@ -62,7 +87,7 @@ def load(directory: str, net: gluon.Block, trainer: gluon.Trainer) -> None:
         raise MXKVError(f"load: parameters {deferred} are not initialised yet (deferred "
                         "shapes): run one forward pass or give in_units/in_channels first, "
                         "or rank 0's weights would replace every rank's")
-    params, states = _files(directory, this.rank)
+    params, states = _files(directory, this.rank, manifest["generation"])
     # States first: the Trainer's first use broadcasts rank 0's weights (MXNet's
     # _init_params), which must not replace the per-rank weights loaded next.
     trainer.load_states(states)

@@ -1,8 +1,10 @@
 """What one process can check without mpiexec (MPI runs as a world of one)."""
+import os
 import subprocess
 import sys
 
 import mxnet as mx
+from mxnet import gluon
 import numpy as np
 import pytest
 
@@ -157,3 +159,29 @@ def test_the_summary_knob_takes_a_number_of_steps():
     with pytest.raises(ConfigError, match="MXKV_SUMMARY_EVERY='-5' is invalid: expected a whole "
                                           "number of steps, 0 for off"):
         Config.from_environment({"MXKV_SUMMARY_EVERY": "-5"})
+
+
+def test_a_save_that_fails_midway_leaves_the_last_checkpoint(tmp_path, monkeypatch):
+    net = gluon.nn.Dense(2, in_units=3)
+    net.initialize(mx.init.Constant(1.0))
+    trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1}, kvstore=None)
+    mxkv_hybrid.checkpoint.save(str(tmp_path), net, trainer)
+    net.weight.set_data(mx.nd.full((2, 3), 7.0))
+
+    def disk_full(fname: str) -> None:  # the weights are written, the states are not
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(trainer, "save_states", disk_full)
+    with pytest.raises(OSError, match="No space left"):
+        mxkv_hybrid.checkpoint.save(str(tmp_path), net, trainer)
+    monkeypatch.undo()
+    assert "rank0.g2.params" in os.listdir(tmp_path)  # written, but never committed
+    mxkv_hybrid.checkpoint.load(str(tmp_path), net, trainer)
+    assert (net.weight.data().asnumpy() == 1.0).all()  # the first save's weights
+
+    net.weight.set_data(mx.nd.full((2, 3), 7.0))
+    mxkv_hybrid.checkpoint.save(str(tmp_path), net, trainer)  # commits, then clears the old
+    assert sorted(os.listdir(tmp_path)) == ["manifest.json", "rank0.g2.params", "rank0.g2.states"]
+    net.weight.set_data(mx.nd.zeros((2, 3)))
+    mxkv_hybrid.checkpoint.load(str(tmp_path), net, trainer)
+    assert (net.weight.data().asnumpy() == 7.0).all()
