@@ -1,7 +1,7 @@
 """Uneven shards: ranks with different numbers of batches end every epoch together
 (Module.fit wrapped by the plugin, Gluon through even_batches), with the weights of
 synchronous SGD over the batches that all ranks had; in mode async each group on its own."""
-from typing import List
+from typing import List, Optional, Sequence
 
 import numpy as np
 import pytest
@@ -14,11 +14,13 @@ EPOCHS = 3
 LR = 0.1
 
 
-def reference(counts: List[int]) -> dict:
-    """Numpy SGD: each epoch, min(counts) steps on the mean gradient of every rank's batch."""
+def reference(counts: List[int], ranks: Optional[Sequence[int]] = None) -> dict:
+    """Numpy SGD: each epoch, min(counts) steps on the mean gradient of every rank's batch
+    (`ranks` names the rank of each count; by default 0, 1, ...)."""
     weight = np.zeros((1, 3), np.float64)
     bias = np.zeros(1, np.float64)
-    shards = [regression_batches(rank, count) for rank, count in enumerate(counts)]
+    ranks = range(len(counts)) if ranks is None else ranks
+    shards = [regression_batches(rank, count) for rank, count in zip(ranks, counts)]
     for _ in range(EPOCHS):
         for step in range(min(counts)):
             x = np.concatenate([shard[step][0] for shard in shards]).astype(np.float64)
@@ -71,6 +73,11 @@ def test_in_async_mode_each_group_ends_its_epochs_on_its_own(job_dir):
         for name in weights[first]:
             assert np.array_equal(weights[first][name], weights[second][name]), name
     true_weight = REGRESSION_WEIGHT.ravel()
-    for rank in (0, 2):  # the servers' model went most of the way from zero to the truth
-        error = np.linalg.norm(weights[rank]["weight"].ravel() - true_weight)
-        assert error < 0.3 * np.linalg.norm(true_weight), (rank, weights[rank]["weight"])
+    for group in ((0, 1), (2, 3)):
+        # A group's last pull holds at least its own updates, plus whatever the other group
+        # pushed by then (timing decides how much): at least as close to the truth as the
+        # group's own steps alone would take it. The margin allows for stale gradients.
+        alone = reference([counts[rank] for rank in group], ranks=group)["weight"].ravel()
+        error = np.linalg.norm(weights[group[0]]["weight"].ravel() - true_weight)
+        assert error < 1.05 * np.linalg.norm(alone - true_weight), (group, weights[group[0]])
+        assert error < 0.5 * np.linalg.norm(true_weight), (group, weights[group[0]])
