@@ -11,7 +11,7 @@ import numpy as np
 
 from . import algorithm_table, stall, timeline
 from .config import Config
-from .errors import MismatchError, MXKVError
+from .errors import ConfigError, MismatchError, MXKVError
 
 Key = Hashable  # int or str, as MXNet passes them
 Arrays = Sequence[mx.nd.NDArray]
@@ -56,12 +56,27 @@ def _handles(arrays: Arrays) -> List[int]:
     return [a.handle.value for a in arrays]
 
 
+def _require_thread_multiple() -> None:
+    """Collectives behind MXNet's engine run on a thread of their own while the caller's
+    thread makes MPI calls too: MPI must allow that."""
+    from mpi4py import MPI
+
+    if MPI.Query_thread() < MPI.THREAD_MULTIPLE:
+        raise ConfigError(
+            "collectives behind MXNet's engine (MXKV_OVERLAP=1, or mode lasgd's average with "
+            "MXKV_LASGD_OVERLAP=1, the default) need MPI initialised with MPI_THREAD_MULTIPLE, "
+            "mpi4py's default: set that knob to 0, or leave mpi4py.rc.thread_level and "
+            "MPI4PY_RC_THREAD_LEVEL unset")
+
+
 class TensorCollectives:
     """Fused allreduce and broadcast of many keys' arrays over one communicator."""
 
     def __init__(self, comm, config: Config):
         """comm: an mpi4py communicator (collective: every rank of it constructs one)."""
         self._comm = comm
+        if config.overlap:
+            _require_thread_multiple()
         rules = None
         if comm.rank == 0 and config.algorithm == "auto":
             path = config.algorithm_table or algorithm_table.default_path()

@@ -40,6 +40,18 @@ def test_bad_knobs_fail_on_every_rank(env, message):
             job.output
 
 
+@pytest.mark.parametrize("env", [{"MXKV_OVERLAP": "1"}, {"MXKV_MODE": "lasgd"}],
+                         ids=["overlap", "lasgd-overlapped-average"])
+def test_overlap_without_mpi_thread_multiple_names_the_knob(env):
+    job = launch(2, "train_steps.py", "--steps", "2", timeout=60,
+                 env=dict(env, MPI4PY_RC_THREAD_LEVEL="serialized"))
+    assert job.returncode != 0
+    assert "took 2 steps" not in job.output
+    for rank in range(2):
+        assert any("ConfigError" in line and "need MPI initialised with MPI_THREAD_MULTIPLE" in line
+                   and "set that knob to 0" in line for line in job.lines_of(rank)), job.output
+
+
 def test_a_failing_rank_ends_the_job():
     job = launch(3, "fail.py", "raise", timeout=90)
     assert job.returncode != 0
