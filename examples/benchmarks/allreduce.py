@@ -24,7 +24,6 @@ import os
 import random
 import subprocess
 import sys
-import time
 from typing import Dict, List
 
 import numpy as np
@@ -33,6 +32,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 from job_output import json_lines  # noqa: E402
+from timing import seconds, time_calls  # noqa: E402
 
 SIZES = [1 << 10, 16 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 100 << 20]
 RESNET50 = "resnet50"
@@ -68,14 +68,8 @@ def memory_copy_bandwidth() -> float:
     cannot beat, since every byte is at least read and written once."""
     source = np.ones(16 << 20, dtype=np.float32)
     target = np.empty_like(source)
-    best = min(_seconds(lambda: np.copyto(target, source)) for _ in range(5))
+    best = min(seconds(lambda: np.copyto(target, source)) for _ in range(5))
     return source.nbytes / best
-
-
-def _seconds(fn) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
 
 
 def worker_mpi(quick: bool) -> None:
@@ -98,7 +92,7 @@ def worker_mpi(quick: bool) -> None:
 
     def timed(fn) -> float:
         comm.Barrier()
-        elapsed = _seconds(fn)
+        elapsed = seconds(fn)
         return comm.allreduce(elapsed, op=MPI.MAX)
 
     def emit(**row) -> None:
@@ -147,17 +141,14 @@ def worker_dist_sync(quick: bool) -> None:
         arrays = [mx.nd.ones(s) for s in shapes]
         outs = [mx.nd.zeros(s) for s in shapes]
         kv.init(keys, arrays)
-        kv.push(keys, arrays)
-        kv.pull(keys, out=outs)
-        mx.nd.waitall()
-        values = []
-        for _ in range(reps):
-            kv._barrier()
-            start = time.perf_counter()
+
+        def push_pull() -> None:
             kv.push(keys, arrays)
             kv.pull(keys, out=outs)
-            mx.nd.waitall()
-            values.append(time.perf_counter() - start)
+
+        push_pull()  # warm-up
+        mx.nd.waitall()
+        values = time_calls(reps, kv._barrier, push_pull)
         if kv.rank == 0:
             print(json.dumps({"workload": name, "bytes": sum(a.size * 4 for a in arrays),
                               "arrays": len(arrays), "method": "dist_sync",

@@ -14,7 +14,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from typing import Dict, List
 
 import numpy as np
@@ -23,6 +22,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 from job_output import json_lines  # noqa: E402
+from timing import seconds, time_calls  # noqa: E402
 
 WORKLOADS = {  # name: (number of keys, floats per key, repetitions)
     "10 keys x 1k floats": (10, 1000, 400),
@@ -47,19 +47,10 @@ def worker(monitor: str) -> None:
         for _ in range(3):
             store.pushpull(names, values)
         mx.nd.waitall()
-        times = []
-        for _ in range(reps):
-            comm.Barrier()
-            start = time.perf_counter()
-            store.pushpull(names, values)
-            mx.nd.waitall()
-            times.append(time.perf_counter() - start)
+        times = time_calls(reps, comm.Barrier, lambda: store.pushpull(names, values))
         mine, extremes = np.array([7, -7], np.int64), np.empty(2, np.int64)
-        signature = []
-        for _ in range(200):
-            start = time.perf_counter()
-            comm.Allreduce(mine, extremes, op=MPI.MAX)
-            signature.append(time.perf_counter() - start)
+        signature = [seconds(lambda: comm.Allreduce(mine, extremes, op=MPI.MAX))
+                     for _ in range(200)]
         if store.rank == 0:
             print(json.dumps({"workload": name, "monitor": monitor,
                               "pushpull_us": float(np.median(times)) * 1e6,
