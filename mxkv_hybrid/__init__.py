@@ -10,7 +10,7 @@ data-parallel too (module auto).
 from . import auto, checkpoint, hooks
 from .averagers import PeriodicModelAverager, broadcast_parameters
 from .config import KNOBS, Config, read_knob
-from .errors import ConfigError, MismatchError, MXKVError, NonFiniteError
+from .errors import ConfigError, MismatchError, MXKVError, NonFiniteError, ServerKeyConflict
 from .even_batches import EvenBatchesIter, even_batches
 from .hooks import consensus
 from .kvstore import Hybrid
@@ -18,6 +18,7 @@ from .shard_sampler import ShardSampler
 from .topology import World, world
 
 __all__ = ["Hybrid", "Config", "KNOBS", "MXKVError", "ConfigError", "MismatchError", "NonFiniteError",
+           "ServerKeyConflict",
            "World",
            "world", "consensus", "checkpoint", "PeriodicModelAverager", "broadcast_parameters",
            "even_batches", "EvenBatchesIter", "ShardSampler"]

@@ -24,3 +24,10 @@ class NonFiniteError(MXKVError):
     """A rank's values had NaN or Inf (MXKV_CHECK_FINITE=1); found by every rank together."""
 
     on_every_rank = True
+
+
+class ServerKeyConflict(MXKVError):
+    """A second store of one process would use a parameter-server key that another store
+    of the process already holds (modes async and easgd keep one model per process)."""
+
+    on_every_rank = True

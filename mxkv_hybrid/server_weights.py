@@ -64,6 +64,8 @@ class ServerWeights:
         raise MXKVError(SERVER_SIDE_STATES)
 
     def set_optimizer(self, optimizer: mx.optimizer.Optimizer) -> None:
+        if not self._optimizer_set:
+            self._server_keys.claim(COUNTER_KEY, "the servers' optimizer (its push counter)")
         if self._ps is not None:
             if not self._optimizer_set:
                 self._ps.init([COUNTER_KEY], [mx.nd.zeros((1,))])

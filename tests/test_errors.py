@@ -52,6 +52,22 @@ def test_overlap_without_mpi_thread_multiple_names_the_knob(env):
                    and "set that knob to 0" in line for line in job.lines_of(rank)), job.output
 
 
+@pytest.mark.parametrize("mode", ["async", "easgd"])
+def test_a_second_model_in_one_process_is_refused_in_server_modes(job_dir, mode):
+    """Module's model, then Gluon's, in one process: the servers (one connection a process,
+    one optimizer, weights by index) would mix them up."""
+    job = launch(2, "uneven_shards.py", "--out", str(job_dir), "--batches", "2,2",
+                 "--epochs", "1", "--apis", "module,gluon", env={"MXKV_MODE": mode},
+                 launcher_options=("--servers", "1", "--group-size", "1"), timeout=60)
+    assert job.returncode != 0
+    assert (job_dir / "module-rank0.npz").exists(), job.output  # the first model trained
+    assert not (job_dir / "gluon-rank0.npz").exists(), job.output
+    for rank in range(2):
+        assert any("ServerKeyConflict" in line and "another hybrid store of this process" in line
+                   for line in job.lines_of(rank)), job.output
+    assert "The value size cannot be changed" not in job.output
+
+
 def test_a_failing_rank_ends_the_job():
     job = launch(3, "fail.py", "raise", timeout=90)
     assert job.returncode != 0
@@ -60,9 +76,9 @@ def test_a_failing_rank_ends_the_job():
 
 
 def test_a_hung_job_is_stopped_by_the_launcher_timeout():
-    job = launch(2, "fail.py", "hang", timeout=10, env={"MXKV_STALL_TIMEOUT": "0"})  # no report
+    job = launch(2, "fail.py", "hang", timeout=6, env={"MXKV_STALL_TIMEOUT": "0"})  # no report
     assert job.returncode == 124
-    assert "timed out after 10 s" in job.output
+    assert "timed out after 6 s" in job.output
 
 
 def test_sigterm_to_the_launcher_stops_every_rank(tmp_path):

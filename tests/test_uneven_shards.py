@@ -31,12 +31,16 @@ def reference(counts: List[int], ranks: Optional[Sequence[int]] = None) -> dict:
     return {"weight": weight, "bias": bias}
 
 
-@pytest.mark.parametrize("counts", [[3, 5, 5], [5, 5, 3]],
-                         ids=["first-rank-short", "last-rank-short"])
-def test_ranks_stop_together_with_reference_weights(job_dir, counts):
+@pytest.mark.parametrize("counts, mode", [([3, 5, 5], "allreduce"), ([5, 5, 3], "sync")],
+                         ids=["first-rank-short", "last-rank-short-sync"])
+def test_ranks_stop_together_with_reference_weights(job_dir, counts, mode):
+    """In mode sync (3 groups, 1 server) each process also trains two models, Module's and
+    Gluon's, through the one parameter-server connection it has."""
     assert BATCH * min(counts) > 0
+    servers = ("--servers", "1", "--group-size", "1") if mode == "sync" else ()
     job = launch(RANKS, "uneven_shards.py", "--out", str(job_dir),
-                 "--batches", ",".join(map(str, counts)), "--epochs", str(EPOCHS), "--lr", str(LR))
+                 "--batches", ",".join(map(str, counts)), "--epochs", str(EPOCHS), "--lr", str(LR),
+                 env={"MXKV_MODE": mode}, launcher_options=servers)
     assert job.returncode == 0, job.output
     expected_steps = str([min(counts)] * EPOCHS)
     for rank in range(RANKS):
