@@ -64,11 +64,11 @@ class ServerWeights:
         raise MXKVError(SERVER_SIDE_STATES)
 
     def set_optimizer(self, optimizer: mx.optimizer.Optimizer) -> None:
-        if not self._optimizer_set:
+        if not self._optimizer_set:  # the first time: the push counter's key
             self._server_keys.claim(COUNTER_KEY, "the servers' optimizer (its push counter)")
-        if self._ps is not None:
-            if not self._optimizer_set:
+            if self._ps is not None:
                 self._ps.init([COUNTER_KEY], [mx.nd.zeros((1,))])
+        if self._ps is not None:
             self._ps.set_optimizer(CountingOptimizer(optimizer))
         self._optimizer_set = True
 
