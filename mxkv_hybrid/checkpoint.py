@@ -10,7 +10,11 @@ A save is committed by its manifest: every rank writes files of a new generation
 with one naming generation n; the files of other generations are removed after that.
 A job that dies during a save (or a save that fails) leaves the manifest naming the
 previous generation, whose files are untouched, so the last checkpoint stays valid even
-when a directory is saved over. `load` checks the manifest against the job it resumes in."""
+when a directory is saved over. `load` checks the manifest against the job it resumes in.
+
+Only rank 0 reads and writes the manifest, and each rank reads and writes only its own
+files, so `directory` may be a disk local to each host (the ranks of a host share it, and
+rank 0's host holds the manifest) as well as a shared file system."""
 import glob
 import json
 import os
@@ -73,7 +77,7 @@ def load(directory: str, net: gluon.Block, trainer: gluon.Trainer) -> None:
     """Collective: every rank reads back what `save` wrote for it. The network must be
     initialised (shapes known: in_units, or one forward pass) and the Trainer created."""
     this = world()
-    manifest = _read_manifest(directory)
+    manifest = this.comm.bcast(_read_manifest(directory) if this.rank == 0 else None, root=0)
     if manifest is None:
         raise MXKVError(f"{os.path.join(directory, MANIFEST)} is missing: {directory} is not a "
                         "checkpoint written (to the end) by mxkv_hybrid.checkpoint.save")

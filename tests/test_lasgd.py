@@ -1,6 +1,7 @@
 """MXKV_MODE=lasgd and the explicit averager, on real MPI jobs: every step follows the
 formulas of tests/averaging_reference.py; a checkpoint resumes the same trajectory."""
 import json
+import os
 
 import numpy as np
 import pytest
@@ -53,11 +54,17 @@ def test_lasgd_correction_keeps_the_mean_over_ranks(job_dir):
 
 
 def test_lasgd_checkpoint_resumes_the_same_trajectory(tmp_path):
-    """Saved after step 5, while the average started at step 4 is in flight."""
+    """Saved after step 5, while the average started at step 4 is in flight; each rank
+    into a directory of its own, as on disks local to each host (only rank 0's holds the
+    manifest)."""
     run_steps(tmp_path / "straight", str(STEPS), "nag")
-    run_steps(tmp_path / "first", str(STEPS), "nag", "--save", "5", str(tmp_path / "ckpt"))
-    resumed, _ = run_steps(tmp_path / "second", str(STEPS), "nag", "--resume",
-                           str(tmp_path / "ckpt"))
+    per_rank = str(tmp_path / "ckpt-{rank}")
+    run_steps(tmp_path / "first", str(STEPS), "nag", "--save", "5", per_rank)
+    assert (tmp_path / "ckpt-0" / "manifest.json").exists()
+    for rank in range(1, RANKS):
+        assert sorted(os.listdir(tmp_path / f"ckpt-{rank}")) == [
+            f"rank{rank}.g1.params", f"rank{rank}.g1.states", f"rank{rank}.g1.states.averaging"]
+    resumed, _ = run_steps(tmp_path / "second", str(STEPS), "nag", "--resume", per_rank)
     assert [r["step"] for r in resumed] == list(range(6, STEPS + 1))
     for rank in range(RANKS):
         straight = np.load(tmp_path / "straight" / f"rank{rank}.npz")

@@ -5,7 +5,8 @@ test to compare with the formulas. Optionally saves a checkpoint after step K an
 or resumes from one; writes the final weights to OUT/rank<r>.npz.
 With --consensus, the ranks then agree on one model (mxkv_hybrid.consensus), which
 rank 0 prints as CONSENSUS.
-argv: OUT STEPS OPTIMIZER(sgd|nag) [--save K DIR | --resume DIR] [--consensus]"""
+argv: OUT STEPS OPTIMIZER(sgd|nag) [--save K DIR | --resume DIR] [--consensus]
+({rank} in DIR: a checkpoint directory per rank, as on disks local to each host)."""
 import argparse
 import json
 import os
@@ -54,7 +55,7 @@ def main() -> None:
                             {"learning_rate": LEARNING_RATE, "momentum": MOMENTUM}, kvstore=kv)
     first = 0
     if args.resume:
-        mxkv_hybrid.checkpoint.load(args.resume, net, trainer)
+        mxkv_hybrid.checkpoint.load(args.resume.format(rank=comm.rank), net, trainer)
         first = kv.averaging.steps
     centre = mx.nd.zeros((3,))
     stop = int(args.save[0]) if args.save else args.steps
@@ -70,7 +71,7 @@ def main() -> None:
         if comm.rank == 0:
             print("STEP " + json.dumps(record), flush=True)
     if args.save:
-        mxkv_hybrid.checkpoint.save(args.save[1], net, trainer)
+        mxkv_hybrid.checkpoint.save(args.save[1].format(rank=comm.rank), net, trainer)
     if args.consensus:
         mxkv_hybrid.consensus(trainer)
         everyone = comm.gather(net.w.data().asnumpy().tolist())
