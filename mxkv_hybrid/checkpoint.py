@@ -29,8 +29,13 @@ from .topology import world
 MANIFEST = "manifest.json"
 
 
+def _stem(rank: int, generation: int) -> str:
+    """What the names of a rank's files of one generation start with."""
+    return f"rank{rank}.g{generation}"
+
+
 def _files(directory: str, rank: int, generation: int):
-    prefix = os.path.join(directory, f"rank{rank}.g{generation}")
+    prefix = os.path.join(directory, _stem(rank, generation))
     return prefix + ".params", prefix + ".states"
 
 
@@ -67,7 +72,7 @@ def save(directory: str, net: gluon.Block, trainer: gluon.Trainer) -> None:
         write_atomically(os.path.join(directory, MANIFEST), json.dumps(manifest).encode())
     with stall.waiting("checkpoint save: the manifest"):
         this.comm.Barrier()  # committed: the older generations can go
-    keep = os.path.basename(params)[:-len(".params")] + "."
+    keep = _stem(this.rank, generation) + "."  # also the states' .averaging file
     for path in glob.glob(os.path.join(glob.escape(directory), f"rank{this.rank}.g*")):
         if not os.path.basename(path).startswith(keep):
             os.remove(path)
