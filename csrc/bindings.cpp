@@ -5,6 +5,8 @@
 #include <pybind11/stl.h>
 
 #include <cstdint>
+#include <cstdio>
+#include <iostream>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -70,6 +72,14 @@ PYBIND11_MODULE(_C, m) {
         addresses, "MXEnginePushAsyncND");
     api.get_last_error = as_function<const char*()>(addresses, "MXGetLastError");
   }, "Binds the MXNet C API functions, given {name: address} of the loaded libmxnet.");
+
+  m.def("line_buffer_stderr", [] {
+    // Once used, stderr holds a 1-byte buffer that a null buffer argument would keep.
+    static char buffer[BUFSIZ];
+    std::setvbuf(stderr, buffer, _IOLBF, sizeof buffer);
+    std::cerr.unsetf(std::ios_base::unitbuf);
+  }, "C stdio's stderr (and std::cerr, which writes through it) is written once per line "
+     "instead of once per piece, so MXNet's C++ log lines reach mpiexec whole.");
 
   py::class_<mxkv::TensorCollectives>(m, "TensorCollectives")
       .def(py::init([](int64_t fortran_comm, size_t bucket_bytes, const std::string& algorithm,

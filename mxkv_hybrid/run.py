@@ -19,12 +19,16 @@ def main(argv=None) -> None:
         print(USAGE, file=sys.stderr)
         raise SystemExit(2)
 
-    # One write per line, so mpiexec's rank prefix starts every line (PYTHONUNBUFFERED=1
-    # would otherwise write each piece of a print separately).
+    # One write per line, so mpiexec's rank prefix starts every line and lines of two ranks
+    # never share one: PYTHONUNBUFFERED=1 would write each piece of a print separately, and
+    # MXNet's C++ log writes each piece of a line to an unbuffered std::cerr.
     for stream in (sys.stdout, sys.stderr):
         stream.reconfigure(line_buffering=True, write_through=False)
 
     import mxkv_hybrid  # noqa: F401  (registers the store, installs the hooks)
+    from mxkv_hybrid._C import line_buffer_stderr
+
+    line_buffer_stderr()
 
     if argv[0] == "-m":
         sys.argv = [argv[1], *argv[2:]]

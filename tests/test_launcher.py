@@ -1,5 +1,7 @@
 """mxkv-launch passes host lists and host files through to mpiexec (here: localhost), and
 --check reports on the installation and the topology."""
+import re
+
 import pytest
 
 from conftest import launch
@@ -45,3 +47,20 @@ def test_check_reports_the_topology_and_correct_sums(ranks, env, options, expect
     assert [line.split(":")[1].split(",")[0].strip() for line in report["pushpull"]] == \
         ["correct on every rank"] * 2, report["pushpull"]
     assert report["result"][0].startswith("OK"), job.output
+
+
+def test_lines_of_two_ranks_never_share_a_line(tmp_path):
+    """MXNet's C++ log writes each piece of a line separately; under mxkv-launch every one
+    of its lines still reaches the output whole, behind its own rank's prefix."""
+    lines = 30
+    job = launch(2, "mxnet_log_lines.py", str(tmp_path), str(lines))
+    assert job.returncode == 0, job.output
+    for rank in range(2):
+        said = job.lines_of(rank)
+        mxnet_lines = [line for line in said if "ImageRecordIOParser2" in line]
+        assert len(mxnet_lines) == lines, job.output
+        for line in mxnet_lines:
+            assert re.fullmatch(r"\[[\d:]+\] \S+iter_image_recordio_2\.cc:\d+: ImageRecordIOParser2: "
+                                rf"\S+rank{rank}\.rec, use 1 threads for decoding\.\.", line), line
+        assert [line for line in said if line.startswith("python line")] == \
+            [f"python line {i}" for i in range(lines)], job.output
