@@ -18,9 +18,9 @@ import sys
 import threading
 import time
 import weakref
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, ContextManager, Dict, List, Optional
 
 QUERY, ANSWER = 7001, 7002  # message tags on the monitor's communicator
 POLL_SECONDS = 0.2
@@ -179,11 +179,6 @@ def watch_background(seconds_busy: Callable[[], float]) -> None:
         _monitor.watch_background(seconds_busy)
 
 
-@contextmanager
-def waiting(what: str):
+def waiting(what: str) -> ContextManager:
     """A blocking wait on the other ranks, watched when the job has more than one rank."""
-    if _monitor is None:
-        yield
-    else:
-        with _monitor.waiting(what):
-            yield
+    return nullcontext() if _monitor is None else _monitor.waiting(what)

@@ -13,9 +13,9 @@ import json
 import os
 import threading
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from functools import lru_cache
-from typing import Any, Dict, List, Optional
+from typing import Any, ContextManager, Dict, List, Optional
 
 from .config import read_knob
 from .topology import world
@@ -82,15 +82,10 @@ def current() -> Optional[Timeline]:
     return Timeline(os.path.abspath(path), world().rank, world().host)
 
 
-@contextmanager
-def span(name: str, category: str, **args: Any):
+def span(name: str, category: str, **args: Any) -> ContextManager:
     """A span on this process's timeline (nothing when MXKV_TIMELINE is unset)."""
     timeline = current()
-    if timeline is None:
-        yield
-    else:
-        with timeline.span(name, category, **args):
-            yield
+    return nullcontext() if timeline is None else timeline.span(name, category, **args)
 
 
 def merge(path: str) -> Optional[str]:
