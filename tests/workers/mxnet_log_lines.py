@@ -7,8 +7,10 @@ import sys
 import mxnet as mx
 from PIL import Image
 
+import mxkv_hybrid
+
 directory, count = sys.argv[1], int(sys.argv[2])
-rank = int(os.environ.get("PMI_RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "0")))
+rank = mxkv_hybrid.world().rank
 path = os.path.join(directory, f"rank{rank}.rec")
 records = mx.recordio.MXRecordIO(path, "w")
 png = io.BytesIO()
