@@ -18,6 +18,7 @@ rank 0's host holds the manifest) as well as a shared file system."""
 import glob
 import json
 import os
+from typing import Union
 
 from mxnet import gluon
 
@@ -29,8 +30,8 @@ from .topology import world
 MANIFEST = "manifest.json"
 
 
-def _stem(rank: int, generation: int) -> str:
-    """What the names of a rank's files of one generation start with."""
+def _stem(rank: int, generation: Union[int, str]) -> str:
+    """What the names of a rank's files of one generation start with ("*": of any)."""
     return f"rank{rank}.g{generation}"
 
 
@@ -73,7 +74,7 @@ def save(directory: str, net: gluon.Block, trainer: gluon.Trainer) -> None:
     with stall.waiting("checkpoint save: the manifest"):
         this.comm.Barrier()  # committed: the older generations can go
     keep = _stem(this.rank, generation) + "."  # also the states' .averaging file
-    for path in glob.glob(os.path.join(glob.escape(directory), f"rank{this.rank}.g*")):
+    for path in glob.glob(os.path.join(glob.escape(directory), _stem(this.rank, "*"))):
         if not os.path.basename(path).startswith(keep):
             os.remove(path)
 
