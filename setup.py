@@ -1,4 +1,5 @@
-"""Builds the C++ tensor collectives (csrc/) as mxkv_hybrid._C; metadata is in pyproject.toml."""
+"""Builds the C++ tensor collectives (csrc/) as mxkv_hybrid.comm._C; metadata is in
+pyproject.toml."""
 import glob
 import os
 import shlex
@@ -33,7 +34,7 @@ def find_mpi() -> dict:
 
 mpi = find_mpi()
 extension = Pybind11Extension(
-    "mxkv_hybrid._C",
+    "mxkv_hybrid.comm._C",
     sorted(glob.glob("csrc/*.cpp")),
     include_dirs=["csrc", *mpi["include_dirs"]],
     library_dirs=mpi["library_dirs"],

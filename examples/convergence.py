@@ -20,7 +20,7 @@ a flat ring moves more), the same rule the throttle applies.
 
 The study runs once on the plain machine and once behind an emulated slow link between
 the groups (MXKV_THROTTLE_MBPS / MXKV_THROTTLE_LATENCY_MS: every cross-group transfer
-takes at least latency + bytes / bandwidth; see mxkv_hybrid/link_throttle.py), the
+takes at least latency + bytes / bandwidth; see mxkv_hybrid/comm/link_throttle.py), the
 setting the averaging algorithms exist for. Prints a table, writes convergence.json and
 convergence.png to --out.
 
@@ -58,7 +58,7 @@ def worker(args: argparse.Namespace) -> None:
     from mxnet import autograd, gluon
 
     import mxkv_hybrid
-    from mxkv_hybrid import ps
+    from mxkv_hybrid.ps.client import traffic
     from train_digits import accuracy, build_network, load_data
 
     comm = MPI.COMM_WORLD
@@ -78,7 +78,7 @@ def worker(args: argparse.Namespace) -> None:
 
     def cross_group_bytes(step_count: int) -> float:
         """Bytes across the groups so far (every rank calls it: collective)."""
-        pushed, pulled = ps.traffic()
+        pushed, pulled = traffic()
         measured = comm.allreduce(pushed + pulled)
         if mode == "allreduce":
             return measured + step_count * 2 * model_bytes

@@ -5,17 +5,18 @@ Trainer/Module hooks; then `gluon.Trainer(..., kvstore='hybrid')`,
 `Module.fit(kvstore='hybrid')` and `mx.kv.create('hybrid')` train data-parallel
 over the MPI ranks this process was started with (see README.md). With
 MXKV_AUTO=1 (`mxkv-launch --auto`) scripts with no kvstore flag are made
-data-parallel too (module auto).
+data-parallel too (integration/auto.py).
 """
-from . import auto, checkpoint, hooks
-from .averagers import PeriodicModelAverager, broadcast_parameters
+from .comm.topology import World, world
 from .config import KNOBS, Config, read_knob
 from .errors import ConfigError, MismatchError, MXKVError, NonFiniteError, ServerKeyConflict
-from .even_batches import EvenBatchesIter, even_batches
-from .hooks import consensus
+from .integration import auto, hooks
+from .integration.even_batches import EvenBatchesIter, even_batches
+from .integration.hooks import consensus
+from .integration.shard_sampler import ShardSampler
 from .kvstore import Hybrid
-from .shard_sampler import ShardSampler
-from .topology import World, world
+from .modes.averagers import PeriodicModelAverager, broadcast_parameters
+from .safety import checkpoint
 
 __all__ = ["Hybrid", "Config", "KNOBS", "MXKVError", "ConfigError", "MismatchError", "NonFiniteError",
            "ServerKeyConflict",

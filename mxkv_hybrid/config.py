@@ -4,7 +4,6 @@ from dataclasses import dataclass
 from typing import Callable, Dict, Mapping, Optional
 
 from .errors import ConfigError
-from .fault import Fault, parse_fault
 
 MODES = ("allreduce", "sync", "async", "easgd", "lasgd")
 ALGORITHMS = ("auto", "mpi", "ring", "rhd", "rd")
@@ -67,6 +66,35 @@ def _parse_bucket_mb(text: str) -> float:
     if not 0.001 <= value <= 1024:
         raise ValueError("expected a size in MiB between 0.001 and 1024")
     return value
+
+
+FAULT_ACTIONS = ("kill", "raise", "hang", "exit")
+
+
+@dataclass(frozen=True)
+class Fault:
+    """What to do, on which rank, at which step (1-based)."""
+
+    action: str
+    rank: int
+    step: int
+
+
+def parse_fault(text: str) -> Optional[Fault]:
+    """'' -> None; 'ACTION:rank=R:step=S' -> Fault; ValueError naming the expected form."""
+    if not text.strip():
+        return None
+    expected = (f"ACTION:rank=R:step=S with ACTION one of {', '.join(FAULT_ACTIONS)}, "
+                "e.g. kill:rank=1:step=5")
+    action, *fields = text.strip().lower().split(":")
+    try:
+        values = dict(field.split("=", 1) for field in fields)
+        fault = Fault(action, int(values.pop("rank")), int(values.pop("step")))
+    except (KeyError, ValueError):
+        raise ValueError(f"expected {expected}") from None
+    if action not in FAULT_ACTIONS or values or fault.rank < 0 or fault.step < 1:
+        raise ValueError(f"expected {expected}")
+    return fault
 
 
 @dataclass(frozen=True)

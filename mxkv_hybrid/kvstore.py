@@ -4,21 +4,21 @@ from typing import Callable, List, Optional, Sequence, Tuple
 import mxnet as mx
 from mxnet.kvstore import KVStoreBase
 
-from . import stall
-from .collectives import Key, TensorCollectives
+from .comm import stall
+from .comm.collectives import Key, TensorCollectives
+from .comm.link_throttle import ThrottledReducer, link_throttle
+from .comm.topology import groups, wait_for_leader, world
 from .config import Config
-from .averaging import Averaging
-from .elastic import ElasticAveraging
 from .errors import MXKVError
-from .fault import FaultInjector
-from .finite_check import check_finite
-from .grouped_sync import GroupedSync
-from .link_throttle import ThrottledReducer, link_throttle
-from .local_sgd import LocalSGD
-from .server_weights import ServerWeights
-from .step_summary import summary_for
-from .topology import groups, wait_for_leader, world
-from .worker_weights import WorkerWeights
+from .modes.averaging import Averaging
+from .modes.elastic import ElasticAveraging
+from .modes.grouped_sync import GroupedSync
+from .modes.local_sgd import LocalSGD
+from .modes.server_weights import ServerWeights
+from .modes.worker_weights import WorkerWeights
+from .observe.step_summary import summary_for
+from .safety.fault import FaultInjector
+from .safety.finite_check import check_finite
 
 
 def _as_key_lists(key, value) -> Tuple[List[Key], List[List[mx.nd.NDArray]]]:

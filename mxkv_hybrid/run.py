@@ -26,7 +26,7 @@ def main(argv=None) -> None:
         stream.reconfigure(line_buffering=True, write_through=False)
 
     import mxkv_hybrid  # noqa: F401  (registers the store, installs the hooks)
-    from mxkv_hybrid._C import line_buffer_stderr
+    from mxkv_hybrid.comm._C import line_buffer_stderr
 
     line_buffer_stderr()
 

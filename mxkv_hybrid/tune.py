@@ -15,8 +15,8 @@ from typing import Dict, List
 import numpy as np
 from mpi4py import MPI
 
-from . import algorithm_table
-from .collectives import TensorCollectives
+from .comm import algorithm_table
+from .comm.collectives import TensorCollectives
 from .config import Config
 
 ALGORITHMS = ("mpi", "ring", "rhd", "rd")

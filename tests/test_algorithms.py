@@ -7,7 +7,7 @@ import mxnet as mx
 import pytest
 
 import mxkv_hybrid  # noqa: F401
-from mxkv_hybrid import algorithm_table
+from mxkv_hybrid.comm import algorithm_table
 from mxkv_hybrid.config import Config
 from mxkv_hybrid.errors import ConfigError
 

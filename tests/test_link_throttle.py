@@ -4,7 +4,7 @@ import pytest
 
 from mxkv_hybrid.config import Config
 from mxkv_hybrid.errors import ConfigError
-from mxkv_hybrid.link_throttle import LinkThrottle, allreduce_bytes, link_throttle
+from mxkv_hybrid.comm.link_throttle import LinkThrottle, allreduce_bytes, link_throttle
 
 
 def test_a_transfer_takes_latency_plus_bytes_over_bandwidth():

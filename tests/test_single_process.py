@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 import mxkv_hybrid
-from mxkv_hybrid.config import Config
+from mxkv_hybrid.config import Config, Fault, parse_fault
 from mxkv_hybrid.errors import ConfigError, MXKVError
-from mxkv_hybrid.fault import Fault, FaultInjector, parse_fault
-from mxkv_hybrid.launch import parse_arguments, wrap_command
+from mxkv_hybrid.launch.launcher import parse_arguments, wrap_command
+from mxkv_hybrid.safety.fault import FaultInjector
 
 FLOAT32, FLOAT64, FLOAT16 = 0, 1, 2
 

@@ -78,7 +78,7 @@ def worker_mpi(quick: bool) -> None:
     from mpi4py import MPI
 
     import mxkv_hybrid  # noqa: F401
-    from mxkv_hybrid.collectives import TensorCollectives
+    from mxkv_hybrid.comm.collectives import TensorCollectives
     from mxkv_hybrid.config import Config
 
     comm = MPI.COMM_WORLD

@@ -7,10 +7,10 @@ import subprocess
 import sys
 from typing import List
 
-from mxkv_hybrid.launch import end_process_group, free_port, start, wait_until_listening
+from mxkv_hybrid.launch.launcher import end_process_group, free_port, start, wait_until_listening
 
 HOST = "127.0.0.1"
-NODE = [sys.executable, "-m", "mxkv_hybrid.ps_server"]
+NODE = [sys.executable, "-m", "mxkv_hybrid.ps.server"]
 
 
 def run_ps_job(worker_command: List[str], num_workers: int, num_servers: int,

@@ -38,7 +38,7 @@ def worker(monitor: str) -> None:
 
     import mxkv_hybrid
     if monitor == "off":
-        mxkv_hybrid.topology.stall.StallMonitor = lambda *args, **kwargs: None
+        mxkv_hybrid.comm.topology.stall.StallMonitor = lambda *args, **kwargs: None
     store = mx.kv.create("hybrid")
     comm = mxkv_hybrid.world().comm.Dup()
     for name, (keys, floats, reps) in WORKLOADS.items():

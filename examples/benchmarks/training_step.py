@@ -80,10 +80,10 @@ def worker(kvstore_name: str, steps: int, warmup: int) -> None:
 def ps_traffic():
     """Bytes this process pushed and pulled through the parameter server (hybrid modes)."""
     try:
-        from mxkv_hybrid import ps
+        from mxkv_hybrid.ps.client import traffic
     except ImportError:
         return (0, 0)
-    return ps.traffic()
+    return traffic()
 
 
 def run_configuration(name: str, ranks: int, steps: int, warmup: int) -> dict:

@@ -9,7 +9,7 @@ import mxnet as mx
 import numpy as np
 from mpi4py import MPI
 
-from mxkv_hybrid.collectives import TensorCollectives
+from mxkv_hybrid.comm.collectives import TensorCollectives
 from mxkv_hybrid.config import Config
 
 ALGORITHMS = ["mpi", "ring", "rhd", "rd"]

@@ -15,11 +15,12 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from . import ps, stall
-from .collectives import TensorCollectives, live_collectives
-from .config import Config
-from .lockstep import in_lockstep, lockstep_comm
-from .topology import groups, world
+from ..comm import stall
+from ..comm.collectives import TensorCollectives, live_collectives
+from ..comm.lockstep import in_lockstep, lockstep_comm
+from ..comm.topology import groups, world
+from ..config import Config
+from ..ps.client import traffic
 
 FIGURES = ("inside_s", "outside_s", "gaps", "bytes_inside", "bytes_across", "rank")
 
@@ -89,7 +90,7 @@ class StepSummary:
         self._inside_s = 0.0
         for collectives in live_collectives():
             self._byte_baseline[collectives] = collectives.payload_bytes
-        self._ps_baseline = sum(ps.traffic())
+        self._ps_baseline = sum(traffic())
 
     def _report(self) -> None:
         first_window = self._steps == self._every
@@ -120,7 +121,7 @@ class StepSummary:
                 across += moved
             else:
                 inside += moved
-        return inside, across + sum(ps.traffic()) - self._ps_baseline
+        return inside, across + sum(traffic()) - self._ps_baseline
 
     def _line(self, everyone: np.ndarray) -> str:
         """The printed summary of the ranks' figures (one row per rank, columns FIGURES)."""

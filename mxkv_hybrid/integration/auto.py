@@ -21,10 +21,10 @@ import mxnet.io
 import mxnet.io.io
 import mxnet.kvstore
 
+from ..comm.topology import world
 from .even_batches import EvenBatchesIter
 from .patching import bind_call, patch
 from .shard_sampler import ShardSampler
-from .topology import world
 
 DEFAULT_STORES = ("local", "device")
 _installed = False

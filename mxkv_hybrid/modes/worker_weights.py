@@ -7,9 +7,9 @@ from typing import Dict, Sequence
 
 import mxnet as mx
 
-from .atomic_file import write_atomically
-from .collectives import Arrays, Key, TensorCollectives
-from .errors import MXKVError
+from ..atomic_file import write_atomically
+from ..comm.collectives import Arrays, Key, TensorCollectives
+from ..errors import MXKVError
 
 
 class WorkerWeights:

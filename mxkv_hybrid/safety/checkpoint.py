@@ -22,10 +22,10 @@ from typing import Union
 
 from mxnet import gluon
 
-from .atomic_file import write_atomically
-from . import stall
-from .errors import MXKVError
-from .topology import world
+from ..atomic_file import write_atomically
+from ..comm import stall
+from ..comm.topology import world
+from ..errors import MXKVError
 
 MANIFEST = "manifest.json"
 

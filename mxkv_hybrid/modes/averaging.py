@@ -3,8 +3,8 @@ from typing import Callable, Protocol, Sequence
 
 import mxnet as mx
 
-from .collectives import Arrays, Key, TensorCollectives
-from .errors import MXKVError
+from ..comm.collectives import Arrays, Key, TensorCollectives
+from ..errors import MXKVError
 
 
 class Averaging(Protocol):

@@ -20,14 +20,15 @@ from typing import Dict, Sequence
 
 import mxnet as mx
 
-from . import ps, timeline
+from ..comm import timeline
+from ..comm.collectives import Arrays, Key, TensorCollectives
+from ..comm.topology import Groups, World, wait_for_leader
+from ..config import Config
+from ..errors import MXKVError
+from ..ps.client import connect_leader, release
+from ..ps.keys import ServerKeys
+from ..ps.optimizers import ElasticCentre
 from .averaging import allreduce_split, check_state_mode
-from .collectives import Arrays, Key, TensorCollectives
-from .config import Config
-from .server_keys import ServerKeys
-from .server_optimizers import ElasticCentre
-from .errors import MXKVError
-from .topology import Groups, World, wait_for_leader
 
 
 class ElasticAveraging:
@@ -48,7 +49,7 @@ class ElasticAveraging:
         self._server_keys = ServerKeys()
         self._centre: Dict[Key, mx.nd.NDArray] = {}  # the leader's last read of c
         kind = "dist_sync" if config.easgd_sync else "dist_async"
-        self._ps = ps.connect_leader(kind, config, world, groups)
+        self._ps = connect_leader(kind, config, world, groups)
         if self._ps is not None:
             self._ps.set_optimizer(ElasticCentre())
             atexit.register(self.close)
@@ -144,4 +145,4 @@ class ElasticAveraging:
     def close(self) -> None:
         if self._ps is not None:
             self._ps = None
-            ps.release()
+            release()

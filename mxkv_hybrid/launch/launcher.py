@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 from typing import Dict, List, Optional
 
-from . import timeline
+from ..comm import timeline
 from .rank_watch import RankWatch, process_stats
 
 GRACE_SECONDS = 5.0
@@ -206,7 +206,7 @@ def start_parameter_servers(args: argparse.Namespace, num_groups: int, mpiexec: 
         os.environ["DMLC_INTERFACE"] = args.ps_interface
     elif args.ps_host.startswith("127.") or args.ps_host == "localhost":
         os.environ["DMLC_NODE_HOST"] = "127.0.0.1"  # keep every ps-lite node on loopback
-    node = [sys.executable, "-m", "mxkv_hybrid.ps_server"]
+    node = [sys.executable, "-m", "mxkv_hybrid.ps.server"]
     scheduler = start("parameter-server scheduler", node, dict(os.environ, DMLC_ROLE="scheduler"))
     nodes = [scheduler]
     try:
@@ -272,7 +272,7 @@ def parse_arguments(argv: Optional[List[str]] = None) -> argparse.Namespace:
     if args.check and args.command:
         parser.error("--check runs its own program: drop the command after it")
     if args.check:
-        args.command = [sys.executable, "-m", "mxkv_hybrid.self_check"]
+        args.command = [sys.executable, "-m", "mxkv_hybrid.launch.self_check"]
         args.timeout = args.timeout or CHECK_TIMEOUT
     if not args.command:
         parser.error("no command given: mxkv-launch -n 2 -- python train.py")
@@ -313,6 +313,3 @@ def main(argv: Optional[List[str]] = None) -> None:
     job = start("MPI job", command)
     sys.exit(supervise(job, helpers, args.timeout, args.num_ranks))
 
-
-if __name__ == "__main__":
-    main()

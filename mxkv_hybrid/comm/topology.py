@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from ..config import read_knob
+from ..errors import MXKVError
 from . import stall
-from .config import read_knob
-from .errors import MXKVError
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,8 @@
 """The int keys the parameter servers know a store's keys by."""
 from typing import Dict, Optional
 
-from .collectives import Key
-from .errors import MXKVError, ServerKeyConflict
+from ..comm.collectives import Key
+from ..errors import MXKVError, ServerKeyConflict
 
 # Server key -> the ServerKeys (its owner token) that holds it in this process. Every store
 # of a process shares one ps-lite connection (ps.acquire), so two stores numbering their

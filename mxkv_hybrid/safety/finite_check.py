@@ -7,8 +7,8 @@ from typing import Optional, Sequence
 
 import mxnet as mx
 
-from .errors import NonFiniteError
-from .lockstep import all_agree, lockstep_comm
+from ..comm.lockstep import all_agree, lockstep_comm
+from ..errors import NonFiniteError
 
 
 def _all_finite(arrays: Sequence[mx.nd.NDArray]) -> bool:

@@ -24,11 +24,11 @@ import mxnet.model
 import mxnet.module.base_module
 import mxnet.module.module
 
+from ..atomic_file import write_atomically
+from ..errors import MXKVError
+from ..kvstore import Hybrid
 from . import auto
-from .atomic_file import write_atomically
-from .errors import MXKVError
 from .even_batches import EvenBatchesIter
-from .kvstore import Hybrid
 from .patching import bind_call, patch
 
 AVERAGING_SUFFIX = ".averaging"  # next to an optimizer-states file: the averaging state

@@ -16,13 +16,13 @@ from typing import List, Optional, Sequence
 import mxnet as mx
 import numpy as np
 
-from . import ps
-from .collectives import Arrays, Key, TensorCollectives
-from .config import Config
-from .errors import MXKVError
-from .server_keys import ServerKeys
-from .server_optimizers import COUNTER_KEY, CountingOptimizer
-from .topology import Groups, World, wait_for_leader
+from ..comm.collectives import Arrays, Key, TensorCollectives
+from ..comm.topology import Groups, World, wait_for_leader
+from ..config import Config
+from ..errors import MXKVError
+from ..ps.client import connect_leader, release
+from ..ps.keys import ServerKeys
+from ..ps.optimizers import COUNTER_KEY, CountingOptimizer
 
 
 SERVER_SIDE_STATES = ("in MXKV_MODE=async the optimizer and its state live on the parameter "
@@ -45,7 +45,7 @@ class ServerWeights:
         self._count_at_pull = 0.0
         self._pushes_since_pull = 0
         self.staleness: List[int] = []  # per applied gradient (leaders only)
-        self._ps = ps.connect_leader("dist_async", config, world, groups)
+        self._ps = connect_leader("dist_async", config, world, groups)
         if self._ps is not None:
             atexit.register(self.close)
 
@@ -146,4 +146,4 @@ class ServerWeights:
             if line:
                 print(line, file=sys.stderr, flush=True)
             self._ps = None
-            ps.release()
+            release()

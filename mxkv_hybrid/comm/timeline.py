@@ -17,7 +17,7 @@ from contextlib import contextmanager, nullcontext
 from functools import lru_cache
 from typing import Any, ContextManager, Dict, List, Optional
 
-from .config import read_knob
+from ..config import read_knob
 from .topology import world
 
 PART_SUFFIX = ".rank"

@@ -4,8 +4,8 @@ from typing import Any
 
 import numpy as np
 
+from ..config import Config
 from . import stall
-from .config import Config
 from .topology import groups, world
 
 

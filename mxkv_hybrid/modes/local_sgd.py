@@ -22,12 +22,12 @@ from typing import Dict, List, Optional, Sequence
 import mxnet as mx
 from mpi4py import MPI
 
+from ..comm.collectives import Arrays, Key, TensorCollectives
+from ..comm.link_throttle import allreduce_bytes, link_throttle
+from ..comm.topology import World
+from ..config import Config
+from ..errors import MXKVError
 from .averaging import allreduce_split, check_state_mode
-from .collectives import Arrays, Key, TensorCollectives
-from .config import Config
-from .errors import MXKVError
-from .link_throttle import allreduce_bytes, link_throttle
-from .topology import World
 
 
 class LocalSGD:

@@ -7,35 +7,8 @@ import os
 import signal
 import sys
 import time
-from dataclasses import dataclass
-from typing import Optional
 
-ACTIONS = ("kill", "raise", "hang", "exit")
-
-
-@dataclass(frozen=True)
-class Fault:
-    """What to do, on which rank, at which step (1-based)."""
-
-    action: str
-    rank: int
-    step: int
-
-
-def parse_fault(text: str) -> Optional[Fault]:
-    """'' -> None; 'ACTION:rank=R:step=S' -> Fault; ValueError naming the expected form."""
-    if not text.strip():
-        return None
-    expected = f"ACTION:rank=R:step=S with ACTION one of {', '.join(ACTIONS)}, e.g. kill:rank=1:step=5"
-    action, *fields = text.strip().lower().split(":")
-    try:
-        values = dict(field.split("=", 1) for field in fields)
-        fault = Fault(action, int(values.pop("rank")), int(values.pop("step")))
-    except (KeyError, ValueError):
-        raise ValueError(f"expected {expected}") from None
-    if action not in ACTIONS or values or fault.rank < 0 or fault.step < 1:
-        raise ValueError(f"expected {expected}")
-    return fault
+from ..config import Fault
 
 
 class FaultInjector:

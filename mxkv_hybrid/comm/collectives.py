@@ -9,9 +9,9 @@ from typing import Hashable, List, Sequence
 import mxnet as mx
 import numpy as np
 
+from ..config import Config
+from ..errors import ConfigError, MismatchError, MXKVError
 from . import algorithm_table, stall, timeline
-from .config import Config
-from .errors import ConfigError, MismatchError, MXKVError
 
 Key = Hashable  # int or str, as MXNet passes them
 Arrays = Sequence[mx.nd.NDArray]

@@ -13,10 +13,10 @@ from typing import Dict, List, Sequence, Tuple
 import mxnet as mx
 import numpy as np
 
-from .collectives import Arrays, Key, TensorCollectives
-from .config import Config
-from . import ps
-from .topology import Groups, World, wait_for_leader
+from ..comm.collectives import Arrays, Key, TensorCollectives
+from ..comm.topology import Groups, World, wait_for_leader
+from ..config import Config
+from ..ps.client import connect_leader, release
 
 Layout = Tuple[List[mx.nd.NDArray], List[mx.nd.NDArray]]  # fused buffers, per-key views
 
@@ -27,7 +27,7 @@ class GroupedSync:
         self._group_comm = groups.group_comm
         self._group = TensorCollectives(groups.group_comm, replace(config, overlap=False))
         self._layouts: Dict[Tuple, Layout] = {}
-        self._ps = ps.connect_leader("dist_sync", config, world, groups)
+        self._ps = connect_leader("dist_sync", config, world, groups)
         if self._ps is not None:
             atexit.register(self.close)
 
@@ -67,4 +67,4 @@ class GroupedSync:
         """Releases this store's use of the parameter server (leaders); safe to call twice."""
         if self._ps is not None:
             self._ps = None
-            ps.release()
+            release()

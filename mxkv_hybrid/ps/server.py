@@ -1,4 +1,4 @@
-"""A parameter-server process: `DMLC_ROLE=server|scheduler python -m mxkv_hybrid.ps_server`.
+"""A parameter-server process: `DMLC_ROLE=server|scheduler python -m mxkv_hybrid.ps.server`.
 
 MXNet becomes a ps-lite server or scheduler when it is imported with DMLC_ROLE set. This
 module imports MXNet (and this package, so that optimizers defined here can be unpickled
@@ -14,7 +14,7 @@ ROLES = ("server", "scheduler")
 def main() -> None:
     role = os.environ.get("DMLC_ROLE")
     if role not in ROLES:
-        sys.exit(f"mxkv_hybrid.ps_server: DMLC_ROLE must be one of {ROLES}, not {role!r}")
+        sys.exit(f"mxkv_hybrid.ps.server: DMLC_ROLE must be one of {ROLES}, not {role!r}")
     del os.environ["DMLC_ROLE"]  # import mxnet as a library, not as the node
     import mxnet  # noqa: F401
     from mxnet.kvstore import kvstore_server

@@ -1,4 +1,4 @@
-"""Optimizers that run inside MXNet's parameter servers (unpickled there: ps_server
+"""Optimizers that run inside MXNet's parameter servers (unpickled there: ps.server
 imports this package before it starts serving)."""
 import mxnet as mx
 

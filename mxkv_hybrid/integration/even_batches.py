@@ -21,8 +21,8 @@ from typing import Iterable, Iterator, TypeVar
 
 import mxnet as mx
 
-from .lockstep import all_agree
-from .topology import world
+from ..comm.lockstep import all_agree
+from ..comm.topology import world
 
 Batch = TypeVar("Batch")
 _warned = False

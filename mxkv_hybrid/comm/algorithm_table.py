@@ -5,9 +5,9 @@ import json
 import os
 from typing import Dict, List, Optional, Tuple
 
-from .atomic_file import write_atomically
-from .config import ALGORITHMS
-from .errors import ConfigError
+from ..atomic_file import write_atomically
+from ..config import ALGORITHMS
+from ..errors import ConfigError
 
 Rules = List[Tuple[int, str]]  # [(max bytes, or -1 for no limit, algorithm), ...] by size
 SHIPPED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "allreduce_table.json")

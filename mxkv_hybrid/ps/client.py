@@ -6,12 +6,12 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import mxnet as mx
 import numpy as np
 
-from . import timeline
-from .errors import ConfigError
-from .link_throttle import LinkThrottle, link_throttle
-from .topology import end_job
-from .ps_layout import Chunk, balanced_chunks, bigarray_bound
-from .watchdog import Watchdog
+from ..comm import timeline
+from ..comm.link_throttle import LinkThrottle, link_throttle
+from ..comm.topology import end_job
+from ..errors import ConfigError
+from ..safety.watchdog import Watchdog
+from .layout import Chunk, balanced_chunks, bigarray_bound
 
 REQUIRED = ("DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT", "DMLC_NUM_SERVER", "DMLC_NUM_WORKER")
 

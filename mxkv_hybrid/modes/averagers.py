@@ -19,10 +19,10 @@ from typing import Iterable, List, Tuple, Union
 import mxnet as mx
 from mxnet import gluon
 
-from .collectives import TensorCollectives
-from .config import Config
+from ..comm.collectives import TensorCollectives
+from ..comm.topology import world
+from ..config import Config
 from .local_sgd import LocalSGD
-from .topology import world
 
 Parameters = Union[gluon.ParameterDict, Iterable[gluon.Parameter]]
 
