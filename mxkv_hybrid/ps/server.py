@@ -1,9 +1,13 @@
-"""A parameter-server process: `DMLC_ROLE=server|scheduler python -m mxkv_hybrid.ps.server`.
+"""A parameter-server process, as mxkv-launch starts them:
 
-MXNet becomes a ps-lite server or scheduler when it is imported with DMLC_ROLE set. This
-module imports MXNet (and this package, so that optimizers defined here can be unpickled
-on the server) as a normal library first, then starts the node MXNet's own way. It
-serves until every worker has left, then exits. mxkv-launch starts these processes.
+    DMLC_ROLE=server|scheduler python -m mxkv_hybrid.ps.server
+
+MXNet becomes a ps-lite server or scheduler when it is imported with DMLC_ROLE set, serves
+until every worker has left, then exits the process. Running this module imports its
+package first, and the package imports MXNet: that import is where the node runs (seen:
+`import mxkv_hybrid` under DMLC_ROLE=scheduler does not return), with the package on
+sys.modules, so the optimizers the workers pickle (`ps.optimizers`) unpickle by name on
+the server. `main` is reached only when DMLC_ROLE names no node.
 """
 import os
 import sys
@@ -13,16 +17,7 @@ ROLES = ("server", "scheduler")
 
 def main() -> None:
     role = os.environ.get("DMLC_ROLE")
-    if role not in ROLES:
-        sys.exit(f"mxkv_hybrid.ps.server: DMLC_ROLE must be one of {ROLES}, not {role!r}")
-    del os.environ["DMLC_ROLE"]  # import mxnet as a library, not as the node
-    import mxnet  # noqa: F401
-    from mxnet.kvstore import kvstore_server
-
-    import mxkv_hybrid  # noqa: F401  (its optimizers must be importable when unpickled)
-
-    os.environ["DMLC_ROLE"] = role
-    kvstore_server._init_kvstore_server_module()  # serves, then exits the process
+    sys.exit(f"mxkv_hybrid.ps.server: DMLC_ROLE must be one of {ROLES}, not {role!r}")
 
 
 if __name__ == "__main__":
