@@ -6,6 +6,10 @@ Trainer/Module hooks; then `gluon.Trainer(..., kvstore='hybrid')`,
 over the MPI ranks this process was started with (see README.md). With
 MXKV_AUTO=1 (`mxkv-launch --auto`) scripts with no kvstore flag are made
 data-parallel too (integration/auto.py).
+
+The folders are layers, each importing only from those below it: launch/, integration/,
+the store (kvstore.py), modes/ and observe/, ps/, safety/, comm/ (with the C++ in _C), and
+config.py / errors.py at the bottom; docs/ARCHITECTURE.md follows one step through them.
 """
 from .comm.topology import World, world
 from .config import KNOBS, Config, read_knob
