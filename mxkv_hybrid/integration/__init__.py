@@ -5,7 +5,7 @@ step, the averaging modes' after-update, `consensus`), the patching helpers they
 ending an epoch at the same step (`even_batches`), and one rank's share of a shuffled data
 set (`shard_sampler`).
 
-The only layer that touches MXNet's classes; it sits on the store: may import the root's
-`kvstore`, and `observe/`, `modes/`, `ps/`, `safety/`, `comm/`, `config`, `errors`,
-`atomic_file`.
+The only layer that changes MXNet's own classes and functions. It sits on the store:
+may import the root's `kvstore`, and `observe/`, `modes/`, `ps/`, `safety/`, `comm/`,
+`config`, `errors` and `atomic_file`.
 """
