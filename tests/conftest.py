@@ -10,7 +10,7 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 import pytest
 
-from mxkv_hybrid.launch.launcher import live_processes
+from mxkv_hybrid.launch.processes import live_processes
 
 WORKERS = Path(__file__).parent / "workers"
 EXAMPLES = Path(__file__).parent.parent / "examples"

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from typing import List
 
-from mxkv_hybrid.launch.launcher import end_process_group, free_port, start, wait_until_listening
+from mxkv_hybrid.launch.processes import end_process_group, free_port, start, wait_until_listening
 
 HOST = "127.0.0.1"
 NODE = [sys.executable, "-m", "mxkv_hybrid.ps.server"]

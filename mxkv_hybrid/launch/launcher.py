@@ -14,18 +14,17 @@ import argparse
 import math
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
-from typing import Dict, List, Optional
+from typing import List, Optional
 
 from ..comm import timeline
-from .rank_watch import RankWatch, process_stats
+from .processes import (GRACE_SECONDS, Node, Terminated, end_process_group, free_port, start,
+                        stop_on_signals, wait_until_listening)
+from .rank_watch import RankWatch
 
-GRACE_SECONDS = 5.0
 CHECK_TIMEOUT = 60.0  # seconds; --check's default --timeout
 
 
@@ -80,80 +79,11 @@ def wrap_command(command: List[str]) -> List[str]:
     return [sys.executable, *options, "-m", "mxkv_hybrid.run", *target]
 
 
-class _Terminated(Exception):
-    """SIGTERM/SIGHUP reached the launcher."""
-
-
-def _raise_terminated(signum, frame):
-    raise _Terminated(signal.Signals(signum).name)
-
-
-def live_processes() -> Dict[int, int]:
-    """{pid: process group} of every running process (zombies excluded), from /proc."""
-    return {pid: int(fields[2]) for pid, fields in process_stats().items() if fields[0] != "Z"}
-
-
-def live_group_members(pgid: int) -> List[int]:
-    """PIDs in process group `pgid` that are still running."""
-    return [pid for pid, group in live_processes().items() if group == pgid]
-
-
-def end_process_group(process: subprocess.Popen, grace: float = 0.0) -> None:
-    """Gives the process group `grace` seconds to end by itself, then SIGTERM, then
-    SIGKILL for whatever outlives GRACE_SECONDS."""
-    deadline = time.monotonic() + grace
-    while process.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.1)
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        if not live_group_members(process.pid):
-            break
-        try:
-            os.killpg(process.pid, sig)
-        except ProcessLookupError:
-            break
-        deadline = time.monotonic() + GRACE_SECONDS
-        while live_group_members(process.pid) and time.monotonic() < deadline:
-            time.sleep(0.1)
-    process.wait()
-
-
-@dataclass
-class Node:
-    """A process the launcher started (in its own session) and watches."""
-
-    name: str
-    process: subprocess.Popen
-
-
-def start(name: str, command: List[str], env: Optional[Dict[str, str]] = None) -> Node:
-    return Node(name, subprocess.Popen(command, env=env, start_new_session=True))
-
-
-def free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
-def wait_until_listening(node: Node, host: str, port: int, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if node.process.poll() is not None:
-            raise RuntimeError(f"the {node.name} exited with status {node.process.returncode} "
-                               "before listening")
-        with socket.socket() as s:
-            if s.connect_ex((host, port)) == 0:
-                return
-        time.sleep(0.1)
-    raise RuntimeError(f"the {node.name} did not listen on {host}:{port} within {timeout:g} s")
-
-
 def supervise(job: Node, helpers: List[Node], timeout: Optional[float], num_ranks: int) -> int:
     """Waits for the job; ends everything on failure, timeout, a dead helper or a signal.
     Returns the exit status (124 timeout, 130 stopped)."""
     ranks = RankWatch(job.process.pid, num_ranks)
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, _raise_terminated)
+    stop_on_signals()
     deadline = None if timeout is None else time.monotonic() + timeout
     code = None
     try:
@@ -172,7 +102,7 @@ def supervise(job: Node, helpers: List[Node], timeout: Optional[float], num_rank
                 code = 124
             elif code is None:
                 ranks.wait(0.2)
-    except (KeyboardInterrupt, _Terminated) as stop:
+    except (KeyboardInterrupt, Terminated) as stop:
         print(f"mxkv-launch: {stop.__class__.__name__} {stop}; stopping all ranks",
               file=sys.stderr, flush=True)
         code = 130
