@@ -1,7 +1,7 @@
 """Every MXKV_* knob: parsed and validated once, from the environment."""
 import os
 from dataclasses import dataclass
-from typing import Callable, Dict, Mapping, Optional
+from typing import Callable, Dict, Mapping, Optional, Sequence, Tuple
 
 from .errors import ConfigError
 
@@ -68,6 +68,19 @@ def _parse_bucket_mb(text: str) -> float:
     return value
 
 
+def _whole_numbers(fields: Sequence[str], names: Sequence[str], expected: str) -> Tuple[int, ...]:
+    """['a=1', 'b=2'], ('a', 'b') -> (1, 2); ValueError naming `expected` when a field is
+    missing, unknown or not a whole number."""
+    try:
+        values = dict(field.split("=", 1) for field in fields)
+        found = tuple(int(values.pop(name)) for name in names)
+    except (KeyError, ValueError):
+        raise ValueError(f"expected {expected}") from None
+    if values:
+        raise ValueError(f"expected {expected}")
+    return found
+
+
 FAULT_ACTIONS = ("kill", "raise", "hang", "exit")
 
 
@@ -87,14 +100,34 @@ def parse_fault(text: str) -> Optional[Fault]:
     expected = (f"ACTION:rank=R:step=S with ACTION one of {', '.join(FAULT_ACTIONS)}, "
                 "e.g. kill:rank=1:step=5")
     action, *fields = text.strip().lower().split(":")
-    try:
-        values = dict(field.split("=", 1) for field in fields)
-        fault = Fault(action, int(values.pop("rank")), int(values.pop("step")))
-    except (KeyError, ValueError):
-        raise ValueError(f"expected {expected}") from None
-    if action not in FAULT_ACTIONS or values or fault.rank < 0 or fault.step < 1:
+    fault = Fault(action, *_whole_numbers(fields, ("rank", "step"), expected))
+    if action not in FAULT_ACTIONS or fault.rank < 0 or fault.step < 1:
         raise ValueError(f"expected {expected}")
     return fault
+
+
+@dataclass(frozen=True)
+class GroupJob:
+    """This process's group when every group is its own MPI job (mxkv-launch --group-jobs):
+    group `group` of `groups`, whose MPI ranks 0, 1, ... are the job's ranks
+    first_rank, first_rank + 1, ... of `ranks` in all."""
+
+    group: int
+    groups: int
+    first_rank: int
+    ranks: int
+
+
+def parse_group_job(text: str) -> Optional[GroupJob]:
+    """'' -> None; 'group=G:groups=N:first_rank=F:ranks=R' -> GroupJob."""
+    if not text.strip():
+        return None
+    expected = "group=G:groups=N:first_rank=F:ranks=R, e.g. group=1:groups=3:first_rank=2:ranks=6"
+    job = GroupJob(*_whole_numbers(text.strip().split(":"), ("group", "groups", "first_rank",
+                                                             "ranks"), expected))
+    if not 0 <= job.group < job.groups or not 0 <= job.first_rank < job.ranks:
+        raise ValueError(f"expected {expected}")
+    return job
 
 
 @dataclass(frozen=True)
@@ -145,6 +178,11 @@ KNOBS: Dict[str, Knob] = {
                             "Ranks per group in the modes sync, async and easgd: 0 puts the ranks of one host in "
                             "one group; N makes groups of N consecutive ranks (the last may be "
                             "smaller)."),
+    "MXKV_GROUP_JOB": Knob(parse_group_job, "",
+                           "Set by `mxkv-launch --group-jobs` for each group's own MPI job "
+                           "(modes async and easgd): group=G:groups=N:first_rank=F:ranks=R says "
+                           "which group this job is and which of all ranks it holds. Empty: one "
+                           "MPI job holds every rank."),
     "MXKV_PS_TIMEOUT": Knob(_parse_seconds, "60",
                             "Seconds a group leader waits for the parameter server (connecting, "
                             "or one push/pull) before it ends the job with an error."),
@@ -255,6 +293,7 @@ class Config:
     fault: Optional[Fault]
     check_finite: bool
     summary_every: int
+    group_job: Optional[GroupJob]
 
     @classmethod
     def from_environment(cls, environ: Optional[Mapping[str, str]] = None) -> "Config":
@@ -279,6 +318,13 @@ class Config:
             raise ConfigError("MXKV_LASGD_OVERLAP=1 (the default) averages behind MXNet's threaded "
                               "engine, and MXNET_ENGINE_TYPE=NaiveEngine runs every operation at "
                               "once: set MXKV_LASGD_OVERLAP=0 or unset MXNET_ENGINE_TYPE")
+        if values["MXKV_GROUP_JOB"] is not None and (
+                values["MXKV_MODE"] not in ("async", "easgd") or values["MXKV_EASGD_SYNC"]):
+            raise ConfigError(f"MXKV_MODE={values['MXKV_MODE']}"
+                              f"{' with MXKV_EASGD_SYNC=1' if values['MXKV_EASGD_SYNC'] else ''} "
+                              "makes every group wait for the others at each step, so the groups "
+                              "cannot run as separate MPI jobs (MXKV_GROUP_JOB, mxkv-launch "
+                              "--group-jobs): use MXKV_MODE=async or easgd, or drop --group-jobs")
         return cls(mode=values["MXKV_MODE"],
                    bucket_bytes=int(values["MXKV_BUCKET_MB"] * 1024 * 1024),
                    average=values["MXKV_AVERAGE"], group_size=values["MXKV_GROUP_SIZE"],
@@ -293,7 +339,8 @@ class Config:
                    throttle_latency_ms=values["MXKV_THROTTLE_LATENCY_MS"],
                    auto=values["MXKV_AUTO"], fault=values["MXKV_FAULT"],
                    check_finite=values["MXKV_CHECK_FINITE"],
-                   summary_every=values["MXKV_SUMMARY_EVERY"])
+                   summary_every=values["MXKV_SUMMARY_EVERY"],
+                   group_job=values["MXKV_GROUP_JOB"])
 
     @property
     def compress_dtype(self) -> int:

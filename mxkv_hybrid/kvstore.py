@@ -7,9 +7,10 @@ from mxnet.kvstore import KVStoreBase
 from .comm import stall
 from .comm.collectives import Key, TensorCollectives
 from .comm.link_throttle import ThrottledReducer, link_throttle
-from .comm.topology import groups, wait_for_leader, world
+from .comm.topology import groups, world
 from .config import Config
 from .errors import MXKVError
+from .ps.client import barrier_across_groups
 from .modes.averaging import Averaging
 from .modes.elastic import ElasticAveraging
 from .modes.grouped_sync import GroupedSync
@@ -121,8 +122,8 @@ class Hybrid(KVStoreBase):
         if self._averaging is not None:
             self._averaging.consensus(keys, weights)
         elif self._config.mode == "async":
-            wait_for_leader(self._world.comm, is_leader=False)
-            self.pull(list(keys), out=list(weights))
+            self._active()
+            self._weights.consensus(list(keys), [list(w) for w in weights])
 
     # ---- data -----------------------------------------------------------------------
     def init(self, key, value) -> None:
@@ -148,11 +149,21 @@ class Hybrid(KVStoreBase):
     def broadcast_weights(self, key, value, out) -> None:
         """broadcast() of model weights (the Trainer and Module hooks use it): the averaging
         modes also take these keys as weights (easgd: a centre variable starts at them;
-        lasgd: their gradients stay local)."""
-        self.broadcast(key, value, out)
+        lasgd: their gradients stay local). With separate group jobs every group starts
+        from the weights the servers keep (async) or the centre's first value (easgd)."""
+        if self._config.mode == "async" and not self._world.spans_all_ranks:
+            # separate group jobs start from the weights the servers keep (one leader's)
+            self._active()
+            self._weights.init("broadcast", *_as_key_lists(key, value), _as_key_lists(key, out)[1])
+        else:
+            self.broadcast(key, value, out)
         if self._averaging is not None:
-            keys, _ = _as_key_lists(key, value)
-            self._averaging.register(keys, [o[0] for o in _as_key_lists(key, out)[1]])
+            keys, outs = _as_key_lists(key, value)[0], _as_key_lists(key, out)[1]
+            self._averaging.register(keys, [o[0] for o in outs])
+            if not self._world.spans_all_ranks:  # each group may have started from the centre
+                for copies in outs:
+                    for copy in copies[1:]:
+                        copies[0].copyto(copy)
 
     def push(self, key, value, priority: int = 0) -> None:
         """Combines the values of all devices and ranks into the store; with an optimizer,
@@ -207,9 +218,14 @@ class Hybrid(KVStoreBase):
                         "or bf16 (gradients travel in 16 bits, summed in float32)")
 
     def barrier(self) -> None:
-        """Waits until every rank gets here."""
+        """Waits until every rank gets here (separate group jobs: the group's ranks, and
+        the group leaders through the parameter server)."""
         with stall.waiting("barrier"):
             self._world.comm.Barrier()
+        if not self._world.spans_all_ranks:
+            barrier_across_groups()
+            with stall.waiting("barrier (the leader's barrier with the other groups)"):
+                self._world.comm.Barrier()
 
     # ---- optimizer on the store -------------------------------------------------------
     def set_optimizer(self, optimizer: mx.optimizer.Optimizer) -> None:

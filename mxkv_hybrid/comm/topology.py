@@ -5,10 +5,10 @@ import sys
 import time
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Any, Optional
 
-from ..config import read_knob
-from ..errors import MXKVError
+from ..config import GroupJob, read_knob
+from ..errors import ConfigError, MXKVError
 from . import stall
 
 
@@ -16,26 +16,39 @@ from . import stall
 class World:
     """All ranks of the job, and where this process sits among them."""
 
-    comm: Any  # mpi4py.MPI.Comm
-    rank: int
-    size: int
-    local_rank: int  # rank among the processes sharing this host's memory
+    comm: Any  # mpi4py.MPI.Comm: every rank, or with group_job only this group's ranks
+    rank: int  # among all ranks of the training job
+    size: int  # all ranks of the training job
+    local_rank: int  # rank among the processes of this MPI job sharing this host's memory
     local_size: int
     host: str
+    group_job: Optional[GroupJob] = None  # set when each group is its own MPI job
+
+    @property
+    def spans_all_ranks(self) -> bool:
+        """Whether `comm` reaches every rank (else only this group's, through MPI)."""
+        return self.group_job is None
 
 
 @lru_cache(maxsize=None)
 def world() -> World:
-    """Initialises MPI (once) and describes COMM_WORLD."""
+    """Initialises MPI (once) and describes the job: COMM_WORLD, which is every rank or,
+    when each group is its own MPI job (MXKV_GROUP_JOB), this group's ranks."""
     from mpi4py import MPI  # initialises MPI on import
 
     comm = MPI.COMM_WORLD
+    job = read_knob("MXKV_GROUP_JOB")
+    if job is not None and job.first_rank + comm.Get_size() > job.ranks:
+        raise ConfigError(f"MXKV_GROUP_JOB: this MPI job's {comm.Get_size()} rank(s) from rank "
+                          f"{job.first_rank} on do not fit in the {job.ranks} rank(s) it "
+                          "declares: let mxkv-launch --group-jobs set it")
+    first_rank, size = (job.first_rank, job.ranks) if job else (0, comm.Get_size())
     node = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
-    described = World(comm=comm, rank=comm.Get_rank(), size=comm.Get_size(),
+    described = World(comm=comm, rank=first_rank + comm.Get_rank(), size=size,
                       local_rank=node.Get_rank(), local_size=node.Get_size(),
-                      host=socket.gethostname())
+                      host=socket.gethostname(), group_job=job)
     node.Free()
-    if described.size > 1:
+    if comm.Get_size() > 1:
         _end_job_on_uncaught_exception(described)
         stall.install(stall.StallMonitor(comm.Dup(), described.host,
                                          read_knob("MXKV_STALL_TIMEOUT"), end_job))
@@ -55,10 +68,14 @@ class Groups:
 
 @lru_cache(maxsize=None)
 def groups(group_size: int) -> Groups:
-    """Groups of `group_size` consecutive ranks, or (0) the ranks of each host."""
+    """Groups of `group_size` consecutive ranks, or (0) the ranks of each host; with
+    MXKV_GROUP_JOB, this MPI job."""
     from mpi4py import MPI
 
     this = world()
+    if this.group_job is not None:  # this MPI job is the group
+        return Groups(group_comm=this.comm.Dup(), group_index=this.group_job.group,
+                      num_groups=this.group_job.groups, is_leader=this.comm.Get_rank() == 0)
     if group_size > 0:
         group_comm = this.comm.Split(color=this.rank // group_size, key=this.rank)
     else:

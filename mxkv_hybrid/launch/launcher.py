@@ -21,6 +21,8 @@ import time
 from typing import List, Optional
 
 from ..comm import timeline
+from ..config import read_knob
+from .group_jobs import GroupRun, plan_groups, start_group, supervise_groups
 from .processes import (GRACE_SECONDS, Node, Terminated, end_process_group, free_port, start,
                         stop_on_signals, wait_until_listening)
 from .rank_watch import RankWatch
@@ -79,6 +81,14 @@ def wrap_command(command: List[str]) -> List[str]:
     return [sys.executable, *options, "-m", "mxkv_hybrid.run", *target]
 
 
+def merge_timeline() -> None:
+    """With MXKV_TIMELINE set: the ranks' parts joined into one trace, and a line saying so."""
+    recorded = timeline.merge(os.path.abspath(os.environ["MXKV_TIMELINE"])) \
+        if os.environ.get("MXKV_TIMELINE") else None
+    if recorded:
+        print(f"mxkv-launch: {recorded}", file=sys.stderr, flush=True)
+
+
 def supervise(job: Node, helpers: List[Node], timeout: Optional[float], num_ranks: int) -> int:
     """Waits for the job; ends everything on failure, timeout, a dead helper or a signal.
     Returns the exit status (124 timeout, 130 stopped)."""
@@ -110,10 +120,7 @@ def supervise(job: Node, helpers: List[Node], timeout: Optional[float], num_rank
     for helper in helpers:  # servers leave by themselves once the workers are gone
         end_process_group(helper.process, grace=GRACE_SECONDS if code == 0 else 0)
     ranks.close()
-    recorded = timeline.merge(os.path.abspath(os.environ["MXKV_TIMELINE"])) \
-        if os.environ.get("MXKV_TIMELINE") else None
-    if recorded:
-        print(f"mxkv-launch: {recorded}", file=sys.stderr, flush=True)
+    merge_timeline()
     if code not in (0, 124, 130):
         first = ranks.describe_first_ended(socket.gethostname())
         print(f"mxkv-launch: the job failed with exit status {code}"
@@ -184,6 +191,10 @@ def parse_arguments(argv: Optional[List[str]] = None) -> argparse.Namespace:
                     help="address of this machine that the ranks and servers reach the "
                          "scheduler at (DMLC_PS_ROOT_URI; default 127.0.0.1)")
     ps.add_argument("--ps-interface", help="network interface ps-lite uses (DMLC_INTERFACE)")
+    ps.add_argument("--group-jobs", action="store_true",
+                    help="modes async and easgd: start each group (--group-size ranks) as its "
+                         "own MPI job, joined to the others only through the parameter server: "
+                         "a group whose rank dies ends alone and the others train on")
     ps.add_argument("--server-hosts",
                     help="host1,host2: start the servers there through mpiexec "
                          "(default: on this machine)")
@@ -210,14 +221,43 @@ def parse_arguments(argv: Optional[List[str]] = None) -> argparse.Namespace:
         parser.error("-n must be at least 1")
     if args.servers < 0 or args.group_size < 0:
         parser.error("--servers and --group-size must not be negative")
-    if (args.group_size or args.server_hosts) and not args.servers:
-        parser.error("--group-size and --server-hosts need --servers")
+    if (args.group_size or args.server_hosts or args.group_jobs) and not args.servers:
+        parser.error("--group-size, --server-hosts and --group-jobs need --servers")
     mode = os.environ.get("MXKV_MODE", "allreduce").strip().lower()
+    if args.group_jobs:
+        check_group_jobs(parser, args, mode)
     if args.servers and mode in ("allreduce", "lasgd"):
         parser.error(f"--servers serves the modes sync, async and easgd, and MXKV_MODE is {mode}"
                      f"{'' if 'MXKV_MODE' in os.environ else ' (unset)'}, which uses no parameter "
                      "server: set MXKV_MODE or drop --servers")
     return args
+
+
+def check_group_jobs(parser: argparse.ArgumentParser, args: argparse.Namespace, mode: str) -> None:
+    """--group-jobs: the modes whose groups need not wait for each other, groups by size."""
+    easgd_sync = read_knob("MXKV_EASGD_SYNC")
+    if mode not in ("async", "easgd") or (mode == "easgd" and easgd_sync):
+        parser.error(f"--group-jobs runs each group as its own MPI job, for the modes whose "
+                     f"groups never wait for each other (async, easgd), and MXKV_MODE is {mode}"
+                     f"{' with MXKV_EASGD_SYNC=1' if easgd_sync else ''}: drop --group-jobs")
+    if not args.group_size:
+        parser.error("--group-jobs needs --group-size (the ranks of each group's job)")
+    if args.hosts or args.hostfile or args.check:
+        parser.error("--group-jobs starts every group on this machine and does not take -H, "
+                     "--hostfile or --check yet")
+
+
+def start_group_jobs(args: argparse.Namespace, mpiexec: str, flavour: str) -> List[GroupRun]:
+    """One MPI job per group of --group-size ranks (or, with --dry-run, their commands)."""
+    runs = []
+    for plan in plan_groups(args.num_ranks, args.group_size):
+        sized = argparse.Namespace(**dict(vars(args), num_ranks=plan.size))
+        command = [mpiexec, *mpi_arguments(flavour, sized), *wrap_command(args.command)]
+        if args.dry_run:
+            print(f"MXKV_GROUP_JOB={plan.knob} {' '.join(command)}")
+        else:
+            runs.append(start_group(plan, command, dict(os.environ), flavour))
+    return runs
 
 
 def main(argv: Optional[List[str]] = None) -> None:
@@ -232,7 +272,10 @@ def main(argv: Optional[List[str]] = None) -> None:
               "'hybrid', shuffled ImageRecordIter/DataLoader sharded by rank", flush=True)
     command = [mpiexec, *mpi_arguments(flavour, args), *wrap_command(args.command)]
     if args.dry_run:
-        print(" ".join(command))
+        if args.group_jobs:
+            start_group_jobs(args, mpiexec, flavour)
+        else:
+            print(" ".join(command))
         return
     helpers = []
     if args.servers:
@@ -240,6 +283,10 @@ def main(argv: Optional[List[str]] = None) -> None:
             helpers = start_parameter_servers(args, count_groups(args), mpiexec, flavour)
         except RuntimeError as err:
             sys.exit(f"mxkv-launch: could not start the parameter server: {err}")
+    if args.group_jobs:
+        code = supervise_groups(start_group_jobs(args, mpiexec, flavour), helpers, args.timeout)
+        merge_timeline()
+        sys.exit(code)
     job = start("MPI job", command)
     sys.exit(supervise(job, helpers, args.timeout, args.num_ranks))
 

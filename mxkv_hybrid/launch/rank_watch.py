@@ -48,11 +48,13 @@ def _rank_of(pid: int) -> Optional[int]:
 
 
 class RankWatch:
-    """The ranks of one job that run on this host, and the first of them to end."""
+    """The ranks of one job that run on this host, and the first of them to end. A group's
+    own MPI job numbers its ranks from 0; `first_rank` is the first one's number in all."""
 
-    def __init__(self, launcher_pid: int, num_ranks: int):
+    def __init__(self, launcher_pid: int, num_ranks: int, first_rank: int = 0):
         self._root = launcher_pid
         self._num_ranks = num_ranks
+        self._first_rank = first_rank
         self._watched: Dict[int, Tuple[int, int]] = {}  # pidfd -> (rank, pid)
         self._ranks_seen: Dict[int, int] = {}  # rank -> pid
         self._last_search = float("-inf")
@@ -94,7 +96,8 @@ class RankWatch:
         """'rank 1 (pid 6872)' or 'ranks 0 (pid ..) and 2 (pid ..), together', or None."""
         if not self.first_ended:
             return None
-        names = [f"{rank} (pid {pid} on {host})" for rank, pid in self.first_ended]
+        names = [f"{self._first_rank + rank} (pid {pid} on {host})"
+                 for rank, pid in self.first_ended]
         partial = ("" if len(self._ranks_seen) == self._num_ranks
                    else f" of the {len(self._ranks_seen)} on this host")
         if len(names) == 1:

@@ -16,7 +16,7 @@ EAMSGD (the paper's momentum variant) is this mode with a Nesterov-momentum opti
 ('nag'): the elastic step moves x and leaves the momentum alone, as in the paper."""
 import atexit
 from dataclasses import replace
-from typing import Dict, Sequence
+from typing import Dict, Optional, Sequence
 
 import mxnet as mx
 
@@ -26,9 +26,10 @@ from ..comm.topology import Groups, World, wait_for_leader
 from ..config import Config
 from ..errors import MXKVError
 from ..ps.client import connect_leader, release
+from ..ps.finish_line import FinishLine
 from ..ps.keys import ServerKeys
-from ..ps.optimizers import ElasticCentre
-from .averaging import allreduce_split, check_state_mode
+from ..ps.optimizers import FINISH_KEY, ElasticCentre
+from .averaging import SEPARATE_JOBS_STATE, allreduce_split, check_state_mode
 
 
 class ElasticAveraging:
@@ -48,10 +49,15 @@ class ElasticAveraging:
         self._group_comm = groups.group_comm
         self._server_keys = ServerKeys()
         self._centre: Dict[Key, mx.nd.NDArray] = {}  # the leader's last read of c
+        self._separate_jobs = not world.spans_all_ranks  # each group its own MPI job
         kind = "dist_sync" if config.easgd_sync else "dist_async"
         self._ps = connect_leader(kind, config, world, groups)
+        self._finish: Optional[FinishLine] = None
         if self._ps is not None:
             self._ps.set_optimizer(ElasticCentre())
+            if self._separate_jobs:
+                self._finish = FinishLine(self._ps, self._server_keys, groups.group_index,
+                                          groups.num_groups, config.ps_timeout)
             atexit.register(self.close)
 
     def allreduce(self, op: str, keys: Sequence[Key], inputs: Sequence[Arrays],
@@ -62,7 +68,10 @@ class ElasticAveraging:
                         weights=self.group, others=self._world)
 
     def register(self, keys: Sequence[Key], weights: Sequence[mx.nd.NDArray]) -> None:
-        """The centre of each new key starts at its weights (identical on every rank)."""
+        """The centre of each new key starts at its weights (identical on every rank of a
+        group, and of all groups in one MPI job). Separate group jobs may start from
+        different weights: each then starts from the centre the servers kept (one
+        leader's weights)."""
         new = [i for i, k in enumerate(keys) if k not in self._server_keys]
         for i in new:
             self._server_keys.add(keys[i])
@@ -71,8 +80,15 @@ class ElasticAveraging:
             # buffer (no copy), so later pulls write into it: push copies, never the weights.
             for i in new:
                 self._centre[keys[i]] = weights[i].copy()
-            self._ps.init([self._server_keys[keys[i]] for i in new],
-                          [self._centre[keys[i]] for i in new])
+            server_keys = [self._server_keys[keys[i]] for i in new]
+            self._ps.init(server_keys, [self._centre[keys[i]] for i in new])
+            if self._separate_jobs:
+                self._ps.push_pull(server_keys, [], [weights[i] for i in new])
+        if self._separate_jobs and new:
+            wait_for_leader(self._group_comm, is_leader=self._ps is not None)
+            started = [[weights[i]] for i in new]
+            self.group.broadcast("the centre's first value", [keys[i] for i in new], started,
+                                 started, root=0)
 
     def after_step(self, keys: Sequence[Key], weights: Sequence[Arrays]) -> bool:
         """Counts an optimizer step; every tau-th one after the warm-up exchanges."""
@@ -92,6 +108,9 @@ class ElasticAveraging:
                 elastic = [self.alpha * (w[0] - c) for w, c in zip(weights, centres)]
                 for w, e in zip(weights, elastic):
                     w[0][:] = w[0] - e
+                if self._finish is not None:
+                    server_keys, elastic = server_keys + [FINISH_KEY], elastic + [
+                        self._finish.progress()]
                 self._ps.push_pull(server_keys, elastic, [])
             wait_for_leader(self._group_comm, is_leader=self._ps is not None)
             self.group.broadcast("elastic exchange", keys, weights, weights, root=0)
@@ -104,8 +123,11 @@ class ElasticAveraging:
 
     def consensus(self, keys: Sequence[Key], weights: Sequence[Arrays]) -> None:
         """Every rank's weights become the centre (the model EASGD delivers), once all
-        groups are done (a barrier over all ranks first)."""
+        groups are done (a barrier over all ranks first; separate group jobs: over the
+        group, then the leaders' finish line, which does not wait for a lost group)."""
         wait_for_leader(self._world_comm, is_leader=False)
+        if self._finish is not None:
+            self._finish.cross()
         if self._ps is not None:
             self.centre(keys, [w[0] for w in weights])
         wait_for_leader(self._group_comm, is_leader=self._ps is not None)
@@ -124,6 +146,8 @@ class ElasticAveraging:
         """Restores the counters; world rank 0 sets the centre on the servers to the saved
         one (collective: every rank calls it, after the parameters are initialised)."""
         check_state_mode(state, "easgd")
+        if self._separate_jobs:
+            raise MXKVError(SEPARATE_JOBS_STATE)
         self.steps, self.rounds = state["steps"], state["rounds"]
         if self._ps is not None:
             keys = list(self._centre)

@@ -21,8 +21,9 @@ from ..comm.topology import Groups, World, wait_for_leader
 from ..config import Config
 from ..errors import MXKVError
 from ..ps.client import connect_leader, release
+from ..ps.finish_line import FinishLine
 from ..ps.keys import ServerKeys
-from ..ps.optimizers import COUNTER_KEY, CountingOptimizer
+from ..ps.optimizers import COUNTER_KEY, FINISH_KEY, CountingOptimizer
 
 
 SERVER_SIDE_STATES = ("in MXKV_MODE=async the optimizer and its state live on the parameter "
@@ -45,8 +46,13 @@ class ServerWeights:
         self._count_at_pull = 0.0
         self._pushes_since_pull = 0
         self.staleness: List[int] = []  # per applied gradient (leaders only)
+        self._separate_jobs = not world.spans_all_ranks  # each group its own MPI job
         self._ps = connect_leader("dist_async", config, world, groups)
+        self._finish: Optional[FinishLine] = None
         if self._ps is not None:
+            if self._separate_jobs:
+                self._finish = FinishLine(self._ps, self._server_keys, groups.group_index,
+                                          groups.num_groups, config.ps_timeout)
             atexit.register(self.close)
 
     def holds(self, key: Key) -> bool:
@@ -74,14 +80,23 @@ class ServerWeights:
 
     def init(self, op: str, keys: Sequence[Key], values: Sequence[Arrays],
              outs: Sequence[Arrays]) -> None:
-        """Rank 0's values become the servers' weights (and are copied into `outs`)."""
+        """Rank 0's values become the servers' weights (and are copied into `outs`). Separate
+        group jobs: each group's rank 0 offers its values, and every group then takes the
+        weights the servers kept (one leader's)."""
         kept = [[mx.nd.empty(v[0].shape, ctx=v[0].context, dtype=v[0].dtype)] for v in values]
         self._world.broadcast(op, keys, values, [[*k, *o] for k, o in zip(kept, outs)])
         new = [i for i, k in enumerate(keys) if k not in self._server_keys]
         for i in new:
             self._server_keys.add(keys[i])
         if self._ps is not None and new:
-            self._ps.init([self._server_keys[keys[i]] for i in new], [kept[i][0] for i in new])
+            server_keys = [self._server_keys[keys[i]] for i in new]
+            self._ps.init(server_keys, [kept[i][0] for i in new])
+            if self._separate_jobs:
+                self._ps.push_pull(server_keys, [], [kept[i][0] for i in new])
+        if self._separate_jobs and new:
+            wait_for_leader(self._group_comm, is_leader=self._ps is not None)
+            self._group.broadcast(op, [keys[i] for i in new], [kept[i] for i in new],
+                                  [[*kept[i], *outs[i]] for i in new], root=0)
 
     def push(self, op: str, keys: Sequence[Key], values: Sequence[Arrays]) -> None:
         """Group average (or sum), then the leader's push: the servers apply it."""
@@ -104,11 +119,24 @@ class ServerWeights:
                 server_keys.append(COUNTER_KEY)
                 pushed += [self._one] if values is not None else []
                 pulled += [self._counter] if outs is not None else []
+                if self._finish is not None and values is not None:  # a key pushes and pulls
+                    server_keys.append(FINISH_KEY)
+                    pushed.append(self._finish.progress())
+                    pulled += [self._finish.progress()] if outs is not None else []
             self._ps.push_pull(server_keys, pushed, pulled)
             self._count_staleness(values is not None, outs is not None)
         if outs is not None:
             wait_for_leader(self._group_comm, is_leader=self._ps is not None)
             self._group.broadcast(op, keys, outs, outs, root=0)
+
+    def consensus(self, keys: Sequence[Key], outs: Sequence[Arrays]) -> None:
+        """Collective: `outs` become the servers' weights once every group's last update
+        landed (a barrier over all ranks; separate group jobs: over the group, then the
+        leaders' finish line, which does not wait for a lost group)."""
+        wait_for_leader(self._world.comm, is_leader=False)
+        if self._finish is not None and self._optimizer_set:  # else no group pushed anything
+            self._finish.cross()
+        self.pull(keys, outs)
 
     def _count_staleness(self, pushed: bool, pulled: bool) -> None:
         """Updates applied between this leader's last two pulls, less its own pushes: the

@@ -1,10 +1,12 @@
 """The group leaders' bridge to MXNet's own ps-lite parameter server (dist kvstore)."""
+import ctypes
 import os
 import time
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import mxnet as mx
 import numpy as np
+from mxnet.base import _LIB, check_call
 
 from ..comm import timeline
 from ..comm.link_throttle import LinkThrottle, link_throttle
@@ -43,7 +45,7 @@ class ParameterServer:
     shares one ParameterServer (see acquire/release)."""
 
     def __init__(self, kind: str, num_servers: int, timeout: float, watchdog: Watchdog,
-                 throttle: Optional[LinkThrottle] = None):
+                 throttle: Optional[LinkThrottle] = None, separate_groups: bool = False):
         self.kind = kind
         self._throttle = throttle
         self._timeout = timeout
@@ -53,6 +55,11 @@ class ParameterServer:
         with watchdog.guard(f"connecting to the parameter server (scheduler {address}, "
                             f"{num_servers} server(s))", timeout):
             self._store = mx.kv.create(kind)
+        if separate_groups:
+            # Separate group jobs live and die alone: leaving must not wait for the other
+            # leaders (ps-lite's exit barrier would wait for ever for a lost one). Nobody
+            # then stops the servers: mxkv-launch ends them when every group job is over.
+            check_call(_LIB.MXKVStoreSetBarrierBeforeExit(self._store.handle, ctypes.c_int(0)))
         self._chunks: Dict[Tuple, List[Tuple[int, mx.nd.NDArray]]] = {}
         self._next_key = 0
         self.bytes_pushed = 0
@@ -110,8 +117,14 @@ class ParameterServer:
         if self._throttle is not None:
             self._throttle.wait_since(started, pushed + pulled)
 
+    def barrier(self) -> None:
+        """Waits until every group leader reached its barrier (ps-lite's worker barrier)."""
+        with self._watchdog.guard("a barrier with the other groups' leaders", self._timeout):
+            self._store._barrier()
+
     def close(self) -> None:
-        """Leaves ps-lite (a barrier with the other leaders and the servers)."""
+        """Leaves ps-lite (a barrier with the other leaders and the servers, unless the
+        groups are separate jobs)."""
         with self._watchdog.guard("closing the parameter-server connection", self._timeout):
             del self._store
 
@@ -120,18 +133,19 @@ _shared: Dict[str, object] = {"server": None, "users": 0, "closed": False}
 
 
 def acquire(kind: str, num_servers: int, timeout: float, who: str,
-            on_timeout: Callable[[], None],
-            throttle: Optional[LinkThrottle] = None) -> ParameterServer:
+            on_timeout: Callable[[], None], throttle: Optional[LinkThrottle] = None,
+            separate_groups: bool = False) -> ParameterServer:
     """This process's ParameterServer, connected on first use. `who` names this process in
     messages; `on_timeout` ends the job when the server does not answer within `timeout`;
-    `throttle` emulates a slow link to it."""
+    `throttle` emulates a slow link to it; `separate_groups`: the groups are separate MPI
+    jobs (leaving does not wait for the other leaders)."""
     if _shared["closed"]:
         raise ConfigError("this process already left the parameter server (every hybrid store "
                           "was closed); ps-lite cannot join again: create the stores before "
                           "closing the last one")
     if _shared["server"] is None:
         _shared["server"] = ParameterServer(kind, num_servers, timeout, Watchdog(on_timeout, who),
-                                            throttle)
+                                            throttle, separate_groups)
     elif _shared["server"].kind != kind:
         raise ConfigError(f"this process is connected to a {_shared['server'].kind} parameter "
                           f"server and cannot open a {kind} one (one ps-lite store per process)")
@@ -147,13 +161,19 @@ def connect_leader(kind: str, config, world, groups) -> Optional[ParameterServer
         return None
     return acquire(kind, num_servers, config.ps_timeout,
                    f"rank {world.rank} (leader of group {groups.group_index})",
-                   end_job, link_throttle(config))
+                   end_job, link_throttle(config), separate_groups=not world.spans_all_ranks)
 
 
 def traffic() -> Tuple[int, int]:
     """(bytes pushed, bytes pulled) by this process through the parameter server so far."""
     server = _shared["server"]
     return (server.bytes_pushed, server.bytes_pulled) if server is not None else (0, 0)
+
+
+def barrier_across_groups() -> None:
+    """On a group leader: waits for the other groups' leaders (elsewhere: nothing)."""
+    if _shared["server"] is not None:
+        _shared["server"].barrier()
 
 
 def release() -> None:

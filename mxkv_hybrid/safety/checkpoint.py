@@ -24,8 +24,8 @@ from mxnet import gluon
 
 from ..atomic_file import write_atomically
 from ..comm import stall
-from ..comm.topology import world
-from ..errors import MXKVError
+from ..comm.topology import World, world
+from ..errors import ConfigError, MXKVError
 
 MANIFEST = "manifest.json"
 
@@ -56,10 +56,20 @@ def _mode(trainer: gluon.Trainer):
     return config.mode if config is not None else None
 
 
+def _one_mpi_job(what: str) -> World:
+    """This job's world; checkpoints need every rank in one MPI job (for now)."""
+    this = world()
+    if not this.spans_all_ranks:
+        raise ConfigError(f"checkpoint.{what}: each group runs as its own MPI job (mxkv-launch "
+                          "--group-jobs), and checkpoints are written by all ranks of one MPI "
+                          "job: start the job without --group-jobs to save or resume")
+    return this
+
+
 def save(directory: str, net: gluon.Block, trainer: gluon.Trainer) -> None:
     """Collective: every rank writes its weights and trainer state into `directory`, as a
     new generation that the manifest commits once every rank has written it."""
-    this = world()
+    this = _one_mpi_job("save")
     os.makedirs(directory, exist_ok=True)
     committed = _read_manifest(directory) if this.rank == 0 else None
     generation = this.comm.bcast(committed["generation"] + 1 if committed else 1, root=0)
@@ -82,7 +92,7 @@ def save(directory: str, net: gluon.Block, trainer: gluon.Trainer) -> None:
 def load(directory: str, net: gluon.Block, trainer: gluon.Trainer) -> None:
     """Collective: every rank reads back what `save` wrote for it. The network must be
     initialised (shapes known: in_units, or one forward pass) and the Trainer created."""
-    this = world()
+    this = _one_mpi_job("load")
     manifest = this.comm.bcast(_read_manifest(directory) if this.rank == 0 else None, root=0)
     if manifest is None:
         raise MXKVError(f"{os.path.join(directory, MANIFEST)} is missing: {directory} is not a "

@@ -1,0 +1,159 @@
+"""`mxkv-launch --group-jobs`: every group as its own MPI job (modes async and easgd),
+joined to the others only through the parameter server, so a group that dies ends only
+its own job while the other groups train on.
+
+Group g of G holds the ranks g*S .. min((g+1)*S, N) - 1 (S = --group-size). Its job gets
+MXKV_GROUP_JOB (which group, which of all ranks) and its lines are printed with those
+ranks' numbers, as one job would print them. The launcher names each lost group and the
+first of its ranks to end, and exits non-zero when any group was lost.
+"""
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from typing import BinaryIO, Callable, Dict, List, Optional
+
+from .processes import Node, Terminated, end_process_group, stop_on_signals
+from .rank_watch import RankWatch
+
+POLL_SECONDS = 0.2
+
+
+@dataclass(frozen=True)
+class GroupPlan:
+    """One group's MPI job: group `group` of `groups`, `size` ranks from `first_rank` on,
+    of `ranks` in all."""
+
+    group: int
+    groups: int
+    first_rank: int
+    size: int
+    ranks: int
+
+    @property
+    def knob(self) -> str:
+        """The value of MXKV_GROUP_JOB for this job's ranks."""
+        return (f"group={self.group}:groups={self.groups}:first_rank={self.first_rank}:"
+                f"ranks={self.ranks}")
+
+    def describe(self) -> str:
+        last = self.first_rank + self.size - 1
+        ranks = f"rank {last}" if self.size == 1 else f"ranks {self.first_rank}-{last}"
+        return f"group {self.group} ({ranks})"
+
+
+def plan_groups(num_ranks: int, group_size: int) -> List[GroupPlan]:
+    """Groups of `group_size` consecutive ranks (the last may be smaller)."""
+    firsts = range(0, num_ranks, group_size)
+    return [GroupPlan(g, len(firsts), first, min(group_size, num_ranks - first), num_ranks)
+            for g, first in enumerate(firsts)]
+
+
+def renumbering(flavour: str, offset: int) -> Callable[[bytes], bytes]:
+    """A line's rank prefix, as mpiexec writes it (Hydra: '[r] ', Open MPI: '[job,r]<'),
+    with `offset` added to the rank."""
+    if flavour == "openmpi":
+        pattern = re.compile(rb"^\[(\d+),(\d+)\]<")
+        return lambda line: pattern.sub(
+            lambda m: b"[%s,%d]<" % (m.group(1), int(m.group(2)) + offset), line, count=1)
+    pattern = re.compile(rb"^\[(\d+)\] ")
+    return lambda line: pattern.sub(lambda m: b"[%d] " % (int(m.group(1)) + offset), line,
+                                    count=1)
+
+
+def _relay(source: BinaryIO, target: BinaryIO, rewrite: Callable[[bytes], bytes],
+           lock: threading.Lock) -> None:
+    for line in iter(source.readline, b""):
+        with lock:
+            target.write(rewrite(line))
+            target.flush()
+    source.close()
+
+
+@dataclass
+class GroupRun:
+    """A started group job: its mpiexec, the threads that print its lines, its ranks' watch."""
+
+    plan: GroupPlan
+    process: subprocess.Popen
+    relays: List[threading.Thread]
+    watch: RankWatch
+    code: Optional[int] = None
+
+
+_OUTPUT_LOCK = threading.Lock()
+
+
+def start_group(plan: GroupPlan, command: List[str], env: Dict[str, str],
+                flavour: str) -> GroupRun:
+    """Starts one group's MPI job (in its own session) and the relays of its output."""
+    process = subprocess.Popen(command, env=dict(env, MXKV_GROUP_JOB=plan.knob),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               start_new_session=True)
+    rewrite = renumbering(flavour, plan.first_rank)
+    relays = [threading.Thread(target=_relay, args=(source, target, rewrite, _OUTPUT_LOCK),
+                               daemon=True)
+              for source, target in ((process.stdout, sys.stdout.buffer),
+                                     (process.stderr, sys.stderr.buffer))]
+    for relay in relays:
+        relay.start()
+    return GroupRun(plan, process, relays, RankWatch(process.pid, plan.size, plan.first_rank))
+
+
+def say(line: str) -> None:
+    """One launcher line on stderr, never inside a relayed line."""
+    with _OUTPUT_LOCK:
+        print(f"mxkv-launch: {line}", file=sys.stderr, flush=True)
+
+
+def _report_lost(run: GroupRun, others_running: bool) -> None:
+    first = run.watch.describe_first_ended(socket.gethostname())
+    say(f"{run.plan.describe()} was lost: its MPI job exited with status {run.code}"
+        + (f"; {first}" if first else "")
+        + ("; the other groups go on" if others_running else ""))
+
+
+def supervise_groups(runs: List[GroupRun], helpers: List[Node], timeout: Optional[float]) -> int:
+    """Waits for every group job; a failed group ends alone. Ends everything on timeout,
+    a dead parameter-server process or a signal. Returns the exit status: 0 when every
+    group finished, 1 when any was lost, 124 timeout, 130 stopped."""
+    stop_on_signals()
+    deadline = None if timeout is None else time.monotonic() + timeout
+    code = None
+    try:
+        while code is None and any(run.code is None for run in runs):
+            running = [run for run in runs if run.code is None]
+            for run in running:
+                run.watch.wait(POLL_SECONDS / len(running))
+                run.code = run.process.poll()
+                if run.code not in (None, 0):
+                    _report_lost(run, any(r.code is None for r in runs))
+            dead = [h for h in helpers if h.process.poll() not in (None, 0)]
+            if dead:
+                say(f"the {dead[0].name} (pid {dead[0].process.pid}) exited with status "
+                    f"{dead[0].process.returncode} while the groups were running; stopping "
+                    "every group")
+                code = 1
+            elif deadline is not None and time.monotonic() > deadline:
+                say(f"timed out after {timeout:g} s; stopping every group")
+                code = 124
+    except (KeyboardInterrupt, Terminated) as stop:
+        say(f"{stop.__class__.__name__} {stop}; stopping every group")
+        code = 130
+    for run in runs:
+        end_process_group(run.process)
+    for helper in helpers:  # servers of separate group jobs are never told to stop
+        end_process_group(helper.process)
+    for run in runs:
+        run.watch.close()
+        for relay in run.relays:
+            relay.join()
+    lost = [run.plan.describe() for run in runs if run.code not in (None, 0)]
+    if code is None:
+        code = 1 if lost else 0
+    if lost:
+        say(f"{len(lost)} of {len(runs)} groups lost: {', '.join(lost)}")
+    return code

@@ -1,0 +1,124 @@
+"""mxkv-launch --group-jobs: each group its own MPI job (modes async and easgd), joined only
+through real ps-lite servers. Groups start from the same weights, end on the one model the
+mode delivers, and a group whose rank dies ends alone while the others finish."""
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import Job, launch
+from mxkv_hybrid.config import Config, GroupJob, parse_group_job
+from mxkv_hybrid.errors import ConfigError
+from mxkv_hybrid.launch.group_jobs import GroupPlan, plan_groups, renumbering
+from mxkv_hybrid.launch.launcher import parse_arguments
+
+
+def rank_files(directory, ranks):
+    return {r: dict(np.load(directory / f"rank{r}.npz")) for r in ranks}
+
+
+def assert_same_on_every_rank(found, prefix):
+    first = min(found)
+    names = [n for n in found[first] if n.startswith(prefix)]
+    assert names
+    for rank, arrays in found.items():
+        for name in names:
+            assert np.array_equal(arrays[name], found[first][name]), \
+                f"{name}: rank {rank} differs from rank {first}"
+
+
+def train(job_dir, num_ranks, mode, epochs, lr, env=None) -> Job:
+    return launch(num_ranks, "group_job_digits.py", str(job_dir), str(epochs), str(lr),
+                  env=dict({"MXKV_MODE": mode, "MXKV_PS_TIMEOUT": "5"}, **(env or {})),
+                  launcher_options=["--group-size", "2", "--servers", "1", "--group-jobs"],
+                  timeout=150)
+
+
+def test_a_lost_easgd_group_ends_alone_and_the_others_finish(job_dir):
+    """3 groups of 2; rank 2 (group 1) is killed at its 20th step. Groups 0 and 2 run every
+    step, wait for group 1 at the end no longer than MXKV_PS_TIMEOUT without progress, and
+    take the centre; the launcher names the lost group and its first rank to end."""
+    epochs = 20
+    job = train(job_dir, 6, "easgd", epochs, 0.1, {"MXKV_FAULT": "kill:rank=2:step=20"})
+    assert job.returncode == 1, job.output
+    assert re.search(r"mxkv-launch: group 1 \(ranks 2-3\) was lost: its MPI job exited with "
+                     r"status \d+; ranks? 2 \(pid \d+", job.output), job.output
+    assert "mxkv-launch: 1 of 3 groups lost: group 1 (ranks 2-3)" in job.output
+    for leader in (0, 4):
+        assert any("group(s) [1] neither finished nor made progress" in line
+                   for line in job.lines_of(leader)), job.output
+    assert not (job_dir / "rank2.npz").exists() and not (job_dir / "rank3.npz").exists()
+    found = rank_files(job_dir, (0, 1, 4, 5))
+    steps_per_epoch = 1437 // 6 // 32  # the training split of the digits over 6 ranks
+    assert all(int(f["steps"]) == epochs * steps_per_epoch for f in found.values())
+    assert_same_on_every_rank(found, "initial/")  # every group started from the centre
+    assert_same_on_every_rank(found, "final/")  # consensus: the centre
+    assert float(found[0]["accuracy"]) >= 0.95, job.output
+
+
+def test_async_groups_start_from_and_end_on_the_servers_weights(job_dir):
+    """2 groups of 2, ranks seeded apart: every rank starts from the weights the servers
+    kept and ends on the servers' weights after both groups' last update; the lines carry
+    the ranks' numbers in the whole job."""
+    epochs = 12
+    job = train(job_dir, 4, "async", epochs, 0.03)
+    assert job.returncode == 0, job.output
+    for rank in range(4):
+        assert f"rank {rank} of 4 starts" in job.lines_of(rank), job.output
+    found = rank_files(job_dir, range(4))
+    assert all(int(f["steps"]) == epochs * (1437 // 4 // 32) for f in found.values())
+    assert_same_on_every_rank(found, "initial/")
+    assert_same_on_every_rank(found, "final/")
+    assert float(found[0]["accuracy"]) > 0.93, job.output  # seen: 0.967-0.975
+
+
+def test_groups_are_planned_by_size_and_numbered_in_the_whole_job():
+    assert plan_groups(5, 2) == [GroupPlan(0, 3, 0, 2, 5), GroupPlan(1, 3, 2, 2, 5),
+                                 GroupPlan(2, 3, 4, 1, 5)]
+    assert plan_groups(5, 2)[2].describe() == "group 2 (rank 4)"
+    assert parse_group_job(plan_groups(5, 2)[1].knob) == GroupJob(1, 3, 2, 5)
+    assert renumbering("hydra", 4)(b"[1] loss 0.5\n") == b"[5] loss 0.5\n"
+    assert renumbering("hydra", 4)(b"no prefix [1] \n") == b"no prefix [1] \n"
+    assert renumbering("openmpi", 2)(b"[7,1]<stdout>:x\n") == b"[7,3]<stdout>:x\n"
+
+
+@pytest.mark.parametrize("text", ["group=3:groups=3:first_rank=0:ranks=6", "group=0:groups=2",
+                                  "group=0:groups=2:first_rank=6:ranks=6:x=1", "1,2,3,4"])
+def test_a_malformed_group_job_is_refused(text):
+    with pytest.raises(ConfigError, match="MXKV_GROUP_JOB"):
+        Config.from_environment({"MXKV_MODE": "easgd", "MXKV_GROUP_JOB": text})
+
+
+@pytest.mark.parametrize("env", [{"MXKV_MODE": "sync"}, {"MXKV_MODE": "allreduce"},
+                                 {"MXKV_MODE": "easgd", "MXKV_EASGD_SYNC": "1"}])
+def test_modes_whose_groups_wait_for_each_other_are_refused(env, monkeypatch, capsys):
+    with pytest.raises(ConfigError, match="cannot run as separate MPI jobs"):
+        Config.from_environment(dict(env, MXKV_GROUP_JOB="group=0:groups=2:first_rank=0:ranks=4"))
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(SystemExit):
+        parse_arguments(["-n", "4", "--group-size", "2", "--servers", "1", "--group-jobs", "--",
+                         "python", "x.py"])
+    assert "--group-jobs runs each group as its own MPI job" in capsys.readouterr().err
+
+
+def test_group_jobs_need_a_group_size(monkeypatch, capsys):
+    monkeypatch.setenv("MXKV_MODE", "async")
+    with pytest.raises(SystemExit):
+        parse_arguments(["-n", "4", "--servers", "1", "--group-jobs", "--", "python", "x.py"])
+    assert "--group-jobs needs --group-size" in capsys.readouterr().err
+
+
+def test_dry_run_prints_one_mpi_job_per_group():
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MXKV_")}
+    done = subprocess.run([sys.executable, "-m", "mxkv_hybrid.launch", "-n", "5", "--group-size",
+                           "2", "--servers", "1", "--group-jobs", "--dry-run", "--", "python",
+                           "x.py"], capture_output=True, text=True, timeout=60,
+                          env=dict(env, MXKV_MODE="easgd"))
+    lines = done.stdout.splitlines()
+    assert [line.split()[0] for line in lines] == [f"MXKV_GROUP_JOB={p.knob}"
+                                                   for p in plan_groups(5, 2)], done.stdout
+    assert [line.split(" -n ")[1].split()[0] for line in lines] == ["2", "2", "1"]

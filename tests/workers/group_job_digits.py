@@ -1,0 +1,56 @@
+"""The digits CNN of examples/train_digits.py trained by every rank on its shard, each rank
+starting from weights of its own (seeded by its rank, so separate group jobs must take
+their first weights from the servers), then mxkv_hybrid.consensus. Each rank that gets
+to the end writes OUT/rank<r>.npz: its weights after the Trainer's first broadcast
+("initial/..."), its final weights ("final/..."), its steps and the test accuracy.
+argv: OUT EPOCHS LR"""
+import os
+import sys
+from pathlib import Path
+
+import mxnet as mx
+import numpy as np
+from mxnet import autograd, gluon
+
+import mxkv_hybrid
+
+sys.path.insert(0, str(Path(__file__).parents[2] / "examples"))
+from train_digits import accuracy, build_network, load_data  # noqa: E402
+
+BATCH = 32
+out, epochs, lr = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+
+kv = mx.kv.create("hybrid")
+train_x, train_y, test_x, test_y = load_data(42)
+shard_x, shard_y = train_x[kv.rank::kv.num_workers], train_y[kv.rank::kv.num_workers]
+steps_per_epoch = len(train_x) // kv.num_workers // BATCH
+
+mx.random.seed(kv.rank)
+net = build_network()
+net.initialize(mx.init.Xavier(magnitude=2.0))
+net(mx.nd.array(shard_x[:1]))  # shapes known: the Trainer broadcasts at construction
+trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": lr, "momentum": 0.9},
+                        kvstore=kv)
+initial = {f"initial/{name}": p.data().asnumpy() for name, p in net.collect_params().items()}
+print(f"rank {kv.rank} of {kv.num_workers} starts", flush=True)
+
+loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+steps = 0
+for epoch in range(epochs):
+    order = np.random.RandomState(1000 * epoch + kv.rank).permutation(len(shard_y))
+    for step in range(steps_per_epoch):
+        batch = order[step * BATCH:(step + 1) * BATCH]
+        with autograd.record():
+            loss = loss_fn(net(mx.nd.array(shard_x[batch])), mx.nd.array(shard_y[batch]))
+        loss.backward()
+        trainer.step(len(batch))
+        steps += 1
+
+mxkv_hybrid.consensus(trainer)
+final = {f"final/{name}": p.data().asnumpy() for name, p in net.collect_params().items()}
+found = accuracy(net, test_x, test_y, mx.cpu())
+print(f"rank {kv.rank} ran {steps} steps; consensus test accuracy {found:.4f}", flush=True)
+os.makedirs(out, exist_ok=True)
+np.savez(os.path.join(out, f"rank{kv.rank}.npz"), steps=steps, accuracy=found, **initial,
+         **final)
+kv.close()
