@@ -110,22 +110,25 @@ def parse_fault(text: str) -> Optional[Fault]:
 class GroupJob:
     """This process's group when every group is its own MPI job (mxkv-launch --group-jobs):
     group `group` of `groups`, whose MPI ranks 0, 1, ... are the job's ranks
-    first_rank, first_rank + 1, ... of `ranks` in all."""
+    first_rank, first_rank + 1, ... of `ranks` in all; `attempt` 0 is the first start,
+    1, 2, ... a restart of a lost group (mxkv-launch --restarts)."""
 
     group: int
     groups: int
     first_rank: int
     ranks: int
+    attempt: int = 0
 
 
 def parse_group_job(text: str) -> Optional[GroupJob]:
-    """'' -> None; 'group=G:groups=N:first_rank=F:ranks=R' -> GroupJob."""
+    """'' -> None; 'group=G:groups=N:first_rank=F:ranks=R:attempt=A' -> GroupJob."""
     if not text.strip():
         return None
-    expected = "group=G:groups=N:first_rank=F:ranks=R, e.g. group=1:groups=3:first_rank=2:ranks=6"
+    expected = ("group=G:groups=N:first_rank=F:ranks=R:attempt=A, e.g. "
+                "group=1:groups=3:first_rank=2:ranks=6:attempt=0")
     job = GroupJob(*_whole_numbers(text.strip().split(":"), ("group", "groups", "first_rank",
-                                                             "ranks"), expected))
-    if not 0 <= job.group < job.groups or not 0 <= job.first_rank < job.ranks:
+                                                             "ranks", "attempt"), expected))
+    if not 0 <= job.group < job.groups or not 0 <= job.first_rank < job.ranks or job.attempt < 0:
         raise ValueError(f"expected {expected}")
     return job
 
@@ -180,9 +183,11 @@ KNOBS: Dict[str, Knob] = {
                             "smaller)."),
     "MXKV_GROUP_JOB": Knob(parse_group_job, "",
                            "Set by `mxkv-launch --group-jobs` for each group's own MPI job "
-                           "(modes async and easgd): group=G:groups=N:first_rank=F:ranks=R says "
-                           "which group this job is and which of all ranks it holds. Empty: one "
-                           "MPI job holds every rank."),
+                           "(modes async and easgd): group=G:groups=N:first_rank=F:ranks=R:"
+                           "attempt=A says which group this job is, which of all ranks it holds, "
+                           "and whether it is a restart of a lost group (A > 0: it rejoins the "
+                           "servers' model and MXKV_FAULT does not fire). Empty: one MPI job "
+                           "holds every rank."),
     "MXKV_PS_TIMEOUT": Knob(_parse_seconds, "60",
                             "Seconds a group leader waits for the parameter server (connecting, "
                             "or one push/pull) before it ends the job with an error."),

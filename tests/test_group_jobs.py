@@ -30,11 +30,16 @@ def assert_same_on_every_rank(found, prefix):
                 f"{name}: rank {rank} differs from rank {first}"
 
 
-def train(job_dir, num_ranks, mode, epochs, lr, env=None) -> Job:
+def train(job_dir, num_ranks, mode, epochs, lr, env=None, restarts=0) -> Job:
     return launch(num_ranks, "group_job_digits.py", str(job_dir), str(epochs), str(lr),
                   env=dict({"MXKV_MODE": mode, "MXKV_PS_TIMEOUT": "5"}, **(env or {})),
-                  launcher_options=["--group-size", "2", "--servers", "1", "--group-jobs"],
+                  launcher_options=["--group-size", "2", "--servers", "1", "--group-jobs",
+                                    "--restarts", str(restarts)],
                   timeout=150)
+
+
+def checksum(arrays, prefix):
+    return sum(float(a.astype(np.float64).sum()) for n, a in arrays.items() if n.startswith(prefix))
 
 
 def test_a_lost_easgd_group_ends_alone_and_the_others_finish(job_dir):
@@ -75,18 +80,52 @@ def test_async_groups_start_from_and_end_on_the_servers_weights(job_dir):
     assert float(found[0]["accuracy"]) > 0.93, job.output  # seen: 0.967-0.975
 
 
+@pytest.mark.parametrize("mode, ranks, epochs, lr, start, accuracy", [
+    ("easgd", 6, 20, 0.1, "the centre", 0.95),
+    ("async", 4, 12, 0.03, "the servers' weights", 0.93),
+])
+def test_a_lost_group_is_restarted_and_rejoins_the_servers_model(job_dir, mode, ranks, epochs,
+                                                                   lr, start, accuracy):
+    """--restarts 1: group 1, lost at rank 2's 20th step, is started again (MXKV_FAULT does
+    not fire twice), its leader re-enters ps-lite in the dead leader's place, and its ranks
+    start from the model the servers hold then: the checksum the leader read is that of
+    their first weights, which are no longer where the job started. Every group finishes."""
+    job = train(job_dir, ranks, mode, epochs, lr,
+                {"MXKV_FAULT": "kill:rank=2:step=20", "MXKV_PS_TIMEOUT": "30"}, restarts=1)
+    assert job.returncode == 0, job.output
+    assert re.search(r"group 1 \(ranks 2-3\) was lost: .*; restarting it in \d+ s \(restart 1 "
+                     r"of 1\)", job.output), job.output
+    assert "group 1 (ranks 2-3) restarted (restart 1)" in job.output
+    assert "restarted and finished: group 1 (ranks 2-3) (1 restart(s))" in job.output
+    rejoined = re.search(r"group 1 rejoins \(restart 1\): its ranks start from (.+) after (\d+) "
+                         r"updates of the groups \(checksum ([-0-9.e+]+)\)",
+                         "\n".join(job.lines_of(2)))
+    assert rejoined and rejoined.group(1) == start and int(rejoined.group(2)) > 0, job.output
+    found = rank_files(job_dir, range(ranks))
+    assert all(int(f["steps"]) == epochs * (1437 // ranks // 32) for f in found.values())
+    assert_same_on_every_rank({r: found[r] for r in (2, 3)}, "initial/")
+    assert checksum(found[2], "initial/") == pytest.approx(float(rejoined.group(3)), rel=1e-6)
+    assert checksum(found[2], "initial/") != pytest.approx(checksum(found[0], "initial/"),
+                                                           rel=1e-6)
+    assert_same_on_every_rank(found, "final/")
+    assert float(found[0]["accuracy"]) >= accuracy, job.output
+
+
 def test_groups_are_planned_by_size_and_numbered_in_the_whole_job():
     assert plan_groups(5, 2) == [GroupPlan(0, 3, 0, 2, 5), GroupPlan(1, 3, 2, 2, 5),
                                  GroupPlan(2, 3, 4, 1, 5)]
     assert plan_groups(5, 2)[2].describe() == "group 2 (rank 4)"
-    assert parse_group_job(plan_groups(5, 2)[1].knob) == GroupJob(1, 3, 2, 5)
+    assert parse_group_job(plan_groups(5, 2)[1].knob()) == GroupJob(1, 3, 2, 5, 0)
     assert renumbering("hydra", 4)(b"[1] loss 0.5\n") == b"[5] loss 0.5\n"
     assert renumbering("hydra", 4)(b"no prefix [1] \n") == b"no prefix [1] \n"
     assert renumbering("openmpi", 2)(b"[7,1]<stdout>:x\n") == b"[7,3]<stdout>:x\n"
 
 
-@pytest.mark.parametrize("text", ["group=3:groups=3:first_rank=0:ranks=6", "group=0:groups=2",
-                                  "group=0:groups=2:first_rank=6:ranks=6:x=1", "1,2,3,4"])
+@pytest.mark.parametrize("text", ["group=3:groups=3:first_rank=0:ranks=6:attempt=0",
+                                  "group=0:groups=2:first_rank=0:ranks=4:attempt=-1",
+                                  "group=0:groups=2:first_rank=0:ranks=4",
+                                  "group=0:groups=2:first_rank=0:ranks=4:attempt=0:x=1",
+                                  "1,2,3,4,0"])
 def test_a_malformed_group_job_is_refused(text):
     with pytest.raises(ConfigError, match="MXKV_GROUP_JOB"):
         Config.from_environment({"MXKV_MODE": "easgd", "MXKV_GROUP_JOB": text})
@@ -96,7 +135,7 @@ def test_a_malformed_group_job_is_refused(text):
                                  {"MXKV_MODE": "easgd", "MXKV_EASGD_SYNC": "1"}])
 def test_modes_whose_groups_wait_for_each_other_are_refused(env, monkeypatch, capsys):
     with pytest.raises(ConfigError, match="cannot run as separate MPI jobs"):
-        Config.from_environment(dict(env, MXKV_GROUP_JOB="group=0:groups=2:first_rank=0:ranks=4"))
+        Config.from_environment(dict(env, MXKV_GROUP_JOB=plan_groups(4, 2)[0].knob()))
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     with pytest.raises(SystemExit):
@@ -119,6 +158,15 @@ def test_dry_run_prints_one_mpi_job_per_group():
                            "x.py"], capture_output=True, text=True, timeout=60,
                           env=dict(env, MXKV_MODE="easgd"))
     lines = done.stdout.splitlines()
-    assert [line.split()[0] for line in lines] == [f"MXKV_GROUP_JOB={p.knob}"
+    assert [line.split()[0] for line in lines] == [f"MXKV_GROUP_JOB={p.knob()}"
                                                    for p in plan_groups(5, 2)], done.stdout
     assert [line.split(" -n ")[1].split()[0] for line in lines] == ["2", "2", "1"]
+
+
+def test_restarts_need_group_jobs(monkeypatch, capsys):
+    monkeypatch.setenv("MXKV_MODE", "easgd")
+    with pytest.raises(SystemExit):
+        parse_arguments(["-n", "4", "--group-size", "2", "--servers", "1", "--restarts", "1",
+                         "--", "python", "x.py"])
+    assert "--restarts restarts a lost group's own MPI job: it needs --group-jobs" in \
+        capsys.readouterr().err

@@ -33,11 +33,10 @@ class GroupPlan:
     size: int
     ranks: int
 
-    @property
-    def knob(self) -> str:
-        """The value of MXKV_GROUP_JOB for this job's ranks."""
+    def knob(self, attempt: int = 0) -> str:
+        """The value of MXKV_GROUP_JOB for this job's ranks (attempt > 0: a restart)."""
         return (f"group={self.group}:groups={self.groups}:first_rank={self.first_rank}:"
-                f"ranks={self.ranks}")
+                f"ranks={self.ranks}:attempt={attempt}")
 
     def describe(self) -> str:
         last = self.first_rank + self.size - 1
@@ -75,22 +74,38 @@ def _relay(source: BinaryIO, target: BinaryIO, rewrite: Callable[[bytes], bytes]
 
 @dataclass
 class GroupRun:
-    """A started group job: its mpiexec, the threads that print its lines, its ranks' watch."""
+    """A started group job: its mpiexec, the threads that print its lines, its ranks' watch,
+    and what starts it again (a lost group that is restarted gets a new GroupRun)."""
 
     plan: GroupPlan
+    command: List[str]
+    env: Dict[str, str]
+    flavour: str
+    attempt: int
     process: subprocess.Popen
     relays: List[threading.Thread]
     watch: RankWatch
     code: Optional[int] = None
+    restart_at: Optional[float] = None  # lost, to be started again at this time
+
+    @property
+    def over(self) -> bool:
+        return self.code is not None and self.restart_at is None
+
+    def release(self) -> None:
+        """Closes the watch and waits for the relays (after the process ended)."""
+        self.watch.close()
+        for relay in self.relays:
+            relay.join()
 
 
 _OUTPUT_LOCK = threading.Lock()
 
 
-def start_group(plan: GroupPlan, command: List[str], env: Dict[str, str],
-                flavour: str) -> GroupRun:
+def start_group(plan: GroupPlan, command: List[str], env: Dict[str, str], flavour: str,
+                attempt: int = 0) -> GroupRun:
     """Starts one group's MPI job (in its own session) and the relays of its output."""
-    process = subprocess.Popen(command, env=dict(env, MXKV_GROUP_JOB=plan.knob),
+    process = subprocess.Popen(command, env=dict(env, MXKV_GROUP_JOB=plan.knob(attempt)),
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                start_new_session=True)
     rewrite = renumbering(flavour, plan.first_rank)
@@ -100,7 +115,8 @@ def start_group(plan: GroupPlan, command: List[str], env: Dict[str, str],
                                      (process.stderr, sys.stderr.buffer))]
     for relay in relays:
         relay.start()
-    return GroupRun(plan, process, relays, RankWatch(process.pid, plan.size, plan.first_rank))
+    return GroupRun(plan, command, env, flavour, attempt, process, relays,
+                    RankWatch(process.pid, plan.size, plan.first_rank))
 
 
 def say(line: str) -> None:
@@ -109,28 +125,60 @@ def say(line: str) -> None:
         print(f"mxkv-launch: {line}", file=sys.stderr, flush=True)
 
 
-def _report_lost(run: GroupRun, others_running: bool) -> None:
+@dataclass(frozen=True)
+class Restarts:
+    """--restarts: how many times a lost group is started again, and how long after it was
+    lost (ps-lite gives a new node a dead one's place only once the scheduler has missed
+    its heartbeats for PS_HEARTBEAT_TIMEOUT)."""
+
+    limit: int
+    delay: float
+
+
+def _lost(run: GroupRun, restarts: Restarts, others_running: bool) -> None:
+    """Reports a lost group and, while restarts are left, schedules its restart."""
     first = run.watch.describe_first_ended(socket.gethostname())
-    say(f"{run.plan.describe()} was lost: its MPI job exited with status {run.code}"
-        + (f"; {first}" if first else "")
-        + ("; the other groups go on" if others_running else ""))
+    line = (f"{run.plan.describe()} was lost: its MPI job exited with status {run.code}"
+            + (f"; {first}" if first else ""))
+    if run.attempt < restarts.limit:
+        run.restart_at = time.monotonic() + restarts.delay
+        line += (f"; restarting it in {restarts.delay:g} s (restart {run.attempt + 1} of "
+                 f"{restarts.limit})")
+    elif others_running:
+        line += "; the other groups go on"
+    say(line)
 
 
-def supervise_groups(runs: List[GroupRun], helpers: List[Node], timeout: Optional[float]) -> int:
-    """Waits for every group job; a failed group ends alone. Ends everything on timeout,
-    a dead parameter-server process or a signal. Returns the exit status: 0 when every
-    group finished, 1 when any was lost, 124 timeout, 130 stopped."""
+def _restart(run: GroupRun) -> GroupRun:
+    run.release()
+    again = start_group(run.plan, run.command, run.env, run.flavour, run.attempt + 1)
+    say(f"{run.plan.describe()} restarted (restart {again.attempt}): it rejoins the servers' "
+        "model")
+    return again
+
+
+def supervise_groups(runs: List[GroupRun], helpers: List[Node], timeout: Optional[float],
+                     restarts: Restarts) -> int:
+    """Waits for every group job; a failed group ends alone, and is started again while
+    `restarts` allows. Ends everything on timeout, a dead parameter-server process or a
+    signal. Returns the exit status: 0 when every group finished (restarted or not), 1
+    when a group was lost for good, 124 timeout, 130 stopped."""
     stop_on_signals()
     deadline = None if timeout is None else time.monotonic() + timeout
     code = None
     try:
-        while code is None and any(run.code is None for run in runs):
+        while code is None and not all(run.over for run in runs):
             running = [run for run in runs if run.code is None]
-            for run in running:
-                run.watch.wait(POLL_SECONDS / len(running))
-                run.code = run.process.poll()
-                if run.code not in (None, 0):
-                    _report_lost(run, any(r.code is None for r in runs))
+            for index, run in enumerate(runs):
+                if run.restart_at is not None and time.monotonic() >= run.restart_at:
+                    runs[index] = _restart(run)
+                elif run.code is None:
+                    run.watch.wait(POLL_SECONDS / len(running))
+                    run.code = run.process.poll()
+                    if run.code not in (None, 0):
+                        _lost(run, restarts, any(r.code is None for r in runs))
+            if not running:
+                time.sleep(POLL_SECONDS)
             dead = [h for h in helpers if h.process.poll() not in (None, 0)]
             if dead:
                 say(f"the {dead[0].name} (pid {dead[0].process.pid}) exited with status "
@@ -148,12 +196,14 @@ def supervise_groups(runs: List[GroupRun], helpers: List[Node], timeout: Optiona
     for helper in helpers:  # servers of separate group jobs are never told to stop
         end_process_group(helper.process)
     for run in runs:
-        run.watch.close()
-        for relay in run.relays:
-            relay.join()
+        run.release()
     lost = [run.plan.describe() for run in runs if run.code not in (None, 0)]
+    restarted = [f"{run.plan.describe()} ({run.attempt} restart(s))" for run in runs
+                 if run.attempt and run.code == 0]
     if code is None:
         code = 1 if lost else 0
+    if restarted:
+        say(f"restarted and finished: {', '.join(restarted)}")
     if lost:
         say(f"{len(lost)} of {len(runs)} groups lost: {', '.join(lost)}")
     return code

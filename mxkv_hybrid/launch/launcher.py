@@ -22,12 +22,15 @@ from typing import List, Optional
 
 from ..comm import timeline
 from ..config import read_knob
-from .group_jobs import GroupRun, plan_groups, start_group, supervise_groups
+from .group_jobs import GroupRun, Restarts, plan_groups, start_group, supervise_groups
 from .processes import (GRACE_SECONDS, Node, Terminated, end_process_group, free_port, start,
                         stop_on_signals, wait_until_listening)
 from .rank_watch import RankWatch
 
 CHECK_TIMEOUT = 60.0  # seconds; --check's default --timeout
+# --restarts: ps-lite's heartbeats, so that the scheduler notices a dead leader and gives its
+# place to the restarted one (seconds; the user's PS_HEARTBEAT_* win)
+HEARTBEAT = {"PS_HEARTBEAT_INTERVAL": "1", "PS_HEARTBEAT_TIMEOUT": "3"}
 
 
 def find_mpiexec() -> str:
@@ -195,6 +198,9 @@ def parse_arguments(argv: Optional[List[str]] = None) -> argparse.Namespace:
                     help="modes async and easgd: start each group (--group-size ranks) as its "
                          "own MPI job, joined to the others only through the parameter server: "
                          "a group whose rank dies ends alone and the others train on")
+    ps.add_argument("--restarts", type=int, default=0,
+                    help="with --group-jobs: start a lost group's job again up to this many "
+                         "times; it rejoins the servers' model (default 0)")
     ps.add_argument("--server-hosts",
                     help="host1,host2: start the servers there through mpiexec "
                          "(default: on this machine)")
@@ -226,6 +232,8 @@ def parse_arguments(argv: Optional[List[str]] = None) -> argparse.Namespace:
     mode = os.environ.get("MXKV_MODE", "allreduce").strip().lower()
     if args.group_jobs:
         check_group_jobs(parser, args, mode)
+    elif args.restarts:
+        parser.error("--restarts restarts a lost group's own MPI job: it needs --group-jobs")
     if args.servers and mode in ("allreduce", "lasgd"):
         parser.error(f"--servers serves the modes sync, async and easgd, and MXKV_MODE is {mode}"
                      f"{'' if 'MXKV_MODE' in os.environ else ' (unset)'}, which uses no parameter "
@@ -242,6 +250,8 @@ def check_group_jobs(parser: argparse.ArgumentParser, args: argparse.Namespace, 
                      f"{' with MXKV_EASGD_SYNC=1' if easgd_sync else ''}: drop --group-jobs")
     if not args.group_size:
         parser.error("--group-jobs needs --group-size (the ranks of each group's job)")
+    if args.restarts < 0:
+        parser.error("--restarts must not be negative")
     if args.hosts or args.hostfile or args.check:
         parser.error("--group-jobs starts every group on this machine and does not take -H, "
                      "--hostfile or --check yet")
@@ -254,7 +264,7 @@ def start_group_jobs(args: argparse.Namespace, mpiexec: str, flavour: str) -> Li
         sized = argparse.Namespace(**dict(vars(args), num_ranks=plan.size))
         command = [mpiexec, *mpi_arguments(flavour, sized), *wrap_command(args.command)]
         if args.dry_run:
-            print(f"MXKV_GROUP_JOB={plan.knob} {' '.join(command)}")
+            print(f"MXKV_GROUP_JOB={plan.knob()} {' '.join(command)}")
         else:
             runs.append(start_group(plan, command, dict(os.environ), flavour))
     return runs
@@ -277,6 +287,9 @@ def main(argv: Optional[List[str]] = None) -> None:
         else:
             print(" ".join(command))
         return
+    if args.restarts:
+        for name, value in HEARTBEAT.items():
+            os.environ.setdefault(name, value)
     helpers = []
     if args.servers:
         try:
@@ -284,7 +297,9 @@ def main(argv: Optional[List[str]] = None) -> None:
         except RuntimeError as err:
             sys.exit(f"mxkv-launch: could not start the parameter server: {err}")
     if args.group_jobs:
-        code = supervise_groups(start_group_jobs(args, mpiexec, flavour), helpers, args.timeout)
+        restarts = Restarts(args.restarts, float(os.environ.get("PS_HEARTBEAT_TIMEOUT", 0)) + 2)
+        code = supervise_groups(start_group_jobs(args, mpiexec, flavour), helpers, args.timeout,
+                                restarts)
         merge_timeline()
         sys.exit(code)
     job = start("MPI job", command)

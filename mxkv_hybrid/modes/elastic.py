@@ -57,7 +57,8 @@ class ElasticAveraging:
             self._ps.set_optimizer(ElasticCentre())
             if self._separate_jobs:
                 self._finish = FinishLine(self._ps, self._server_keys, groups.group_index,
-                                          groups.num_groups, config.ps_timeout)
+                                          groups.num_groups, config.ps_timeout,
+                                          world.group_job.attempt)
             atexit.register(self.close)
 
     def allreduce(self, op: str, keys: Sequence[Key], inputs: Sequence[Arrays],
@@ -84,6 +85,7 @@ class ElasticAveraging:
             self._ps.init(server_keys, [self._centre[keys[i]] for i in new])
             if self._separate_jobs:
                 self._ps.push_pull(server_keys, [], [weights[i] for i in new])
+                self._finish.rejoined("the centre", [weights[i] for i in new])
         if self._separate_jobs and new:
             wait_for_leader(self._group_comm, is_leader=self._ps is not None)
             started = [[weights[i]] for i in new]

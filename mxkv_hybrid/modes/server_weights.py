@@ -52,7 +52,8 @@ class ServerWeights:
         if self._ps is not None:
             if self._separate_jobs:
                 self._finish = FinishLine(self._ps, self._server_keys, groups.group_index,
-                                          groups.num_groups, config.ps_timeout)
+                                          groups.num_groups, config.ps_timeout,
+                                          world.group_job.attempt)
             atexit.register(self.close)
 
     def holds(self, key: Key) -> bool:
@@ -93,6 +94,7 @@ class ServerWeights:
             self._ps.init(server_keys, [kept[i][0] for i in new])
             if self._separate_jobs:
                 self._ps.push_pull(server_keys, [], [kept[i][0] for i in new])
+                self._finish.rejoined("the servers' weights", [kept[i][0] for i in new])
         if self._separate_jobs and new:
             wait_for_leader(self._group_comm, is_leader=self._ps is not None)
             self._group.broadcast(op, [keys[i] for i in new], [kept[i] for i in new],

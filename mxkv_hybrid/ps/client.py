@@ -45,12 +45,15 @@ class ParameterServer:
     shares one ParameterServer (see acquire/release)."""
 
     def __init__(self, kind: str, num_servers: int, timeout: float, watchdog: Watchdog,
-                 throttle: Optional[LinkThrottle] = None, separate_groups: bool = False):
+                 throttle: Optional[LinkThrottle] = None, separate_groups: bool = False,
+                 rejoining: bool = False):
         self.kind = kind
         self._throttle = throttle
         self._timeout = timeout
         self._watchdog = watchdog
         self._num_servers = num_servers
+        # a restarted group's leader: the servers hold its keys and optimizer already
+        self._rejoining = rejoining
         address = f"{os.environ['DMLC_PS_ROOT_URI']}:{os.environ['DMLC_PS_ROOT_PORT']}"
         with watchdog.guard(f"connecting to the parameter server (scheduler {address}, "
                             f"{num_servers} server(s))", timeout):
@@ -86,13 +89,20 @@ class ParameterServer:
         self.push_pull([k for k, _ in pairs], views, views)
 
     def init(self, keys: Sequence, values: Sequence[mx.nd.NDArray]) -> None:
-        """Creates the keys on the servers (the value of ps-lite's worker 0 is kept)."""
+        """Creates the keys on the servers (the value of ps-lite's worker 0 is kept). A
+        rejoining leader creates nothing: MXNet would push its values again, and the
+        servers' optimizer would take them for an update."""
+        if self._rejoining:
+            return
         with self._watchdog.guard(f"initialising {len(keys)} parameter-server keys", self._timeout):
             self._store.init(list(keys), list(values))
             mx.nd.waitall()
 
     def set_optimizer(self, optimizer: mx.optimizer.Optimizer) -> None:
-        """Sends the optimizer to the servers (dist_async: they apply every push to the weights)."""
+        """Sends the optimizer to the servers (dist_async: they apply every push to the
+        weights); not again from a rejoining leader (it would reset the optimizer's state)."""
+        if self._rejoining:
+            return
         with self._watchdog.guard("sending the optimizer to the parameter servers", self._timeout):
             self._store.set_optimizer(optimizer)
 
@@ -134,18 +144,19 @@ _shared: Dict[str, object] = {"server": None, "users": 0, "closed": False}
 
 def acquire(kind: str, num_servers: int, timeout: float, who: str,
             on_timeout: Callable[[], None], throttle: Optional[LinkThrottle] = None,
-            separate_groups: bool = False) -> ParameterServer:
+            separate_groups: bool = False, rejoining: bool = False) -> ParameterServer:
     """This process's ParameterServer, connected on first use. `who` names this process in
     messages; `on_timeout` ends the job when the server does not answer within `timeout`;
     `throttle` emulates a slow link to it; `separate_groups`: the groups are separate MPI
-    jobs (leaving does not wait for the other leaders)."""
+    jobs (leaving does not wait for the other leaders); `rejoining`: this is a restarted
+    group's leader, whose keys the servers hold."""
     if _shared["closed"]:
         raise ConfigError("this process already left the parameter server (every hybrid store "
                           "was closed); ps-lite cannot join again: create the stores before "
                           "closing the last one")
     if _shared["server"] is None:
         _shared["server"] = ParameterServer(kind, num_servers, timeout, Watchdog(on_timeout, who),
-                                            throttle, separate_groups)
+                                            throttle, separate_groups, rejoining)
     elif _shared["server"].kind != kind:
         raise ConfigError(f"this process is connected to a {_shared['server'].kind} parameter "
                           f"server and cannot open a {kind} one (one ps-lite store per process)")
@@ -159,9 +170,11 @@ def connect_leader(kind: str, config, world, groups) -> Optional[ParameterServer
     num_servers = check_environment(config.mode, groups.num_groups)
     if not groups.is_leader:
         return None
+    attempt = world.group_job.attempt if world.group_job is not None else 0
     return acquire(kind, num_servers, config.ps_timeout,
                    f"rank {world.rank} (leader of group {groups.group_index})",
-                   end_job, link_throttle(config), separate_groups=not world.spans_all_ranks)
+                   end_job, link_throttle(config), separate_groups=not world.spans_all_ranks,
+                   rejoining=attempt > 0)
 
 
 def traffic() -> Tuple[int, int]:

@@ -8,7 +8,7 @@ MXKV_PS_TIMEOUT seconds, it goes on without them and says which groups it left b
 """
 import sys
 import time
-from typing import List
+from typing import List, Sequence
 
 import mxnet as mx
 import numpy as np
@@ -25,12 +25,13 @@ class FinishLine:
     its init is a barrier among the leaders)."""
 
     def __init__(self, ps: ParameterServer, keys: ServerKeys, group: int, groups: int,
-                 timeout: float):
+                 timeout: float, attempt: int):
         keys.claim(FINISH_KEY, "the group jobs' finish line")
         self._ps = ps
         self._group = group
         self._groups = groups
         self._timeout = timeout
+        self._attempt = attempt
         ps.init([FINISH_KEY], [mx.nd.zeros((2 * groups,))])
         self._progress = np.zeros(2 * groups, np.float32)
         self._progress[groups + group] = 1
@@ -39,6 +40,19 @@ class FinishLine:
         """What to push under FINISH_KEY with each of this group's pushes (a fresh array:
         a dist kvstore reuses a pushed array as the receive buffer of later pulls)."""
         return mx.nd.array(self._progress)
+
+    def rejoined(self, what: str, values: Sequence[mx.nd.NDArray]) -> None:
+        """On a restarted group's leader: one line saying what the group starts from (the
+        model after how many updates of the groups, and its checksum: the sum of `values`)."""
+        if not self._attempt:
+            return
+        tally = mx.nd.zeros((2 * self._groups,))
+        self._ps.push_pull([FINISH_KEY], [], [tally])
+        updates = int(tally.asnumpy()[self._groups:].sum())
+        checksum = sum(float(v.asnumpy().astype(np.float64).sum()) for v in values)
+        print(f"mxkv_hybrid: group {self._group} rejoins (restart {self._attempt}): its ranks "
+              f"start from {what} after {updates} updates of the groups (checksum "
+              f"{checksum:.17g})", file=sys.stderr, flush=True)
 
     def cross(self) -> List[int]:
         """Reports this group done and waits for the others; returns the groups left
