@@ -168,5 +168,5 @@ def test_restarts_need_group_jobs(monkeypatch, capsys):
     with pytest.raises(SystemExit):
         parse_arguments(["-n", "4", "--group-size", "2", "--servers", "1", "--restarts", "1",
                          "--", "python", "x.py"])
-    assert "--restarts restarts a lost group's own MPI job: it needs --group-jobs" in \
+    assert "--restarts restarts a lost group's own MPI job: it needs --group-jobs or --join" in \
         capsys.readouterr().err

@@ -1,6 +1,7 @@
 """Starting jobs: the `mxkv-launch` command (`launcher`: ranks under this environment's own
 mpiexec, the parameter-server processes, the timeline merged at the end), every group as
-its own MPI job (`group_jobs`, --group-jobs), the processes it starts, watches and ends
+its own MPI job (`group_jobs`, --group-jobs), groups started separately that meet
+(`serve_join`, `rendezvous`: --serve, --join), the processes it starts, watches and ends
 (`processes`), which rank ended first when a job dies (`rank_watch`), and the installation
 and topology self-test that `mxkv-launch --check` runs on every rank (`self_check`). The
 runner that every rank is started through, `python -m mxkv_hybrid.run`, is a public

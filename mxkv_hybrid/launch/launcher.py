@@ -26,6 +26,7 @@ from .group_jobs import GroupRun, Restarts, plan_groups, start_group, supervise_
 from .processes import (GRACE_SECONDS, Node, Terminated, end_process_group, free_port, start,
                         stop_on_signals, wait_until_listening)
 from .rank_watch import RankWatch
+from .serve_join import join_group, serve
 
 CHECK_TIMEOUT = 60.0  # seconds; --check's default --timeout
 # --restarts: ps-lite's heartbeats, so that the scheduler notices a dead leader and gives its
@@ -181,7 +182,8 @@ def count_groups(args: argparse.Namespace) -> int:
 def parse_arguments(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="mxkv-launch", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("-n", "--num-ranks", type=int, required=True, help="number of ranks")
+    parser.add_argument("-n", "--num-ranks", type=int,
+                        help="number of ranks (with --join: of this group)")
     parser.add_argument("-H", "--hosts", help="host1:slots,host2:slots (passed to mpiexec)")
     parser.add_argument("--hostfile", help="MPI host file (passed to mpiexec)")
     parser.add_argument("--timeout", type=float, help="stop every rank after this many seconds")
@@ -201,6 +203,14 @@ def parse_arguments(argv: Optional[List[str]] = None) -> argparse.Namespace:
     ps.add_argument("--restarts", type=int, default=0,
                     help="with --group-jobs: start a lost group's job again up to this many "
                          "times; it rejoins the servers' model (default 0)")
+    ps.add_argument("--serve", action="store_true",
+                    help="modes async and easgd: start the parameter server for --groups groups "
+                         "that join from anywhere, print the address they join at "
+                         "(TOKEN@HOST:PORT) and wait until every group's job is over")
+    ps.add_argument("--groups", type=int, default=0, help="with --serve: how many groups join")
+    ps.add_argument("--join", metavar="TOKEN@HOST:PORT",
+                    help="run this machine's -n ranks as one group of the job that "
+                         "mxkv-launch --serve started there (--restarts applies)")
     ps.add_argument("--server-hosts",
                     help="host1,host2: start the servers there through mpiexec "
                          "(default: on this machine)")
@@ -221,19 +231,27 @@ def parse_arguments(argv: Optional[List[str]] = None) -> argparse.Namespace:
     if args.check:
         args.command = [sys.executable, "-m", "mxkv_hybrid.launch.self_check"]
         args.timeout = args.timeout or CHECK_TIMEOUT
+    mode = os.environ.get("MXKV_MODE", "allreduce").strip().lower()
+    if args.serve:
+        check_serve(parser, args, mode)
+        return args
     if not args.command:
         parser.error("no command given: mxkv-launch -n 2 -- python train.py")
-    if args.num_ranks < 1:
-        parser.error("-n must be at least 1")
+    if args.num_ranks is None or args.num_ranks < 1:
+        parser.error("-n (the number of ranks) must be given and at least 1")
+    if args.join:
+        check_join(parser, args, mode)
+        return args
     if args.servers < 0 or args.group_size < 0:
         parser.error("--servers and --group-size must not be negative")
     if (args.group_size or args.server_hosts or args.group_jobs) and not args.servers:
         parser.error("--group-size, --server-hosts and --group-jobs need --servers")
-    mode = os.environ.get("MXKV_MODE", "allreduce").strip().lower()
+    if args.groups:
+        parser.error("--groups declares the groups of --serve")
     if args.group_jobs:
         check_group_jobs(parser, args, mode)
     elif args.restarts:
-        parser.error("--restarts restarts a lost group's own MPI job: it needs --group-jobs")
+        parser.error("--restarts restarts a lost group's own MPI job: it needs --group-jobs or --join")
     if args.servers and mode in ("allreduce", "lasgd"):
         parser.error(f"--servers serves the modes sync, async and easgd, and MXKV_MODE is {mode}"
                      f"{'' if 'MXKV_MODE' in os.environ else ' (unset)'}, which uses no parameter "
@@ -241,13 +259,37 @@ def parse_arguments(argv: Optional[List[str]] = None) -> argparse.Namespace:
     return args
 
 
-def check_group_jobs(parser: argparse.ArgumentParser, args: argparse.Namespace, mode: str) -> None:
-    """--group-jobs: the modes whose groups need not wait for each other, groups by size."""
+def check_separable_mode(parser: argparse.ArgumentParser, mode: str, option: str) -> None:
+    """Groups run as separate MPI jobs only in the modes whose groups never wait for each
+    other."""
     easgd_sync = read_knob("MXKV_EASGD_SYNC")
     if mode not in ("async", "easgd") or (mode == "easgd" and easgd_sync):
-        parser.error(f"--group-jobs runs each group as its own MPI job, for the modes whose "
+        parser.error(f"{option} runs each group as its own MPI job, for the modes whose "
                      f"groups never wait for each other (async, easgd), and MXKV_MODE is {mode}"
-                     f"{' with MXKV_EASGD_SYNC=1' if easgd_sync else ''}: drop --group-jobs")
+                     f"{' with MXKV_EASGD_SYNC=1' if easgd_sync else ''}: drop {option}")
+
+
+def check_serve(parser: argparse.ArgumentParser, args: argparse.Namespace, mode: str) -> None:
+    check_separable_mode(parser, mode, "--serve")
+    if not args.servers or args.groups < 1:
+        parser.error("--serve needs --servers S and --groups G (how many groups will join)")
+    if args.command or args.join or args.group_jobs or args.group_size or args.check:
+        parser.error("--serve runs the parameter server only: start the groups with "
+                     "mxkv-launch --join on their machines")
+
+
+def check_join(parser: argparse.ArgumentParser, args: argparse.Namespace, mode: str) -> None:
+    check_separable_mode(parser, mode, "--join")
+    if args.servers or args.group_size or args.group_jobs or args.groups or args.check:
+        parser.error("--join runs one group of a served job (-n is its size): drop --servers, "
+                     "--group-size, --group-jobs, --groups and --check")
+    if args.restarts < 0:
+        parser.error("--restarts must not be negative")
+
+
+def check_group_jobs(parser: argparse.ArgumentParser, args: argparse.Namespace, mode: str) -> None:
+    """--group-jobs: the modes whose groups need not wait for each other, groups by size."""
+    check_separable_mode(parser, mode, "--group-jobs")
     if not args.group_size:
         parser.error("--group-jobs needs --group-size (the ranks of each group's job)")
     if args.restarts < 0:
@@ -274,6 +316,15 @@ def main(argv: Optional[List[str]] = None) -> None:
     args = parse_arguments(argv)
     mpiexec = find_mpiexec()
     flavour = _flavour(mpiexec)
+    mode = os.environ.get("MXKV_MODE", "allreduce").strip().lower()
+    if args.serve:
+        for name, value in HEARTBEAT.items():  # a joined group may be restarted
+            os.environ.setdefault(name, value)
+        try:
+            servers = start_parameter_servers(args, args.groups, mpiexec, flavour)
+        except RuntimeError as err:
+            sys.exit(f"mxkv-launch: could not start the parameter server: {err}")
+        sys.exit(serve(args.groups, mode, args.ps_host, servers, args.timeout))
     if args.group_size:
         os.environ["MXKV_GROUP_SIZE"] = str(args.group_size)
     if args.auto:
@@ -296,6 +347,9 @@ def main(argv: Optional[List[str]] = None) -> None:
             helpers = start_parameter_servers(args, count_groups(args), mpiexec, flavour)
         except RuntimeError as err:
             sys.exit(f"mxkv-launch: could not start the parameter server: {err}")
+    if args.join:
+        sys.exit(join_group(args.join, args.num_ranks, mode, command, flavour, args.timeout,
+                            args.restarts, read_knob("MXKV_PS_TIMEOUT")))
     if args.group_jobs:
         restarts = Restarts(args.restarts, float(os.environ.get("PS_HEARTBEAT_TIMEOUT", 0)) + 2)
         code = supervise_groups(start_group_jobs(args, mpiexec, flavour), helpers, args.timeout,

@@ -1,0 +1,117 @@
+"""mxkv-launch --serve / --join: the parameter server started once, each group started on
+its own by a launcher that joins it (real launchers, mpiexec jobs and ps-lite processes).
+The groups become one job; launchers with a wrong token, another mode, or one group too
+many are refused with a message; an address nobody serves is reported at once."""
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from typing import List
+
+import numpy as np
+
+from conftest import JOB_TAG, WORKERS, processes_of
+from mxkv_hybrid.launch.processes import free_port
+
+TIMEOUT = 150
+
+
+class Launcher:
+    """An mxkv-launch process whose output lines are collected as they come."""
+
+    def __init__(self, tag: str, mode: str, *options: str):
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("MXKV_", "DMLC_", "PS_"))}
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "mxkv_hybrid.launch", "--timeout", str(TIMEOUT), *options],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            env=dict(env, MXKV_MODE=mode, MXKV_PS_TIMEOUT="20", **{JOB_TAG: tag}))
+        self.lines: List[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for line in self.process.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    def wait_for(self, pattern: str, seconds: float = 60) -> re.Match:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            for line in list(self.lines):
+                found = re.search(pattern, line)
+                if found:
+                    return found
+            time.sleep(0.1)
+        raise AssertionError(f"no line matching {pattern!r} in:\n" + "\n".join(self.lines))
+
+    def finish(self) -> int:
+        code = self.process.wait(timeout=TIMEOUT + 30)
+        self._reader.join()
+        return code
+
+    @property
+    def output(self) -> str:
+        return "\n".join(self.lines)
+
+
+def train(address: str, tag: str, out, mode: str = "easgd", ranks: int = 2) -> Launcher:
+    return Launcher(tag, mode, "--join", address, "-n", str(ranks), "--", "python",
+                    str(WORKERS / "group_job_digits.py"), str(out), "30", "0.1")
+
+
+def test_groups_started_separately_join_one_job(tmp_path):
+    tag = uuid.uuid4().hex
+    launchers = []
+    try:
+        serving = Launcher(tag, "easgd", "--servers", "1", "--groups", "2", "--serve")
+        launchers.append(serving)
+        address = serving.wait_for(r"--join (\S+@127\.0\.0\.1:\d+) -n RANKS").group(1)
+        launchers += [train(address, tag, tmp_path), train(address, tag, tmp_path)]
+        serving.wait_for(r"group 1 joined with 2 rank\(s\) \(2 of 2\)")
+        token, _, where = address.partition("@")
+        refused = {  # while the two groups train
+            "declared with 2 group(s) and all of them have joined": train(address, tag, tmp_path),
+            "the token does not match": train("0" * len(token) + "@" + where, tag, tmp_path),
+            "this job trains in MXKV_MODE=easgd, and the group asked for async":
+                train(address, tag, tmp_path, mode="async"),
+        }
+        launchers += refused.values()
+        for reason, launcher in refused.items():
+            assert launcher.finish() == 2, launcher.output
+            assert "mxkv-launch: not joined: " in launcher.output and reason in launcher.output, \
+                launcher.output
+        groups = launchers[1:3]
+        for launcher in groups:
+            assert launcher.finish() == 0, launcher.output
+        assert serving.finish() == 0, serving.output
+    finally:
+        for launcher in launchers:
+            if launcher.process.poll() is None:
+                launcher.process.kill()
+        leftovers = processes_of(tag)
+        for pid in leftovers:
+            os.kill(pid, 9)
+    assert not leftovers, f"processes left behind: {leftovers}"
+    joined = sorted(re.search(r"joined as group (\d) \(ranks (\d)-(\d)\) of 2 group\(s\), 4 rank\(s\)",
+                              g.output).groups() for g in groups)
+    assert joined == [("0", "0", "1"), ("1", "2", "3")]
+    for group in (0, 1):
+        assert f"mxkv-launch: group {group} (2 rank(s)) ended with status 0" in serving.output
+    found = {r: dict(np.load(tmp_path / f"rank{r}.npz")) for r in range(4)}
+    for prefix in ("initial/", "final/"):  # one start (the centre) and one end (consensus)
+        for rank in range(1, 4):
+            for name in (n for n in found[0] if n.startswith(prefix)):
+                assert np.array_equal(found[rank][name], found[0][name]), (rank, name)
+    assert float(found[0]["accuracy"]) > 0.9
+
+
+def test_a_join_nobody_serves_is_reported_at_once():
+    tag = uuid.uuid4().hex
+    launcher = Launcher(tag, "easgd", "--join", f"abc@127.0.0.1:{free_port('127.0.0.1')}", "-n",
+                        "2", "--", "python", "x.py")
+    assert launcher.finish() == 2
+    assert re.search(r"not joined: could not reach the job at 127\.0\.0\.1:\d+ within 20 s "
+                     r"\(MXKV_PS_TIMEOUT\)", launcher.output), launcher.output
+    assert not processes_of(tag)
