@@ -110,25 +110,22 @@ def parse_fault(text: str) -> Optional[Fault]:
 class GroupJob:
     """This process's group when every group is its own MPI job (mxkv-launch --group-jobs):
     group `group` of `groups`, whose MPI ranks 0, 1, ... are the job's ranks
-    first_rank, first_rank + 1, ... of `ranks` in all; `attempt` 0 is the first start,
-    1, 2, ... a restart of a lost group (mxkv-launch --restarts)."""
+    first_rank, first_rank + 1, ... of `ranks` in all."""
 
     group: int
     groups: int
     first_rank: int
     ranks: int
-    attempt: int = 0
 
 
 def parse_group_job(text: str) -> Optional[GroupJob]:
-    """'' -> None; 'group=G:groups=N:first_rank=F:ranks=R:attempt=A' -> GroupJob."""
+    """'' -> None; 'group=G:groups=N:first_rank=F:ranks=R' -> GroupJob."""
     if not text.strip():
         return None
-    expected = ("group=G:groups=N:first_rank=F:ranks=R:attempt=A, e.g. "
-                "group=1:groups=3:first_rank=2:ranks=6:attempt=0")
+    expected = "group=G:groups=N:first_rank=F:ranks=R, e.g. group=1:groups=3:first_rank=2:ranks=6"
     job = GroupJob(*_whole_numbers(text.strip().split(":"), ("group", "groups", "first_rank",
-                                                             "ranks", "attempt"), expected))
-    if not 0 <= job.group < job.groups or not 0 <= job.first_rank < job.ranks or job.attempt < 0:
+                                                             "ranks"), expected))
+    if not 0 <= job.group < job.groups or not 0 <= job.first_rank < job.ranks:
         raise ValueError(f"expected {expected}")
     return job
 
@@ -183,11 +180,14 @@ KNOBS: Dict[str, Knob] = {
                             "smaller)."),
     "MXKV_GROUP_JOB": Knob(parse_group_job, "",
                            "Set by `mxkv-launch --group-jobs` for each group's own MPI job "
-                           "(modes async and easgd): group=G:groups=N:first_rank=F:ranks=R:"
-                           "attempt=A says which group this job is, which of all ranks it holds, "
-                           "and whether it is a restart of a lost group (A > 0: it rejoins the "
-                           "servers' model and MXKV_FAULT does not fire). Empty: one MPI job "
-                           "holds every rank."),
+                           "(modes async and easgd): group=G:groups=N:first_rank=F:ranks=R says "
+                           "which group this job is and which of all ranks it holds. Empty: one "
+                           "MPI job holds every rank."),
+    "MXKV_ATTEMPT": Knob(_whole_number(0, None, "a whole number >= 0"), "0",
+                         "Set by `mxkv-launch --restarts`: 0 for the first start, k for the k-th "
+                         "restart of the job (or, with --group-jobs / --join, of a lost group, "
+                         "whose leader then rejoins the servers' model). MXKV_FAULT fires only "
+                         "in attempt 0."),
     "MXKV_PS_TIMEOUT": Knob(_parse_seconds, "60",
                             "Seconds a group leader waits for the parameter server (connecting, "
                             "or one push/pull) before it ends the job with an error."),
@@ -299,6 +299,7 @@ class Config:
     check_finite: bool
     summary_every: int
     group_job: Optional[GroupJob]
+    attempt: int
 
     @classmethod
     def from_environment(cls, environ: Optional[Mapping[str, str]] = None) -> "Config":
@@ -345,7 +346,7 @@ class Config:
                    auto=values["MXKV_AUTO"], fault=values["MXKV_FAULT"],
                    check_finite=values["MXKV_CHECK_FINITE"],
                    summary_every=values["MXKV_SUMMARY_EVERY"],
-                   group_job=values["MXKV_GROUP_JOB"])
+                   group_job=values["MXKV_GROUP_JOB"], attempt=values["MXKV_ATTEMPT"])
 
     @property
     def compress_dtype(self) -> int:

@@ -44,9 +44,8 @@ class Hybrid(KVStoreBase):
     def __init__(self):
         self._config = Config.from_environment()
         self._world = world()
-        restarted = self._world.group_job is not None and self._world.group_job.attempt > 0
         self._fault = (FaultInjector(self._config.fault, self._world.rank)
-                       if self._config.fault is not None and not restarted else None)
+                       if self._config.fault is not None and self._config.attempt == 0 else None)
         self._collectives: Optional[TensorCollectives] = TensorCollectives(
             self._world.comm, self._config)
         mode = self._config.mode

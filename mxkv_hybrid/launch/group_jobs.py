@@ -33,10 +33,11 @@ class GroupPlan:
     size: int
     ranks: int
 
-    def knob(self, attempt: int = 0) -> str:
-        """The value of MXKV_GROUP_JOB for this job's ranks (attempt > 0: a restart)."""
+    @property
+    def knob(self) -> str:
+        """The value of MXKV_GROUP_JOB for this job's ranks."""
         return (f"group={self.group}:groups={self.groups}:first_rank={self.first_rank}:"
-                f"ranks={self.ranks}:attempt={attempt}")
+                f"ranks={self.ranks}")
 
     def describe(self) -> str:
         last = self.first_rank + self.size - 1
@@ -105,7 +106,8 @@ _OUTPUT_LOCK = threading.Lock()
 def start_group(plan: GroupPlan, command: List[str], env: Dict[str, str], flavour: str,
                 attempt: int = 0) -> GroupRun:
     """Starts one group's MPI job (in its own session) and the relays of its output."""
-    process = subprocess.Popen(command, env=dict(env, MXKV_GROUP_JOB=plan.knob(attempt)),
+    process = subprocess.Popen(command, env=dict(env, MXKV_GROUP_JOB=plan.knob,
+                                                 MXKV_ATTEMPT=str(attempt)),
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                start_new_session=True)
     rewrite = renumbering(flavour, plan.first_rank)

@@ -306,7 +306,7 @@ def start_group_jobs(args: argparse.Namespace, mpiexec: str, flavour: str) -> Li
         sized = argparse.Namespace(**dict(vars(args), num_ranks=plan.size))
         command = [mpiexec, *mpi_arguments(flavour, sized), *wrap_command(args.command)]
         if args.dry_run:
-            print(f"MXKV_GROUP_JOB={plan.knob()} {' '.join(command)}")
+            print(f"MXKV_GROUP_JOB={plan.knob} {' '.join(command)}")
         else:
             runs.append(start_group(plan, command, dict(os.environ), flavour))
     return runs

@@ -58,7 +58,7 @@ class ElasticAveraging:
             if self._separate_jobs:
                 self._finish = FinishLine(self._ps, self._server_keys, groups.group_index,
                                           groups.num_groups, config.ps_timeout,
-                                          world.group_job.attempt)
+                                          config.attempt)
             atexit.register(self.close)
 
     def allreduce(self, op: str, keys: Sequence[Key], inputs: Sequence[Arrays],

@@ -53,7 +53,7 @@ class ServerWeights:
             if self._separate_jobs:
                 self._finish = FinishLine(self._ps, self._server_keys, groups.group_index,
                                           groups.num_groups, config.ps_timeout,
-                                          world.group_job.attempt)
+                                          config.attempt)
             atexit.register(self.close)
 
     def holds(self, key: Key) -> bool:

@@ -170,11 +170,10 @@ def connect_leader(kind: str, config, world, groups) -> Optional[ParameterServer
     num_servers = check_environment(config.mode, groups.num_groups)
     if not groups.is_leader:
         return None
-    attempt = world.group_job.attempt if world.group_job is not None else 0
     return acquire(kind, num_servers, config.ps_timeout,
                    f"rank {world.rank} (leader of group {groups.group_index})",
                    end_job, link_throttle(config), separate_groups=not world.spans_all_ranks,
-                   rejoining=attempt > 0)
+                   rejoining=config.attempt > 0 and not world.spans_all_ranks)
 
 
 def traffic() -> Tuple[int, int]:
