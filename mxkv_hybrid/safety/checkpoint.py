@@ -10,7 +10,9 @@ A save is committed by its manifest: every rank writes files of a new generation
 with one naming generation n; the files of other generations are removed after that.
 A job that dies during a save (or a save that fails) leaves the manifest naming the
 previous generation, whose files are untouched, so the last checkpoint stays valid even
-when a directory is saved over. `load` checks the manifest against the job it resumes in.
+when a directory is saved over. `load` checks the manifest against the job it resumes in;
+`load_latest` resumes only when there is a checkpoint (what a script restarted by
+`mxkv-launch --restarts` calls), and both return the progress `save` was given.
 
 Only rank 0 reads and writes the manifest, and each rank reads and writes only its own
 files, so `directory` may be a disk local to each host (the ranks of a host share it, and
@@ -18,7 +20,7 @@ rank 0's host holds the manifest) as well as a shared file system."""
 import glob
 import json
 import os
-from typing import Union
+from typing import Optional, Union
 
 from mxnet import gluon
 
@@ -66,10 +68,17 @@ def _one_mpi_job(what: str) -> World:
     return this
 
 
-def save(directory: str, net: gluon.Block, trainer: gluon.Trainer) -> None:
+def save(directory: str, net: gluon.Block, trainer: gluon.Trainer,
+         progress: Optional[dict] = None) -> None:
     """Collective: every rank writes its weights and trainer state into `directory`, as a
-    new generation that the manifest commits once every rank has written it."""
+    new generation that the manifest commits once every rank has written it. `progress`
+    (JSON, e.g. {"step": 16}) is kept in the manifest: `load` and `load_latest` return it."""
     this = _one_mpi_job("save")
+    try:
+        json.dumps(progress)  # on every rank, before any of them writes
+    except TypeError as err:
+        raise MXKVError(f"checkpoint.save: progress must be JSON (numbers, strings, lists, "
+                        f"dicts): {err}") from None
     os.makedirs(directory, exist_ok=True)
     committed = _read_manifest(directory) if this.rank == 0 else None
     generation = this.comm.bcast(committed["generation"] + 1 if committed else 1, root=0)
@@ -79,7 +88,8 @@ def save(directory: str, net: gluon.Block, trainer: gluon.Trainer) -> None:
     with stall.waiting("checkpoint save: the other ranks' files"):
         this.comm.Barrier()  # every rank's files are complete
     if this.rank == 0:
-        manifest = {"ranks": this.size, "mode": _mode(trainer), "generation": generation}
+        manifest = {"ranks": this.size, "mode": _mode(trainer), "generation": generation,
+                    "progress": progress or {}}
         write_atomically(os.path.join(directory, MANIFEST), json.dumps(manifest).encode())
     with stall.waiting("checkpoint save: the manifest"):
         this.comm.Barrier()  # committed: the older generations can go
@@ -89,14 +99,30 @@ def save(directory: str, net: gluon.Block, trainer: gluon.Trainer) -> None:
             os.remove(path)
 
 
-def load(directory: str, net: gluon.Block, trainer: gluon.Trainer) -> None:
-    """Collective: every rank reads back what `save` wrote for it. The network must be
-    initialised (shapes known: in_units, or one forward pass) and the Trainer created."""
+def load(directory: str, net: gluon.Block, trainer: gluon.Trainer) -> dict:
+    """Collective: every rank reads back what `save` wrote for it; returns the progress
+    saved with it ({} if none). The network must be initialised (shapes known: in_units,
+    or one forward pass) and the Trainer created."""
     this = _one_mpi_job("load")
     manifest = this.comm.bcast(_read_manifest(directory) if this.rank == 0 else None, root=0)
     if manifest is None:
         raise MXKVError(f"{os.path.join(directory, MANIFEST)} is missing: {directory} is not a "
                         "checkpoint written (to the end) by mxkv_hybrid.checkpoint.save")
+    return _restore(this, manifest, directory, net, trainer)
+
+
+def load_latest(directory: str, net: gluon.Block, trainer: gluon.Trainer) -> Optional[dict]:
+    """Collective: resumes from the checkpoint committed in `directory` and returns the
+    progress saved with it; None, loading nothing, when there is none yet (a first start).
+    A script that calls it before training goes on by itself after `mxkv-launch
+    --restarts` started it again."""
+    this = _one_mpi_job("load_latest")
+    manifest = this.comm.bcast(_read_manifest(directory) if this.rank == 0 else None, root=0)
+    return None if manifest is None else _restore(this, manifest, directory, net, trainer)
+
+
+def _restore(this: World, manifest: dict, directory: str, net: gluon.Block,
+             trainer: gluon.Trainer) -> dict:
     mode = _mode(trainer)
     if manifest["ranks"] != this.size or manifest["mode"] != mode:
         raise MXKVError(f"{directory} was saved by {manifest['ranks']} ranks in mode "
@@ -112,3 +138,10 @@ def load(directory: str, net: gluon.Block, trainer: gluon.Trainer) -> None:
     # _init_params), which must not replace the per-rank weights loaded next.
     trainer.load_states(states)
     net.load_parameters(params, ctx=next(iter(net.collect_params().values())).list_ctx())
+    if not trainer._kv_initialized:
+        # The store updates the weights itself (modes allreduce and sync): loading them made
+        # MXNet reset the Trainer's store, whose next start would set a fresh optimizer and
+        # lose the loaded momentum. Loading the states again starts it now, with the loaded
+        # weights (the same on every rank in these modes) and the loaded optimizer state.
+        trainer.load_states(states)
+    return manifest.get("progress", {})
