@@ -200,9 +200,12 @@ def parse_arguments(argv: Optional[List[str]] = None) -> argparse.Namespace:
                     help="modes async and easgd: start each group (--group-size ranks) as its "
                          "own MPI job, joined to the others only through the parameter server: "
                          "a group whose rank dies ends alone and the others train on")
-    ps.add_argument("--restarts", type=int, default=0,
-                    help="with --group-jobs: start a lost group's job again up to this many "
-                         "times; it rejoins the servers' model (default 0)")
+    parser.add_argument("--restarts", type=int, default=0,
+                        help="start a failed job again up to this many times (MXKV_ATTEMPT "
+                             "counts them; a script that calls mxkv_hybrid.checkpoint."
+                             "load_latest resumes from its last checkpoint); with --group-jobs "
+                             "or --join only the lost group's job, which rejoins the servers' "
+                             "model (default 0)")
     ps.add_argument("--serve", action="store_true",
                     help="modes async and easgd: start the parameter server for --groups groups "
                          "that join from anywhere, print the address they join at "
@@ -239,6 +242,8 @@ def parse_arguments(argv: Optional[List[str]] = None) -> argparse.Namespace:
         parser.error("no command given: mxkv-launch -n 2 -- python train.py")
     if args.num_ranks is None or args.num_ranks < 1:
         parser.error("-n (the number of ranks) must be given and at least 1")
+    if args.restarts < 0:
+        parser.error("--restarts must not be negative")
     if args.join:
         check_join(parser, args, mode)
         return args
@@ -250,8 +255,6 @@ def parse_arguments(argv: Optional[List[str]] = None) -> argparse.Namespace:
         parser.error("--groups declares the groups of --serve")
     if args.group_jobs:
         check_group_jobs(parser, args, mode)
-    elif args.restarts:
-        parser.error("--restarts restarts a lost group's own MPI job: it needs --group-jobs or --join")
     if args.servers and mode in ("allreduce", "lasgd"):
         parser.error(f"--servers serves the modes sync, async and easgd, and MXKV_MODE is {mode}"
                      f"{'' if 'MXKV_MODE' in os.environ else ' (unset)'}, which uses no parameter "
@@ -283,8 +286,6 @@ def check_join(parser: argparse.ArgumentParser, args: argparse.Namespace, mode: 
     if args.servers or args.group_size or args.group_jobs or args.groups or args.check:
         parser.error("--join runs one group of a served job (-n is its size): drop --servers, "
                      "--group-size, --group-jobs, --groups and --check")
-    if args.restarts < 0:
-        parser.error("--restarts must not be negative")
 
 
 def check_group_jobs(parser: argparse.ArgumentParser, args: argparse.Namespace, mode: str) -> None:
@@ -292,8 +293,6 @@ def check_group_jobs(parser: argparse.ArgumentParser, args: argparse.Namespace, 
     check_separable_mode(parser, mode, "--group-jobs")
     if not args.group_size:
         parser.error("--group-jobs needs --group-size (the ranks of each group's job)")
-    if args.restarts < 0:
-        parser.error("--restarts must not be negative")
     if args.hosts or args.hostfile or args.check:
         parser.error("--group-jobs starts every group on this machine and does not take -H, "
                      "--hostfile or --check yet")
@@ -338,24 +337,47 @@ def main(argv: Optional[List[str]] = None) -> None:
         else:
             print(" ".join(command))
         return
-    if args.restarts:
+    if args.restarts and (args.group_jobs or args.join):
         for name, value in HEARTBEAT.items():
             os.environ.setdefault(name, value)
-    helpers = []
-    if args.servers:
-        try:
-            helpers = start_parameter_servers(args, count_groups(args), mpiexec, flavour)
-        except RuntimeError as err:
-            sys.exit(f"mxkv-launch: could not start the parameter server: {err}")
     if args.join:
         sys.exit(join_group(args.join, args.num_ranks, mode, command, flavour, args.timeout,
                             args.restarts, read_knob("MXKV_PS_TIMEOUT")))
     if args.group_jobs:
+        helpers = start_servers_or_exit(args, mpiexec, flavour)
         restarts = Restarts(args.restarts, float(os.environ.get("PS_HEARTBEAT_TIMEOUT", 0)) + 2)
         code = supervise_groups(start_group_jobs(args, mpiexec, flavour), helpers, args.timeout,
                                 restarts)
         merge_timeline()
         sys.exit(code)
-    job = start("MPI job", command)
-    sys.exit(supervise(job, helpers, args.timeout, args.num_ranks))
+    sys.exit(run_with_restarts(args, command, mpiexec, flavour))
+
+
+def start_servers_or_exit(args: argparse.Namespace, mpiexec: str, flavour: str) -> List[Node]:
+    """The parameter-server processes of --servers (none without it)."""
+    if not args.servers:
+        return []
+    try:
+        return start_parameter_servers(args, count_groups(args), mpiexec, flavour)
+    except RuntimeError as err:
+        sys.exit(f"mxkv-launch: could not start the parameter server: {err}")
+
+
+def run_with_restarts(args: argparse.Namespace, command: List[str], mpiexec: str,
+                      flavour: str) -> int:
+    """Runs the job (and its parameter servers), and while --restarts allows starts a failed
+    job again with fresh servers, MXKV_ATTEMPT counting the starts; --timeout bounds them all."""
+    deadline = None if args.timeout is None else time.monotonic() + args.timeout
+    attempt = 0
+    while True:
+        helpers = start_servers_or_exit(args, mpiexec, flavour)
+        job = start("MPI job", command, dict(os.environ, MXKV_ATTEMPT=str(attempt)))
+        left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+        code = supervise(job, helpers, left, args.num_ranks)
+        if code in (0, 124, 130) or attempt == args.restarts:
+            return code
+        attempt += 1
+        print(f"mxkv-launch: starting the job again (restart {attempt} of {args.restarts}, "
+              f"MXKV_ATTEMPT={attempt}); a script that calls mxkv_hybrid.checkpoint.load_latest "
+              "goes on from its last checkpoint", file=sys.stderr, flush=True)
 
