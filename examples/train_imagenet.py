@@ -17,7 +17,8 @@ there). `python examples/make_tiny_imagenet.py --out DATA` generates a small one
 - Optional label smoothing and mixup. Top-1/top-5 validation on every rank's shard,
   combined through the store.
 - A checkpoint every epoch in --save-dir (mxkv_hybrid.checkpoint: every rank's weights
-  and optimizer state, and the averaging state in modes easgd/lasgd); --resume-epoch N
+  and optimizer state, and the averaging state in modes easgd/lasgd); --auto-resume keeps
+  one, replaced every epoch, and starts from it (mxkv-launch --restarts); --resume-epoch N
   continues from epoch N's.
 - Models: MXNet's model zoo (resnet18_v1, resnet50_v1, mobilenet1.0, mobilenetv2_1.0,
   ...), or gluoncv's (resnet50_v1b, ...) when gluoncv is installed (pip install -e
@@ -68,10 +69,16 @@ def parse_arguments() -> argparse.Namespace:
     saving = parser.add_argument_group("checkpoints and output")
     saving.add_argument("--save-dir", default="", help="a checkpoint per epoch (default: none)")
     saving.add_argument("--resume-epoch", type=int, default=0)
+    saving.add_argument("--auto-resume", action="store_true",
+                        help="keep one checkpoint, --save-dir/latest, replaced every epoch, "
+                             "and start from it when it exists: a job that mxkv-launch "
+                             "--restarts started again goes on by itself")
     saving.add_argument("--log-interval", type=int, default=20, help="steps between lines")
     args = parser.parse_args()
-    if args.resume_epoch and not args.save_dir:
-        parser.error("--resume-epoch needs --save-dir")
+    if (args.resume_epoch or args.auto_resume) and not args.save_dir:
+        parser.error("--resume-epoch and --auto-resume need --save-dir")
+    if args.resume_epoch and args.auto_resume:
+        parser.error("--resume-epoch and --auto-resume exclude each other")
     if args.save_dir and os.environ.get("MXKV_MODE") == "async":
         parser.error("MXKV_MODE=async keeps the optimizer state on the parameter servers, "
                      "which cannot be saved: drop --save-dir or use another mode")
@@ -266,7 +273,13 @@ def main() -> None:
         f"{args.warmup_epochs:g} warm-up epochs", flush=True)
 
     first = 1
-    if args.resume_epoch:
+    if args.auto_resume:
+        progress = mxkv_hybrid.checkpoint.load_latest(os.path.join(args.save_dir, "latest"), net,
+                                                      trainer)
+        if progress:
+            first = progress["epoch"] + 1
+            say(f"resumed from the latest checkpoint, after epoch {progress['epoch']}", flush=True)
+    elif args.resume_epoch:
         mxkv_hybrid.checkpoint.load(os.path.join(args.save_dir, f"epoch{args.resume_epoch:04d}"),
                                     net, trainer)
         first = args.resume_epoch + 1
@@ -301,7 +314,10 @@ def main() -> None:
         top1, top5, _ = validate(net, val_data, contexts, kv, classes)
         say(f"epoch {epoch} done in {time.time() - started:.1f} s: validation top-1 {top1:.4f} "
             f"top-5 {top5:.4f} (rank 0's model)", flush=True)
-        if args.save_dir:
+        if args.auto_resume:
+            mxkv_hybrid.checkpoint.save(os.path.join(args.save_dir, "latest"), net, trainer,
+                                        progress={"epoch": epoch})
+        elif args.save_dir:
             mxkv_hybrid.checkpoint.save(os.path.join(args.save_dir, f"epoch{epoch:04d}"), net, trainer)
 
     if isinstance(kv, mxkv_hybrid.Hybrid):

@@ -162,10 +162,7 @@ def test_dry_run_prints_one_mpi_job_per_group():
     assert [line.split(" -n ")[1].split()[0] for line in lines] == ["2", "2", "1"]
 
 
-def test_restarts_need_group_jobs(monkeypatch, capsys):
-    monkeypatch.setenv("MXKV_MODE", "easgd")
+def test_negative_restarts_are_refused(capsys):
     with pytest.raises(SystemExit):
-        parse_arguments(["-n", "4", "--group-size", "2", "--servers", "1", "--restarts", "1",
-                         "--", "python", "x.py"])
-    assert "--restarts restarts a lost group's own MPI job: it needs --group-jobs or --join" in \
-        capsys.readouterr().err
+        parse_arguments(["-n", "2", "--restarts", "-1", "--", "python", "x.py"])
+    assert "--restarts must not be negative" in capsys.readouterr().err

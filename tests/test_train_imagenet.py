@@ -1,6 +1,7 @@
 """examples/train_imagenet.py on the generated tiny ImageNet, 2 ranks: it learns (top-1
 far above chance) from RecordIO and from an image folder, ends with identical weights,
 and a run resumed from a checkpoint continues where the first one was."""
+import os
 import re
 import subprocess
 import sys
@@ -55,3 +56,23 @@ def test_a_resumed_run_continues_from_its_checkpoint(tiny_imagenet, tmp_path):
     rates = [re.findall(r"epoch 3 step \d+/\d+ .* lr ([0-9.]+)", run) for run in (first, resumed)]
     assert rates[0] and rates[0] == rates[1], rates
     assert "epoch 1 " not in resumed.split("resumed from")[1]
+
+
+def test_a_restarted_job_goes_on_from_its_latest_checkpoint(tiny_imagenet, tmp_path):
+    """mxkv-launch --restarts 1 with --auto-resume: rank 1 is killed at its 25th pushpull,
+    in epoch 3 (10 steps and the validation's pushpulls an epoch); the job starts again from
+    the checkpoint of epoch 2, runs epoch 3 once more, and finishes."""
+    done = subprocess.run(
+        [sys.executable, "-m", "mxkv_hybrid.launch", "-n", "2", "--timeout", str(JOB_TIMEOUT),
+         "--restarts", "1", "--", "python", str(EXAMPLES / "train_imagenet.py"), "--data-dir",
+         str(tiny_imagenet), "--image-size", "32", "--warmup-epochs", "1", "--log-interval", "5",
+         "--num-epochs", "3", "--data-format", "folder", "--save-dir", str(tmp_path),
+         "--auto-resume"], capture_output=True, text=True, timeout=JOB_TIMEOUT + 30,
+        env=dict(os.environ, MXKV_FAULT="kill:rank=1:step=25"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "starting the job again (restart 1 of 1" in done.stderr, done.stderr
+    rank0 = [line[4:] for line in done.stdout.splitlines() if line.startswith("[0] ")]
+    assert "resumed from the latest checkpoint, after epoch 2" in rank0, done.stdout
+    assert sum(line.startswith("epoch 3 done") for line in rank0) == 1, done.stdout
+    final_result("\n".join(rank0))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["latest"]
