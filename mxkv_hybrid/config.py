@@ -180,7 +180,7 @@ KNOBS: Dict[str, Knob] = {
                             "smaller)."),
     "MXKV_GROUP_JOB": Knob(parse_group_job, "",
                            "Set by `mxkv-launch --group-jobs` for each group's own MPI job "
-                           "(modes async and easgd): group=G:groups=N:first_rank=F:ranks=R says "
+                           "(modes sync, async and easgd): group=G:groups=N:first_rank=F:ranks=R says "
                            "which group this job is and which of all ranks it holds. Empty: one "
                            "MPI job holds every rank."),
     "MXKV_ATTEMPT": Knob(_whole_number(0, None, "a whole number >= 0"), "0",
@@ -325,12 +325,13 @@ class Config:
                               "engine, and MXNET_ENGINE_TYPE=NaiveEngine runs every operation at "
                               "once: set MXKV_LASGD_OVERLAP=0 or unset MXNET_ENGINE_TYPE")
         if values["MXKV_GROUP_JOB"] is not None and (
-                values["MXKV_MODE"] not in ("async", "easgd") or values["MXKV_EASGD_SYNC"]):
+                values["MXKV_MODE"] not in ("sync", "async", "easgd") or values["MXKV_EASGD_SYNC"]):
             raise ConfigError(f"MXKV_MODE={values['MXKV_MODE']}"
                               f"{' with MXKV_EASGD_SYNC=1' if values['MXKV_EASGD_SYNC'] else ''} "
-                              "makes every group wait for the others at each step, so the groups "
-                              "cannot run as separate MPI jobs (MXKV_GROUP_JOB, mxkv-launch "
-                              "--group-jobs): use MXKV_MODE=async or easgd, or drop --group-jobs")
+                              "cannot run its groups as separate MPI jobs (MXKV_GROUP_JOB, "
+                              "mxkv-launch --group-jobs): they are joined through the parameter "
+                              "server only in the modes sync, async and easgd (asynchronous); "
+                              "use one of those, or drop --group-jobs")
         return cls(mode=values["MXKV_MODE"],
                    bucket_bytes=int(values["MXKV_BUCKET_MB"] * 1024 * 1024),
                    average=values["MXKV_AVERAGE"], group_size=values["MXKV_GROUP_SIZE"],

@@ -56,8 +56,10 @@ class Hybrid(KVStoreBase):
             self._averaging = self._reducer = elastic
         if mode == "lasgd":
             self._averaging = self._reducer = LocalSGD(self._config, self._world)
+        share = None  # separate sync group jobs: how a broadcast reaches the other groups
         if mode == "sync":
             self._reducer = GroupedSync(self._config, self._world, groups(self._config.group_size))
+            share = None if self._world.spans_all_ranks else self._reducer.share_across_groups
         throttle = link_throttle(self._config)
         if mode == "allreduce" and throttle is not None:
             self._reducer = ThrottledReducer(self._collectives, throttle)
@@ -65,7 +67,9 @@ class Hybrid(KVStoreBase):
             self._weights = ServerWeights(self._config, self._world,
                                           groups(self._config.group_size), self._collectives)
         else:
-            self._weights = WorkerWeights(self._collectives, self._reducer, self._config.average)
+            self._weights = WorkerWeights(self._collectives, self._reducer, self._config.average,
+                                          share)
+        self._share = share
         self._summary = summary_for(self._config)  # MXKV_SUMMARY_EVERY
 
     # ---- identity -------------------------------------------------------------------
@@ -145,6 +149,8 @@ class Hybrid(KVStoreBase):
             self._weights.init("broadcast", keys, values, outs)
         else:
             self._active().broadcast("broadcast", keys, values, outs)
+            if self._share is not None:
+                self._share("broadcast", keys, outs)
 
     def broadcast_weights(self, key, value, out) -> None:
         """broadcast() of model weights (the Trainer and Module hooks use it): the averaging

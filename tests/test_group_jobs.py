@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import Job, launch
+from conftest import Job, launch, load_ranks
 from mxkv_hybrid.config import Config, GroupJob, parse_group_job
 from mxkv_hybrid.errors import ConfigError
 from mxkv_hybrid.launch.group_jobs import GroupPlan, plan_groups, renumbering
@@ -111,6 +111,47 @@ def test_a_lost_group_is_restarted_and_rejoins_the_servers_model(job_dir, mode, 
     assert float(found[0]["accuracy"]) >= accuracy, job.output
 
 
+def test_sync_group_jobs_train_as_one_mpi_job_does(job_dir):
+    """Mode sync, 2 groups of 2, ranks seeded apart: the group jobs start from group 0's
+    weights (as one job starts from rank 0's) and end bitwise where one MPI job ends."""
+    options = ["--group-size", "2", "--servers", "1"]
+    runs = {}
+    for layout in ("one job", "group jobs"):
+        out = job_dir / layout.replace(" ", "_")
+        job = launch(4, "train_convex.py", str(out), "60", env={"MXKV_MODE": "sync"},
+                     launcher_options=options + (["--group-jobs"] if layout == "group jobs" else []))
+        assert job.returncode == 0, job.output
+        runs[layout] = load_ranks(out, 4)
+    for rank, (mine, reference) in enumerate(zip(runs["group jobs"], runs["one job"])):
+        for name in reference:
+            assert np.array_equal(mine[name], reference[name]), (rank, name)
+
+
+def test_a_lost_sync_group_stops_the_others(job_dir):
+    """The servers of mode sync wait for every group's gradients: when group 1 is lost the
+    launcher ends group 0 at once (MXKV_PS_TIMEOUT is 600 s and --timeout 120 s here, so
+    a group left waiting would end with the launcher's timeout, 124, instead)."""
+    job = launch(4, "train_convex.py", str(job_dir), "200",
+                 env={"MXKV_MODE": "sync", "MXKV_PS_TIMEOUT": "600",
+                      "MXKV_FAULT": "kill:rank=2:step=20"},
+                 launcher_options=["--group-size", "2", "--servers", "1", "--group-jobs"],
+                 timeout=120)
+    assert job.returncode == 1, job.output
+    assert re.search(r"group 1 \(ranks 2-3\) was lost: its MPI job exited with status \d+; "
+                     r"rank 2 \(pid", job.output), job.output
+    assert "in MXKV_MODE=sync the servers wait for every group's gradients, so the other " \
+           "groups cannot go on: stopping them" in job.output
+    assert not list(job_dir.glob("rank*.npz"))
+
+
+def test_sync_group_jobs_refuse_restarts(monkeypatch, capsys):
+    monkeypatch.setenv("MXKV_MODE", "sync")
+    with pytest.raises(SystemExit):
+        parse_arguments(["-n", "4", "--group-size", "2", "--servers", "1", "--group-jobs",
+                         "--restarts", "1", "--", "python", "x.py"])
+    assert "a lost group has nothing to rejoin" in capsys.readouterr().err
+
+
 def test_groups_are_planned_by_size_and_numbered_in_the_whole_job():
     assert plan_groups(5, 2) == [GroupPlan(0, 3, 0, 2, 5), GroupPlan(1, 3, 2, 2, 5),
                                  GroupPlan(2, 3, 4, 1, 5)]
@@ -130,10 +171,10 @@ def test_a_malformed_group_job_is_refused(text):
         Config.from_environment({"MXKV_MODE": "easgd", "MXKV_GROUP_JOB": text})
 
 
-@pytest.mark.parametrize("env", [{"MXKV_MODE": "sync"}, {"MXKV_MODE": "allreduce"},
+@pytest.mark.parametrize("env", [{"MXKV_MODE": "lasgd"}, {"MXKV_MODE": "allreduce"},
                                  {"MXKV_MODE": "easgd", "MXKV_EASGD_SYNC": "1"}])
-def test_modes_whose_groups_wait_for_each_other_are_refused(env, monkeypatch, capsys):
-    with pytest.raises(ConfigError, match="cannot run as separate MPI jobs"):
+def test_modes_without_separate_groups_are_refused(env, monkeypatch, capsys):
+    with pytest.raises(ConfigError, match="cannot run its groups as separate MPI jobs"):
         Config.from_environment(dict(env, MXKV_GROUP_JOB=plan_groups(4, 2)[0].knob))
     for name, value in env.items():
         monkeypatch.setenv(name, value)

@@ -1,6 +1,6 @@
-"""`mxkv-launch --group-jobs`: every group as its own MPI job (modes async and easgd),
+"""`mxkv-launch --group-jobs`: every group as its own MPI job (modes sync, async and easgd),
 joined to the others only through the parameter server, so a group that dies ends only
-its own job while the other groups train on.
+its own job while the other groups train on (async, easgd; in sync they cannot).
 
 Group g of G holds the ranks g*S .. min((g+1)*S, N) - 1 (S = --group-size). Its job gets
 MXKV_GROUP_JOB (which group, which of all ranks) and its lines are printed with those
@@ -160,11 +160,13 @@ def _restart(run: GroupRun) -> GroupRun:
 
 
 def supervise_groups(runs: List[GroupRun], helpers: List[Node], timeout: Optional[float],
-                     restarts: Restarts) -> int:
+                     restarts: Restarts, together: bool = False) -> int:
     """Waits for every group job; a failed group ends alone, and is started again while
-    `restarts` allows. Ends everything on timeout, a dead parameter-server process or a
-    signal. Returns the exit status: 0 when every group finished (restarted or not), 1
-    when a group was lost for good, 124 timeout, 130 stopped."""
+    `restarts` allows; `together` (mode sync, where the servers wait for every group's
+    gradients) ends the others when a group is lost. Ends everything on timeout, a dead
+    parameter-server process or a signal. Returns the exit status: 0 when every group
+    finished (restarted or not), 1 when a group was lost for good, 124 timeout, 130
+    stopped."""
     stop_on_signals()
     deadline = None if timeout is None else time.monotonic() + timeout
     code = None
@@ -178,10 +180,17 @@ def supervise_groups(runs: List[GroupRun], helpers: List[Node], timeout: Optiona
                     run.watch.wait(POLL_SECONDS / len(running))
                     run.code = run.process.poll()
                     if run.code not in (None, 0):
-                        _lost(run, restarts, any(r.code is None for r in runs))
+                        _lost(run, restarts, any(r.code is None for r in runs) and not together)
+                        if together and run.restart_at is None:
+                            say("in MXKV_MODE=sync the servers wait for every group's "
+                                "gradients, so the other groups cannot go on: stopping them")
+                            code = 1
+                            break
             if not running:
                 time.sleep(POLL_SECONDS)
             dead = [h for h in helpers if h.process.poll() not in (None, 0)]
+            if code is not None:
+                break
             if dead:
                 say(f"the {dead[0].name} (pid {dead[0].process.pid}) exited with status "
                     f"{dead[0].process.returncode} while the groups were running; stopping "

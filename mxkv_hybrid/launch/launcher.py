@@ -197,9 +197,10 @@ def parse_arguments(argv: Optional[List[str]] = None) -> argparse.Namespace:
                          "scheduler at (DMLC_PS_ROOT_URI; default 127.0.0.1)")
     ps.add_argument("--ps-interface", help="network interface ps-lite uses (DMLC_INTERFACE)")
     ps.add_argument("--group-jobs", action="store_true",
-                    help="modes async and easgd: start each group (--group-size ranks) as its "
-                         "own MPI job, joined to the others only through the parameter server: "
-                         "a group whose rank dies ends alone and the others train on")
+                    help="modes sync, async and easgd: start each group (--group-size ranks) "
+                         "as its own MPI job, joined to the others only through the parameter "
+                         "server: a group whose rank dies ends alone and (async, easgd) the "
+                         "others train on")
     parser.add_argument("--restarts", type=int, default=0,
                         help="start a failed job again up to this many times (MXKV_ATTEMPT "
                              "counts them; a script that calls mxkv_hybrid.checkpoint."
@@ -262,13 +263,13 @@ def parse_arguments(argv: Optional[List[str]] = None) -> argparse.Namespace:
     return args
 
 
-def check_separable_mode(parser: argparse.ArgumentParser, mode: str, option: str) -> None:
-    """Groups run as separate MPI jobs only in the modes whose groups never wait for each
-    other."""
+def check_separable_mode(parser: argparse.ArgumentParser, mode: str, option: str,
+                         modes=("async", "easgd")) -> None:
+    """Groups run as separate MPI jobs in `modes` (asynchronous easgd only)."""
     easgd_sync = read_knob("MXKV_EASGD_SYNC")
-    if mode not in ("async", "easgd") or (mode == "easgd" and easgd_sync):
-        parser.error(f"{option} runs each group as its own MPI job, for the modes whose "
-                     f"groups never wait for each other (async, easgd), and MXKV_MODE is {mode}"
+    if mode not in modes or (mode == "easgd" and easgd_sync):
+        parser.error(f"{option} runs each group as its own MPI job, in the modes "
+                     f"{', '.join(modes)} (easgd asynchronous), and MXKV_MODE is {mode}"
                      f"{' with MXKV_EASGD_SYNC=1' if easgd_sync else ''}: drop {option}")
 
 
@@ -289,8 +290,12 @@ def check_join(parser: argparse.ArgumentParser, args: argparse.Namespace, mode: 
 
 
 def check_group_jobs(parser: argparse.ArgumentParser, args: argparse.Namespace, mode: str) -> None:
-    """--group-jobs: the modes whose groups need not wait for each other, groups by size."""
-    check_separable_mode(parser, mode, "--group-jobs")
+    """--group-jobs: the modes joined through the parameter server, groups by size."""
+    check_separable_mode(parser, mode, "--group-jobs", ("sync", "async", "easgd"))
+    if mode == "sync" and args.restarts:
+        parser.error("in MXKV_MODE=sync the model lives on the workers, so a lost group has "
+                     "nothing to rejoin: drop --group-jobs and restart the whole job from its "
+                     "checkpoint (--restarts with checkpoint.load_latest)")
     if not args.group_size:
         parser.error("--group-jobs needs --group-size (the ranks of each group's job)")
     if args.hosts or args.hostfile or args.check:
@@ -347,7 +352,7 @@ def main(argv: Optional[List[str]] = None) -> None:
         helpers = start_servers_or_exit(args, mpiexec, flavour)
         restarts = Restarts(args.restarts, float(os.environ.get("PS_HEARTBEAT_TIMEOUT", 0)) + 2)
         code = supervise_groups(start_group_jobs(args, mpiexec, flavour), helpers, args.timeout,
-                                restarts)
+                                restarts, together=mode == "sync")
         merge_timeline()
         sys.exit(code)
     sys.exit(run_with_restarts(args, command, mpiexec, flavour))

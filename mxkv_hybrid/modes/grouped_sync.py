@@ -25,6 +25,7 @@ class GroupedSync:
     def __init__(self, config: Config, world: World, groups: Groups):
         self._world_size = world.size
         self._group_comm = groups.group_comm
+        self._group_index = groups.group_index
         self._group = TensorCollectives(groups.group_comm, replace(config, overlap=False))
         self._layouts: Dict[Tuple, Layout] = {}
         self._ps = connect_leader("dist_sync", config, world, groups)
@@ -48,6 +49,18 @@ class GroupedSync:
                 buffer *= 1.0 / self._world_size
         wait_for_leader(self._group_comm, is_leader=True)
         self._group.broadcast(op, keys, fused, outputs, root=0)
+
+    def share_across_groups(self, op: str, keys: Sequence[Key], arrays: Sequence[Arrays]) -> None:
+        """Separate group jobs: arrays[k] (equal inside the group) become group 0's in every
+        group, as the one MPI job's broadcast from rank 0 would make them: the leaders sum
+        group 0's values and the other groups' zeros through fresh keys on the servers."""
+        if self._ps is not None:
+            if self._group_index != 0:
+                for array in arrays:
+                    array[0][:] = 0
+            self._ps.sum_across_groups(self._ps.new_chunks([a[0] for a in arrays]))
+        wait_for_leader(self._group_comm, is_leader=self._ps is not None)
+        self._group.broadcast(op, keys, [[a[0]] for a in arrays], arrays, root=0)
 
     def _layout(self, layout_id: Tuple, outputs: Sequence[Arrays]) -> Layout:
         """One flat buffer per dtype, and a view of it shaped like each key's array."""

@@ -3,7 +3,7 @@
 Like MXNet's local store: `init` keeps rank 0's value; `push` combines the values of
 all devices and ranks and, with an optimizer set, applies the update to the kept
 weight (the same on every rank, since every rank gets the same combined gradient)."""
-from typing import Dict, Sequence
+from typing import Callable, Dict, Optional, Sequence
 
 import mxnet as mx
 
@@ -12,11 +12,17 @@ from ..comm.collectives import Arrays, Key, TensorCollectives
 from ..errors import MXKVError
 
 
+Share = Callable[[str, Sequence[Key], Sequence[Arrays]], None]
+
+
 class WorkerWeights:
-    def __init__(self, world: TensorCollectives, reduction, average: bool):
-        """reduction: what combines values in this mode (world collectives or GroupedSync)."""
+    def __init__(self, world: TensorCollectives, reduction, average: bool,
+                 share: Optional[Share] = None):
+        """reduction: what combines values in this mode (world collectives or GroupedSync);
+        share: with separate group jobs, what makes a value the same in every group."""
         self._world = world
         self._reduction = reduction
+        self._share = share
         self._average = average
         self._weights: Dict[Key, mx.nd.NDArray] = {}
         self._reduced: Dict[Key, mx.nd.NDArray] = {}  # push buffers, used with an optimizer
@@ -42,7 +48,10 @@ class WorkerWeights:
         for k, v in zip(keys, values):
             if k not in self._weights:
                 self._weights[k] = mx.nd.empty(v[0].shape, ctx=v[0].context, dtype=v[0].dtype)
-        self._world.broadcast(op, keys, values, [[self._weights[k], *o] for k, o in zip(keys, outs)])
+        kept = [[self._weights[k], *o] for k, o in zip(keys, outs)]
+        self._world.broadcast(op, keys, values, kept)
+        if self._share is not None:
+            self._share(op, keys, kept)
 
     def push(self, op: str, keys: Sequence[Key], values: Sequence[Arrays]) -> None:
         targets = [[self._reduced_buffer(k)] if self.updates(k) else [self._weights[k]]

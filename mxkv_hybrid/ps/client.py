@@ -72,16 +72,22 @@ class ParameterServer:
                    ) -> List[Tuple[int, mx.nd.NDArray]]:
         """(PS key, view) pairs covering the fused buffers; created and initialised once."""
         if layout_id not in self._chunks:
-            pairs = []
-            for buffer in buffers:
-                chunks: List[Chunk] = balanced_chunks(buffer.size, self._num_servers,
-                                                      self._next_key, bigarray_bound())
-                if chunks:
-                    self._next_key = chunks[-1].key + 1
-                pairs += [(c.key, buffer[c.start:c.stop]) for c in chunks]
-            self.init([k for k, _ in pairs], [mx.nd.zeros(v.shape, dtype=v.dtype) for _, v in pairs])
-            self._chunks[layout_id] = pairs
+            self._chunks[layout_id] = self.new_chunks(buffers)
         return self._chunks[layout_id]
+
+    def new_chunks(self, arrays: Sequence[mx.nd.NDArray]) -> List[Tuple[int, mx.nd.NDArray]]:
+        """Fresh (PS key, view) pairs covering `arrays` in balanced chunks, their keys
+        created on the servers with zeros (an init: a barrier among the leaders)."""
+        pairs = []
+        for array in arrays:
+            flat = array.reshape((-1,))
+            chunks: List[Chunk] = balanced_chunks(flat.size, self._num_servers, self._next_key,
+                                                  bigarray_bound())
+            if chunks:
+                self._next_key = chunks[-1].key + 1
+            pairs += [(c.key, flat[c.start:c.stop]) for c in chunks]
+        self.init([k for k, _ in pairs], [mx.nd.zeros(v.shape, dtype=v.dtype) for _, v in pairs])
+        return pairs
 
     def sum_across_groups(self, pairs: Sequence[Tuple[int, mx.nd.NDArray]]) -> None:
         """dist_sync: pushes every chunk and pulls back the sum over all groups, in place."""
