@@ -93,12 +93,15 @@ def merge_timeline() -> None:
         print(f"mxkv-launch: {recorded}", file=sys.stderr, flush=True)
 
 
-def supervise(job: Node, helpers: List[Node], timeout: Optional[float], num_ranks: int) -> int:
-    """Waits for the job; ends everything on failure, timeout, a dead helper or a signal.
+def supervise(job: Node, helpers: List[Node], timeout: Optional[float], num_ranks: int,
+              deadline: Optional[float] = None) -> int:
+    """Waits for the job; ends everything on failure, timeout, a dead helper or a signal
+    (`deadline`, a time.monotonic(), ends the --timeout seconds begun before this job).
     Returns the exit status (124 timeout, 130 stopped)."""
     ranks = RankWatch(job.process.pid, num_ranks)
     stop_on_signals()
-    deadline = None if timeout is None else time.monotonic() + timeout
+    if deadline is None and timeout is not None:
+        deadline = time.monotonic() + timeout
     code = None
     try:
         while code is None:
@@ -377,8 +380,7 @@ def run_with_restarts(args: argparse.Namespace, command: List[str], mpiexec: str
     while True:
         helpers = start_servers_or_exit(args, mpiexec, flavour)
         job = start("MPI job", command, dict(os.environ, MXKV_ATTEMPT=str(attempt)))
-        left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
-        code = supervise(job, helpers, left, args.num_ranks)
+        code = supervise(job, helpers, args.timeout, args.num_ranks, deadline)
         if code in (0, 124, 130) or attempt == args.restarts:
             return code
         attempt += 1
