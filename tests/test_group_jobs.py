@@ -111,6 +111,20 @@ def test_a_lost_group_is_restarted_and_rejoins_the_servers_model(job_dir, mode, 
     assert float(found[0]["accuracy"]) >= accuracy, job.output
 
 
+def test_a_stuck_rank_is_reported_with_its_number_in_the_whole_job(job_dir):
+    """Rank 3 (group 1) hangs at its 5th step: the stall monitor of its group names ranks 2
+    and 3 as the whole job numbers them and ends that group's job; group 0 finishes."""
+    job = train(job_dir, 4, "easgd", 3, 0.1, {"MXKV_FAULT": "hang:rank=3:step=5",
+                                              "MXKV_STALL_TIMEOUT": "3"})
+    assert job.returncode == 1, job.output
+    report = "\n".join(job.lines_of(2))
+    assert re.search(r"rank 2 on \S+ waited \d+ s in #\d+ .* Where the ranks are:", report), \
+        job.output
+    assert re.search(r"rank 3 on \S+: working \(not in a collective\)", report), job.output
+    assert "mxkv-launch: 1 of 2 groups lost: group 1 (ranks 2-3)" in job.output
+    assert sorted(p.name for p in job_dir.glob("rank*.npz")) == ["rank0.npz", "rank1.npz"]
+
+
 def test_sync_group_jobs_train_as_one_mpi_job_does(job_dir):
     """Mode sync, 2 groups of 2, ranks seeded apart: the group jobs start from group 0's
     weights (as one job starts from rank 0's) and end bitwise where one MPI job ends."""

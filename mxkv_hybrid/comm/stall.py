@@ -56,8 +56,10 @@ class Whereabouts:
 class StallMonitor:
     """The waits of this rank, and the thread that watches them (one per process)."""
 
-    def __init__(self, comm: Any, host: str, timeout: float, on_stall: Callable[[], None]):
+    def __init__(self, comm: Any, host: str, timeout: float, on_stall: Callable[[], None],
+                 first_rank: int = 0):
         self._comm = comm  # a private duplicate: only monitors talk on it
+        self._first_rank = first_rank  # the number of comm's rank 0 in the whole job
         self._host = host
         self._timeout = timeout
         self._on_stall = on_stall
@@ -98,7 +100,8 @@ class StallMonitor:
             busy = max((method() for method in (ref() for ref in background) if method), default=0.0)
             if busy > 0:
                 waiting_in, seconds = BACKGROUND_WAIT, busy
-        return Whereabouts(self._comm.Get_rank(), self._host, waits, waiting_in, seconds, finished)
+        return Whereabouts(self._first_rank + self._comm.Get_rank(), self._host, waits,
+                           waiting_in, seconds, finished)
 
     def _mark_finished(self) -> None:
         """At exit (before MPI_Finalize, which would block with the GIL held): wait for the
@@ -158,7 +161,8 @@ class StallMonitor:
         for rank in range(self._comm.Get_size()):
             answer = answers.get(rank)
             lines.append("  " + (answer.describe(here.waits) if answer is not None else
-                                 f"rank {rank}: no answer within {ANSWER_SECONDS:g} s (dead, "
+                                 f"rank {self._first_rank + rank}: no answer within "
+                                 f"{ANSWER_SECONDS:g} s (dead, "
                                  "exiting, or stuck with Python's GIL held)"))
         sys.stderr.write("\n".join(lines) + "\n")
         sys.stderr.flush()
