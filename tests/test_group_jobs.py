@@ -1,6 +1,7 @@
 """mxkv-launch --group-jobs: each group its own MPI job (modes async and easgd), joined only
 through real ps-lite servers. Groups start from the same weights, end on the one model the
 mode delivers, and a group whose rank dies ends alone while the others finish."""
+import json
 import os
 import re
 import subprocess
@@ -66,13 +67,20 @@ def test_a_lost_easgd_group_ends_alone_and_the_others_finish(job_dir):
 
 def test_async_groups_start_from_and_end_on_the_servers_weights(job_dir):
     """2 groups of 2, ranks seeded apart: every rank starts from the weights the servers
-    kept and ends on the servers' weights after both groups' last update; the lines carry
-    the ranks' numbers in the whole job."""
+    kept and ends on the servers' weights after both groups' last update; the lines, the
+    step summary and the timeline carry the ranks' numbers in the whole job."""
     epochs = 12
-    job = train(job_dir, 4, "async", epochs, 0.03)
+    timeline = job_dir / "timeline.json"
+    job = train(job_dir, 4, "async", epochs, 0.03, {"MXKV_TIMELINE": str(timeline),
+                                                    "MXKV_SUMMARY_EVERY": "50"})
     assert job.returncode == 0, job.output
     for rank in range(4):
         assert f"rank {rank} of 4 starts" in job.lines_of(rank), job.output
+    for group, leader in ((0, 0), (1, 2)):  # one summary line per group job, by its leader
+        assert any(line.startswith(f"mxkv_hybrid summary: group {group}, steps 1-50, 2 rank(s)")
+                   for line in job.lines_of(leader)), job.output
+    events = json.loads(timeline.read_text())["traceEvents"]  # the group jobs' parts, merged
+    assert {e["pid"] for e in events} == {0, 1, 2, 3}
     found = rank_files(job_dir, range(4))
     assert all(int(f["steps"]) == epochs * (1437 // 4 // 32) for f in found.values())
     assert_same_on_every_rank(found, "initial/")
