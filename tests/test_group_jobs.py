@@ -174,6 +174,21 @@ def test_sync_group_jobs_refuse_restarts(monkeypatch, capsys):
     assert "a lost group has nothing to rejoin" in capsys.readouterr().err
 
 
+def test_check_reports_each_group_job(job_dir):
+    """--check with --group-jobs: each group job's leader reports on its group; in easgd a
+    value that is not a weight is combined over the group's ranks, and says so."""
+    job = launch(4, None, env={"MXKV_MODE": "easgd"}, timeout=60,
+                 launcher_options=["--group-size", "2", "--servers", "1", "--group-jobs",
+                                   "--check"])
+    assert job.returncode == 0, job.output
+    for group, leader, ranks in ((0, 0, "[0, 1]"), (1, 2, "[2, 3]")):
+        report = "\n".join(job.lines_of(leader))
+        assert f"groups:     group {group} of 2 as its own MPI job: ranks {leader}-{leader + 1} " \
+               f"of 4; leader (talks to the servers): rank {leader}" in report, job.output
+        assert report.count(f"correct on every rank (combined over ranks {ranks})") == 2, report
+        assert "result:     OK" in report, report
+
+
 def test_groups_are_planned_by_size_and_numbered_in_the_whole_job():
     assert plan_groups(5, 2) == [GroupPlan(0, 3, 0, 2, 5), GroupPlan(1, 3, 2, 2, 5),
                                  GroupPlan(2, 3, 4, 1, 5)]

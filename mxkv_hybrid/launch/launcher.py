@@ -301,9 +301,9 @@ def check_group_jobs(parser: argparse.ArgumentParser, args: argparse.Namespace, 
                      "checkpoint (--restarts with checkpoint.load_latest)")
     if not args.group_size:
         parser.error("--group-jobs needs --group-size (the ranks of each group's job)")
-    if args.hosts or args.hostfile or args.check:
-        parser.error("--group-jobs starts every group on this machine and does not take -H, "
-                     "--hostfile or --check yet")
+    if args.hosts or args.hostfile:
+        parser.error("--group-jobs starts every group on this machine and does not take -H "
+                     "or --hostfile yet")
 
 
 def start_group_jobs(args: argparse.Namespace, mpiexec: str, flavour: str) -> List[GroupRun]:

@@ -33,10 +33,24 @@ def _mpi_line(hosts: List[str]) -> str:
             f"{len(hosts)} rank(s) on {len(per_host)} host(s): {layout}")
 
 
+def _combined_ranks(config: Config) -> List[int]:
+    """The ranks whose values a pushpull of a value that is not a weight combines: all,
+    or with separate group jobs in modes async and easgd this group's."""
+    this = world()
+    if this.spans_all_ranks or config.mode == "sync":
+        return list(range(this.size))
+    return [this.rank - this.comm.Get_rank() + r for r in range(this.comm.Get_size())]
+
+
 def _groups_line(config: Config) -> str:
     if config.mode in ("allreduce", "lasgd"):
         return f"none (mode {config.mode}: one allreduce over all ranks)"
     these = groups(config.group_size)
+    job = world().group_job
+    if job is not None:
+        return (f"group {job.group} of {job.groups} as its own MPI job: ranks {job.first_rank}-"
+                f"{job.first_rank + world().comm.Get_size() - 1} of {job.ranks}; leader (talks to "
+                f"the servers): rank {job.first_rank}")
     leaders = world().comm.gather(world().rank if these.is_leader else None, root=0)
     shown = [r for r in leaders or [] if r is not None]
     size = f"{config.group_size} ranks each" if config.group_size else "one per host"
@@ -46,8 +60,9 @@ def _groups_line(config: Config) -> str:
 def _check_pushpull(store, config: Config) -> List[str]:
     """pushpull of rank + 1 at each size; every rank checks the result."""
     this = world()
-    total = this.size * (this.size + 1) / 2
-    expected = total / this.size if config.average else total
+    combined = _combined_ranks(config)
+    total = sum(rank + 1 for rank in combined)
+    expected = total / len(combined) if config.average else total
     lines = []
     for floats in SIZES:
         value = mx.nd.full((floats,), this.rank + 1, dtype="float32")
@@ -58,11 +73,13 @@ def _check_pushpull(store, config: Config) -> List[str]:
         result = value.asnumpy()
         seconds = time.perf_counter() - started
         wrong = this.comm.allgather(bool(np.abs(result - expected).max() > 1e-6 * expected))
-        bad = [rank for rank, is_wrong in enumerate(wrong) if is_wrong]
+        first = this.rank - this.comm.Get_rank()
+        bad = [first + rank for rank, is_wrong in enumerate(wrong) if is_wrong]
         algorithm = ""
         if config.mode == "allreduce":
             algorithm = f", algorithm {store._collectives.algorithm_for('float32', floats * 4)}"
-        verdict = "correct on every rank" if not bad else f"WRONG on ranks {bad}"
+        over = "" if len(combined) == this.size else f" (combined over ranks {combined})"
+        verdict = (f"correct on every rank{over}" if not bad else f"WRONG on ranks {bad}")
         lines.append(f"{_size_text(floats * 4)}: {verdict}, {seconds * 1e3:.2f} ms{algorithm}")
     return lines
 
@@ -92,7 +109,7 @@ def main() -> None:
     knobs = [f"{name}={os.environ[name]}" for name in KNOBS if name in os.environ]
     report.append(("knobs set", ", ".join(knobs) or "none (all defaults)"))
     store.close()
-    if this.rank == 0:
+    if this.comm.Get_rank() == 0:  # rank 0, or the leader of each group's own MPI job
         ok = all("WRONG" not in line for _, line in report)
         report.append(("result", f"{'OK' if ok else 'FAILED'} in {time.monotonic() - started:.2f} s"))
         print("mxkv_hybrid self-check\n" + "\n".join(f"  {name + ':':<12}{line}"
