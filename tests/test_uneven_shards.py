@@ -31,13 +31,18 @@ def reference(counts: List[int], ranks: Optional[Sequence[int]] = None) -> dict:
     return {"weight": weight, "bias": bias}
 
 
-@pytest.mark.parametrize("counts, mode", [([3, 5, 5], "allreduce"), ([5, 5, 3], "sync")],
-                         ids=["first-rank-short", "last-rank-short-sync"])
-def test_ranks_stop_together_with_reference_weights(job_dir, counts, mode):
+@pytest.mark.parametrize("counts, mode, group_jobs", [([3, 5, 5], "allreduce", False),
+                                                     ([5, 5, 3], "sync", False),
+                                                     ([5, 3, 5], "sync", True)],
+                         ids=["first-rank-short", "last-rank-short-sync",
+                              "middle-group-short-sync-group-jobs"])
+def test_ranks_stop_together_with_reference_weights(job_dir, counts, mode, group_jobs):
     """In mode sync (3 groups, 1 server) each process also trains two models, Module's and
-    Gluon's, through the one parameter-server connection it has."""
+    Gluon's, through the one parameter-server connection it has; as separate group jobs
+    the groups agree on every epoch's end through the servers."""
     assert BATCH * min(counts) > 0
     servers = ("--servers", "1", "--group-size", "1") if mode == "sync" else ()
+    servers += ("--group-jobs",) if group_jobs else ()
     job = launch(RANKS, "uneven_shards.py", "--out", str(job_dir),
                  "--batches", ",".join(map(str, counts)), "--epochs", str(EPOCHS), "--lr", str(LR),
                  env={"MXKV_MODE": mode}, launcher_options=servers)

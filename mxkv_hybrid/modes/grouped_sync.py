@@ -14,6 +14,7 @@ import mxnet as mx
 import numpy as np
 
 from ..comm.collectives import Arrays, Key, TensorCollectives
+from ..comm.lockstep import tie_groups
 from ..comm.topology import Groups, World, wait_for_leader
 from ..config import Config
 from ..ps.client import connect_leader, release
@@ -28,7 +29,10 @@ class GroupedSync:
         self._group_index = groups.group_index
         self._group = TensorCollectives(groups.group_comm, replace(config, overlap=False))
         self._layouts: Dict[Tuple, Layout] = {}
+        self._num_groups = groups.num_groups
         self._ps = connect_leader("dist_sync", config, world, groups)
+        if not world.spans_all_ranks:  # epoch ends and finite checks must span the groups
+            tie_groups(self.agree_across_groups)
         if self._ps is not None:
             atexit.register(self.close)
 
@@ -49,6 +53,16 @@ class GroupedSync:
                 buffer *= 1.0 / self._world_size
         wait_for_leader(self._group_comm, is_leader=True)
         self._group.broadcast(op, keys, fused, outputs, root=0)
+
+    def agree_across_groups(self, flag: bool) -> bool:
+        """Collective of this group, with the group's result: True when every group's is
+        (the leaders count the true ones on the dist_sync servers)."""
+        result = np.array([flag], np.int32)
+        if self._ps is not None:
+            result[0] = self._ps.count_across_groups(flag) == self._num_groups
+        wait_for_leader(self._group_comm, is_leader=self._ps is not None)
+        self._group_comm.Bcast(result, root=0)
+        return bool(result[0])
 
     def share_across_groups(self, op: str, keys: Sequence[Key], arrays: Sequence[Arrays]) -> None:
         """Separate group jobs: arrays[k] (equal inside the group) become group 0's in every

@@ -16,6 +16,7 @@ from ..safety.watchdog import Watchdog
 from .layout import Chunk, balanced_chunks, bigarray_bound
 
 REQUIRED = ("DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT", "DMLC_NUM_SERVER", "DMLC_NUM_WORKER")
+AGREE_KEY = 2 ** 30 + 2  # dist_sync: how many groups agreed (next to optimizers.py's keys)
 
 
 def check_environment(mode: str, num_groups: int) -> int:
@@ -64,6 +65,7 @@ class ParameterServer:
             # then stops the servers: mxkv-launch ends them when every group job is over.
             check_call(_LIB.MXKVStoreSetBarrierBeforeExit(self._store.handle, ctypes.c_int(0)))
         self._chunks: Dict[Tuple, List[Tuple[int, mx.nd.NDArray]]] = {}
+        self._agreed: Optional[mx.nd.NDArray] = None  # AGREE_KEY's last sum
         self._next_key = 0
         self.bytes_pushed = 0
         self.bytes_pulled = 0
@@ -88,6 +90,15 @@ class ParameterServer:
             pairs += [(c.key, flat[c.start:c.stop]) for c in chunks]
         self.init([k for k, _ in pairs], [mx.nd.zeros(v.shape, dtype=v.dtype) for _, v in pairs])
         return pairs
+
+    def count_across_groups(self, flag: bool) -> int:
+        """dist_sync: how many leaders pushed a true `flag` in this round (every leader
+        calls it at the same point; the first call creates the key)."""
+        if self._agreed is None:
+            self.init([AGREE_KEY], [mx.nd.zeros((1,))])
+            self._agreed = mx.nd.zeros((1,))
+        self.push_pull([AGREE_KEY], [mx.nd.array([float(flag)])], [self._agreed])
+        return int(round(float(self._agreed.asscalar())))
 
     def sum_across_groups(self, pairs: Sequence[Tuple[int, mx.nd.NDArray]]) -> None:
         """dist_sync: pushes every chunk and pulls back the sum over all groups, in place."""
