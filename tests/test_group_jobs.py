@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+from typing import List
 
 import numpy as np
 import pytest
@@ -228,16 +229,35 @@ def test_group_jobs_need_a_group_size(monkeypatch, capsys):
     assert "--group-jobs needs --group-size" in capsys.readouterr().err
 
 
-def test_dry_run_prints_one_mpi_job_per_group():
+def dry_run(*options: str) -> List[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MXKV_")}
-    done = subprocess.run([sys.executable, "-m", "mxkv_hybrid.launch", "-n", "5", "--group-size",
-                           "2", "--servers", "1", "--group-jobs", "--dry-run", "--", "python",
-                           "x.py"], capture_output=True, text=True, timeout=60,
-                          env=dict(env, MXKV_MODE="easgd"))
-    lines = done.stdout.splitlines()
+    done = subprocess.run([sys.executable, "-m", "mxkv_hybrid.launch", *options, "--servers", "1",
+                           "--group-jobs", "--dry-run", "--", "python", "x.py"],
+                          capture_output=True, text=True, timeout=60, env=dict(env, MXKV_MODE="easgd"))
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()
+
+
+def test_dry_run_prints_one_mpi_job_per_group():
+    lines = dry_run("-n", "5", "--group-size", "2")
     assert [line.split()[0] for line in lines] == [f"MXKV_GROUP_JOB={p.knob}"
-                                                   for p in plan_groups(5, 2)], done.stdout
+                                                   for p in plan_groups(5, 2)], lines
     assert [line.split(" -n ")[1].split()[0] for line in lines] == ["2", "2", "1"]
+
+
+@pytest.mark.parametrize("how", ["hosts", "hostfile"])
+def test_without_a_group_size_each_host_is_a_group_job(tmp_path, how):
+    if how == "hosts":
+        options = ["-H", "nodea:2,nodeb:3"]
+    else:
+        (tmp_path / "hosts").write_text("nodea:2\n# a comment\nnodeb:3\n")
+        options = ["--hostfile", str(tmp_path / "hosts")]
+    lines = dry_run("-n", "5", *options)
+    assert [line.split()[0] for line in lines] == [
+        "MXKV_GROUP_JOB=group=0:groups=2:first_rank=0:ranks=5",
+        "MXKV_GROUP_JOB=group=1:groups=2:first_rank=2:ranks=5"], lines
+    assert " -n 2 -prepend-rank -hosts nodea:2 " in lines[0]
+    assert " -n 3 -prepend-rank -hosts nodeb:3 " in lines[1]
 
 
 def test_negative_restarts_are_refused(capsys):

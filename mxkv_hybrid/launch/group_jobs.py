@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import BinaryIO, Callable, Dict, List, Optional
+from typing import BinaryIO, Callable, Dict, List, Optional, Tuple
 
 from .processes import Node, Terminated, end_process_group, stop_on_signals
 from .rank_watch import RankWatch
@@ -32,6 +32,7 @@ class GroupPlan:
     first_rank: int
     size: int
     ranks: int
+    host: Optional[str] = None  # where its ranks run (None: where mpiexec puts them)
 
     @property
     def knob(self) -> str:
@@ -50,6 +51,14 @@ def plan_groups(num_ranks: int, group_size: int) -> List[GroupPlan]:
     firsts = range(0, num_ranks, group_size)
     return [GroupPlan(g, len(firsts), first, min(group_size, num_ranks - first), num_ranks)
             for g, first in enumerate(firsts)]
+
+
+def plan_groups_by_host(hosts: List[Tuple[str, int]]) -> List[GroupPlan]:
+    """One group per (host, slots) entry, holding that many consecutive ranks there."""
+    firsts = [sum(slots for _, slots in hosts[:g]) for g in range(len(hosts))]
+    total = sum(slots for _, slots in hosts)
+    return [GroupPlan(g, len(hosts), first, slots, total, host)
+            for g, (first, (host, slots)) in enumerate(zip(firsts, hosts))]
 
 
 def renumbering(flavour: str, offset: int) -> Callable[[bytes], bytes]:

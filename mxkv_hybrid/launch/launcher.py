@@ -18,11 +18,12 @@ import socket
 import subprocess
 import sys
 import time
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 from ..comm import timeline
 from ..config import read_knob
-from .group_jobs import GroupRun, Restarts, plan_groups, start_group, supervise_groups
+from .group_jobs import (GroupPlan, GroupRun, Restarts, plan_groups, plan_groups_by_host,
+                         start_group, supervise_groups)
 from .processes import (GRACE_SECONDS, Node, Terminated, end_process_group, free_port, start,
                         stop_on_signals, wait_until_listening)
 from .rank_watch import RankWatch
@@ -200,8 +201,9 @@ def parse_arguments(argv: Optional[List[str]] = None) -> argparse.Namespace:
                          "scheduler at (DMLC_PS_ROOT_URI; default 127.0.0.1)")
     ps.add_argument("--ps-interface", help="network interface ps-lite uses (DMLC_INTERFACE)")
     ps.add_argument("--group-jobs", action="store_true",
-                    help="modes sync, async and easgd: start each group (--group-size ranks) "
-                         "as its own MPI job, joined to the others only through the parameter "
+                    help="modes sync, async and easgd: start each group (--group-size ranks, "
+                         "or without it one group per -H/--hostfile host) as its own MPI job, "
+                         "joined to the others only through the parameter "
                          "server: a group whose rank dies ends alone and (async, easgd) the "
                          "others train on")
     parser.add_argument("--restarts", type=int, default=0,
@@ -299,18 +301,38 @@ def check_group_jobs(parser: argparse.ArgumentParser, args: argparse.Namespace, 
         parser.error("in MXKV_MODE=sync the model lives on the workers, so a lost group has "
                      "nothing to rejoin: drop --group-jobs and restart the whole job from its "
                      "checkpoint (--restarts with checkpoint.load_latest)")
-    if not args.group_size:
-        parser.error("--group-jobs needs --group-size (the ranks of each group's job)")
-    if args.hosts or args.hostfile:
-        parser.error("--group-jobs starts every group on this machine and does not take -H "
-                     "or --hostfile yet")
+    if bool(args.group_size) == bool(args.hosts or args.hostfile):
+        parser.error("--group-jobs needs --group-size (groups of that many ranks) or -H / "
+                     "--hostfile (one group per host, its slots its ranks), one of them")
+    if not args.group_size and sum(slots for _, slots in host_slots(args)) != args.num_ranks:
+        parser.error(f"--group-jobs with -H/--hostfile: the hosts' slots must add up to -n "
+                     f"{args.num_ranks}, one group per host")
+
+
+def host_slots(args: argparse.Namespace) -> List[Tuple[str, int]]:
+    """(host, slots) of each -H entry or --hostfile line (host[:slots], 1 slot if none)."""
+    if args.hosts:
+        entries = [entry for entry in args.hosts.split(",") if entry]
+    else:
+        with open(args.hostfile) as f:
+            entries = [line.split()[0] for line in f if line.strip() and not line.startswith("#")]
+    return [(entry.split(":")[0], int(entry.split(":")[1]) if ":" in entry else 1)
+            for entry in entries]
+
+
+def plan_group_jobs(args: argparse.Namespace) -> List[GroupPlan]:
+    """--group-jobs: groups of --group-size ranks, or one group per host."""
+    if args.group_size:
+        return plan_groups(args.num_ranks, args.group_size)
+    return plan_groups_by_host(host_slots(args))
 
 
 def start_group_jobs(args: argparse.Namespace, mpiexec: str, flavour: str) -> List[GroupRun]:
-    """One MPI job per group of --group-size ranks (or, with --dry-run, their commands)."""
+    """One MPI job per group (or, with --dry-run, their commands)."""
     runs = []
-    for plan in plan_groups(args.num_ranks, args.group_size):
-        sized = argparse.Namespace(**dict(vars(args), num_ranks=plan.size))
+    for plan in plan_group_jobs(args):
+        sized = argparse.Namespace(**dict(vars(args), num_ranks=plan.size, hostfile=None,
+                                          hosts=f"{plan.host}:{plan.size}" if plan.host else None))
         command = [mpiexec, *mpi_arguments(flavour, sized), *wrap_command(args.command)]
         if args.dry_run:
             print(f"MXKV_GROUP_JOB={plan.knob} {' '.join(command)}")
@@ -352,7 +374,7 @@ def main(argv: Optional[List[str]] = None) -> None:
         sys.exit(join_group(args.join, args.num_ranks, mode, command, flavour, args.timeout,
                             args.restarts, read_knob("MXKV_PS_TIMEOUT")))
     if args.group_jobs:
-        helpers = start_servers_or_exit(args, mpiexec, flavour)
+        helpers = start_servers_or_exit(args, mpiexec, flavour, len(plan_group_jobs(args)))
         restarts = Restarts(args.restarts, float(os.environ.get("PS_HEARTBEAT_TIMEOUT", 0)) + 2)
         code = supervise_groups(start_group_jobs(args, mpiexec, flavour), helpers, args.timeout,
                                 restarts, together=mode == "sync")
@@ -361,12 +383,14 @@ def main(argv: Optional[List[str]] = None) -> None:
     sys.exit(run_with_restarts(args, command, mpiexec, flavour))
 
 
-def start_servers_or_exit(args: argparse.Namespace, mpiexec: str, flavour: str) -> List[Node]:
-    """The parameter-server processes of --servers (none without it)."""
+def start_servers_or_exit(args: argparse.Namespace, mpiexec: str, flavour: str,
+                          groups: Optional[int] = None) -> List[Node]:
+    """The parameter-server processes of --servers (none without it), for `groups` groups
+    (default: as the ranks are grouped in one MPI job)."""
     if not args.servers:
         return []
     try:
-        return start_parameter_servers(args, count_groups(args), mpiexec, flavour)
+        return start_parameter_servers(args, groups or count_groups(args), mpiexec, flavour)
     except RuntimeError as err:
         sys.exit(f"mxkv-launch: could not start the parameter server: {err}")
 
