@@ -5,6 +5,14 @@ import numpy as np
 CHECKSUM_KEY = 10 ** 6 + 1  # an int key like the Trainer's (a dist store takes one key type)
 
 
+def replica_scope() -> str:
+    """Which ranks replicas_identical compares: all, or under mxkv-launch --group-jobs
+    those of this group's MPI job (a broadcast of a value the servers do not hold stays
+    inside the group there)."""
+    import mxkv_hybrid
+    return "all ranks" if mxkv_hybrid.world().spans_all_ranks else "the ranks of this group job"
+
+
 def replicas_identical(kv, net) -> bool:
     """Compares this rank's checksums of the trained parameters with rank 0's (broadcast
     through the store). BatchNorm's running statistics are not trained: they stay per

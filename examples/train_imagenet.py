@@ -34,7 +34,7 @@ from mxnet import autograd, gluon
 from mxnet.gluon.data.vision import transforms
 
 import mxkv_hybrid
-from replica_check import replicas_identical
+from replica_check import replica_scope, replicas_identical
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)  # ImageNet RGB, in [0, 1]
 VALIDATION_KEY = 10 ** 6  # an int key like the Trainer's (a dist store takes one key type)
@@ -325,7 +325,7 @@ def main() -> None:
     top1, top5, images = validate(net, val_data, contexts, kv, classes)
     identical = replicas_identical(kv, net) if kv.num_workers > 1 else True
     say(f"final validation top-1 {top1:.4f} top-5 {top5:.4f} on {images} images; weights "
-        f"identical on all ranks: {identical}", flush=True)
+        f"identical on {replica_scope()}: {identical}", flush=True)
     if not identical:
         raise SystemExit(f"rank {kv.rank}: weights differ from rank 0")
 
