@@ -161,7 +161,7 @@ def test_a_lost_sync_group_stops_the_others(job_dir):
                  timeout=120)
     assert job.returncode == 1, job.output
     assert re.search(r"group 1 \(ranks 2-3\) was lost: its MPI job exited with status \d+; "
-                     r"rank 2 \(pid", job.output), job.output
+                     r"ranks? 2 \(pid", job.output), job.output  # with rank 3, if together
     assert "in MXKV_MODE=sync the servers wait for every group's gradients, so the other " \
            "groups cannot go on: stopping them" in job.output
     assert not list(job_dir.glob("rank*.npz"))
