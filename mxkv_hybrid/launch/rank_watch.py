@@ -8,6 +8,7 @@ import time
 from typing import Dict, List, Optional, Tuple
 
 RANK_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK")  # set by Hydra / Open MPI
+SEARCH_SECONDS = 0.1  # one scan of /proc/*/stat and the new processes' environ: a few ms
 
 
 def process_stats() -> Dict[int, List[str]]:
@@ -61,10 +62,11 @@ class RankWatch:
         self.first_ended: List[Tuple[int, int]] = []  # (rank, pid) of the first to end
 
     def _search(self) -> None:
-        """Looks for rank processes not yet watched (at most once a second, until all
-        ranks of the job are found; ranks on other hosts never are)."""
+        """Looks for rank processes not yet watched (every SEARCH_SECONDS until all ranks
+        of the job are found; ranks on other hosts never are). A rank that ends before it
+        is found cannot be named, and ranks can end a second after they start."""
         now = time.monotonic()
-        if len(self._ranks_seen) >= self._num_ranks or now - self._last_search < 1.0:
+        if len(self._ranks_seen) >= self._num_ranks or now - self._last_search < SEARCH_SECONDS:
             return
         self._last_search = now
         for pid in _descendants(self._root):
