@@ -22,6 +22,7 @@ import json
 import os
 from typing import Optional, Union
 
+import mxnet as mx
 from mxnet import gluon
 
 from ..atomic_file import write_atomically
@@ -144,4 +145,16 @@ def _restore(this: World, manifest: dict, directory: str, net: gluon.Block,
         # lose the loaded momentum. Loading the states again starts it now, with the loaded
         # weights (the same on every rank in these modes) and the loaded optimizer state.
         trainer.load_states(states)
+        _keep_own_untrained(net, params)
     return manifest.get("progress", {})
+
+
+def _keep_own_untrained(net: gluon.Block, params: str) -> None:
+    """Parameters no optimizer updates (BatchNorm's running statistics) are this rank's
+    own, and the store's start broadcast rank 0's: each rank copies its saved ones back
+    (into the arrays: Parameter.set_data would reset the Trainer's store again)."""
+    saved = mx.nd.load(params)
+    for name, param in net._collect_params_with_prefix().items():
+        if param.grad_req == "null" and name in saved:
+            for array in param.list_data():
+                array[:] = saved[name]
