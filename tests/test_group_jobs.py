@@ -167,11 +167,12 @@ def test_a_lost_sync_group_stops_the_others(job_dir):
     assert not list(job_dir.glob("rank*.npz"))
 
 
-def test_sync_group_jobs_refuse_restarts(monkeypatch, capsys):
+@pytest.mark.parametrize("options", [["--group-size", "2", "--servers", "1", "--group-jobs"],
+                                     ["--join", "token@127.0.0.1:1"]])
+def test_sync_group_jobs_refuse_restarts(monkeypatch, capsys, options):
     monkeypatch.setenv("MXKV_MODE", "sync")
     with pytest.raises(SystemExit):
-        parse_arguments(["-n", "4", "--group-size", "2", "--servers", "1", "--group-jobs",
-                         "--restarts", "1", "--", "python", "x.py"])
+        parse_arguments(["-n", "4", *options, "--restarts", "1", "--", "python", "x.py"])
     assert "a lost group has nothing to rejoin" in capsys.readouterr().err
 
 

@@ -115,3 +115,25 @@ def test_a_join_nobody_serves_is_reported_at_once():
     assert re.search(r"not joined: could not reach the job at 127\.0\.0\.1:\d+ within 20 s "
                      r"\(MXKV_PS_TIMEOUT\)", launcher.output), launcher.output
     assert not processes_of(tag)
+
+
+def test_sync_groups_joined_separately_train_as_one_mpi_job_does(tmp_path):
+    """Mode sync, 2 joined groups of 2 (ranks seeded apart): bitwise the weights of one MPI
+    job with the same groups."""
+    tag = uuid.uuid4().hex
+    serving = Launcher(tag, "sync", "--servers", "1", "--groups", "2", "--serve")
+    address = serving.wait_for(r"--join (\S+@127\.0\.0\.1:\d+) -n RANKS").group(1)
+    program = ["--", "python", str(WORKERS / "train_convex.py"), str(tmp_path / "joined"), "60"]
+    first = Launcher(tag, "sync", "--join", address, "-n", "2", *program)
+    serving.wait_for(r"group 0 joined")  # the groups number by their order of joining
+    second = Launcher(tag, "sync", "--join", address, "-n", "2", *program)
+    for launcher in (first, second, serving):
+        assert launcher.finish() == 0, launcher.output
+    assert not processes_of(tag)
+    one_job = Launcher(tag, "sync", "-n", "4", "--group-size", "2", "--servers", "1", "--",
+                       "python", str(WORKERS / "train_convex.py"), str(tmp_path / "one"), "60")
+    assert one_job.finish() == 0, one_job.output
+    for rank in range(4):
+        joined, one = (dict(np.load(tmp_path / d / f"rank{rank}.npz")) for d in ("joined", "one"))
+        for name in one:
+            assert np.array_equal(joined[name], one[name]), (rank, name)

@@ -213,8 +213,8 @@ def parse_arguments(argv: Optional[List[str]] = None) -> argparse.Namespace:
                              "or --join only the lost group's job, which rejoins the servers' "
                              "model (default 0)")
     ps.add_argument("--serve", action="store_true",
-                    help="modes async and easgd: start the parameter server for --groups groups "
-                         "that join from anywhere, print the address they join at "
+                    help="modes sync, async and easgd: start the parameter server for --groups "
+                         "groups that join from anywhere, print the address they join at "
                          "(TOKEN@HOST:PORT) and wait until every group's job is over")
     ps.add_argument("--groups", type=int, default=0, help="with --serve: how many groups join")
     ps.add_argument("--join", metavar="TOKEN@HOST:PORT",
@@ -268,13 +268,24 @@ def parse_arguments(argv: Optional[List[str]] = None) -> argparse.Namespace:
     return args
 
 
-def check_separable_mode(parser: argparse.ArgumentParser, mode: str, option: str,
-                         modes=("async", "easgd")) -> None:
-    """Groups run as separate MPI jobs in `modes` (asynchronous easgd only)."""
+SEPARABLE_MODES = ("sync", "async", "easgd")  # groups joined through the parameter server
+
+
+def check_sync_restarts(parser: argparse.ArgumentParser, args: argparse.Namespace, mode: str,
+                        option: str) -> None:
+    """A lost sync group cannot rejoin: the model lives on the workers."""
+    if mode == "sync" and args.restarts:
+        parser.error(f"in MXKV_MODE=sync the model lives on the workers, so a lost group has "
+                     f"nothing to rejoin: drop {option} and restart the whole job from its "
+                     "checkpoint (--restarts with checkpoint.load_latest)")
+
+
+def check_separable_mode(parser: argparse.ArgumentParser, mode: str, option: str) -> None:
+    """Groups run as separate MPI jobs in SEPARABLE_MODES (asynchronous easgd only)."""
     easgd_sync = read_knob("MXKV_EASGD_SYNC")
-    if mode not in modes or (mode == "easgd" and easgd_sync):
+    if mode not in SEPARABLE_MODES or (mode == "easgd" and easgd_sync):
         parser.error(f"{option} runs each group as its own MPI job, in the modes "
-                     f"{', '.join(modes)} (easgd asynchronous), and MXKV_MODE is {mode}"
+                     f"{', '.join(SEPARABLE_MODES)} (easgd asynchronous), and MXKV_MODE is {mode}"
                      f"{' with MXKV_EASGD_SYNC=1' if easgd_sync else ''}: drop {option}")
 
 
@@ -292,15 +303,13 @@ def check_join(parser: argparse.ArgumentParser, args: argparse.Namespace, mode: 
     if args.servers or args.group_size or args.group_jobs or args.groups or args.check:
         parser.error("--join runs one group of a served job (-n is its size): drop --servers, "
                      "--group-size, --group-jobs, --groups and --check")
+    check_sync_restarts(parser, args, mode, "--join")
 
 
 def check_group_jobs(parser: argparse.ArgumentParser, args: argparse.Namespace, mode: str) -> None:
     """--group-jobs: the modes joined through the parameter server, groups by size."""
-    check_separable_mode(parser, mode, "--group-jobs", ("sync", "async", "easgd"))
-    if mode == "sync" and args.restarts:
-        parser.error("in MXKV_MODE=sync the model lives on the workers, so a lost group has "
-                     "nothing to rejoin: drop --group-jobs and restart the whole job from its "
-                     "checkpoint (--restarts with checkpoint.load_latest)")
+    check_separable_mode(parser, mode, "--group-jobs")
+    check_sync_restarts(parser, args, mode, "--group-jobs")
     if bool(args.group_size) == bool(args.hosts or args.hostfile):
         parser.error("--group-jobs needs --group-size (groups of that many ranks) or -H / "
                      "--hostfile (one group per host, its slots its ranks), one of them")

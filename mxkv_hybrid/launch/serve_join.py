@@ -1,4 +1,4 @@
-"""The two halves of a job whose groups start separately, anywhere (modes async and easgd):
+"""The two halves of a job whose groups start separately, anywhere (modes sync, async, easgd):
 
     mxkv-launch --servers 2 --groups 3 --serve                  # once: prints TOKEN@HOST:PORT
     mxkv-launch --join TOKEN@HOST:PORT -n 8 -- python train.py  # on each group's machines
