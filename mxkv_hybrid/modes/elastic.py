@@ -16,7 +16,7 @@ EAMSGD (the paper's momentum variant) is this mode with a Nesterov-momentum opti
 ('nag'): the elastic step moves x and leaves the momentum alone, as in the paper."""
 import atexit
 from dataclasses import replace
-from typing import Dict, Optional, Sequence
+from typing import Dict, Sequence
 
 import mxnet as mx
 
@@ -26,7 +26,7 @@ from ..comm.topology import Groups, World, wait_for_leader
 from ..config import Config
 from ..errors import MXKVError
 from ..ps.client import connect_leader, release
-from ..ps.finish_line import FinishLine
+from ..ps.finish_line import finish_line_for
 from ..ps.keys import ServerKeys
 from ..ps.optimizers import FINISH_KEY, ElasticCentre
 from .averaging import SEPARATE_JOBS_STATE, allreduce_split, check_state_mode
@@ -52,14 +52,12 @@ class ElasticAveraging:
         self._separate_jobs = not world.spans_all_ranks  # each group its own MPI job
         kind = "dist_sync" if config.easgd_sync else "dist_async"
         self._ps = connect_leader(kind, config, world, groups)
-        self._finish: Optional[FinishLine] = None
         if self._ps is not None:
             self._ps.set_optimizer(ElasticCentre())
-            if self._separate_jobs:
-                self._finish = FinishLine(self._ps, self._server_keys, groups.group_index,
-                                          groups.num_groups, config.ps_timeout,
-                                          config.attempt)
             atexit.register(self.close)
+        self._finish = finish_line_for(self._ps, self._server_keys, self._separate_jobs,
+                                       groups.group_index, groups.num_groups, config.ps_timeout,
+                                       config.attempt)
 
     def allreduce(self, op: str, keys: Sequence[Key], inputs: Sequence[Arrays],
                   outputs: Sequence[Arrays], average: bool) -> None:

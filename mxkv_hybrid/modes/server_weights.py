@@ -21,7 +21,7 @@ from ..comm.topology import Groups, World, wait_for_leader
 from ..config import Config
 from ..errors import MXKVError
 from ..ps.client import connect_leader, release
-from ..ps.finish_line import FinishLine
+from ..ps.finish_line import finish_line_for
 from ..ps.keys import ServerKeys
 from ..ps.optimizers import COUNTER_KEY, FINISH_KEY, CountingOptimizer
 
@@ -48,12 +48,10 @@ class ServerWeights:
         self.staleness: List[int] = []  # per applied gradient (leaders only)
         self._separate_jobs = not world.spans_all_ranks  # each group its own MPI job
         self._ps = connect_leader("dist_async", config, world, groups)
-        self._finish: Optional[FinishLine] = None
+        self._finish = finish_line_for(self._ps, self._server_keys, self._separate_jobs,
+                                       groups.group_index, groups.num_groups, config.ps_timeout,
+                                       config.attempt)
         if self._ps is not None:
-            if self._separate_jobs:
-                self._finish = FinishLine(self._ps, self._server_keys, groups.group_index,
-                                          groups.num_groups, config.ps_timeout,
-                                          config.attempt)
             atexit.register(self.close)
 
     def holds(self, key: Key) -> bool:

@@ -8,7 +8,7 @@ MXKV_PS_TIMEOUT seconds, it goes on without them and says which groups it left b
 """
 import sys
 import time
-from typing import List, Sequence
+from typing import List, Optional, Sequence
 
 import mxnet as mx
 import numpy as np
@@ -18,6 +18,15 @@ from .keys import ServerKeys
 from .optimizers import FINISH_KEY
 
 POLL_SECONDS = 0.2
+
+
+def finish_line_for(ps: Optional[ParameterServer], keys: ServerKeys, separate_jobs: bool,
+                    group: int, groups: int, timeout: float, attempt: int
+                    ) -> Optional["FinishLine"]:
+    """A group leader's finish line when the groups are separate MPI jobs, else None."""
+    if ps is None or not separate_jobs:
+        return None
+    return FinishLine(ps, keys, group, groups, timeout, attempt)
 
 
 class FinishLine:
