@@ -157,14 +157,15 @@ class Hybrid(KVStoreBase):
         modes also take these keys as weights (easgd: a centre variable starts at them;
         lasgd: their gradients stay local). With separate group jobs every group starts
         from the weights the servers keep (async) or the centre's first value (easgd)."""
+        keys, values = _as_key_lists(key, value)
+        outs = _as_key_lists(key, out)[1]
         if self._config.mode == "async" and not self._world.spans_all_ranks:
             # separate group jobs start from the weights the servers keep (one leader's)
             self._active()
-            self._weights.init("broadcast", *_as_key_lists(key, value), _as_key_lists(key, out)[1])
+            self._weights.init("broadcast", keys, values, outs)
         else:
             self.broadcast(key, value, out)
         if self._averaging is not None:
-            keys, outs = _as_key_lists(key, value)[0], _as_key_lists(key, out)[1]
             self._averaging.register(keys, [o[0] for o in outs])
             if not self._world.spans_all_ranks:  # each group may have started from the centre
                 for copies in outs:
