@@ -195,11 +195,11 @@ def supervise_groups(runs: List[GroupRun], helpers: List[Node], timeout: Optiona
                                 "gradients, so the other groups cannot go on: stopping them")
                             code = 1
                             break
+            if code is not None:
+                break
             if not running:
                 time.sleep(POLL_SECONDS)
             dead = [h for h in helpers if h.process.poll() not in (None, 0)]
-            if code is not None:
-                break
             if dead:
                 say(f"the {dead[0].name} (pid {dead[0].process.pid}) exited with status "
                     f"{dead[0].process.returncode} while the groups were running; stopping "
