@@ -272,6 +272,20 @@ def read_knob(name: str, environ: Optional[Mapping[str, str]] = None) -> object:
         raise ConfigError(f"{name}={text!r} is invalid: {err}. {knob.doc}") from None
 
 
+SEPARABLE_MODES = ("sync", "async", "easgd")  # groups joined through the parameter server
+
+
+def separate_groups_refusal(mode: str, easgd_sync: bool) -> str:
+    """Why the groups of `mode` cannot run as separate MPI jobs ('' when they can): they
+    meet only through the parameter server, in the modes sync, async and asynchronous
+    easgd. The one rule of the launcher and of every rank."""
+    if mode in SEPARABLE_MODES and not (mode == "easgd" and easgd_sync):
+        return ""
+    return (f"MXKV_MODE={mode}{' with MXKV_EASGD_SYNC=1' if easgd_sync else ''} cannot run its "
+            "groups as separate MPI jobs: they are joined through the parameter server only "
+            f"in the modes {', '.join(SEPARABLE_MODES)} (easgd asynchronous)")
+
+
 @dataclass(frozen=True)
 class Config:
     """The validated settings of one process."""
@@ -324,14 +338,11 @@ class Config:
             raise ConfigError("MXKV_LASGD_OVERLAP=1 (the default) averages behind MXNet's threaded "
                               "engine, and MXNET_ENGINE_TYPE=NaiveEngine runs every operation at "
                               "once: set MXKV_LASGD_OVERLAP=0 or unset MXNET_ENGINE_TYPE")
-        if values["MXKV_GROUP_JOB"] is not None and (
-                values["MXKV_MODE"] not in ("sync", "async", "easgd") or values["MXKV_EASGD_SYNC"]):
-            raise ConfigError(f"MXKV_MODE={values['MXKV_MODE']}"
-                              f"{' with MXKV_EASGD_SYNC=1' if values['MXKV_EASGD_SYNC'] else ''} "
-                              "cannot run its groups as separate MPI jobs (MXKV_GROUP_JOB, "
-                              "mxkv-launch --group-jobs): they are joined through the parameter "
-                              "server only in the modes sync, async and easgd (asynchronous); "
-                              "use one of those, or drop --group-jobs")
+        if values["MXKV_GROUP_JOB"] is not None:
+            refusal = separate_groups_refusal(values["MXKV_MODE"], values["MXKV_EASGD_SYNC"])
+            if refusal:
+                raise ConfigError(f"MXKV_GROUP_JOB: {refusal}; use one of those, or start the "
+                                  "groups in one MPI job (drop --group-jobs)")
         return cls(mode=values["MXKV_MODE"],
                    bucket_bytes=int(values["MXKV_BUCKET_MB"] * 1024 * 1024),
                    average=values["MXKV_AVERAGE"], group_size=values["MXKV_GROUP_SIZE"],

@@ -51,9 +51,10 @@ class Hybrid(KVStoreBase):
         mode = self._config.mode
         self._reducer = self._collectives  # what combines plain values
         self._averaging: Optional[Averaging] = None
+        self._rejoinable = None  # modes async, easgd: what knows a restarted group's steps
         if mode == "easgd":
             elastic = ElasticAveraging(self._config, self._world, groups(self._config.group_size))
-            self._averaging = self._reducer = elastic
+            self._averaging = self._reducer = self._rejoinable = elastic
         if mode == "lasgd":
             self._averaging = self._reducer = LocalSGD(self._config, self._world)
         share = None  # separate sync group jobs: how a broadcast reaches the other groups
@@ -64,8 +65,8 @@ class Hybrid(KVStoreBase):
         if mode == "allreduce" and throttle is not None:
             self._reducer = ThrottledReducer(self._collectives, throttle)
         if mode == "async":
-            self._weights = ServerWeights(self._config, self._world,
-                                          groups(self._config.group_size), self._collectives)
+            self._weights = self._rejoinable = ServerWeights(
+                self._config, self._world, groups(self._config.group_size), self._collectives)
         else:
             self._weights = WorkerWeights(self._collectives, self._reducer, self._config.average,
                                           share)
@@ -109,6 +110,20 @@ class Hybrid(KVStoreBase):
     def averaging(self) -> Optional[Averaging]:
         """Modes easgd and lasgd: this process's averaging schedule (else None)."""
         return self._averaging
+
+    @property
+    def steps_done(self) -> int:
+        """Optimizer steps this rank's group took before this start: 0, except in a group
+        that mxkv-launch --restarts started again (modes async and easgd, each group its
+        own MPI job), where it is the count the servers recorded for the lost group. A
+        script skips that many steps to train only the steps its group had left."""
+        done = 0 if self._rejoinable is None else self._rejoinable.steps_done
+        if done is None:
+            raise MXKVError("steps_done is known once the store has the model's weights (the "
+                            "Trainer sends them when it is created with initialised parameters):"
+                            " create the Trainer after the network's shapes are known (one "
+                            "forward pass, or in_units/in_channels), then ask")
+        return done
 
     def after_update(self, keys: Sequence[Key], weights: Sequence[Sequence[mx.nd.NDArray]]) -> None:
         """Called by the Trainer and Module hooks after each optimizer step (every tau-th

@@ -19,9 +19,11 @@ MOVE = np.array([4.0, 2.0, -1.0])   # by this ("local steps")
 
 
 def exchanges(expected: int, *args: str, **env: str) -> list:
-    """The records easgd_exchange.py prints: 2 groups of 1 rank, 1 server."""
+    """The records easgd_exchange.py prints: 2 groups of 1 rank, 1 server, in one MPI job
+    (the worker orders the groups' exchanges and gathers their weights through MPI)."""
     job = launch(2, "easgd_exchange.py", *args, env=dict(EASGD, MXKV_EASGD_ALPHA=str(ALPHA), **env),
-                 launcher_options=["--group-size", "1", "--servers", "1"], timeout=120)
+                 launcher_options=["--group-size", "1", "--servers", "1"]
+                 + ([] if env.get("MXKV_EASGD_SYNC") else ["--one-job"]), timeout=120)
     assert job.returncode == 0, job.output
     seen = [json.loads(line.split("EXCHANGE ", 1)[1]) for line in job.lines_of(0)
             if line.startswith("EXCHANGE ")]
@@ -146,13 +148,17 @@ def test_bad_easgd_settings_are_refused(setting, message):
         Config.from_environment(dict(EASGD, **setting))
 
 
-@pytest.mark.parametrize("mode, launcher_options", [
-    ("easgd", ["--group-size", "1", "--servers", "1"]), ("lasgd", [])])
-def test_values_that_are_not_weights_are_averaged_over_all_ranks(mode, launcher_options):
-    """Metrics pushed through the store: the mean over every rank, not over one group."""
+@pytest.mark.parametrize("mode, launcher_options, means", [
+    ("easgd", ["--group-size", "1", "--servers", "1", "--one-job"], [2.0, 2.0, 2.0]),
+    ("easgd", ["--group-size", "1", "--servers", "1"], [1.0, 2.0, 3.0]),  # group jobs
+    ("lasgd", [], [2.0, 2.0, 2.0])])
+def test_values_that_are_not_weights_are_averaged_over_all_ranks(mode, launcher_options, means):
+    """Metrics pushed through the store (rank r pushes r + 1): the mean over every rank in
+    one MPI job, not over one group; with each group its own MPI job (easgd's default
+    layout) the mean over the group, here one rank."""
     job = launch(3, "average.py", env={"MXKV_MODE": mode}, launcher_options=launcher_options,
                  timeout=90)
     assert job.returncode == 0, job.output
-    for rank in range(3):
-        assert f"RESULT Hybrid rank={rank} of 3 value=[2.0, 2.0, 2.0]" in job.lines_of(rank), \
-            job.output
+    for rank, mean in enumerate(means):
+        assert f"RESULT Hybrid rank={rank} of 3 value=[{mean}, {mean}, {mean}]" in \
+            job.lines_of(rank), job.output

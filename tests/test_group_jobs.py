@@ -6,12 +6,15 @@ import os
 import re
 import subprocess
 import sys
+from dataclasses import replace
 from typing import List
 
 import numpy as np
 import pytest
 
 from conftest import Job, launch, load_ranks
+from mxkv_hybrid import checkpoint
+from mxkv_hybrid.comm.topology import World
 from mxkv_hybrid.config import Config, GroupJob, parse_group_job
 from mxkv_hybrid.errors import ConfigError
 from mxkv_hybrid.launch.group_jobs import GroupPlan, plan_groups, renumbering
@@ -32,8 +35,11 @@ def assert_same_on_every_rank(found, prefix):
                 f"{name}: rank {rank} differs from rank {first}"
 
 
-def train(job_dir, num_ranks, mode, epochs, lr, env=None, restarts=0) -> Job:
+def train(job_dir, num_ranks, mode, epochs, lr, env=None, restarts=0, checkpoint=()) -> Job:
+    """group_job_digits.py in groups of 2, each its own MPI job (`checkpoint`: its
+    directory and how many steps apart it is saved)."""
     return launch(num_ranks, "group_job_digits.py", str(job_dir), str(epochs), str(lr),
+                  *map(str, checkpoint),
                   env=dict({"MXKV_MODE": mode, "MXKV_PS_TIMEOUT": "5"}, **(env or {})),
                   launcher_options=["--group-size", "2", "--servers", "1", "--group-jobs",
                                     "--restarts", str(restarts)],
@@ -63,7 +69,9 @@ def test_a_lost_easgd_group_ends_alone_and_the_others_finish(job_dir):
     assert all(int(f["steps"]) == epochs * steps_per_epoch for f in found.values())
     assert_same_on_every_rank(found, "initial/")  # every group started from the centre
     assert_same_on_every_rank(found, "final/")  # consensus: the centre
-    assert float(found[0]["accuracy"]) >= 0.95, job.output
+    # the centre lags the groups and the loss of group 1 changes what it averages: seen as
+    # low as 0.947 in CI; an untrained model reaches about 0.1
+    assert float(found[0]["accuracy"]) >= 0.93, job.output
 
 
 def test_async_groups_start_from_and_end_on_the_servers_weights(job_dir):
@@ -89,16 +97,19 @@ def test_async_groups_start_from_and_end_on_the_servers_weights(job_dir):
     assert float(found[0]["accuracy"]) > 0.93, job.output  # seen: 0.967-0.975
 
 
-@pytest.mark.parametrize("mode, ranks, epochs, lr, start, accuracy", [
-    ("easgd", 6, 20, 0.1, "the centre", 0.95),
-    ("async", 4, 12, 0.03, "the servers' weights", 0.93),
+@pytest.mark.parametrize("mode, ranks, epochs, lr, start, recorded, accuracy", [
+    ("easgd", 6, 20, 0.1, "the centre", 16, 0.93),  # tau 4: its last exchange, at step 16
+    ("async", 4, 12, 0.03, "the servers' weights", 19, 0.93),  # every step is pushed
 ])
 def test_a_lost_group_is_restarted_and_rejoins_the_servers_model(job_dir, mode, ranks, epochs,
-                                                                   lr, start, accuracy):
+                                                                   lr, start, recorded,
+                                                                   accuracy):
     """--restarts 1: group 1, lost at rank 2's 20th step, is started again (MXKV_FAULT does
     not fire twice), its leader re-enters ps-lite in the dead leader's place, and its ranks
     start from the model the servers hold then: the checksum the leader read is that of
-    their first weights, which are no longer where the job started. Every group finishes."""
+    their first weights, which are no longer where the job started. The group trains only
+    the steps it had left: from the last step its leader reported to the servers (easgd:
+    its last elastic exchange; async: its last push). Every group finishes."""
     job = train(job_dir, ranks, mode, epochs, lr,
                 {"MXKV_FAULT": "kill:rank=2:step=20", "MXKV_PS_TIMEOUT": "30"}, restarts=1)
     assert job.returncode == 0, job.output
@@ -107,17 +118,73 @@ def test_a_lost_group_is_restarted_and_rejoins_the_servers_model(job_dir, mode, 
     assert "group 1 (ranks 2-3) restarted (restart 1)" in job.output
     assert "restarted and finished: group 1 (ranks 2-3) (1 restart(s))" in job.output
     rejoined = re.search(r"group 1 rejoins \(restart 1\): its ranks start from (.+) after (\d+) "
-                         r"updates of the groups \(checksum ([-0-9.e+]+)\)",
-                         "\n".join(job.lines_of(2)))
-    assert rejoined and rejoined.group(1) == start and int(rejoined.group(2)) > 0, job.output
+                         r"steps of the groups, at step (\d+) of its own \(checksum "
+                         r"([-0-9.e+]+)\)", "\n".join(job.lines_of(2)))
+    assert rejoined and rejoined.group(1) == start, job.output
+    assert int(rejoined.group(3)) == recorded and int(rejoined.group(2)) > recorded, job.output
     found = rank_files(job_dir, range(ranks))
-    assert all(int(f["steps"]) == epochs * (1437 // ranks // 32) for f in found.values())
+    total = epochs * (1437 // ranks // 32)
+    assert all(int(f["steps"]) == total for f in found.values())
+    for rank, f in found.items():  # the rejoined group skipped the steps it had taken
+        done = recorded if rank in (2, 3) else 0
+        assert (int(f["steps_done"]), int(f["trained"])) == (done, total - done), rank
     assert_same_on_every_rank({r: found[r] for r in (2, 3)}, "initial/")
-    assert checksum(found[2], "initial/") == pytest.approx(float(rejoined.group(3)), rel=1e-6)
+    assert checksum(found[2], "initial/") == pytest.approx(float(rejoined.group(4)), rel=1e-6)
     assert checksum(found[2], "initial/") != pytest.approx(checksum(found[0], "initial/"),
                                                            rel=1e-6)
     assert_same_on_every_rank(found, "final/")
     assert float(found[0]["accuracy"]) >= accuracy, job.output
+
+
+def test_a_restarted_easgd_group_resumes_from_its_own_checkpoint(job_dir):
+    """Each group job commits its own checkpoint (every 8 steps). Group 1 is lost at rank
+    2's 22nd step, after its exchange at step 20 reached the servers; restarted, it resumes
+    from its own checkpoint of step 16 (the weights and momentum it saved there, not the
+    centre, which stays the one the servers kept) and trains the steps after it. Every
+    group finishes on the centre."""
+    epochs, total = 10, 10 * (1437 // 4 // 32)
+    job = train(job_dir, 4, "easgd", epochs, 0.1,
+                {"MXKV_FAULT": "kill:rank=2:step=22", "MXKV_PS_TIMEOUT": "30"}, restarts=1,
+                checkpoint=(job_dir / "checkpoint", 8))
+    assert job.returncode == 0, job.output
+    assert "restarted and finished: group 1 (ranks 2-3) (1 restart(s))" in job.output
+    assert re.search(r"group 1 rejoins \(restart 1\): its ranks start from the centre after "
+                     r"\d+ steps of the groups, at step 20 of its own", job.output), job.output
+    assert re.search(r"mxkv_hybrid: group 1 resumed from checkpoint \S+ \(generation 2, "
+                     r'progress \{"step": 16\}\)', "\n".join(job.lines_of(2))), job.output
+    found = rank_files(job_dir, range(4))
+    for rank, f in found.items():
+        done = 16 if rank in (2, 3) else 0
+        assert (int(f["steps"]), int(f["steps_done"]), int(f["trained"])) == \
+            (total, done, total - done), rank
+    for rank in (2, 3):  # bitwise the weights its group saved at step 16, in its first start
+        saved = dict(np.load(job_dir / f"rank{rank}.step16.npz"))
+        for name, value in saved.items():
+            assert np.array_equal(found[rank][name.replace("saved/", "loaded/")], value), name
+    assert not any(n.startswith("loaded/") for n in found[0])  # group 0 never resumed
+    for group in (0, 1):
+        manifest = json.loads((job_dir / "checkpoint" / f"manifest.group{group}.json").read_text())
+        assert (manifest["group"], manifest["groups"], manifest["group_ranks"], manifest["ranks"],
+                manifest["progress"]) == (group, 2, 2, 4, {"step": total // 8 * 8}), manifest
+    assert not (job_dir / "checkpoint" / "manifest.json").exists()
+    assert_same_on_every_rank(found, "final/")
+    assert float(found[0]["accuracy"]) >= 0.9, job.output
+
+
+def test_a_checkpoint_is_resumed_only_in_the_layout_that_saved_it(tmp_path):
+    """One MPI job's checkpoint (manifest.json) and separate group jobs' (one manifest per
+    group) are refused by the other layout with a message, instead of starting afresh."""
+    one_job = World(comm=None, rank=0, size=4, local_rank=0, local_size=4, host="h")
+    group_job = replace(one_job, group_job=parse_group_job(plan_groups(4, 2)[1].knob))
+    (tmp_path / "manifest.json").write_text("{}")
+    with pytest.raises(ConfigError, match="saved by one MPI job .* runs as separate group jobs"):
+        checkpoint._read_manifest(str(tmp_path), group_job)
+    assert checkpoint._read_manifest(str(tmp_path), one_job) == {}
+    (tmp_path / "manifest.json").unlink()
+    (tmp_path / "manifest.group0.json").write_text("{}")
+    with pytest.raises(ConfigError, match="saved by separate group jobs .* runs as one MPI job"):
+        checkpoint._read_manifest(str(tmp_path), one_job)
+    assert checkpoint._read_manifest(str(tmp_path), group_job) is None  # group 1 saved none yet
 
 
 def test_a_stuck_rank_is_reported_with_its_number_in_the_whole_job(job_dir):
@@ -221,6 +288,53 @@ def test_modes_without_separate_groups_are_refused(env, monkeypatch, capsys):
         parse_arguments(["-n", "4", "--group-size", "2", "--servers", "1", "--group-jobs", "--",
                          "python", "x.py"])
     assert "--group-jobs runs each group as its own MPI job" in capsys.readouterr().err
+
+
+def test_the_launcher_and_the_ranks_accept_the_same_modes(monkeypatch):
+    """One rule (config.separate_groups_refusal) for both: a stray MXKV_EASGD_SYNC=1 means
+    nothing in mode sync, so neither refuses sync group jobs with it."""
+    env = {"MXKV_MODE": "sync", "MXKV_EASGD_SYNC": "1"}
+    Config.from_environment(dict(env, MXKV_GROUP_JOB=plan_groups(4, 2)[0].knob))
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert parse_arguments(["-n", "4", "--group-size", "2", "--servers", "1", "--group-jobs",
+                            "--", "python", "x.py"]).group_jobs
+
+
+@pytest.mark.parametrize("mode, options, apart", [
+    ("easgd", ["--group-size", "2"], True),
+    ("async", ["--group-size", "2"], True),
+    ("async", ["-H", "nodea:2,nodeb:2"], True),  # one group per host
+    ("easgd", ["--group-size", "2", "--one-job"], False),
+    ("sync", ["--group-size", "2"], False),  # its groups cannot outlive each other
+    ("easgd", ["--group-size", "4"], False),  # one group: nothing to keep apart
+    ("async", ["-H", "nodea:2,nodeb:1"], False),  # the slots do not add up to -n
+    ("async", ["--group-size", "2", "-H", "nodea:2,nodeb:2"], False),  # ranks to hosts: mpiexec's
+])
+def test_async_and_easgd_groups_run_apart_by_default(monkeypatch, mode, options, apart):
+    monkeypatch.setenv("MXKV_MODE", mode)
+    args = parse_arguments(["-n", "4", "--servers", "1", *options, "--", "python", "x.py"])
+    assert (args.group_jobs, args.group_jobs_by_default) == (apart, apart)
+
+
+def test_synchronous_easgd_stays_one_mpi_job(monkeypatch):
+    monkeypatch.setenv("MXKV_MODE", "easgd")
+    monkeypatch.setenv("MXKV_EASGD_SYNC", "1")
+    args = parse_arguments(["-n", "4", "--servers", "1", "--group-size", "2", "--", "python",
+                            "x.py"])
+    assert not args.group_jobs
+
+
+@pytest.mark.parametrize("options, message", [
+    (["--group-jobs", "--one-job"], "not allowed with argument"),
+    (["--one-job"], "--one-job chooses one MPI job in the modes async, easgd"),  # mode sync
+])
+def test_contradictory_layouts_are_refused(monkeypatch, capsys, options, message):
+    monkeypatch.setenv("MXKV_MODE", "sync")
+    with pytest.raises(SystemExit):
+        parse_arguments(["-n", "4", "--servers", "1", "--group-size", "2", *options, "--",
+                         "python", "x.py"])
+    assert message in capsys.readouterr().err
 
 
 def test_group_jobs_need_a_group_size(monkeypatch, capsys):

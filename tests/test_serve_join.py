@@ -22,12 +22,13 @@ TIMEOUT = 150
 class Launcher:
     """An mxkv-launch process whose output lines are collected as they come."""
 
-    def __init__(self, tag: str, mode: str, *options: str):
+    def __init__(self, tag: str, mode: str, *options: str, **settings: str):
         env = {k: v for k, v in os.environ.items() if not k.startswith(("MXKV_", "DMLC_", "PS_"))}
         self.process = subprocess.Popen(
             [sys.executable, "-m", "mxkv_hybrid.launch", "--timeout", str(TIMEOUT), *options],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            env=dict(env, MXKV_MODE=mode, MXKV_PS_TIMEOUT="20", **{JOB_TAG: tag}))
+            env=dict(env, MXKV_MODE=mode, **dict({"MXKV_PS_TIMEOUT": "20"}, **settings),
+                     **{JOB_TAG: tag}))
         self.lines: List[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -137,3 +138,51 @@ def test_sync_groups_joined_separately_train_as_one_mpi_job_does(tmp_path):
         joined, one = (dict(np.load(tmp_path / d / f"rank{rank}.npz")) for d in ("joined", "one"))
         for name in one:
             assert np.array_equal(joined[name], one[name]), (rank, name)
+
+
+def test_a_lost_sync_group_joined_separately_stops_the_other(tmp_path):
+    """Mode sync, 2 joined groups; rank 2 (the first of group 1) is killed at its 20th step.
+    The servers wait for every group's gradients, so the serving launcher orders group 0's
+    launcher to stop, naming group 1: it ends with status 1 at once, where waiting would
+    have ended it after MXKV_PS_TIMEOUT (600 s here) or the launchers' --timeout (124)."""
+    tag = uuid.uuid4().hex
+    settings = {"MXKV_PS_TIMEOUT": "600", "MXKV_FAULT": "kill:rank=2:step=20"}
+    serving = Launcher(tag, "sync", "--servers", "1", "--groups", "2", "--serve", **settings)
+    address = serving.wait_for(r"--join (\S+@127\.0\.0\.1:\d+) -n RANKS").group(1)
+    program = ["--", "python", str(WORKERS / "train_convex.py"), str(tmp_path), "400"]
+    first = Launcher(tag, "sync", "--join", address, "-n", "2", *program, **settings)
+    serving.wait_for(r"group 0 joined")
+    second = Launcher(tag, "sync", "--join", address, "-n", "2", *program, **settings)
+    for launcher in (first, second, serving):
+        assert launcher.finish() == 1, launcher.output
+    assert not processes_of(tag)
+    lost = re.escape("group 1 (2 rank(s)) ended with status 1, and in MXKV_MODE=sync the servers "
+                     "wait for every group's gradients, so the other groups cannot go on")
+    assert re.search(f"mxkv-launch: {lost}: stopping them", serving.output), serving.output
+    assert re.search(f"mxkv-launch: {lost}: stopping this group", first.output), first.output
+    assert "mxkv-launch: 1 of 1 groups lost: group 1 (ranks 2-3)" in second.output, second.output
+    assert "mxkv-launch: group 0 (2 rank(s)) ended with status 1" in serving.output
+    assert not list(tmp_path.glob("rank*.npz"))  # no group got to the end
+
+
+def test_check_reports_on_each_joined_group(tmp_path):
+    """--join --check: each joined group's leader reports on its group (its ranks in the
+    whole job, the servers it reached, a metric combined over its own ranks in easgd)."""
+    tag = uuid.uuid4().hex
+    serving = Launcher(tag, "easgd", "--servers", "1", "--groups", "2", "--serve")
+    address = serving.wait_for(r"--join (\S+@127\.0\.0\.1:\d+) -n RANKS").group(1)
+    first = Launcher(tag, "easgd", "--join", address, "-n", "2", "--check")
+    serving.wait_for(r"group 0 joined")
+    second = Launcher(tag, "easgd", "--join", address, "-n", "2", "--check")
+    for launcher in (first, second, serving):
+        assert launcher.finish() == 0, launcher.output
+    assert not processes_of(tag)
+    for group, launcher in enumerate((first, second)):
+        leader = 2 * group
+        assert f"groups:     group {group} of 2 as its own MPI job: ranks {leader}-{leader + 1} " \
+               f"of 4; leader (talks to the servers): rank {leader}" in launcher.output, \
+            launcher.output
+        assert "servers:    1 server(s) answered" in launcher.output, launcher.output
+        assert launcher.output.count(f"correct on every rank (combined over ranks "
+                                     f"[{leader}, {leader + 1}])") == 2, launcher.output
+        assert "result:     OK" in launcher.output, launcher.output

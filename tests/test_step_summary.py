@@ -20,10 +20,11 @@ CASES = {
     "sync": (4, ("--servers", "1", "--group-size", "2"), {},
              {0: (4, 4 * 2 * GRADIENT, 2 * 2 * GRADIENT)}),
     # each group on its own: 2 ranks x (16 + 16 of the weights' broadcast); its leader pushes
-    # 16 + 4 (the staleness counter) and pulls 16 + 4
+    # 16 + 4 (the staleness counter) and pulls 16 + 4; as separate group jobs (async's
+    # default layout) also the finish line's tally, 2 groups x 2 floats, pushed and pulled
     "async": (4, ("--servers", "1", "--group-size", "2"), {},
-              {0: (2, 2 * 2 * GRADIENT, 2 * (GRADIENT + 4)),
-               2: (2, 2 * 2 * GRADIENT, 2 * (GRADIENT + 4))}),
+              {0: (2, 2 * 2 * GRADIENT, 2 * (GRADIENT + 4 + 16)),
+               2: (2, 2 * 2 * GRADIENT, 2 * (GRADIENT + 4 + 16))}),
     # gradients stay local; after every update (tau 1) the 16 bytes of weights are averaged
     # over the 2 ranks, blocking, so every average lands in its own step's line
     "lasgd": (2, (), {"MXKV_TAU": "1", "MXKV_LASGD_OVERLAP": "0"}, {0: (2, 2 * GRADIENT, 0)}),

@@ -212,6 +212,19 @@ def consensus(owner) -> None:
         owner._params_dirty = True  # get_params() must read the devices' new weights
 
 
+def steps_done(owner) -> int:
+    """The optimizer steps a Trainer's (or Module's, or a Hybrid store's) group took before
+    this start: 0 on a first start; in a group that `mxkv-launch --restarts` started again
+    (modes async and easgd, each group its own MPI job), the steps the servers recorded
+    for it, so that the script trains only the steps it had left."""
+    store = owner if isinstance(owner, Hybrid) else (
+        _trainer_store(owner) if isinstance(owner, mxnet.gluon.Trainer)
+        else getattr(owner, "_kvstore", None))
+    if not isinstance(store, Hybrid):
+        raise MXKVError("steps_done: this Trainer/Module does not use the hybrid kvstore")
+    return store.steps_done
+
+
 def install() -> None:
     """Installs the hooks (idempotent)."""
     for module in _MODULES_USING_CREATE:

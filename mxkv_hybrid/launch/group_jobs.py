@@ -1,6 +1,6 @@
-"""`mxkv-launch --group-jobs`: every group as its own MPI job (modes sync, async and easgd),
-joined to the others only through the parameter server, so a group that dies ends only
-its own job while the other groups train on (async, easgd; in sync they cannot).
+"""Every group as its own MPI job (the default of modes async and easgd, `--group-jobs` in
+mode sync), joined to the others only through the parameter server, so a group that dies
+ends only its own job while the other groups train on (async, easgd; in sync they cannot).
 
 Group g of G holds the ranks g*S .. min((g+1)*S, N) - 1 (S = --group-size). Its job gets
 MXKV_GROUP_JOB (which group, which of all ranks) and its lines are printed with those
@@ -169,13 +169,15 @@ def _restart(run: GroupRun) -> GroupRun:
 
 
 def supervise_groups(runs: List[GroupRun], helpers: List[Node], timeout: Optional[float],
-                     restarts: Restarts, together: bool = False) -> int:
+                     restarts: Restarts, together: bool = False,
+                     stop_order: Callable[[], Optional[str]] = lambda: None) -> int:
     """Waits for every group job; a failed group ends alone, and is started again while
     `restarts` allows; `together` (mode sync, where the servers wait for every group's
     gradients) ends the others when a group is lost. Ends everything on timeout, a dead
-    parameter-server process or a signal. Returns the exit status: 0 when every group
-    finished (restarted or not), 1 when a group was lost for good, 124 timeout, 130
-    stopped."""
+    parameter-server process, a signal or a `stop_order` (the reason a serving launcher
+    gave, mode sync: a joined group of elsewhere was lost). Returns the exit status: 0 when
+    every group finished (restarted or not), 1 when a group was lost for good or stopped
+    by order, 124 timeout, 130 stopped."""
     stop_on_signals()
     deadline = None if timeout is None else time.monotonic() + timeout
     code = None
@@ -200,7 +202,11 @@ def supervise_groups(runs: List[GroupRun], helpers: List[Node], timeout: Optiona
             if not running:
                 time.sleep(POLL_SECONDS)
             dead = [h for h in helpers if h.process.poll() not in (None, 0)]
-            if dead:
+            ordered = stop_order()
+            if ordered:
+                say(f"{ordered}: stopping {'this group' if len(runs) == 1 else 'every group'}")
+                code = 1
+            elif dead:
                 say(f"the {dead[0].name} (pid {dead[0].process.pid}) exited with status "
                     f"{dead[0].process.returncode} while the groups were running; stopping "
                     "every group")

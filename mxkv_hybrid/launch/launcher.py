@@ -7,7 +7,8 @@
 `python script.py` (and `python -m module`) is run as `python -m mxkv_hybrid.run ...`
 with this interpreter, so unmodified scripts get the plugin. Every output line is
 prefixed with its rank. With --servers, a ps-lite scheduler and S servers are started
-first (modes sync, async, easgd). The exit status is non-zero when any rank or server fails,
+first (modes sync, async, easgd); in modes async and easgd each group then runs as its own
+MPI job (--one-job: one MPI job for every rank; --group-jobs: the same in mode sync). The exit status is non-zero when any rank or server fails,
 and every process is ended on failure, timeout, Ctrl-C or SIGTERM.
 """
 import argparse
@@ -21,7 +22,7 @@ import time
 from typing import List, Optional, Tuple
 
 from ..comm import timeline
-from ..config import read_knob
+from ..config import read_knob, separate_groups_refusal
 from .group_jobs import (GroupPlan, GroupRun, Restarts, plan_groups, plan_groups_by_host,
                          start_group, supervise_groups)
 from .processes import (GRACE_SECONDS, Node, Terminated, end_process_group, free_port, start,
@@ -200,12 +201,18 @@ def parse_arguments(argv: Optional[List[str]] = None) -> argparse.Namespace:
                     help="address of this machine that the ranks and servers reach the "
                          "scheduler at (DMLC_PS_ROOT_URI; default 127.0.0.1)")
     ps.add_argument("--ps-interface", help="network interface ps-lite uses (DMLC_INTERFACE)")
-    ps.add_argument("--group-jobs", action="store_true",
-                    help="modes sync, async and easgd: start each group (--group-size ranks, "
-                         "or without it one group per -H/--hostfile host) as its own MPI job, "
-                         "joined to the others only through the parameter "
-                         "server: a group whose rank dies ends alone and (async, easgd) the "
-                         "others train on")
+    layout = ps.add_mutually_exclusive_group()
+    layout.add_argument("--group-jobs", action="store_true",
+                        help="start each group (--group-size ranks, or without it one group per "
+                             "-H/--hostfile host) as its own MPI job, joined to the others only "
+                             "through the parameter server: a group whose rank dies ends alone "
+                             "and (async, easgd) the others train on. The default in modes "
+                             "async and easgd (asynchronous) when there is more than one group; "
+                             "in mode sync on request")
+    layout.add_argument("--one-job", action="store_true",
+                        help="modes async and easgd: start every rank in one MPI job instead "
+                             "(metrics and broadcasts combined over all ranks; one dead rank "
+                             "ends the job; --restarts restarts the whole job)")
     parser.add_argument("--restarts", type=int, default=0,
                         help="start a failed job again up to this many times (MXKV_ATTEMPT "
                              "counts them; a script that calls mxkv_hybrid.checkpoint."
@@ -219,7 +226,8 @@ def parse_arguments(argv: Optional[List[str]] = None) -> argparse.Namespace:
     ps.add_argument("--groups", type=int, default=0, help="with --serve: how many groups join")
     ps.add_argument("--join", metavar="TOKEN@HOST:PORT",
                     help="run this machine's -n ranks as one group of the job that "
-                         "mxkv-launch --serve started there (--restarts applies)")
+                         "mxkv-launch --serve started there (--restarts and --check apply: "
+                         "--check reports on this group and the servers)")
     ps.add_argument("--server-hosts",
                     help="host1,host2: start the servers there through mpiexec "
                          "(default: on this machine)")
@@ -232,6 +240,7 @@ def parse_arguments(argv: Optional[List[str]] = None) -> argparse.Namespace:
                              "(and servers) instead of a program, and print a report")
     parser.add_argument("--dry-run", action="store_true", help="print the mpiexec command only")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- program [args...]")
+    parser.set_defaults(group_jobs_by_default=False)
     args = parser.parse_args(argv)
     if args.command[:1] == ["--"]:
         args.command = args.command[1:]
@@ -259,16 +268,19 @@ def parse_arguments(argv: Optional[List[str]] = None) -> argparse.Namespace:
         parser.error("--group-size, --server-hosts and --group-jobs need --servers")
     if args.groups:
         parser.error("--groups declares the groups of --serve")
+    if args.one_job and mode not in GROUP_JOB_MODES:
+        parser.error(f"--one-job chooses one MPI job in the modes {', '.join(GROUP_JOB_MODES)}, "
+                     f"whose groups run as separate jobs by default, and MXKV_MODE is {mode}, "
+                     "which runs as one MPI job anyway: drop --one-job")
     if args.group_jobs:
         check_group_jobs(parser, args, mode)
+    elif args.servers and groups_apart_by_default(args, mode):
+        args.group_jobs = args.group_jobs_by_default = True
     if args.servers and mode in ("allreduce", "lasgd"):
         parser.error(f"--servers serves the modes sync, async and easgd, and MXKV_MODE is {mode}"
                      f"{'' if 'MXKV_MODE' in os.environ else ' (unset)'}, which uses no parameter "
                      "server: set MXKV_MODE or drop --servers")
     return args
-
-
-SEPARABLE_MODES = ("sync", "async", "easgd")  # groups joined through the parameter server
 
 
 def check_sync_restarts(parser: argparse.ArgumentParser, args: argparse.Namespace, mode: str,
@@ -281,29 +293,46 @@ def check_sync_restarts(parser: argparse.ArgumentParser, args: argparse.Namespac
 
 
 def check_separable_mode(parser: argparse.ArgumentParser, mode: str, option: str) -> None:
-    """Groups run as separate MPI jobs in SEPARABLE_MODES (asynchronous easgd only)."""
-    easgd_sync = read_knob("MXKV_EASGD_SYNC")
-    if mode not in SEPARABLE_MODES or (mode == "easgd" and easgd_sync):
-        parser.error(f"{option} runs each group as its own MPI job, in the modes "
-                     f"{', '.join(SEPARABLE_MODES)} (easgd asynchronous), and MXKV_MODE is {mode}"
-                     f"{' with MXKV_EASGD_SYNC=1' if easgd_sync else ''}: drop {option}")
+    """Refuses `option` (each group its own MPI job) where config's rule refuses it."""
+    refusal = separate_groups_refusal(mode, read_knob("MXKV_EASGD_SYNC"))
+    if refusal:
+        parser.error(f"{option} runs each group as its own MPI job, and {refusal}: drop {option}")
 
 
 def check_serve(parser: argparse.ArgumentParser, args: argparse.Namespace, mode: str) -> None:
     check_separable_mode(parser, mode, "--serve")
     if not args.servers or args.groups < 1:
         parser.error("--serve needs --servers S and --groups G (how many groups will join)")
-    if args.command or args.join or args.group_jobs or args.group_size or args.check:
+    if (args.command or args.join or args.group_jobs or args.one_job or args.group_size
+            or args.check):
         parser.error("--serve runs the parameter server only: start the groups with "
                      "mxkv-launch --join on their machines")
 
 
 def check_join(parser: argparse.ArgumentParser, args: argparse.Namespace, mode: str) -> None:
     check_separable_mode(parser, mode, "--join")
-    if args.servers or args.group_size or args.group_jobs or args.groups or args.check:
+    if args.servers or args.group_size or args.group_jobs or args.one_job or args.groups:
         parser.error("--join runs one group of a served job (-n is its size): drop --servers, "
-                     "--group-size, --group-jobs, --groups and --check")
+                     "--group-size, --group-jobs, --one-job and --groups")
     check_sync_restarts(parser, args, mode, "--join")
+
+
+GROUP_JOB_MODES = ("async", "easgd")  # whose groups run as separate MPI jobs by default
+
+
+def groups_apart_by_default(args: argparse.Namespace, mode: str) -> bool:
+    """Whether the groups run as separate MPI jobs without --group-jobs: in the modes whose
+    groups can live and die alone (async, asynchronous easgd), unless --one-job, when the
+    ranks form more than one group that can be planned (--group-size, or -H/--hostfile
+    whose slots add up to -n: one group per host; not both)."""
+    if args.one_job or mode not in GROUP_JOB_MODES or separate_groups_refusal(
+            mode, read_knob("MXKV_EASGD_SYNC")):
+        return False
+    if bool(args.group_size) == bool(args.hosts or args.hostfile):
+        return False
+    if not args.group_size and sum(slots for _, slots in host_slots(args)) != args.num_ranks:
+        return False
+    return len(plan_group_jobs(args)) > 1
 
 
 def check_group_jobs(parser: argparse.ArgumentParser, args: argparse.Namespace, mode: str) -> None:
@@ -330,7 +359,7 @@ def host_slots(args: argparse.Namespace) -> List[Tuple[str, int]]:
 
 
 def plan_group_jobs(args: argparse.Namespace) -> List[GroupPlan]:
-    """--group-jobs: groups of --group-size ranks, or one group per host."""
+    """Groups of --group-size ranks, or one group per -H/--hostfile host."""
     if args.group_size:
         return plan_groups(args.num_ranks, args.group_size)
     return plan_groups_by_host(host_slots(args))
@@ -383,6 +412,10 @@ def main(argv: Optional[List[str]] = None) -> None:
         sys.exit(join_group(args.join, args.num_ranks, mode, command, flavour, args.timeout,
                             args.restarts, read_knob("MXKV_PS_TIMEOUT")))
     if args.group_jobs:
+        if args.group_jobs_by_default:
+            print(f"mxkv-launch: MXKV_MODE={mode}: each of the {len(plan_group_jobs(args))} groups "
+                  "runs as its own MPI job, joined to the others through the parameter server "
+                  "(--one-job: one MPI job)", file=sys.stderr, flush=True)
         helpers = start_servers_or_exit(args, mpiexec, flavour, len(plan_group_jobs(args)))
         restarts = Restarts(args.restarts, float(os.environ.get("PS_HEARTBEAT_TIMEOUT", 0)) + 2)
         code = supervise_groups(start_group_jobs(args, mpiexec, flavour), helpers, args.timeout,

@@ -6,8 +6,9 @@ how many ranks it brings. Once all G declared groups are there, each is told its
 number, its ranks' numbers in the whole job and the ps-lite settings to reach the
 servers; a group more than declared, a wrong token or another mode is refused with a
 message. When a group's job is over its launcher reports the exit status; the serving
-launcher ends the servers once every group has reported or gone away. One JSON object per
-line.
+launcher ends the servers once every group has reported or gone away. In mode sync, where
+the servers wait for every group's gradients, a group that failed or went away makes the
+serving launcher order the other groups to stop, naming it. One JSON object per line.
 
 ps-lite authenticates nothing: the token keeps a group of another job, or a mistyped
 address, from joining this one through the launchers, but whoever reaches the
@@ -18,6 +19,8 @@ import json
 import secrets
 import select
 import socket
+import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
@@ -131,7 +134,27 @@ class Rendezvous:
                     member.gone = True
                 else:
                     member.status = int(report["status"])
+                if member.gone or member.status:
+                    self._lost(member)
         return True
+
+    def _lost(self, member: Member) -> None:
+        """Mode sync: the servers wait for every group's gradients, so a lost group stops
+        the others; each running group's launcher is told which group was lost."""
+        running = [other for other in self.members
+                   if other is not member and other.status is None and not other.gone]
+        if self.mode != "sync" or not running:
+            return
+        how = ("went away without reporting" if member.gone else
+               f"ended with status {member.status}")
+        reason = (f"group {member.group} ({member.ranks} rank(s)) {how}, and in MXKV_MODE=sync "
+                  "the servers wait for every group's gradients, so the other groups cannot go on")
+        print(f"mxkv-launch: {reason}: stopping them", file=sys.stderr, flush=True)
+        for other in running:
+            try:
+                _send(other.connection, {"stop": reason})
+            except OSError:
+                pass
 
     def close(self) -> None:
         for member in self.members:
@@ -139,10 +162,37 @@ class Rendezvous:
         self._listener.close()
 
 
-def join(address: str, ranks: int, mode: str, timeout: float) -> Tuple[socket.socket, dict]:
-    """Connects to a serving launcher; returns the open connection (to report the exit
-    status on) and this group's assignment. Waits as long as the other groups take to join;
-    raises JoinRefused with the reason."""
+class Joined:
+    """A group's place in a served job: its connection to the serving launcher (to report
+    the exit status on), its assignment, and the serving launcher's order to stop (mode
+    sync: another group was lost), read as it comes."""
+
+    def __init__(self, connection: socket.socket, stream, assignment: dict):
+        self.connection = connection
+        self.assignment = assignment
+        self.stop_order: Optional[str] = None
+        threading.Thread(target=self._listen, args=(stream,), daemon=True).start()
+
+    def _listen(self, stream) -> None:
+        try:
+            for line in stream:
+                order = json.loads(line)
+                if "stop" in order:
+                    self.stop_order = order["stop"]
+        except (OSError, ValueError):
+            pass  # the connection closed: nothing more will come
+
+    def report(self, status: int) -> None:
+        """Tells the serving launcher how this group's job ended."""
+        try:
+            _send(self.connection, {"status": status})
+        finally:
+            self.connection.close()
+
+
+def join(address: str, ranks: int, mode: str, timeout: float) -> Joined:
+    """Connects to a serving launcher and returns this group's place in the job. Waits as
+    long as the other groups take to join; raises JoinRefused with the reason."""
     token, _, where = address.rpartition("@")
     host, _, port = where.rpartition(":")
     if not token or not host or not port.isdigit():
@@ -155,21 +205,14 @@ def join(address: str, ranks: int, mode: str, timeout: float) -> Tuple[socket.so
                           f"(MXKV_PS_TIMEOUT): {err}; is mxkv-launch --serve running there, "
                           "and is the port reachable from here?") from None
     connection.settimeout(None)
+    stream = connection.makefile("r")
     try:
         _send(connection, {"token": token, "ranks": ranks, "mode": mode})
-        answer = _receive(connection.makefile("r"))
+        answer = _receive(stream)
     except (OSError, ValueError) as err:
         answer = {"error": f"the serving launcher at {host}:{port} broke the connection ({err})"}
     if answer is None or "error" in answer:
         connection.close()
         raise JoinRefused(answer["error"] if answer else "the serving launcher closed the "
                           "connection without an answer")
-    return connection, answer
-
-
-def report(connection: socket.socket, status: int) -> None:
-    """Tells the serving launcher how this group's job ended."""
-    try:
-        _send(connection, {"status": status})
-    finally:
-        connection.close()
+    return Joined(connection, stream, answer)

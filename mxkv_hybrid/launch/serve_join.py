@@ -13,7 +13,7 @@ from typing import List, Optional
 
 from .group_jobs import GroupPlan, Restarts, start_group, supervise_groups
 from .processes import Node, Terminated, end_process_group, stop_on_signals
-from .rendezvous import JoinRefused, Rendezvous, join, report
+from .rendezvous import JoinRefused, Rendezvous, join
 
 SETTINGS = ("DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT", "DMLC_NUM_SERVER", "DMLC_NUM_WORKER",
             "DMLC_NODE_HOST", "DMLC_INTERFACE", "PS_HEARTBEAT_INTERVAL", "PS_HEARTBEAT_TIMEOUT")
@@ -73,10 +73,11 @@ def join_group(address: str, ranks: int, mode: str, command: List[str], flavour:
     print(f"mxkv-launch: joining the job at {address.rpartition('@')[2]} with {ranks} rank(s); "
           "waiting for the other groups to join", flush=True)
     try:
-        connection, assigned = join(address, ranks, mode, wait_seconds)
+        joined = join(address, ranks, mode, wait_seconds)
     except JoinRefused as refused:
         print(f"mxkv-launch: not joined: {refused}", file=sys.stderr, flush=True)
         return 2
+    assigned = joined.assignment
     plan = GroupPlan(assigned["group"], assigned["groups"], assigned["first_rank"], ranks,
                      assigned["ranks"])
     print(f"mxkv-launch: joined as {plan.describe()} of {plan.groups} group(s), "
@@ -86,7 +87,7 @@ def join_group(address: str, ranks: int, mode: str, command: List[str], flavour:
     code = 1
     try:
         code = supervise_groups([start_group(plan, command, env, flavour)], [], timeout,
-                                Restarts(restarts, delay))
+                                Restarts(restarts, delay), stop_order=lambda: joined.stop_order)
     finally:
-        report(connection, code)
+        joined.report(code)
     return code

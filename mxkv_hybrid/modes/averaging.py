@@ -6,9 +6,6 @@ import mxnet as mx
 from ..comm.collectives import Arrays, Key, TensorCollectives
 from ..errors import MXKVError
 
-SEPARATE_JOBS_STATE = ("the averaging state cannot be loaded while each group runs as its own "
-                       "MPI job (mxkv-launch --group-jobs) yet: resume without --group-jobs")
-
 
 class Averaging(Protocol):
     """Counts optimizer steps and, on its schedule, moves the weights towards the other

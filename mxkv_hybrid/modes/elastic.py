@@ -29,7 +29,7 @@ from ..ps.client import connect_leader, release
 from ..ps.finish_line import finish_line_for
 from ..ps.keys import ServerKeys
 from ..ps.optimizers import FINISH_KEY, ElasticCentre
-from .averaging import SEPARATE_JOBS_STATE, allreduce_split, check_state_mode
+from .averaging import allreduce_split, check_state_mode
 
 
 class ElasticAveraging:
@@ -41,6 +41,10 @@ class ElasticAveraging:
         self.warmup_steps = config.warmup_steps
         self.steps = 0
         self.rounds = 0  # elastic exchanges
+        # separate group jobs: steps this group took before this start (None: not known
+        # until the first weights are registered), and the steps its leader reported
+        self.steps_done = None if not world.spans_all_ranks else 0
+        self._steps_reported = 0
         self._sync = config.easgd_sync
         self._world_comm = world.comm
         blocking = replace(config, overlap=False)
@@ -50,12 +54,14 @@ class ElasticAveraging:
         self._server_keys = ServerKeys()
         self._centre: Dict[Key, mx.nd.NDArray] = {}  # the leader's last read of c
         self._separate_jobs = not world.spans_all_ranks  # each group its own MPI job
+        self._attempt = config.attempt
+        self._rank = world.rank  # in the whole job
         kind = "dist_sync" if config.easgd_sync else "dist_async"
         self._ps = connect_leader(kind, config, world, groups)
         if self._ps is not None:
             self._ps.set_optimizer(ElasticCentre())
             atexit.register(self.close)
-        self._finish = finish_line_for(self._ps, self._server_keys, self._separate_jobs,
+        self._finish = finish_line_for(self._ps, self._separate_jobs,
                                        groups.group_index, groups.num_groups, config.ps_timeout,
                                        config.attempt)
 
@@ -74,6 +80,7 @@ class ElasticAveraging:
         new = [i for i, k in enumerate(keys) if k not in self._server_keys]
         for i in new:
             self._server_keys.add(keys[i])
+        done = 0
         if self._ps is not None and new:
             # A CPU dist kvstore keeps the last array pushed under a key as its receive
             # buffer (no copy), so later pulls write into it: push copies, never the weights.
@@ -83,12 +90,15 @@ class ElasticAveraging:
             self._ps.init(server_keys, [self._centre[keys[i]] for i in new])
             if self._separate_jobs:
                 self._ps.push_pull(server_keys, [], [weights[i] for i in new])
-                self._finish.rejoined("the centre", [weights[i] for i in new])
+                done = self._finish.rejoined("the centre", [weights[i] for i in new])
         if self._separate_jobs and new:
             wait_for_leader(self._group_comm, is_leader=self._ps is not None)
             started = [[weights[i]] for i in new]
             self.group.broadcast("the centre's first value", [keys[i] for i in new], started,
                                  started, root=0)
+            if self.steps_done is None:  # a restarted group goes on from its recorded step
+                self.steps_done = self._group_comm.bcast(done, root=0)
+                self.steps = self._steps_reported = self.steps_done
 
     def after_step(self, keys: Sequence[Key], weights: Sequence[Arrays]) -> bool:
         """Counts an optimizer step; every tau-th one after the warm-up exchanges."""
@@ -110,7 +120,8 @@ class ElasticAveraging:
                     w[0][:] = w[0] - e
                 if self._finish is not None:
                     server_keys, elastic = server_keys + [FINISH_KEY], elastic + [
-                        self._finish.progress()]
+                        self._finish.progress(self.steps - self._steps_reported)]
+                    self._steps_reported = self.steps
                 self._ps.push_pull(server_keys, elastic, [])
             wait_for_leader(self._group_comm, is_leader=self._ps is not None)
             self.group.broadcast("elastic exchange", keys, weights, weights, root=0)
@@ -144,15 +155,17 @@ class ElasticAveraging:
 
     def load_state(self, state: dict) -> None:
         """Restores the counters; world rank 0 sets the centre on the servers to the saved
-        one (collective: every rank calls it, after the parameters are initialised)."""
+        one (collective: every rank calls it, after the parameters are initialised).
+        Separate group jobs: the group's own counters; the centre is set back (by group 0's
+        leader, no other group waits for it) only in a job started afresh, since the servers
+        of a restarted group kept the centre the other groups moved on."""
         check_state_mode(state, "easgd")
-        if self._separate_jobs:
-            raise MXKVError(SEPARATE_JOBS_STATE)
         self.steps, self.rounds = state["steps"], state["rounds"]
         if self._ps is not None:
             keys = list(self._centre)
-            saved = state["centre"] if self._world_comm.rank == 0 else None
-            if self._world_comm.rank == 0 and (saved is None or set(saved) != set(keys)):
+            restores = self._rank == 0 and not (self._separate_jobs and self._attempt > 0)
+            saved = state["centre"] if restores else None
+            if restores and (saved is None or set(saved) != set(keys)):
                 raise MXKVError("easgd: the saved centre variable does not cover this model's "
                                 f"parameters {keys!r}: load the state that world rank 0 saved, "
                                 "after the parameters are initialised")

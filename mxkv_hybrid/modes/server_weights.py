@@ -47,8 +47,11 @@ class ServerWeights:
         self._pushes_since_pull = 0
         self.staleness: List[int] = []  # per applied gradient (leaders only)
         self._separate_jobs = not world.spans_all_ranks  # each group its own MPI job
+        # separate group jobs: steps this group took before this start (None: not known
+        # until the first weights are kept)
+        self.steps_done = None if self._separate_jobs else 0
         self._ps = connect_leader("dist_async", config, world, groups)
-        self._finish = finish_line_for(self._ps, self._server_keys, self._separate_jobs,
+        self._finish = finish_line_for(self._ps, self._separate_jobs,
                                        groups.group_index, groups.num_groups, config.ps_timeout,
                                        config.attempt)
         if self._ps is not None:
@@ -87,16 +90,19 @@ class ServerWeights:
         new = [i for i, k in enumerate(keys) if k not in self._server_keys]
         for i in new:
             self._server_keys.add(keys[i])
+        done = 0
         if self._ps is not None and new:
             server_keys = [self._server_keys[keys[i]] for i in new]
             self._ps.init(server_keys, [kept[i][0] for i in new])
             if self._separate_jobs:
                 self._ps.push_pull(server_keys, [], [kept[i][0] for i in new])
-                self._finish.rejoined("the servers' weights", [kept[i][0] for i in new])
+                done = self._finish.rejoined("the servers' weights", [kept[i][0] for i in new])
         if self._separate_jobs and new:
             wait_for_leader(self._group_comm, is_leader=self._ps is not None)
             self._group.broadcast(op, [keys[i] for i in new], [kept[i] for i in new],
                                   [[*kept[i], *outs[i]] for i in new], root=0)
+            if self.steps_done is None:
+                self.steps_done = self._group_comm.bcast(done, root=0)
 
     def push(self, op: str, keys: Sequence[Key], values: Sequence[Arrays]) -> None:
         """Group average (or sum), then the leader's push: the servers apply it."""

@@ -1,8 +1,9 @@
-"""Where separate group jobs (mxkv-launch --group-jobs) meet at the end of training.
+"""Where separate group jobs (modes async and easgd) meet at the end of training.
 
 Each group's leader tells the servers, through one tally key (FINISH_KEY: a done flag and
-a progress count per group, which the servers add up), that its group made progress (with
-every push) and, at the end, that it is done. A leader that is done waits for the other
+a step count per group, which the servers add up), how many optimizer steps its group took
+(with every push) and, at the end, that it is done. A restarted group reads its count back
+to train only the steps it had left. A leader that is done waits for the other
 groups, but not for a lost one: when no unfinished group has made progress for
 MXKV_PS_TIMEOUT seconds, it goes on without them and says which groups it left behind.
 """
@@ -18,24 +19,29 @@ from .keys import ServerKeys
 from .optimizers import FINISH_KEY
 
 POLL_SECONDS = 0.2
+_shared: Optional["FinishLine"] = None  # this process's, once a store created it
 
 
-def finish_line_for(ps: Optional[ParameterServer], keys: ServerKeys, separate_jobs: bool,
-                    group: int, groups: int, timeout: float, attempt: int
-                    ) -> Optional["FinishLine"]:
-    """A group leader's finish line when the groups are separate MPI jobs, else None."""
+def finish_line_for(ps: Optional[ParameterServer], separate_jobs: bool, group: int, groups: int,
+                    timeout: float, attempt: int) -> Optional["FinishLine"]:
+    """A group leader's finish line when the groups are separate MPI jobs, else None: one
+    per process, as the ps-lite connection is, so every store of the process (a script's
+    own and the one Module.fit creates, say) reports to the same tally."""
+    global _shared
     if ps is None or not separate_jobs:
         return None
-    return FinishLine(ps, keys, group, groups, timeout, attempt)
+    if _shared is None:
+        _shared = FinishLine(ps, group, groups, timeout, attempt)
+    return _shared
 
 
 class FinishLine:
     """One group leader's view of the tally (created by every leader at the same point:
     its init is a barrier among the leaders)."""
 
-    def __init__(self, ps: ParameterServer, keys: ServerKeys, group: int, groups: int,
-                 timeout: float, attempt: int):
-        keys.claim(FINISH_KEY, "the group jobs' finish line")
+    def __init__(self, ps: ParameterServer, group: int, groups: int, timeout: float,
+                 attempt: int):
+        ServerKeys().claim(FINISH_KEY, "the group jobs' finish line")
         self._ps = ps
         self._group = group
         self._groups = groups
@@ -45,23 +51,28 @@ class FinishLine:
         self._progress = np.zeros(2 * groups, np.float32)
         self._progress[groups + group] = 1
 
-    def progress(self) -> mx.nd.NDArray:
-        """What to push under FINISH_KEY with each of this group's pushes (a fresh array:
-        a dist kvstore reuses a pushed array as the receive buffer of later pulls)."""
-        return mx.nd.array(self._progress)
+    def progress(self, steps: int = 1) -> mx.nd.NDArray:
+        """What to push under FINISH_KEY with each of this group's pushes: the optimizer
+        steps it took since its last push (a fresh array: a dist kvstore reuses a pushed
+        array as the receive buffer of later pulls)."""
+        return mx.nd.array(self._progress * steps)
 
-    def rejoined(self, what: str, values: Sequence[mx.nd.NDArray]) -> None:
-        """On a restarted group's leader: one line saying what the group starts from (the
-        model after how many updates of the groups, and its checksum: the sum of `values`)."""
+    def rejoined(self, what: str, values: Sequence[mx.nd.NDArray]) -> int:
+        """The optimizer steps the servers recorded for this group before this start (0 on
+        a first start). On a restarted group's leader also one line saying what the group
+        starts from: the model after how many steps of the groups, at which step of its
+        own, and its checksum (the sum of `values`)."""
         if not self._attempt:
-            return
+            return 0
         tally = mx.nd.zeros((2 * self._groups,))
         self._ps.push_pull([FINISH_KEY], [], [tally])
-        updates = int(tally.asnumpy()[self._groups:].sum())
+        steps = tally.asnumpy()[self._groups:]
+        done = int(steps[self._group])
         checksum = sum(float(v.asnumpy().astype(np.float64).sum()) for v in values)
         print(f"mxkv_hybrid: group {self._group} rejoins (restart {self._attempt}): its ranks "
-              f"start from {what} after {updates} updates of the groups (checksum "
-              f"{checksum:.17g})", file=sys.stderr, flush=True)
+              f"start from {what} after {int(steps.sum())} steps of the groups, at step {done} "
+              f"of its own (checksum {checksum:.17g})", file=sys.stderr, flush=True)
+        return done
 
     def cross(self) -> List[int]:
         """Reports this group done and waits for the others; returns the groups left

@@ -16,10 +16,19 @@ when a directory is saved over. `load` checks the manifest against the job it re
 
 Only rank 0 reads and writes the manifest, and each rank reads and writes only its own
 files, so `directory` may be a disk local to each host (the ranks of a host share it, and
-rank 0's host holds the manifest) as well as a shared file system."""
+rank 0's host holds the manifest) as well as a shared file system.
+
+When each group runs as its own MPI job (mode easgd's default layout under mxkv-launch)
+the groups live and die apart, and so do their checkpoints: each group commits its own
+manifest (manifest.group<g>.json, written by the group's leader) over its own ranks' files,
+and a restarted group resumes from its own. The centre variable stays on the servers,
+which outlive a lost group; only a job started afresh (MXKV_ATTEMPT=0: new servers) sets
+it back to the one group 0 saved. In mode sync the groups would have to commit together,
+which only one MPI job does: checkpoints are refused there."""
 import glob
 import json
 import os
+import sys
 from typing import Optional, Union
 
 import mxnet as mx
@@ -30,7 +39,7 @@ from ..comm import stall
 from ..comm.topology import World, world
 from ..errors import ConfigError, MXKVError
 
-MANIFEST = "manifest.json"
+MANIFEST = "manifest.json"  # one MPI job; separate group jobs: manifest.group<g>.json
 
 
 def _stem(rank: int, generation: Union[int, str]) -> str:
@@ -43,13 +52,28 @@ def _files(directory: str, rank: int, generation: int):
     return prefix + ".params", prefix + ".states"
 
 
-def _read_manifest(directory: str):
-    """The committed manifest of `directory`, or None when there is none."""
-    path = os.path.join(directory, MANIFEST)
-    if not os.path.exists(path):
-        return None
-    with open(path) as f:
-        return json.load(f)
+def _manifest_name(this: World) -> str:
+    """The manifest this job (or, separate group jobs: this group) commits."""
+    job = this.group_job
+    return MANIFEST if job is None else f"manifest.group{job.group}.json"
+
+
+def _read_manifest(directory: str, this: World):
+    """The committed manifest of `directory` for this job or group, or None when there is
+    none; refuses a directory that a job of the other layout saved."""
+    path = os.path.join(directory, _manifest_name(this))
+    if os.path.exists(path):
+        with open(path) as f:
+            return json.load(f)
+    pattern = "manifest.group*.json" if this.group_job is None else MANIFEST
+    other = glob.glob(os.path.join(glob.escape(directory), pattern))
+    if other:
+        saver, here = (("separate group jobs", "one MPI job") if this.group_job is None else
+                       ("one MPI job", "separate group jobs"))
+        raise ConfigError(f"{directory} was saved by {saver} ({os.path.basename(other[0])}), and "
+                          f"this job runs as {here}: resume in the layout it was saved in "
+                          "(mxkv-launch --group-jobs or --one-job)")
+    return None
 
 
 def _mode(trainer: gluon.Trainer):
@@ -59,14 +83,36 @@ def _mode(trainer: gluon.Trainer):
     return config.mode if config is not None else None
 
 
-def _one_mpi_job(what: str) -> World:
-    """This job's world; checkpoints need every rank in one MPI job (for now)."""
+def _scope(what: str, trainer: gluon.Trainer) -> World:
+    """The ranks that commit one manifest: this MPI job (all ranks, or with separate group
+    jobs this group's). Sync group jobs are refused: their groups must commit together."""
     this = world()
-    if not this.spans_all_ranks:
-        raise ConfigError(f"checkpoint.{what}: each group runs as its own MPI job (mxkv-launch "
-                          "--group-jobs), and checkpoints are written by all ranks of one MPI "
-                          "job: start the job without --group-jobs to save or resume")
+    if not this.spans_all_ranks and _mode(trainer) == "sync":
+        raise ConfigError(f"checkpoint.{what}: in MXKV_MODE=sync every group must save and "
+                          "resume the same step, which only one MPI job commits together: start "
+                          "the job without --group-jobs / --join (one MPI job is the default "
+                          "layout of mode sync)")
     return this
+
+
+def _is_committer(this: World) -> bool:
+    """Whether this rank reads and writes the manifest (the MPI job's rank 0)."""
+    return this.comm.Get_rank() == 0
+
+
+def _agreed_manifest(this: World, directory: str) -> Optional[dict]:
+    """The committed manifest as the committing rank read it, on every rank of the MPI job
+    (a layout it refused is raised on every rank)."""
+    found = None
+    if _is_committer(this):
+        try:
+            found = _read_manifest(directory, this)
+        except ConfigError as err:
+            found = err
+    found = this.comm.bcast(found, root=0)
+    if isinstance(found, ConfigError):
+        raise found
+    return found
 
 
 def save(directory: str, net: gluon.Block, trainer: gluon.Trainer,
@@ -74,24 +120,28 @@ def save(directory: str, net: gluon.Block, trainer: gluon.Trainer,
     """Collective: every rank writes its weights and trainer state into `directory`, as a
     new generation that the manifest commits once every rank has written it. `progress`
     (JSON, e.g. {"step": 16}) is kept in the manifest: `load` and `load_latest` return it."""
-    this = _one_mpi_job("save")
+    this = _scope("save", trainer)
     try:
         json.dumps(progress)  # on every rank, before any of them writes
     except TypeError as err:
         raise MXKVError(f"checkpoint.save: progress must be JSON (numbers, strings, lists, "
                         f"dicts): {err}") from None
     os.makedirs(directory, exist_ok=True)
-    committed = _read_manifest(directory) if this.rank == 0 else None
-    generation = this.comm.bcast(committed["generation"] + 1 if committed else 1, root=0)
+    committed = _agreed_manifest(this, directory)
+    generation = committed["generation"] + 1 if committed else 1
     params, states = _files(directory, this.rank, generation)
     net.save_parameters(params)
     trainer.save_states(states)
     with stall.waiting("checkpoint save: the other ranks' files"):
         this.comm.Barrier()  # every rank's files are complete
-    if this.rank == 0:
+    if _is_committer(this):
         manifest = {"ranks": this.size, "mode": _mode(trainer), "generation": generation,
                     "progress": progress or {}}
-        write_atomically(os.path.join(directory, MANIFEST), json.dumps(manifest).encode())
+        if this.group_job is not None:
+            manifest.update(group=this.group_job.group, groups=this.group_job.groups,
+                            group_ranks=this.comm.Get_size())
+        write_atomically(os.path.join(directory, _manifest_name(this)),
+                         json.dumps(manifest).encode())
     with stall.waiting("checkpoint save: the manifest"):
         this.comm.Barrier()  # committed: the older generations can go
     keep = _stem(this.rank, generation) + "."  # also the states' .averaging file
@@ -104,11 +154,11 @@ def load(directory: str, net: gluon.Block, trainer: gluon.Trainer) -> dict:
     """Collective: every rank reads back what `save` wrote for it; returns the progress
     saved with it ({} if none). The network must be initialised (shapes known: in_units,
     or one forward pass) and the Trainer created."""
-    this = _one_mpi_job("load")
-    manifest = this.comm.bcast(_read_manifest(directory) if this.rank == 0 else None, root=0)
+    this = _scope("load", trainer)
+    manifest = _agreed_manifest(this, directory)
     if manifest is None:
-        raise MXKVError(f"{os.path.join(directory, MANIFEST)} is missing: {directory} is not a "
-                        "checkpoint written (to the end) by mxkv_hybrid.checkpoint.save")
+        raise MXKVError(f"{os.path.join(directory, _manifest_name(this))} is missing: {directory} "
+                        "is not a checkpoint written (to the end) by mxkv_hybrid.checkpoint.save")
     return _restore(this, manifest, directory, net, trainer)
 
 
@@ -117,18 +167,21 @@ def load_latest(directory: str, net: gluon.Block, trainer: gluon.Trainer) -> Opt
     progress saved with it; None, loading nothing, when there is none yet (a first start).
     A script that calls it before training goes on by itself after `mxkv-launch
     --restarts` started it again."""
-    this = _one_mpi_job("load_latest")
-    manifest = this.comm.bcast(_read_manifest(directory) if this.rank == 0 else None, root=0)
+    this = _scope("load_latest", trainer)
+    manifest = _agreed_manifest(this, directory)
     return None if manifest is None else _restore(this, manifest, directory, net, trainer)
 
 
 def _restore(this: World, manifest: dict, directory: str, net: gluon.Block,
              trainer: gluon.Trainer) -> dict:
     mode = _mode(trainer)
-    if manifest["ranks"] != this.size or manifest["mode"] != mode:
+    group_ranks = None if this.group_job is None else this.comm.Get_size()
+    if (manifest["ranks"] != this.size or manifest["mode"] != mode
+            or manifest.get("group_ranks") != group_ranks):
         raise MXKVError(f"{directory} was saved by {manifest['ranks']} ranks in mode "
-                        f"{manifest['mode']}, and this job has {this.size} ranks in mode {mode}: "
-                        "resume with the same number of ranks and MXKV_MODE")
+                        f"{manifest['mode']}{_group_text(manifest.get('group_ranks'))}, and this "
+                        f"job has {this.size} ranks in mode {mode}{_group_text(group_ranks)}: "
+                        "resume with the same number of ranks (and groups) and MXKV_MODE")
     deferred = [p.name for p in net.collect_params().values() if p._deferred_init]
     if deferred:
         raise MXKVError(f"load: parameters {deferred} are not initialised yet (deferred "
@@ -146,7 +199,16 @@ def _restore(this: World, manifest: dict, directory: str, net: gluon.Block,
         # weights (the same on every rank in these modes) and the loaded optimizer state.
         trainer.load_states(states)
         _keep_own_untrained(net, params)
+    if _is_committer(this):
+        whose = "" if this.group_job is None else f"group {this.group_job.group} "
+        print(f"mxkv_hybrid: {whose}resumed from checkpoint {directory} (generation "
+              f"{manifest['generation']}, progress {json.dumps(manifest.get('progress', {}))})",
+              file=sys.stderr, flush=True)
     return manifest.get("progress", {})
+
+
+def _group_text(group_ranks: Optional[int]) -> str:
+    return "" if group_ranks is None else f", {group_ranks} in this group's MPI job"
 
 
 def _keep_own_untrained(net: gluon.Block, params: str) -> None:

@@ -2,8 +2,12 @@
 starting from weights of its own (seeded by its rank, so separate group jobs must take
 their first weights from the servers), then mxkv_hybrid.consensus. Each rank that gets
 to the end writes OUT/rank<r>.npz: its weights after the Trainer's first broadcast
-("initial/..."), its final weights ("final/..."), its steps and the test accuracy.
-argv: OUT EPOCHS LR"""
+("initial/..."), its final weights ("final/..."), the step it reached, the steps its group
+had done before this start (mxkv_hybrid.steps_done: a restarted group skips them), the
+steps it trained and the test accuracy. With CHECKPOINT and EVERY it saves a checkpoint
+there every EVERY steps (and OUT/rank<r>.step<s>.npz, the weights it saved) and, when one
+exists, resumes from it instead ("loaded/...": the weights it loaded).
+argv: OUT EPOCHS LR [CHECKPOINT EVERY]"""
 import os
 import sys
 from pathlib import Path
@@ -19,7 +23,9 @@ from train_digits import accuracy, build_network, load_data  # noqa: E402
 
 BATCH = 32
 out, epochs, lr = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+directory, every = (sys.argv[4], int(sys.argv[5])) if len(sys.argv) > 5 else (None, 0)
 
+os.makedirs(out, exist_ok=True)
 kv = mx.kv.create("hybrid")
 train_x, train_y, test_x, test_y = load_data(42)
 shard_x, shard_y = train_x[kv.rank::kv.num_workers], train_y[kv.rank::kv.num_workers]
@@ -31,26 +37,40 @@ net.initialize(mx.init.Xavier(magnitude=2.0))
 net(mx.nd.array(shard_x[:1]))  # shapes known: the Trainer broadcasts at construction
 trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": lr, "momentum": 0.9},
                         kvstore=kv)
-initial = {f"initial/{name}": p.data().asnumpy() for name, p in net.collect_params().items()}
-print(f"rank {kv.rank} of {kv.num_workers} starts", flush=True)
 
+
+def weights(prefix):
+    return {f"{prefix}/{name}": p.data().asnumpy() for name, p in net.collect_params().items()}
+
+
+initial = weights("initial")
+print(f"rank {kv.rank} of {kv.num_workers} starts", flush=True)
 loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
-steps = 0
+done, loaded = mxkv_hybrid.steps_done(trainer), {}
+resumed = mxkv_hybrid.checkpoint.load_latest(directory, net, trainer) if directory else None
+if resumed is not None:  # a group's own checkpoint wins over the servers' count of its steps
+    done, loaded = resumed["step"], weights("loaded")
+steps = trained = 0
 for epoch in range(epochs):
     order = np.random.RandomState(1000 * epoch + kv.rank).permutation(len(shard_y))
     for step in range(steps_per_epoch):
+        steps += 1
+        if steps <= done:  # taken before this group was lost
+            continue
         batch = order[step * BATCH:(step + 1) * BATCH]
         with autograd.record():
             loss = loss_fn(net(mx.nd.array(shard_x[batch])), mx.nd.array(shard_y[batch]))
         loss.backward()
         trainer.step(len(batch))
-        steps += 1
+        trained += 1
+        if every and steps % every == 0:
+            mxkv_hybrid.checkpoint.save(directory, net, trainer, progress={"step": steps})
+            np.savez(os.path.join(out, f"rank{kv.rank}.step{steps}.npz"), **weights("saved"))
 
 mxkv_hybrid.consensus(trainer)
-final = {f"final/{name}": p.data().asnumpy() for name, p in net.collect_params().items()}
+final = weights("final")
 found = accuracy(net, test_x, test_y, mx.cpu())
 print(f"rank {kv.rank} ran {steps} steps; consensus test accuracy {found:.4f}", flush=True)
-os.makedirs(out, exist_ok=True)
-np.savez(os.path.join(out, f"rank{kv.rank}.npz"), steps=steps, accuracy=found, **initial,
-         **final)
+np.savez(os.path.join(out, f"rank{kv.rank}.npz"), steps=steps, steps_done=done, trained=trained,
+         accuracy=found, **initial, **final, **loaded)
 kv.close()
