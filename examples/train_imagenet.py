@@ -197,7 +197,7 @@ def build_model(name: str, classes: int) -> gluon.HybridBlock:
         from gluoncv.model_zoo import get_model
     except ImportError:
         raise SystemExit(f"model {name!r} is not in MXNet's model zoo; for gluoncv's models "
-                         "install the extra: pip install -e '.[imagenet]'") from None
+                         "install the extra: pip install -e '.[cpu,imagenet]'") from None
     return get_model(name, classes=classes)
 
 
