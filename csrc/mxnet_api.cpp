@@ -37,8 +37,8 @@ ArrayView resolve_array(NDArrayHandle handle) {
   if (dev_type != kCpu && dev_type != kCpuPinned && dev_type != kCpuShared) {
     std::ostringstream msg;
     msg << "array on device type " << dev_type << " (id " << dev_id
-        << "): the hybrid kvstore reduces CPU arrays only in this version; "
-           "keep parameters on mx.cpu() contexts";
+        << ") reached the C++ collectives, which read host memory only: device arrays "
+           "are staged through pinned host buffers first (mxkv_hybrid/comm/device_staging.py)";
     throw std::invalid_argument(msg.str());
   }
 

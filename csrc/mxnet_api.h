@@ -42,7 +42,7 @@ struct MXNetApi {
 // The process-wide table, filled by bind_mxnet_api() from Python.
 MXNetApi& mxnet_api();
 
-// A dense CPU NDArray seen through a raw pointer.
+// A dense NDArray in host memory (cpu, cpu_pinned, cpu_shared) seen through a raw pointer.
 struct ArrayView {
   void* data = nullptr;
   int dtype = -1;

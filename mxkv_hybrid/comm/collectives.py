@@ -12,6 +12,7 @@ import numpy as np
 from ..config import Config
 from ..errors import ConfigError, MismatchError, MXKVError
 from . import algorithm_table, stall, timeline
+from .device_staging import DeviceStaging
 
 Key = Hashable  # int or str, as MXNet passes them
 Arrays = Sequence[mx.nd.NDArray]
@@ -86,6 +87,7 @@ class TensorCollectives:
             comm.py2f(), config.bucket_bytes, config.algorithm, rules, config.compress_dtype,
             config.segment_bytes)
         self._overlap = config.overlap
+        self._staging = DeviceStaging()
         recording = timeline.current()
         if recording is not None:
             recording.add_source(self._impl)
@@ -110,6 +112,11 @@ class TensorCollectives:
         return self._impl.payload_bytes
 
     @property
+    def staged_bytes(self) -> int:
+        """Bytes copied between non-cpu devices and pinned host buffers so far, both ways."""
+        return self._staging.staged_bytes
+
+    @property
     def overlapped_buckets(self) -> int:
         """Buckets reduced behind MXNet's engine so far (MXKV_OVERLAP=1)."""
         return self._impl.overlapped_buckets
@@ -131,17 +138,23 @@ class TensorCollectives:
                   outputs: Sequence[Arrays], average: bool) -> None:
         """outputs[k] = (average of, or sum over ranks of) sum(inputs[k]), for every key k.
         With MXKV_OVERLAP=1 it returns once the buckets are queued behind MXNet's engine:
-        MXNet operations that read the outputs wait for them, as after any MXNet op."""
-        spec = [(_handles(i), _handles(o)) for i, o in zip(inputs, outputs)]
+        MXNet operations that read the outputs wait for them, as after any MXNet op.
+        Arrays on other devices than `cpu` travel through pinned host buffers (DeviceStaging)."""
+        host_inputs, host_outputs, copy_back = self._staging.stage(keys, inputs, outputs)
+        spec = [(_handles(i), _handles(o)) for i, o in zip(host_inputs, host_outputs)]
         run = self._impl.allreduce_overlapped if self._overlap else self._impl.allreduce
-        self._run(op, keys, inputs, outputs, lambda: run(spec, _key_signature(keys), average))
+        self._run(op, keys, host_outputs, lambda: run(spec, _key_signature(keys), average))
+        copy_back()
 
     def broadcast(self, op: str, keys: Sequence[Key], inputs: Sequence[Arrays],
                   outputs: Sequence[Arrays], root: int = 0) -> None:
         """outputs[k] = root's inputs[k][0] on every rank."""
-        spec = [(_handles(i), _handles(o)) for i, o in zip(inputs, outputs)]
-        self._run(op, keys, inputs, outputs,
+        host_inputs, host_outputs, copy_back = self._staging.stage(
+            keys, inputs, outputs, read_inputs=self._comm.rank == root)
+        spec = [(_handles(i), _handles(o)) for i, o in zip(host_inputs, host_outputs)]
+        self._run(op, keys, host_outputs,
                   lambda: self._impl.broadcast(spec, _key_signature(keys), root))
+        copy_back()
 
     def finish(self) -> None:
         """Waits until every bucket queued behind MXNet's engine (overlap) is reduced."""
@@ -151,7 +164,7 @@ class TensorCollectives:
         """The bucket plan for [(mxnet dtype code, element count), ...] (for tests and benchmarks)."""
         return self._impl.plan(list(tensors))
 
-    def _run(self, op, keys, inputs, outputs, call) -> None:
+    def _run(self, op, keys, outputs, call) -> None:
         try:
             with stall.waiting(f"{op} of {len(keys)} key(s)"), \
                     timeline.span(op, "collective", keys=len(keys)):

@@ -28,6 +28,13 @@ def overlapped_buckets(store) -> int:
     return collectives.overlapped_buckets if collectives is not None else 0
 
 
+def staged_bytes() -> int:
+    """Bytes this process's collectives copied between non-cpu devices and pinned buffers."""
+    from mxkv_hybrid.comm.collectives import live_collectives
+
+    return sum(c.staged_bytes for c in live_collectives())
+
+
 def averaging_rounds(store) -> int:
     """Elastic exchanges (easgd) or model averagings (lasgd) a Hybrid store has done."""
     averaging = getattr(store, "averaging", None)

@@ -9,16 +9,19 @@ import numpy as np
 from mxnet import autograd, gluon
 
 from common import (CLASSES, LEARNING_RATE, MOMENTUM, STEPS, overlapped_buckets, rank_batch,
-                    union_batch)
+                    staged_bytes, union_batch)
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--out", required=True)
 parser.add_argument("--kvstore", choices=["string", "instance"], default="string")
 parser.add_argument("--devices", type=int, default=1)
+parser.add_argument("--context", choices=["cpu", "cpu_pinned"], default="cpu")
 parser.add_argument("--update-on-kvstore", choices=["default", "0", "1"], default="default")
 parser.add_argument("--reference", type=int, default=0, help="number of ranks to emulate")
 parser.add_argument("--steps", type=int, default=STEPS)
 parser.add_argument("--init", choices=["xavier", "zero"], default="xavier")
+parser.add_argument("--consensus", action="store_true",
+                    help="modes easgd/lasgd: end on the one model (mxkv_hybrid.consensus)")
 args = parser.parse_args()
 
 if args.reference:
@@ -28,7 +31,7 @@ else:
     rank = mx.kv.create("hybrid").rank if args.kvstore == "string" else kvstore.rank
 
 mx.random.seed(rank)
-contexts = [mx.cpu(i) for i in range(args.devices)]
+contexts = [getattr(mx, args.context)(i) for i in range(args.devices)]
 net = gluon.nn.HybridSequential()
 net.add(gluon.nn.Conv2D(6, 3, activation="relu"),   # in_channels unknown: deferred init
         gluon.nn.Conv2D(4, 3, activation="relu"),
@@ -52,6 +55,9 @@ for step in range(args.steps):
         loss.backward()
     trainer.step(len(x))
 
+if args.consensus:
+    import mxkv_hybrid
+    mxkv_hybrid.consensus(trainer)
 params = list(net.collect_params().values())
 for p in params:  # every device copy holds the same weights
     copies = [d.asnumpy() for d in p.list_data()]
@@ -61,4 +67,4 @@ np.savez(os.path.join(args.out, f"rank{rank}.npz"),
          **{f"{i:02d}": p.data(contexts[0]).asnumpy() for i, p in enumerate(params)})
 print(f"rank {rank}: trained {args.steps} steps, kvstore={trainer._kvstore.type if trainer._kvstore else None}",
       f"update_on_kvstore={trainer._update_on_kvstore}",
-      f"overlapped_buckets={overlapped_buckets(trainer._kvstore)}")
+      f"overlapped_buckets={overlapped_buckets(trainer._kvstore)}", f"staged_bytes={staged_bytes()}")

@@ -11,11 +11,12 @@ import mxnet as mx
 import numpy as np
 
 from common import (BATCH, CLASSES, LEARNING_RATE, MOMENTUM, STEPS, averaging_rounds,
-                    overlapped_buckets, rank_batch, union_batch)
+                    overlapped_buckets, rank_batch, staged_bytes, union_batch)
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--out", required=True)
 parser.add_argument("--devices", type=int, default=1)
+parser.add_argument("--context", choices=["cpu", "cpu_pinned"], default="cpu")
 parser.add_argument("--reference", type=int, default=0, help="number of ranks to emulate")
 parser.add_argument("--averaging-checks", action="store_true")
 args = parser.parse_args()
@@ -34,7 +35,7 @@ net = mx.sym.Activation(mx.sym.FullyConnected(net, num_hidden=16, name="fc1"), "
 net = mx.sym.SoftmaxOutput(mx.sym.FullyConnected(net, num_hidden=CLASSES, name="fc2"), name="softmax")
 
 mx.random.seed(rank)
-module = mx.mod.Module(net, context=[mx.cpu(i) for i in range(args.devices)])
+module = mx.mod.Module(net, context=[getattr(mx, args.context)(i) for i in range(args.devices)])
 module.fit(data, num_epoch=1, kvstore=None if args.reference else "hybrid",
            optimizer="sgd", optimizer_params={"learning_rate": LEARNING_RATE, "momentum": MOMENTUM},
            initializer=mx.init.Xavier(magnitude=2.0))
@@ -52,4 +53,4 @@ np.savez(os.path.join(args.out, f"rank{rank}.npz"), **{k: v.asnumpy() for k, v i
 print(f"rank {rank}: kvstore={module._kvstore.type if module._kvstore else None}",
       f"update_on_kvstore={module._update_on_kvstore}",
       f"overlapped_buckets={overlapped_buckets(module._kvstore)}",
-      f"averaging_rounds={averaging_rounds(module._kvstore)}")
+      f"averaging_rounds={averaging_rounds(module._kvstore)}", f"staged_bytes={staged_bytes()}")

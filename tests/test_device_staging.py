@@ -1,0 +1,73 @@
+"""Arrays on a device other than `cpu` take the staging path a GPU's arrays take (pinned
+host buffers, MXNet's copies): MXNet's CPU build has such a device, `mx.cpu_pinned(i)`.
+Gluon and Module on [cpu_pinned(0), cpu_pinned(1)] train to the same bits as on
+[cpu(0), cpu(1)], on every rank, in every mode, blocking and overlapped (MXKV_OVERLAP=1)."""
+import re
+
+import numpy as np
+import pytest
+
+from conftest import assert_identical_across_ranks, launch, load_ranks
+
+# mode -> (environment, mxkv-launch options for 2 and 3 ranks: groups of 1, and of 2 and 1)
+MODES = {
+    "allreduce": ({}, lambda ranks: []),
+    "sync": ({}, lambda ranks: ["--group-size", str(ranks - 1), "--servers", "1"]),
+    # synchronous EASGD: the centre moves by the sum of both groups' exchanges, in any
+    # order, so two runs end on the same bits (asynchronous exchanges land in any order)
+    "easgd": ({"MXKV_EASGD_SYNC": "1", "MXKV_TAU": "2"},
+              lambda ranks: ["--group-size", str(ranks - 1), "--servers", "1", "--one-job"]),
+    "lasgd": ({"MXKV_TAU": "2"}, lambda ranks: []),
+}
+SCRIPTS = {"train_gluon.py": ["--consensus"], "train_module.py": ["--averaging-checks"]}
+
+
+def train(job_dir, script, mode, ranks, context, overlap="0"):
+    """The weights of every rank, checked identical, and each rank's staged bytes."""
+    env, options = MODES[mode]
+    out = job_dir / f"{script}-{context}-overlap{overlap}"
+    consensus = SCRIPTS[script] if mode in ("easgd", "lasgd") else []
+    job = launch(ranks, script, "--out", str(out), "--devices", "2", "--context", context,
+                 *consensus, env=dict(env, MXKV_MODE=mode, MXKV_OVERLAP=overlap),
+                 launcher_options=options(ranks))
+    assert job.returncode == 0, job.output
+    staged = [int(found.group(1)) for r in range(ranks) for line in job.lines_of(r)
+              for found in [re.search(r"staged_bytes=(\d+)", line)] if found]
+    assert len(staged) == ranks, job.output
+    weights = load_ranks(out, ranks)
+    assert_identical_across_ranks(weights)
+    return weights[0], staged
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+@pytest.mark.parametrize("mode", list(MODES))
+@pytest.mark.parametrize("script", list(SCRIPTS))
+def test_cpu_pinned_devices_train_to_the_bits_of_cpu_devices(job_dir, script, mode, ranks):
+    on_cpu, none_staged = train(job_dir, script, mode, ranks, "cpu")
+    assert none_staged == [0] * ranks
+    variants = [("0",)] + ([("1",)] if script == "train_gluon.py" else [])
+    for (overlap,) in variants:
+        on_pinned, staged = train(job_dir, script, mode, ranks, "cpu_pinned", overlap)
+        assert all(n > 0 for n in staged), staged  # the staging path ran on every rank
+        assert on_pinned.keys() == on_cpu.keys()
+        for name in on_cpu:
+            assert np.array_equal(on_pinned[name], on_cpu[name]), (name, overlap)
+
+
+def test_one_process_sums_its_devices_copies_through_pinned_buffers():
+    """A key with copies on cpu(0), cpu_pinned(0) and cpu_pinned(1): the sum reaches every
+    copy, the cpu one in place and the others through their buffers, which are reused."""
+    import mxnet as mx
+
+    kv = mx.kv.create("hybrid")
+    devices = [mx.cpu(0), mx.cpu_pinned(0), mx.cpu_pinned(1)]
+    for step in range(2):
+        copies = [mx.nd.full((3, 4), step + d, ctx=c) for d, c in enumerate(devices)]
+        kv.pushpull(7, copies)
+        for copy, device in zip(copies, devices):
+            assert copy.context == device
+            assert np.array_equal(copy.asnumpy(), np.full((3, 4), 3 * step + 3, np.float32))
+    collectives = kv._collectives
+    # per step: two copies in and three out, 48 bytes each
+    assert collectives.staged_bytes == 2 * 5 * 48
+    assert len(collectives._staging._buffers) == 2  # one per pinned device copy, kept
