@@ -22,7 +22,9 @@ there). `python examples/make_tiny_imagenet.py --out DATA` generates a small one
   continues from epoch N's.
 - Models: MXNet's model zoo (resnet18_v1, resnet50_v1, mobilenet1.0, mobilenetv2_1.0,
   ...), or gluoncv's (resnet50_v1b, ...) when gluoncv is installed (pip install -e
-  '.[imagenet]'). CPU by default, --gpus 0,1 for GPUs.
+  '.[cpu,imagenet]'). CPU by default; --gpus for GPUs: `mxkv-launch -n 8 -- python
+  train_imagenet.py --gpus 0 ...` gives each of 8 ranks on a host its own GPU (its local
+  rank's), `mxkv-launch -n 1 -- ... --gpus 0,1,2,3` drives four GPUs from one rank.
 """
 import argparse
 import os
@@ -53,7 +55,10 @@ def parse_arguments() -> argparse.Namespace:
     training = parser.add_argument_group("training")
     training.add_argument("--model", default="resnet18_v1")
     training.add_argument("--kv-store", default="hybrid")
-    training.add_argument("--gpus", default="", help="e.g. 0,1 (default: CPU)")
+    training.add_argument("--gpus", default="",
+                          help="GPU ids of every rank on a host, e.g. 0,1,2,3: each rank "
+                               "takes its share (4 ranks: one each; 1 rank: all four); one id "
+                               "with several ranks: each its own from it (default: CPU)")
     training.add_argument("--batch-size", type=int, default=32, help="images per device and step")
     training.add_argument("--num-epochs", type=int, default=90)
     training.add_argument("--lr", type=float, default=0.1, help="learning rate per 256 images")
@@ -242,7 +247,9 @@ def main() -> None:
     args = parse_arguments()
     kv = mx.kv.create(args.kv_store)
     say = print if kv.rank == 0 else (lambda *a, **k: None)
-    contexts = [mx.gpu(int(i)) for i in args.gpus.split(",") if i.strip()] or [mx.cpu()]
+    # --gpus lists the GPUs of every rank on a host: a rank takes its share (one per rank:
+    # its local rank's; a rank alone on its host: all of them); none listed: the CPU
+    contexts = [mx.gpu(i) for i in mxkv_hybrid.rank_gpus(args.gpus)] or [mx.cpu()]
     fmt = data_format(args)
     classes = count_classes(args, fmt)
     rank_batch = args.batch_size * len(contexts)

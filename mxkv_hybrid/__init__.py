@@ -20,6 +20,7 @@ from .config import KNOBS, Config, read_knob
 from .errors import ConfigError, MismatchError, MXKVError, NonFiniteError, ServerKeyConflict
 from .integration import auto, hooks
 from .integration.even_batches import EvenBatchesIter, even_batches
+from .integration.gpus import rank_gpus
 from .integration.hooks import consensus, steps_done
 from .integration.shard_sampler import ShardSampler
 from .kvstore import Hybrid
@@ -29,7 +30,7 @@ from .safety import checkpoint
 __all__ = ["Hybrid", "Config", "KNOBS", "MXKVError", "ConfigError", "MismatchError",
            "NonFiniteError", "ServerKeyConflict", "World", "world", "consensus", "steps_done",
            "checkpoint", "PeriodicModelAverager", "broadcast_parameters", "even_batches",
-           "EvenBatchesIter", "ShardSampler"]
+           "EvenBatchesIter", "ShardSampler", "rank_gpus"]
 __version__ = "0.1.0"
 
 hooks.install()

@@ -110,22 +110,35 @@ def parse_fault(text: str) -> Optional[Fault]:
 class GroupJob:
     """This process's group when every group is its own MPI job (mxkv-launch --group-jobs):
     group `group` of `groups`, whose MPI ranks 0, 1, ... are the job's ranks
-    first_rank, first_rank + 1, ... of `ranks` in all."""
+    first_rank, first_rank + 1, ... of `ranks` in all. When group jobs share one host
+    (mxkv-launch --group-size), its ranks are local ranks local_first, local_first + 1, ...
+    of the host's local_ranks (which pick the GPUs); else None: the MPI job's own."""
 
     group: int
     groups: int
     first_rank: int
     ranks: int
+    local_first: Optional[int] = None
+    local_ranks: Optional[int] = None
+
+
+GROUP_JOB_FIELDS = ("group", "groups", "first_rank", "ranks")
+GROUP_JOB_HOST_FIELDS = ("local_first", "local_ranks")
 
 
 def parse_group_job(text: str) -> Optional[GroupJob]:
-    """'' -> None; 'group=G:groups=N:first_rank=F:ranks=R' -> GroupJob."""
+    """'' -> None; 'group=G:groups=N:first_rank=F:ranks=R[:local_first=L:local_ranks=H]'
+    -> GroupJob."""
     if not text.strip():
         return None
-    expected = "group=G:groups=N:first_rank=F:ranks=R, e.g. group=1:groups=3:first_rank=2:ranks=6"
-    job = GroupJob(*_whole_numbers(text.strip().split(":"), ("group", "groups", "first_rank",
-                                                             "ranks"), expected))
+    expected = ("group=G:groups=N:first_rank=F:ranks=R[:local_first=L:local_ranks=H], e.g. "
+                "group=1:groups=3:first_rank=2:ranks=6")
+    fields = text.strip().split(":")
+    names = GROUP_JOB_FIELDS + (GROUP_JOB_HOST_FIELDS if "local_first=" in text else ())
+    job = GroupJob(*_whole_numbers(fields, names, expected))
     if not 0 <= job.group < job.groups or not 0 <= job.first_rank < job.ranks:
+        raise ValueError(f"expected {expected}")
+    if job.local_first is not None and not 0 <= job.local_first < job.local_ranks:
         raise ValueError(f"expected {expected}")
     return job
 
@@ -181,8 +194,10 @@ KNOBS: Dict[str, Knob] = {
     "MXKV_GROUP_JOB": Knob(parse_group_job, "",
                            "Set by `mxkv-launch --group-jobs` for each group's own MPI job "
                            "(modes sync, async and easgd): group=G:groups=N:first_rank=F:ranks=R says "
-                           "which group this job is and which of all ranks it holds. Empty: one "
-                           "MPI job holds every rank."),
+                           "which group this job is and which of all ranks it holds; with "
+                           ":local_first=L:local_ranks=H (group jobs sharing one host) its ranks "
+                           "are local ranks L, L+1, ... of the host's H, which pick the GPUs. "
+                           "Empty: one MPI job holds every rank."),
     "MXKV_ATTEMPT": Knob(_whole_number(0, None, "a whole number >= 0"), "0",
                          "Set by `mxkv-launch --restarts`: 0 for the first start, k for the k-th "
                          "restart of the job (or, with --group-jobs / --join, of a lost group, "
@@ -228,7 +243,8 @@ KNOBS: Dict[str, Knob] = {
                       "stores 'local' and 'device' (the Trainer's and Module.fit's defaults) "
                       "become 'hybrid', a shuffled mx.io.ImageRecordIter and a "
                       "gluon.data.DataLoader(shuffle=True) read one shard per rank; unshuffled "
-                      "(validation) data stays whole. Each change is logged once by rank 0."),
+                      "(validation) data stays whole; a script argument --gpus LIST becomes "
+                      "the rank's share of LIST. Each change is logged once by rank 0."),
     "MXKV_STALL_TIMEOUT": Knob(_non_negative, "30",
                                "Seconds a rank waits for the others in one collective before it "
                                "asks every rank where it is, prints the answers (waiting, "

@@ -27,8 +27,11 @@ def main(argv=None) -> None:
 
     import mxkv_hybrid  # noqa: F401  (registers the store, installs the hooks)
     from mxkv_hybrid.comm._C import line_buffer_stderr
+    from mxkv_hybrid.integration.auto import script_arguments
 
     line_buffer_stderr()
+    program = 2 if argv[0] == "-m" else 1  # the script's own arguments follow
+    argv = argv[:program] + script_arguments(argv[program:])  # --auto: this rank's --gpus
 
     if argv[0] == "-m":
         sys.argv = [argv[1], *argv[2:]]

@@ -259,10 +259,14 @@ def test_check_reports_each_group_job(job_dir):
 
 
 def test_groups_are_planned_by_size_and_numbered_in_the_whole_job():
-    assert plan_groups(5, 2) == [GroupPlan(0, 3, 0, 2, 5), GroupPlan(1, 3, 2, 2, 5),
-                                 GroupPlan(2, 3, 4, 1, 5)]
+    on_this_host = dict(shares_host=True)
+    assert plan_groups(5, 2) == [GroupPlan(0, 3, 0, 2, 5, **on_this_host),
+                                 GroupPlan(1, 3, 2, 2, 5, **on_this_host),
+                                 GroupPlan(2, 3, 4, 1, 5, **on_this_host)]
     assert plan_groups(5, 2)[2].describe() == "group 2 (rank 4)"
-    assert parse_group_job(plan_groups(5, 2)[1].knob) == GroupJob(1, 3, 2, 5)
+    # their ranks are numbered on this host as one job's would be (they pick the GPUs)
+    assert parse_group_job(plan_groups(5, 2)[1].knob) == GroupJob(1, 3, 2, 5, 2, 5)
+    assert parse_group_job("group=1:groups=3:first_rank=2:ranks=5") == GroupJob(1, 3, 2, 5)
     assert renumbering("hydra", 4)(b"[1] loss 0.5\n") == b"[5] loss 0.5\n"
     assert renumbering("hydra", 4)(b"no prefix [1] \n") == b"no prefix [1] \n"
     assert renumbering("openmpi", 2)(b"[7,1]<stdout>:x\n") == b"[7,3]<stdout>:x\n"

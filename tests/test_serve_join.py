@@ -57,9 +57,10 @@ class Launcher:
         return "\n".join(self.lines)
 
 
-def train(address: str, tag: str, out, mode: str = "easgd", ranks: int = 2) -> Launcher:
+def train(address: str, tag: str, out, mode: str = "easgd", ranks: int = 2,
+          **settings: str) -> Launcher:
     return Launcher(tag, mode, "--join", address, "-n", str(ranks), "--", "python",
-                    str(WORKERS / "group_job_digits.py"), str(out), "30", "0.1")
+                    str(WORKERS / "group_job_digits.py"), str(out), "30", "0.1", **settings)
 
 
 def test_groups_started_separately_join_one_job(tmp_path):
@@ -69,7 +70,9 @@ def test_groups_started_separately_join_one_job(tmp_path):
         serving = Launcher(tag, "easgd", "--servers", "1", "--groups", "2", "--serve")
         launchers.append(serving)
         address = serving.wait_for(r"--join (\S+@127\.0\.0\.1:\d+) -n RANKS").group(1)
-        launchers += [train(address, tag, tmp_path), train(address, tag, tmp_path)]
+        # the two groups stay before their end until the refusals are checked
+        gate = tmp_path / "refusals checked"
+        launchers += [train(address, tag, tmp_path, HOLD_UNTIL=str(gate)) for _ in range(2)]
         serving.wait_for(r"group 1 joined with 2 rank\(s\) \(2 of 2\)")
         token, _, where = address.partition("@")
         refused = {  # while the two groups train
@@ -83,11 +86,13 @@ def test_groups_started_separately_join_one_job(tmp_path):
             assert launcher.finish() == 2, launcher.output
             assert "mxkv-launch: not joined: " in launcher.output and reason in launcher.output, \
                 launcher.output
+        gate.touch()
         groups = launchers[1:3]
         for launcher in groups:
             assert launcher.finish() == 0, launcher.output
         assert serving.finish() == 0, serving.output
     finally:
+        (tmp_path / "refusals checked").touch()
         for launcher in launchers:
             if launcher.process.poll() is None:
                 launcher.process.kill()

@@ -19,7 +19,7 @@ class World:
     comm: Any  # mpi4py.MPI.Comm: every rank, or with group_job only this group's ranks
     rank: int  # among all ranks of the training job
     size: int  # all ranks of the training job
-    local_rank: int  # rank among the processes of this MPI job sharing this host's memory
+    local_rank: int  # rank among the job's processes on this host (picks the GPU)
     local_size: int
     host: str
     group_job: Optional[GroupJob] = None  # set when each group is its own MPI job
@@ -44,8 +44,11 @@ def world() -> World:
                           "declares: let mxkv-launch --group-jobs set it")
     first_rank, size = (job.first_rank, job.ranks) if job else (0, comm.Get_size())
     node = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
+    local_rank, local_size = node.Get_rank(), node.Get_size()
+    if job is not None and job.local_first is not None:  # group jobs sharing this host
+        local_rank, local_size = job.local_first + local_rank, job.local_ranks
     described = World(comm=comm, rank=first_rank + comm.Get_rank(), size=size,
-                      local_rank=node.Get_rank(), local_size=node.Get_size(),
+                      local_rank=local_rank, local_size=local_size,
                       host=socket.gethostname(), group_job=job)
     node.Free()
     if comm.Get_size() > 1:

@@ -11,10 +11,13 @@ Exactly what changes (each change is logged once, by rank 0):
 - `gluon.data.DataLoader(..., shuffle=True)` without sampler/batch_sampler reads
   one shard per rank through a ShardSampler (a per-epoch permutation shared by all
   ranks, dealt out so every rank has the same number of samples).
+- a script argument `--gpus LIST` (MXNet's image-classification scripts) becomes this
+  rank's share of LIST (integration/gpus.py: one id per rank on the host picks the local
+  rank's, one id gives each rank its own from it, a rank alone on its host keeps LIST).
 Unshuffled readers (validation data) are left whole, so every rank evaluates all of it.
 With one rank only the store changes.
 """
-from typing import Set
+from typing import List, Set
 
 import mxnet.gluon.data.dataloader
 import mxnet.io
@@ -23,6 +26,7 @@ import mxnet.kvstore
 
 from ..comm.topology import world
 from .even_batches import EvenBatchesIter
+from .gpus import rank_gpus
 from .patching import bind_call, patch
 from .shard_sampler import ShardSampler
 
@@ -76,6 +80,29 @@ def _data_loader_init(original, self, *args, **kwargs):
         _log_once(f"DataLoader(shuffle=True) over {len(given['dataset'])} samples reads a "
                   f"shard of {len(given['sampler'])} per rank (ShardSampler)")
     original(*call.args, **call.kwargs)
+
+
+def script_arguments(argv: List[str]) -> List[str]:
+    """The script's arguments with `--gpus LIST` (or `--gpus=LIST`) made this rank's share
+    (unchanged unless --auto is on)."""
+    if not _installed:
+        return argv
+    argv = list(argv)
+    for i, argument in enumerate(argv):
+        if argument == "--gpus" and i + 1 < len(argv):
+            position, given = i + 1, argv[i + 1]
+        elif argument.startswith("--gpus="):
+            position, given = i, argument[len("--gpus="):]
+        else:
+            continue
+        mine = ",".join(map(str, rank_gpus(given)))
+        argv[position] = mine if position == i + 1 else f"--gpus={mine}"
+        if mine != given:
+            print(f"mxkv_hybrid --auto: rank {world().rank} (local rank {world().local_rank} of "
+                  f"{world().local_size} on {world().host}): --gpus {given} -> --gpus {mine}",
+                  flush=True)
+        break
+    return argv
 
 
 def install() -> None:

@@ -33,12 +33,16 @@ class GroupPlan:
     size: int
     ranks: int
     host: Optional[str] = None  # where its ranks run (None: where mpiexec puts them)
+    shares_host: bool = False  # every group job runs on this host (local ranks follow ranks)
 
     @property
     def knob(self) -> str:
         """The value of MXKV_GROUP_JOB for this job's ranks."""
-        return (f"group={self.group}:groups={self.groups}:first_rank={self.first_rank}:"
+        knob = (f"group={self.group}:groups={self.groups}:first_rank={self.first_rank}:"
                 f"ranks={self.ranks}")
+        if self.shares_host:
+            knob += f":local_first={self.first_rank}:local_ranks={self.ranks}"
+        return knob
 
     def describe(self) -> str:
         last = self.first_rank + self.size - 1
@@ -47,9 +51,10 @@ class GroupPlan:
 
 
 def plan_groups(num_ranks: int, group_size: int) -> List[GroupPlan]:
-    """Groups of `group_size` consecutive ranks (the last may be smaller)."""
+    """Groups of `group_size` consecutive ranks (the last may be smaller), all on this host."""
     firsts = range(0, num_ranks, group_size)
-    return [GroupPlan(g, len(firsts), first, min(group_size, num_ranks - first), num_ranks)
+    return [GroupPlan(g, len(firsts), first, min(group_size, num_ranks - first), num_ranks,
+                      shares_host=True)
             for g, first in enumerate(firsts)]
 
 

@@ -233,7 +233,8 @@ def parse_arguments(argv: Optional[List[str]] = None) -> argparse.Namespace:
                          "(default: on this machine)")
     parser.add_argument("--auto", action="store_true",
                         help="for scripts with no kvstore flag: the default stores become "
-                             "'hybrid' and shuffled training data is sharded by rank "
+                             "'hybrid', shuffled training data is sharded by rank and the "
+                             "script's --gpus LIST becomes the rank's share "
                              "(sets MXKV_AUTO=1; see README.md, '--auto')")
     parser.add_argument("--check", action="store_true",
                         help="run a self-test of the installation and the topology on the ranks "
@@ -397,7 +398,8 @@ def main(argv: Optional[List[str]] = None) -> None:
     if args.auto:
         os.environ["MXKV_AUTO"] = "1"
         print("mxkv-launch --auto: MXKV_AUTO=1 for every rank: stores 'local'/'device' -> "
-              "'hybrid', shuffled ImageRecordIter/DataLoader sharded by rank", flush=True)
+              "'hybrid', shuffled ImageRecordIter/DataLoader sharded by rank, --gpus LIST -> "
+              "the rank's share", flush=True)
     command = [mpiexec, *mpi_arguments(flavour, args), *wrap_command(args.command)]
     if args.dry_run:
         if args.group_jobs:

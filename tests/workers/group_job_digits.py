@@ -6,10 +6,12 @@ to the end writes OUT/rank<r>.npz: its weights after the Trainer's first broadca
 had done before this start (mxkv_hybrid.steps_done: a restarted group skips them), the
 steps it trained and the test accuracy. With CHECKPOINT and EVERY it saves a checkpoint
 there every EVERY steps (and OUT/rank<r>.step<s>.npz, the weights it saved) and, when one
-exists, resumes from it instead ("loaded/...": the weights it loaded).
+exists, resumes from it instead ("loaded/...": the weights it loaded). With HOLD_UNTIL
+set (a test's gate), every rank waits after its last step until that file exists.
 argv: OUT EPOCHS LR [CHECKPOINT EVERY]"""
 import os
 import sys
+import time
 from pathlib import Path
 
 import mxnet as mx
@@ -67,6 +69,9 @@ for epoch in range(epochs):
             mxkv_hybrid.checkpoint.save(directory, net, trainer, progress={"step": steps})
             np.savez(os.path.join(out, f"rank{kv.rank}.step{steps}.npz"), **weights("saved"))
 
+hold = os.environ.get("HOLD_UNTIL")
+while hold and not os.path.exists(hold):
+    time.sleep(0.1)
 mxkv_hybrid.consensus(trainer)
 final = weights("final")
 found = accuracy(net, test_x, test_y, mx.cpu())
