@@ -54,7 +54,7 @@ def test_a_lost_easgd_group_ends_alone_and_the_others_finish(job_dir):
     """3 groups of 2; rank 2 (group 1) is killed at its 20th step. Groups 0 and 2 run every
     step, wait for group 1 at the end no longer than MXKV_PS_TIMEOUT without progress, and
     take the centre; the launcher names the lost group and its first rank to end."""
-    epochs = 20
+    epochs = 30  # 20 once ended at 0.947 in CI, under load
     job = train(job_dir, 6, "easgd", epochs, 0.1, {"MXKV_FAULT": "kill:rank=2:step=20"})
     assert job.returncode == 1, job.output
     assert re.search(r"mxkv-launch: group 1 \(ranks 2-3\) was lost: its MPI job exited with "
@@ -69,9 +69,7 @@ def test_a_lost_easgd_group_ends_alone_and_the_others_finish(job_dir):
     assert all(int(f["steps"]) == epochs * steps_per_epoch for f in found.values())
     assert_same_on_every_rank(found, "initial/")  # every group started from the centre
     assert_same_on_every_rank(found, "final/")  # consensus: the centre
-    # the centre lags the groups and the loss of group 1 changes what it averages: seen as
-    # low as 0.947 in CI; an untrained model reaches about 0.1
-    assert float(found[0]["accuracy"]) >= 0.93, job.output
+    assert float(found[0]["accuracy"]) >= 0.95, job.output
 
 
 def test_async_groups_start_from_and_end_on_the_servers_weights(job_dir):
@@ -98,7 +96,7 @@ def test_async_groups_start_from_and_end_on_the_servers_weights(job_dir):
 
 
 @pytest.mark.parametrize("mode, ranks, epochs, lr, start, recorded, accuracy", [
-    ("easgd", 6, 20, 0.1, "the centre", 16, 0.93),  # tau 4: its last exchange, at step 16
+    ("easgd", 6, 20, 0.1, "the centre", 16, 0.95),  # tau 4: its last exchange, at step 16
     ("async", 4, 12, 0.03, "the servers' weights", 19, 0.93),  # every step is pushed
 ])
 def test_a_lost_group_is_restarted_and_rejoins_the_servers_model(job_dir, mode, ranks, epochs,
