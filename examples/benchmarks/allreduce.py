@@ -12,7 +12,11 @@ v1 (MXNet model zoo: 193 arrays, 25.6 M floats) are reduced by
   hybrid     Hybrid.pushpull over all arrays (fused buckets, engine sync, signature check,
              averaging): what a training step pays; hybrid_fp16 / hybrid_bf16 the same with
              MXKV_COMPRESS (ResNet-50 set only),
-  dist_sync  MXNet's native ps-lite kvstore, push + pull, 2 servers, every rank a worker.
+  dist_sync  MXNet's native ps-lite kvstore, push + pull, 2 servers, every rank a worker,
+  horovod    when Horovod's MXNet binding is installed (optional; skipped with a note
+             otherwise): hvd.allreduce_ of every array of the ResNet-50 set (Horovod's own
+             tensor fusion), in the same MPI job, interleaved with the others. Horovod's
+             background thread then runs beside every method of that job.
 Everything but dist_sync runs in one MPI job, interleaved repetition by repetition in
 shuffled order. A repetition's time is the slowest rank's; the table shows medians. The machine's memory-copy
 bandwidth is measured in the same job and drawn as the physical limit. Prints a table and
@@ -72,6 +76,22 @@ def memory_copy_bandwidth() -> float:
     return source.nbytes / best
 
 
+def horovod_binding():
+    """horovod.mxnet, initialised on the MPI world mpi4py started, or None (with a note)
+    when Horovod is not installed."""
+    try:
+        import horovod.mxnet as hvd
+    except ImportError:
+        from mpi4py import MPI
+
+        if MPI.COMM_WORLD.rank == 0:
+            print("note: Horovod's MXNet binding is not installed: the horovod column is "
+                  "skipped (README, Performance, says how to build it)", flush=True)
+        return None
+    hvd.init()
+    return hvd
+
+
 def worker_mpi(quick: bool) -> None:
     """Runs under mxkv-launch; rank 0 prints JSON lines."""
     import mxnet as mx
@@ -84,6 +104,7 @@ def worker_mpi(quick: bool) -> None:
     comm = MPI.COMM_WORLD
     config = Config.from_environment()
     vectors = TensorCollectives(comm, config)
+    horovod = horovod_binding()
     stores = {"hybrid": mx.kv.create("hybrid")}
     for wire in ("fp16", "bf16"):
         os.environ["MXKV_COMPRESS"] = wire
@@ -110,6 +131,12 @@ def worker_mpi(quick: bool) -> None:
         if name == RESNET50:
             for store_name, kv in stores.items():
                 methods[store_name] = lambda kv=kv: kv.pushpull(keys, arrays)
+            if horovod is not None:
+                def horovod_allreduce() -> None:  # queued on MXNet's engine: wait for it
+                    for k, a in zip(keys, arrays):
+                        horovod.allreduce_(a, average=False, name=f"g{k}")
+                    mx.nd.waitall()
+                methods["horovod"] = horovod_allreduce
         else:
             methods["hybrid"] = lambda: stores["hybrid"].pushpull(keys, arrays)
             for algorithm in ALGORITHMS:
@@ -166,6 +193,9 @@ def measure(ranks: int, quick: bool, skip_dist_sync: bool) -> List[dict]:
     if done.returncode != 0:
         sys.exit(f"benchmark job failed:\n{done.stdout}\n{done.stderr}")
     rows = json_lines(done.stdout)
+    for line in done.stdout.splitlines():
+        if line.startswith("[0] note: "):
+            print(line[len("[0] "):], flush=True)
     if not skip_dist_sync:
         from ps_job import run_ps_job
         print(f"-- {ranks} ranks: dist_sync with 2 servers ...", flush=True)
@@ -185,7 +215,7 @@ def label(workload: str) -> str:
 
 
 SIZE_COLUMNS = ["mpi", "auto", "ring", "rhd", "rd", "hybrid", "dist_sync"]
-RESNET_COLUMNS = ["mpi", "hybrid", "hybrid_fp16", "hybrid_bf16", "dist_sync"]
+RESNET_COLUMNS = ["mpi", "hybrid", "hybrid_fp16", "hybrid_bf16", "horovod", "dist_sync"]
 
 
 def medians_ms(rows: List[dict], ranks: int, workload: str) -> Dict[str, float]:
@@ -265,6 +295,9 @@ def main() -> None:
                         help="folder for allreduce.json/.png (default: examples/benchmarks/results)")
     parser.add_argument("--quick", action="store_true", help="fewer sizes and repetitions")
     parser.add_argument("--skip-dist-sync", action="store_true")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="OMP_NUM_THREADS of every rank and server (default 1: with MXNet's "
+                             "default, two Horovod ranks on 2 cores crawl)")
     parser.add_argument("--worker", choices=["mpi", "dist_sync"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker == "mpi":
@@ -272,12 +305,14 @@ def main() -> None:
     if args.worker == "dist_sync":
         return worker_dist_sync(args.quick)
 
+    os.environ["OMP_NUM_THREADS"] = str(args.threads)  # every job below inherits it
     rows = [row for ranks in args.ranks for row in measure(ranks, args.quick, args.skip_dist_sync)]
     print_table(rows)
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "allreduce.json"), "w") as f:
         settings = {k: v for k, v in os.environ.items() if k.startswith("MXKV_")}
-        json.dump({"settings": dict(settings, cpus=os.cpu_count()), "rows": rows}, f, indent=1)
+        json.dump({"settings": dict(settings, cpus=os.cpu_count(), omp_num_threads=args.threads),
+                   "rows": rows}, f, indent=1)
     plot(rows, os.path.join(args.out, "allreduce.png"))
     print(f"\nwrote {args.out}/allreduce.json and {args.out}/allreduce.png")
 
