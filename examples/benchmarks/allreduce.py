@@ -36,6 +36,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 from job_output import json_lines  # noqa: E402
+from model_shapes import resnet50_shapes  # noqa: E402
 from timing import seconds, time_calls  # noqa: E402
 
 SIZES = [1 << 10, 16 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 100 << 20]
@@ -52,14 +53,6 @@ def workloads(quick: bool) -> List[tuple]:
     sizes = SIZES[::2] + SIZES[-1:] if quick else SIZES
     return [(str(n), [(n // 4,)], repetitions(n, quick)) for n in sizes] + \
            [(RESNET50, resnet50_shapes(), repetitions(100 << 20, quick))]
-
-
-def resnet50_shapes() -> List[tuple]:
-    import mxnet as mx
-    net = mx.gluon.model_zoo.vision.resnet50_v1()
-    net.initialize()
-    net(mx.nd.zeros((1, 3, 32, 32)))
-    return [p.shape for p in net.collect_params().values() if p.grad_req != "null"]
 
 
 # ---- workers -------------------------------------------------------------------------

@@ -29,21 +29,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 from job_output import json_lines  # noqa: E402
+from model_shapes import resnet50_shapes  # noqa: E402
 from timing import seconds  # noqa: E402
 
 METHODS = ["cpu", "cpu_pinned", "cpu x2", "cpu_pinned x2", "copies x2"]
 BASELINE = {"cpu": "cpu", "cpu_pinned": "cpu", "cpu x2": "cpu x2", "cpu_pinned x2": "cpu x2",
             "copies x2": "cpu x2"}
-
-
-def resnet50_shapes() -> List[tuple]:
-    """ResNet-50 v1's gradient shapes (MXNet's model zoo)."""
-    import mxnet as mx
-
-    net = mx.gluon.model_zoo.vision.resnet50_v1()
-    net.initialize()
-    net(mx.nd.zeros((1, 3, 32, 32)))
-    return [p.shape for p in net.collect_params().values() if p.grad_req != "null"]
 
 
 def worker(reps: int) -> None:

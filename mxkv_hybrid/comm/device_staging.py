@@ -7,17 +7,29 @@ device array into a pinned buffer kept for its key and device. The C++ collectiv
 sums a process's per-device buffers into its fused bucket and reduces across ranks,
 exactly as it does for `cpu` arrays, into one pinned result buffer; engine copies take
 the result back to every output device. Arrays already on `cpu` are used in place."""
+import ctypes
 from typing import Callable, Dict, List, Sequence, Tuple
 
 import mxnet as mx
 import numpy as np
+from mxnet.base import _LIB, check_call
 
 Arrays = Sequence[mx.nd.NDArray]
+_CPU = mx.Context.devstr2type["cpu"]
 
 
 def on_host(array: mx.nd.NDArray) -> bool:
-    """Whether the collectives may use this array's memory in place (context `cpu`)."""
-    return array.context.device_type == "cpu"
+    """Whether the collectives may use this array's memory in place (context `cpu`). Asks
+    MXNet's C API for the device type only: `array.context` builds a Context object, which
+    cost 0.4 ms per step for ResNet-50's 193 gradients and their outputs."""
+    device_type, device_id = ctypes.c_int(), ctypes.c_int()
+    check_call(_LIB.MXNDArrayGetContext(array.handle, ctypes.byref(device_type),
+                                        ctypes.byref(device_id)))
+    return device_type.value == _CPU
+
+
+def _nothing_to_copy_back() -> None:
+    """The copy back of a collective whose arrays are all on `cpu`."""
 
 
 class DeviceStaging:
@@ -32,6 +44,8 @@ class DeviceStaging:
         """(inputs, outputs) with every non-cpu array replaced by a pinned buffer (inputs
         copied into theirs now, unless `read_inputs` is False: a broadcast's non-root), and
         what copies the results back to the output devices once the collective ran."""
+        if all(on_host(a) for arrays in (*inputs, *outputs) for a in arrays):
+            return list(inputs), list(outputs), _nothing_to_copy_back  # the usual case
         host_inputs, host_outputs, copies_back = [], [], []
         for key, ins, outs in zip(keys, inputs, outputs):
             staged_ins = [self._copy_in(key, i, a) if read_inputs and not on_host(a) else a

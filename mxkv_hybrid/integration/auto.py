@@ -90,19 +90,22 @@ def script_arguments(argv: List[str]) -> List[str]:
     argv = list(argv)
     for i, argument in enumerate(argv):
         if argument == "--gpus" and i + 1 < len(argv):
-            position, given = i + 1, argv[i + 1]
-        elif argument.startswith("--gpus="):
-            position, given = i, argument[len("--gpus="):]
-        else:
-            continue
-        mine = ",".join(map(str, rank_gpus(given)))
-        argv[position] = mine if position == i + 1 else f"--gpus={mine}"
-        if mine != given:
-            print(f"mxkv_hybrid --auto: rank {world().rank} (local rank {world().local_rank} of "
-                  f"{world().local_size} on {world().host}): --gpus {given} -> --gpus {mine}",
-                  flush=True)
-        break
+            argv[i + 1] = _rank_share(argv[i + 1])
+            break
+        if argument.startswith("--gpus="):
+            argv[i] = "--gpus=" + _rank_share(argument[len("--gpus="):])
+            break
     return argv
+
+
+def _rank_share(given: str) -> str:
+    """This rank's share of a --gpus list (logged when it differs)."""
+    mine = ",".join(map(str, rank_gpus(given)))
+    if mine != given:
+        here = world()
+        print(f"mxkv_hybrid --auto: rank {here.rank} (local rank {here.local_rank} of "
+              f"{here.local_size} on {here.host}): --gpus {given} -> --gpus {mine}", flush=True)
+    return mine
 
 
 def install() -> None:
