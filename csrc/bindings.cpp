@@ -107,8 +107,27 @@ PYBIND11_MODULE(_C, m) {
                              &mxkv::TensorCollectives::overlapped_bucket_seconds,
                              "Seconds the communication thread has been in its current bucket "
                              "(0: idle).")
-      .def_property_readonly("payload_bytes", &mxkv::TensorCollectives::payload_bytes,
-                             "Bytes put into allreduces (as they travel) and broadcasts so far.")
+      .def_property_readonly("bytes_sent_inside", &mxkv::TensorCollectives::bytes_sent_inside,
+                             "Bytes sent (as they travel) to ranks of this rank's group so far.")
+      .def_property_readonly("bytes_sent_across", &mxkv::TensorCollectives::bytes_sent_across,
+                             "Bytes sent (as they travel) to ranks of other groups so far.")
+      .def_property_readonly("hierarchical", &mxkv::TensorCollectives::hierarchical)
+      .def("span_groups", &mxkv::TensorCollectives::span_groups, py::arg("group_of_rank"),
+           py::arg("megabits_per_second"), py::arg("latency_seconds"),
+           "Names the group of every rank (bytes across groups are counted apart) and the "
+           "emulated link between groups (0 megabits per second: none).")
+      .def("set_hierarchy",
+           [](mxkv::TensorCollectives& self, int64_t local, int64_t cross,
+              const std::vector<std::pair<int64_t, std::string>>& cross_table) {
+             std::vector<mxkv::AlgorithmRule> rules;
+             for (const auto& [max_bytes, name] : cross_table)
+               rules.push_back({max_bytes, mxkv::algorithm_from_name(name)});
+             self.set_hierarchy(MPI_Comm_f2c(static_cast<MPI_Fint>(local)),
+                                MPI_Comm_f2c(static_cast<MPI_Fint>(cross)), std::move(rules));
+           },
+           py::arg("local"), py::arg("cross"), py::arg("cross_table"),
+           "Every allreduce from now on is hierarchical: Fortran handles of this rank's group "
+           "and of the ranks with its index in every group; the algorithm table across groups.")
       .def("allreduce",
            [](mxkv::TensorCollectives& self, const Spec& spec, uint64_t key_signature, bool average) {
              auto requests = to_requests(spec);

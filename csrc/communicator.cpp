@@ -44,11 +44,16 @@ void Communicator::wait(MPI_Request* request) {
 }
 
 void Communicator::broadcast(void* data, size_t bytes, int root) const {
+  const auto started = GroupLink::Clock::now();
+  const int position = (rank_ - root + size_) % size_;  // along the pipeline from the root
+  const int next = position + 1 < size_ ? (rank_ + 1) % size_ : -1;
+  const int previous = position > 0 ? (rank_ + size_ - 1) % size_ : -1;
   char* bytes_at = static_cast<char*>(data);
   for (size_t done = 0; done < bytes; done += INT_MAX) {
     const int n = static_cast<int>(std::min<size_t>(INT_MAX, bytes - done));
     check_mpi(MPI_Bcast(bytes_at + done, n, MPI_BYTE, root, comm_), "MPI_Bcast");
   }
+  link_.finish_step(started, next, next < 0 ? 0 : bytes, previous, previous < 0 ? 0 : bytes);
 }
 
 }  // namespace mxkv

@@ -9,6 +9,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "group_link.h"
+
 namespace mxkv {
 
 // Throws std::runtime_error naming `what` and MPI's error text.
@@ -29,13 +31,19 @@ class Communicator {
   void isend(const void* data, size_t bytes, int to, MPI_Request* request) const;
   void irecv(void* data, size_t bytes, int from, MPI_Request* request) const;
   static void wait(MPI_Request* request);
-  // MPI_Bcast of any number of bytes.
+  // MPI_Bcast of any number of bytes. What MPI sends is not visible here: the
+  // link counts it as a pipeline from the root along the ranks (each rank sends
+  // the bytes to the next), which is what large broadcasts approach.
   void broadcast(void* data, size_t bytes, int root) const;
+
+  // Where the peers sit (groups), the bytes sent to them, the emulated slow link.
+  GroupLink& link() const { return link_; }
 
  private:
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0;
   int size_ = 1;
+  mutable GroupLink link_;  // counters only: the communicator's calls stay const
 };
 
 }  // namespace mxkv

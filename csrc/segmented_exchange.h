@@ -48,6 +48,7 @@ enum class OnReceive { kReduce, kCopy };
 template <typename T, typename W>
 void exchange(const Communicator& comm, Workspace& ws, int to, const T* send, int64_t send_count,
               int from, T* recv, int64_t recv_count, OnReceive on_receive, double scale = 1.0) {
+  const auto started = GroupLink::Clock::now();
   constexpr int kDepth = 2;
   constexpr bool kSameType = std::is_same_v<T, W>;
   const int64_t seg = std::max<int64_t>(1, ws.segment_bytes() / sizeof(W));
@@ -97,6 +98,8 @@ void exchange(const Communicator& comm, Workspace& ws, int to, const T* send, in
       if (k + kDepth < num_send) post_send(k + kDepth);
     }
   }
+  comm.link().finish_step(started, to, send_count * static_cast<int64_t>(sizeof(W)), from,
+                          recv_count * static_cast<int64_t>(sizeof(W)));
 }
 
 // Element offset of block `b` when `count` elements are split into `blocks`

@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <numeric>
 #include <stdexcept>
 #include <string>
 
+#include "allreduce_hierarchical.h"
 #include "dtype.h"
 #include "kernels.h"
 
@@ -109,19 +111,59 @@ void TensorCollectives::run_bucket(const Bucket& bucket, const std::vector<Tenso
     allreduce_in_place(bucket, tensors, scale);
 }
 
+void TensorCollectives::span_groups(std::vector<int> group_of_rank, double megabits_per_second,
+                                    double latency_seconds) {
+  if (static_cast<int>(group_of_rank.size()) != size())
+    throw std::invalid_argument("span_groups: one group per rank of the communicator is needed");
+  comm_.link().set_groups(std::move(group_of_rank), rank());
+  comm_.link().emulate(megabits_per_second, latency_seconds);
+}
+
+void TensorCollectives::set_hierarchy(MPI_Comm local, MPI_Comm cross,
+                                      std::vector<AlgorithmRule> cross_table) {
+  local_ = std::make_unique<Communicator>(local);
+  cross_ = std::make_unique<Communicator>(cross);
+  if (local_->size() * cross_->size() != size())
+    throw std::invalid_argument("set_hierarchy: groups of " + std::to_string(local_->size()) +
+                                " ranks times " + std::to_string(cross_->size()) +
+                                " groups is not the communicator's " + std::to_string(size()) +
+                                " ranks");
+  std::vector<int> each_its_own(cross_->size());
+  std::iota(each_its_own.begin(), each_its_own.end(), 0);
+  cross_->link().set_groups(std::move(each_its_own), cross_->rank());
+  cross_->link().emulate_as(comm_.link());
+  cross_table_ = std::move(cross_table);
+}
+
+uint64_t TensorCollectives::bytes_sent_inside() const {
+  uint64_t sent = comm_.link().bytes_inside();
+  if (local_) sent += local_->link().bytes_inside() + cross_->link().bytes_inside();
+  return sent;
+}
+
+uint64_t TensorCollectives::bytes_sent_across() const {
+  uint64_t sent = comm_.link().bytes_across();
+  if (local_) sent += local_->link().bytes_across() + cross_->link().bytes_across();
+  return sent;
+}
+
 void TensorCollectives::allreduce_vector(void* data, int64_t count, int dtype,
                                          Algorithm algorithm, double scale) {
-  const Algorithm chosen = choose_algorithm(
-      {algorithm, options_.table, options_.compress}, dtype,
-      count * static_cast<int64_t>(dtype_size(dtype)));
-  const bool compressed = options_.compress >= 0 && dtype == kFloat32;
-  if (size() > 1)
-    payload_bytes_.fetch_add(count * dtype_size(compressed ? options_.compress : dtype),
-                             std::memory_order_relaxed);
+  const int64_t bytes = count * static_cast<int64_t>(dtype_size(dtype));
+  if (cross_) {
+    const Algorithm across = choose_algorithm({algorithm, cross_table_, options_.compress}, dtype,
+                                              bytes / local_->size());
+    allreduce_hierarchical(*local_, *cross_, workspace_, data, count, dtype, across,
+                           options_.compress, scale);
+    return;
+  }
+  const Algorithm chosen = choose_algorithm({algorithm, options_.table, options_.compress}, dtype,
+                                            bytes);
   mxkv::allreduce_vector(comm_, workspace_, data, count, dtype, chosen, options_.compress, scale);
 }
 
 const char* TensorCollectives::algorithm_name_for(int dtype, int64_t bytes) const {
+  if (cross_) return "hierarchical";
   return algorithm_name(choose_algorithm(
       {options_.algorithm, options_.table, options_.compress}, dtype, bytes));
 }
@@ -194,7 +236,6 @@ void TensorCollectives::broadcast_bucket(const Bucket& bucket, const std::vector
   int64_t count = 0;
   for (const Segment& s : bucket.segments) count += s.count;
   const int64_t bytes = count * static_cast<int64_t>(dtype_size(bucket.dtype));
-  if (size() > 1) payload_bytes_.fetch_add(bytes, std::memory_order_relaxed);
   TimelineSpan span(timeline_, "broadcast", bytes);
   dispatch_dtype(bucket.dtype, [&]<typename T>() {
     if (!bucket.fused) {

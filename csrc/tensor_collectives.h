@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <vector>
 
 #include "allreduce.h"
@@ -54,10 +55,23 @@ class TensorCollectives {
   // One contiguous vector (for tests and benchmarks): data = scale * sum over ranks.
   void allreduce_vector(void* data, int64_t count, int dtype, Algorithm algorithm, double scale);
 
-  // Bytes this rank has put into allreduces (as they travel: compressed float32
-  // counts 2 bytes a value) and broadcasts so far, for MXKV_SUMMARY_EVERY; none
-  // on a communicator of one rank, where nothing moves.
-  uint64_t payload_bytes() const { return payload_bytes_.load(std::memory_order_relaxed); }
+  // The communicator's ranks belong to groups (group_of_rank[i] for rank i): bytes
+  // sent to other groups are counted apart, and go through an emulated link of
+  // `megabits_per_second` (0: none) and `latency_seconds` per step (group_link.h).
+  void span_groups(std::vector<int> group_of_rank, double megabits_per_second,
+                   double latency_seconds);
+
+  // From now on every allreduce is hierarchical (allreduce_hierarchical.h): `local` is
+  // this rank's group, `cross` the ranks with its index in every group; `cross_table`
+  // picks the algorithm across groups under kAuto. Call after span_groups.
+  void set_hierarchy(MPI_Comm local, MPI_Comm cross, std::vector<AlgorithmRule> cross_table);
+  bool hierarchical() const { return cross_ != nullptr; }
+
+  // Bytes this rank has sent (as they travel: compressed float32 counts 2 bytes a
+  // value) to ranks of its own group and of other groups, for MXKV_SUMMARY_EVERY.
+  // MPI's own calls (MXKV_ALGO=mpi, broadcasts) are counted as a ring / pipeline sends.
+  uint64_t bytes_sent_inside() const;
+  uint64_t bytes_sent_across() const;
 
   // Per-bucket events (MXKV_TIMELINE): enable, then drain after calls.
   Timeline& timeline() { return timeline_; }
@@ -83,7 +97,8 @@ class TensorCollectives {
   AllreduceOptions options_;
   std::map<int, std::vector<char>> staging_;  // one bucket buffer per dtype
   Timeline timeline_;
-  std::atomic<uint64_t> payload_bytes_{0};  // written by the caller's and the overlap thread
+  std::unique_ptr<Communicator> local_, cross_;  // set_hierarchy
+  std::vector<AlgorithmRule> cross_table_;
   OverlapQueue overlap_;  // last: its thread stops before what it uses is destroyed
 };
 

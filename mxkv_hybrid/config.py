@@ -7,6 +7,7 @@ from .errors import ConfigError
 
 MODES = ("allreduce", "sync", "async", "easgd", "lasgd")
 ALGORITHMS = ("auto", "mpi", "ring", "rhd", "rd")
+HIERARCHIES = ("auto", "on", "off")
 COMPRESSIONS = {"none": -1, "fp16": 2, "bf16": 12}  # wire type -> MXNet dtype code
 
 
@@ -188,9 +189,11 @@ KNOBS: Dict[str, Knob] = {
                                "(x = mean of x) at every point."),
     "MXKV_GROUP_SIZE": Knob(_whole_number(0, None, "0 (one group per host) or a positive "
                                                     "number of ranks"), "0",
-                            "Ranks per group in the modes sync, async and easgd: 0 puts the ranks of one host in "
-                            "one group; N makes groups of N consecutive ranks (the last may be "
-                            "smaller)."),
+                            "Ranks per group: 0 puts the ranks of one host in one group; N makes "
+                            "groups of N consecutive ranks (the last may be smaller). Modes sync, "
+                            "async and easgd join the groups through the parameter server; in "
+                            "modes allreduce and lasgd the groups are where the slow link runs "
+                            "(MXKV_HIERARCHY, MXKV_THROTTLE_*, the summary's bytes across groups)."),
     "MXKV_GROUP_JOB": Knob(parse_group_job, "",
                            "Set by `mxkv-launch --group-jobs` for each group's own MPI job "
                            "(modes sync, async and easgd): group=G:groups=N:first_rank=F:ranks=R says "
@@ -206,15 +209,24 @@ KNOBS: Dict[str, Knob] = {
     "MXKV_PS_TIMEOUT": Knob(_parse_seconds, "60",
                             "Seconds a group leader waits for the parameter server (connecting, "
                             "or one push/pull) before it ends the job with an error."),
+    "MXKV_HIERARCHY": Knob(_choice(HIERARCHIES), "auto",
+                           "Mode allreduce: on: hierarchical allreduce (reduce-scatter inside "
+                           "each group, allreduce of each slice across groups, allgather inside "
+                           "the group), so the link between groups carries about one model per "
+                           "group; off: one flat allreduce over all ranks; auto: on when the "
+                           "ranks form more than one group (MXKV_GROUP_SIZE, or hosts) of equal "
+                           "size. on refuses groups of unequal size."),
     "MXKV_THROTTLE_MBPS": Knob(_non_negative, "0",
                                "Emulates a slow link between groups (benchmarks, rehearsals on "
-                               "one machine): every transfer across groups (parameter-server "
-                               "pushes and pulls, the allreduce over all ranks of mode allreduce, "
-                               "lasgd's model average) takes at least latency + bytes / this many "
-                               "megabits per second. 0: no throttle."),
+                               "one machine): each rank has its own link to the other groups, "
+                               "and every transfer step across groups (an algorithm's exchange "
+                               "with a rank of another group, a parameter-server push and pull) "
+                               "takes at least latency + bytes / this many megabits per second, "
+                               "for the bytes that step really sends (or receives, if more). "
+                               "0: no throttle."),
     "MXKV_THROTTLE_LATENCY_MS": Knob(_non_negative, "0",
-                                     "The emulated link's latency per transfer in milliseconds "
-                                     "(only with MXKV_THROTTLE_MBPS > 0)."),
+                                     "The emulated link's latency per transfer step in "
+                                     "milliseconds (only with MXKV_THROTTLE_MBPS > 0)."),
     "MXKV_BUCKET_MB": Knob(_parse_bucket_mb, "1",
                            "Fusion bucket size in MiB: smaller arrays are packed together up to this "
                            "size; larger ones are reduced whole, in place."),
@@ -322,6 +334,7 @@ class Config:
     warmup_steps: int
     easgd_sync: bool
     lasgd_overlap: bool
+    hierarchy: str
     throttle_mbps: float
     throttle_latency_ms: float
     auto: bool
@@ -369,6 +382,7 @@ class Config:
                    easgd_alpha=values["MXKV_EASGD_ALPHA"], warmup_steps=values["MXKV_WARMUP_STEPS"],
                    easgd_sync=values["MXKV_EASGD_SYNC"],
                    lasgd_overlap=values["MXKV_LASGD_OVERLAP"],
+                   hierarchy=values["MXKV_HIERARCHY"],
                    throttle_mbps=values["MXKV_THROTTLE_MBPS"],
                    throttle_latency_ms=values["MXKV_THROTTLE_LATENCY_MS"],
                    auto=values["MXKV_AUTO"], fault=values["MXKV_FAULT"],

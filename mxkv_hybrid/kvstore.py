@@ -6,7 +6,6 @@ from mxnet.kvstore import KVStoreBase
 
 from .comm import stall
 from .comm.collectives import Key, TensorCollectives
-from .comm.link_throttle import ThrottledReducer, link_throttle
 from .comm.topology import groups, world
 from .config import Config
 from .errors import MXKVError
@@ -46,9 +45,10 @@ class Hybrid(KVStoreBase):
         self._world = world()
         self._fault = (FaultInjector(self._config.fault, self._world.rank)
                        if self._config.fault is not None and self._config.attempt == 0 else None)
-        self._collectives: Optional[TensorCollectives] = TensorCollectives(
-            self._world.comm, self._config)
         mode = self._config.mode
+        self._collectives: Optional[TensorCollectives] = TensorCollectives(
+            self._world.comm, self._config, groups(self._config.group_size),
+            hierarchy=self._config.hierarchy if mode == "allreduce" else "off")
         self._reducer = self._collectives  # what combines plain values
         self._averaging: Optional[Averaging] = None
         self._rejoinable = None  # modes async, easgd: what knows a restarted group's steps
@@ -61,9 +61,6 @@ class Hybrid(KVStoreBase):
         if mode == "sync":
             self._reducer = GroupedSync(self._config, self._world, groups(self._config.group_size))
             share = None if self._world.spans_all_ranks else self._reducer.share_across_groups
-        throttle = link_throttle(self._config)
-        if mode == "allreduce" and throttle is not None:
-            self._reducer = ThrottledReducer(self._collectives, throttle)
         if mode == "async":
             self._weights = self._rejoinable = ServerWeights(
                 self._config, self._world, groups(self._config.group_size), self._collectives)

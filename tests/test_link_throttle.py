@@ -1,21 +1,15 @@
 """The emulated slow link between groups: its arithmetic and its knobs (no timing)."""
-import mxnet as mx
 import pytest
 
 from mxkv_hybrid.config import Config
 from mxkv_hybrid.errors import ConfigError
-from mxkv_hybrid.comm.link_throttle import LinkThrottle, allreduce_bytes, link_throttle
+from mxkv_hybrid.comm.link_throttle import LinkThrottle, link_throttle
 
 
 def test_a_transfer_takes_latency_plus_bytes_over_bandwidth():
     link = LinkThrottle(megabits_per_second=8, latency_seconds=0.002)
     assert link.seconds_for(1_000_000) == pytest.approx(1.002)
     assert link.seconds_for(0) == pytest.approx(0.002)
-
-
-def test_an_allreduce_across_two_groups_is_charged_twice_its_size():
-    arrays = [[mx.nd.zeros((10, 10))], [mx.nd.zeros((3,), dtype="float64")]]
-    assert allreduce_bytes(arrays) == 2 * (100 * 4 + 3 * 8)
 
 
 def test_throttle_knobs():

@@ -1,6 +1,8 @@
 """MXKV_SUMMARY_EVERY: every k steps the first rank of the ranks in lockstep prints one
 line whose byte counts are exact for the model of train_steps.py (a weight of 3 floats
-and a bias: 16 bytes of gradient a step) and which names the rank that computes longest."""
+and a bias: 16 bytes of gradient a step) and which names the rank that computes longest.
+A 16-byte bucket takes recursive doubling (the shipped table): on 2 ranks each sends it
+once; a broadcast is counted as a pipeline from its root (the root sends it once)."""
 import re
 
 import pytest
@@ -13,18 +15,26 @@ GRADIENT = 16  # bytes
 
 # mode: (ranks, launcher options, knobs, {printing rank: (ranks summarised, bytes inside, across)})
 CASES = {
-    # one group (one host): 2 ranks x 16 bytes into the allreduce
+    # one group (one host): 2 ranks each send 16 bytes
     "allreduce": (2, (), {}, {0: (2, 2 * GRADIENT, 0)}),
-    # 4 ranks x (16 into the group allreduce + 16 of the group broadcast); across:
-    # 2 leaders x (push 16 + pull 16)
+    # two groups of 2 (flat; hierarchical below): ranks 0-1 | 2-3, recursive doubling sends
+    # 16 bytes from every rank to the partner at distance 1 (inside) and 2 (across)
+    "allreduce-groups": (4, (), {"MXKV_GROUP_SIZE": "2", "MXKV_HIERARCHY": "off"},
+                         {0: (4, 4 * GRADIENT, 4 * GRADIENT)}),
+    # hierarchical: a 2-rank ring reduce-scatter and allgather inside each group (8 bytes
+    # each way per rank), then 8-byte slices across groups (recursive doubling: 8 per rank)
+    "allreduce-hierarchical": (4, (), {"MXKV_GROUP_SIZE": "2", "MXKV_HIERARCHY": "on"},
+                               {0: (4, 4 * GRADIENT, 4 * GRADIENT // 2)}),
+    # per group: 2 ranks x 16 into the group allreduce + 16 of the leader's broadcast;
+    # across: 2 leaders x (push 16 + pull 16)
     "sync": (4, ("--servers", "1", "--group-size", "2"), {},
-             {0: (4, 4 * 2 * GRADIENT, 2 * 2 * GRADIENT)}),
-    # each group on its own: 2 ranks x (16 + 16 of the weights' broadcast); its leader pushes
+             {0: (4, 2 * 3 * GRADIENT, 2 * 2 * GRADIENT)}),
+    # each group on its own: 2 ranks x 16 + 16 of the weights' broadcast; its leader pushes
     # 16 + 4 (the staleness counter) and pulls 16 + 4; as separate group jobs (async's
     # default layout) also the finish line's tally, 2 groups x 2 floats, pushed and pulled
     "async": (4, ("--servers", "1", "--group-size", "2"), {},
-              {0: (2, 2 * 2 * GRADIENT, 2 * (GRADIENT + 4 + 16)),
-               2: (2, 2 * 2 * GRADIENT, 2 * (GRADIENT + 4 + 16))}),
+              {0: (2, 3 * GRADIENT, 2 * (GRADIENT + 4 + 16)),
+               2: (2, 3 * GRADIENT, 2 * (GRADIENT + 4 + 16))}),
     # gradients stay local; after every update (tau 1) the 16 bytes of weights are averaged
     # over the 2 ranks, blocking, so every average lands in its own step's line
     "lasgd": (2, (), {"MXKV_TAU": "1", "MXKV_LASGD_OVERLAP": "0"}, {0: (2, 2 * GRADIENT, 0)}),
@@ -34,6 +44,7 @@ CASES = {
 @pytest.mark.parametrize("mode", CASES)
 def test_the_summary_counts_every_byte_and_names_the_slow_rank(mode):
     num_ranks, options, knobs, printers = CASES[mode]
+    mode = mode.split("-")[0]
     slow = num_ranks - 1
     job = launch(num_ranks, "train_steps.py", "--steps", str(STEPS), "--compute-ms", f"{slow}:{SLOW_MS}",
                  launcher_options=options,
@@ -48,7 +59,7 @@ def test_the_summary_counts_every_byte_and_names_the_slow_rank(mode):
         assert len(lines) == STEPS // EVERY, job.output
         for window, line in enumerate(lines):
             assert f"steps {window * EVERY + 1}-{(window + 1) * EVERY}, {ranks} rank(s)" in line, line
-            assert f"{inside} B moved inside groups and {across} B across groups" in line, line
+            assert f"{inside} B sent inside groups and {across} B across groups" in line, line
             assert ("summary: group" in line) == (mode == "async"), line
             if slow in range(rank, rank + ranks):  # the slow rank is in this line's ranks
                 computes = re.search(rf"slowest rank {slow} computes ([\d.]+) ms", line)

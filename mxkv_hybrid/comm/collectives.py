@@ -4,7 +4,7 @@ import ctypes
 import hashlib
 import weakref
 from functools import lru_cache
-from typing import Hashable, List, Sequence
+from typing import Hashable, List, Optional, Sequence
 
 import mxnet as mx
 import numpy as np
@@ -13,6 +13,7 @@ from ..config import Config
 from ..errors import ConfigError, MismatchError, MXKVError
 from . import algorithm_table, stall, timeline
 from .device_staging import DeviceStaging
+from .hierarchy import hierarchy_comms
 
 Key = Hashable  # int or str, as MXNet passes them
 Arrays = Sequence[mx.nd.NDArray]
@@ -70,22 +71,33 @@ def _require_thread_multiple() -> None:
             "MPI4PY_RC_THREAD_LEVEL unset")
 
 
+def _algorithm_rules(comm, config: Config, ranks: int) -> list:
+    """Collective: rank 0's auto rules for allreduces over `ranks` ranks ([] unless auto)."""
+    rules = None
+    if comm.rank == 0 and config.algorithm == "auto":
+        path = config.algorithm_table or algorithm_table.default_path()
+        rules = algorithm_table.rules_for(algorithm_table.load(path), ranks)
+    return comm.bcast(rules, root=0) or []
+
+
 class TensorCollectives:
     """Fused allreduce and broadcast of many keys' arrays over one communicator."""
 
-    def __init__(self, comm, config: Config):
-        """comm: an mpi4py communicator (collective: every rank of it constructs one)."""
+    def __init__(self, comm, config: Config, groups=None, hierarchy: str = "off"):
+        """comm: an mpi4py communicator (collective: every rank of it constructs one).
+        groups (topology.Groups; comm must then be the world's): the groups its ranks form,
+        so that bytes across groups are counted apart and go through the emulated slow link
+        (MXKV_THROTTLE_*); hierarchy (MXKV_HIERARCHY's auto|on|off, with groups): whether
+        allreduces are hierarchical."""
         self._comm = comm
         if config.overlap:
             _require_thread_multiple()
-        rules = None
-        if comm.rank == 0 and config.algorithm == "auto":
-            path = config.algorithm_table or algorithm_table.default_path()
-            rules = algorithm_table.rules_for(algorithm_table.load(path), comm.size)
-        rules = comm.bcast(rules, root=0) or []
         self._impl = _extension().TensorCollectives(
-            comm.py2f(), config.bucket_bytes, config.algorithm, rules, config.compress_dtype,
+            comm.py2f(), config.bucket_bytes, config.algorithm,
+            _algorithm_rules(comm, config, comm.size), config.compress_dtype,
             config.segment_bytes)
+        if groups is not None:
+            self._span_groups(config, groups, hierarchy)
         self._overlap = config.overlap
         self._staging = DeviceStaging()
         recording = timeline.current()
@@ -106,10 +118,19 @@ class TensorCollectives:
         return self._impl.bucket_bytes
 
     @property
-    def payload_bytes(self) -> int:
-        """Bytes this rank has put into allreduces (as they travel) and broadcasts so far
-        (none when it is the only rank)."""
-        return self._impl.payload_bytes
+    def bytes_sent_inside(self) -> int:
+        """Bytes this rank has sent (as they travel) to ranks of its own group so far."""
+        return self._impl.bytes_sent_inside
+
+    @property
+    def bytes_sent_across(self) -> int:
+        """Bytes this rank has sent (as they travel) to ranks of other groups so far."""
+        return self._impl.bytes_sent_across
+
+    @property
+    def hierarchical(self) -> bool:
+        """Whether allreduces run hierarchically (MXKV_HIERARCHY)."""
+        return self._impl.hierarchical
 
     @property
     def staged_bytes(self) -> int:
@@ -125,9 +146,22 @@ class TensorCollectives:
         """How long the communication thread has been reducing its current bucket (0: idle)."""
         return self._impl.overlapped_bucket_seconds
 
+    def _span_groups(self, config: Config, groups, hierarchy: str) -> None:
+        group_of_rank = self._comm.allgather(groups.group_index)
+        self._impl.span_groups(group_of_rank, config.throttle_mbps,
+                               config.throttle_latency_ms / 1000)
+        comms = hierarchy_comms(self._comm, groups.group_comm, groups.group_index, hierarchy,
+                                group_of_rank)
+        if comms is not None:
+            local, cross = comms
+            self._impl.set_hierarchy(local.py2f(), cross.py2f(),
+                                     _algorithm_rules(self._comm, config, cross.size))
+            cross.Free()  # the C++ keeps duplicates of both
+
     def allreduce_vector(self, array: np.ndarray, algorithm: str, scale: float = 1.0) -> None:
         """In place: array = scale * its sum over ranks (float32/float64/float16; for
-        bfloat16 pass the uint16 bits with dtype='bfloat16'), by the named algorithm."""
+        bfloat16 pass the uint16 bits with dtype='bfloat16'), by the named algorithm
+        (across groups, when hierarchical)."""
         self._impl.allreduce_vector(array, _CODE_OF_NUMPY_CHAR[array.dtype.char], algorithm, scale)
 
     def algorithm_for(self, dtype: str, nbytes: int) -> str:

@@ -49,7 +49,7 @@ class ElasticAveraging:
         self._world_comm = world.comm
         blocking = replace(config, overlap=False)
         self.group = TensorCollectives(groups.group_comm, blocking)
-        self._world = TensorCollectives(world.comm, blocking)
+        self._world = TensorCollectives(world.comm, blocking, groups)
         self._group_comm = groups.group_comm
         self._server_keys = ServerKeys()
         self._centre: Dict[Key, mx.nd.NDArray] = {}  # the leader's last read of c

@@ -15,7 +15,6 @@ Step 1 does not change the mean of x over the ranks (the mean of A - S is 0). Wi
 MXKV_LASGD_OVERLAP=0 the average is blocking instead: x = mean of x at every point.
 `consensus` ends the delay: it applies what is in flight, then averages (blocking), so
 every rank holds the same model (use it before evaluating or saving a final model)."""
-import time
 from dataclasses import replace
 from typing import Dict, List, Optional, Sequence
 
@@ -23,8 +22,7 @@ import mxnet as mx
 from mpi4py import MPI
 
 from ..comm.collectives import Arrays, Key, TensorCollectives
-from ..comm.link_throttle import allreduce_bytes, link_throttle
-from ..comm.topology import World
+from ..comm.topology import World, groups
 from ..config import Config
 from ..errors import MXKVError
 from .averaging import allreduce_split, check_state_mode
@@ -43,15 +41,15 @@ class LocalSGD:
         self.steps = 0
         self.rounds = 0  # averagings started
         blocking = replace(config, overlap=False)
-        self._world = TensorCollectives(world.comm, blocking)
+        this_group = groups(config.group_size)  # the emulated slow link runs between groups
+        self._world = TensorCollectives(world.comm, blocking, this_group)
         self._local = TensorCollectives(MPI.COMM_SELF, blocking)
-        self._averaging = TensorCollectives(world.comm, replace(config, overlap=self.overlap))
+        self._averaging = TensorCollectives(world.comm, replace(config, overlap=self.overlap),
+                                            this_group)
         self._weight_keys: set = set()
         self._snapshot: Dict[Key, mx.nd.NDArray] = {}  # S: this rank's x when the average began
         self._average: Dict[Key, mx.nd.NDArray] = {}   # A: the mean of S, being computed
         self._in_flight: List[Key] = []
-        self._throttle = link_throttle(config)
-        self._started = 0.0  # when the average in flight began (time.monotonic)
 
     # ---- the store's reducer ----------------------------------------------------------
     def allreduce(self, op: str, keys: Sequence[Key], inputs: Sequence[Arrays],
@@ -78,9 +76,7 @@ class LocalSGD:
     def average(self, keys: Sequence[Key], weights: Sequence[Arrays]) -> None:
         """One averaging point (collective: every rank calls it at the same step)."""
         if not self.overlap:
-            started = time.monotonic()
             self._world.allreduce("model averaging", keys, weights, weights, average=True)
-            self._wait_for_link(started, weights)
             self.rounds += 1
             return
         self._apply_in_flight(keys, weights)
@@ -91,7 +87,6 @@ class LocalSGD:
             w[0].copyto(self._snapshot[k])
             w[0].copyto(self._average[k])
         averages = [[self._average[k]] for k in keys]
-        self._started = time.monotonic()
         self._averaging.allreduce("model averaging", keys, averages, averages, average=True)
         self._in_flight = list(keys)
         self.rounds += 1
@@ -111,17 +106,11 @@ class LocalSGD:
                             f"this step updated keys {list(keys)!r}: every step must update the "
                             "same parameters (freeze parameters with grad_req='null' before "
                             "training starts)")
-        self._wait_for_link(self._started, weights)
         for k, w in zip(keys, weights):
             correction = self._average[k] - self._snapshot[k]
             for copy in w:
                 copy += correction.as_in_context(copy.context)
         self._in_flight = []
-
-    def _wait_for_link(self, started: float, weights: Sequence[Arrays]) -> None:
-        """With MXKV_THROTTLE_MBPS: the average arrives no earlier than the slow link allows."""
-        if self._throttle is not None:
-            self._throttle.wait_since(started, allreduce_bytes(weights))
 
     # ---- checkpoints --------------------------------------------------------------------
     def state(self) -> dict:

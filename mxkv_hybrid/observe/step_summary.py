@@ -3,10 +3,10 @@
 A step is one pushpull of the store (one Trainer.step or Module update). Each rank
 measures the time it spent inside the store (pushpull, push, pull and the averaging
 after an update: communicating, and waiting there for slower ranks) and, from the wall
-time, the time outside it (computing), and counts the bytes it moved: what it put into
-collectives, as they travel (a ring allreduce sends about twice that over the wire),
-inside its group or across groups, and what it pushed to and pulled from the parameter
-servers (across groups). The first of the ranks that step together (rank 0; in modes
+time, the time outside it (computing), and counts the bytes it sent: what the collectives'
+algorithms sent (as they travel: compressed float32 counts 2 bytes a value) to ranks of
+its own group and of other groups, and what it pushed to and pulled from the parameter
+servers (across groups). The line gives the sums over the ranks. The first of the ranks that step together (rank 0; in modes
 async and asynchronous easgd each group's leader) gathers the figures and prints them.
 """
 import time
@@ -23,18 +23,6 @@ from ..config import Config
 from ..ps.client import traffic
 
 FIGURES = ("inside_s", "outside_s", "gaps", "bytes_inside", "bytes_across", "rank")
-
-
-def _world_ranks(comm) -> frozenset:
-    """The COMM_WORLD ranks of `comm`'s members (a local call: no communication)."""
-    from mpi4py import MPI
-
-    members, everyone = comm.Get_group(), MPI.COMM_WORLD.Get_group()
-    try:
-        return frozenset(members.Translate_ranks(list(range(comm.Get_size())), everyone))
-    finally:
-        members.Free()
-        everyone.Free()
 
 
 def _size_text(nbytes: float) -> str:
@@ -55,17 +43,14 @@ class StepSummary:
         """Collective over all ranks (the store's constructor creates it on every rank)."""
         self._every = every
         this_group = groups(config.group_size)
-        self._group_ranks = _world_ranks(this_group.group_comm)
         self._label = ("" if in_lockstep(config) or this_group.num_groups == 1
                        else f"group {this_group.group_index}, ")
         self._steps = 0
         self._inside_s = 0.0
         self._window_start: Optional[float] = None  # None until the first step
-        self._byte_baseline: "weakref.WeakKeyDictionary[TensorCollectives, int]" = \
+        self._byte_baseline: "weakref.WeakKeyDictionary[TensorCollectives, tuple]" = \
             weakref.WeakKeyDictionary()
         self._ps_baseline = 0
-        self._crosses: "weakref.WeakKeyDictionary[TensorCollectives, bool]" = \
-            weakref.WeakKeyDictionary()
 
     def timed(self, call: Callable[[], None]) -> None:
         """Runs call() as time inside the store."""
@@ -89,7 +74,8 @@ class StepSummary:
         self._window_start = now
         self._inside_s = 0.0
         for collectives in live_collectives():
-            self._byte_baseline[collectives] = collectives.payload_bytes
+            self._byte_baseline[collectives] = (collectives.bytes_sent_inside,
+                                                collectives.bytes_sent_across)
         self._ps_baseline = sum(traffic())
 
     def _report(self) -> None:
@@ -111,16 +97,13 @@ class StepSummary:
         self._start_window(time.perf_counter())
 
     def _bytes_moved(self) -> tuple:
-        """(bytes inside this rank's group, bytes across groups) since the window started."""
+        """(bytes sent inside this rank's group, bytes sent and pulled across groups) since
+        the window started."""
         inside = across = 0
         for collectives in live_collectives():
-            moved = collectives.payload_bytes - self._byte_baseline.get(collectives, 0)
-            if collectives not in self._crosses:
-                self._crosses[collectives] = not _world_ranks(collectives.comm) <= self._group_ranks
-            if self._crosses[collectives]:
-                across += moved
-            else:
-                inside += moved
+            before_inside, before_across = self._byte_baseline.get(collectives, (0, 0))
+            inside += collectives.bytes_sent_inside - before_inside
+            across += collectives.bytes_sent_across - before_across
         return inside, across + sum(traffic()) - self._ps_baseline
 
     def _line(self, everyone: np.ndarray) -> str:
@@ -133,7 +116,7 @@ class StepSummary:
             times = f"compute {compute.mean():.2f} ms, " + times
         text = (f"mxkv_hybrid summary: {self._label}steps {self._steps - steps + 1}-{self._steps}, "
                 f"{len(ranks)} rank(s), per step: {times} (means over ranks), "
-                f"{_size_text(figures['bytes_inside'].sum() / steps)} moved inside groups and "
+                f"{_size_text(figures['bytes_inside'].sum() / steps)} sent inside groups and "
                 f"{_size_text(figures['bytes_across'].sum() / steps)} across groups")
         if gaps > 0 and len(ranks) > 1:
             slowest, fastest = int(np.argmax(compute)), int(np.argmin(compute))

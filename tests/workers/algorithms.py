@@ -93,12 +93,13 @@ def check_vectors():
                           "float32", wire, 1.0)
 
 
-def check_whole_calls():
-    """Several keys, two per-device inputs each, fused and in-place buckets (bucket 1 KiB)."""
+def check_whole_calls(make=None, label: str = ""):
+    """Several keys, two per-device inputs each, fused and in-place buckets (bucket 1 KiB);
+    make(algorithm, bucket_bytes) builds the collectives (default: flat over the world)."""
     shapes = [(3,), (5, 7), (300,), (1,), (2000,), (17, 19)]
     for algorithm in ALGORITHMS + ["auto"]:
-        tc = TensorCollectives(comm, dataclasses.replace(base, algorithm=algorithm,
-                                                         bucket_bytes=1024))
+        tc = make(algorithm, 1024) if make else TensorCollectives(
+            comm, dataclasses.replace(base, algorithm=algorithm, bucket_bytes=1024))
         inputs, outputs, expected = [], [], []
         for k, shape in enumerate(shapes):
             a, b = values(int(np.prod(shape)), 100 + k, "float32"), values(int(np.prod(shape)), 200 + k, "float32")
@@ -109,10 +110,11 @@ def check_whole_calls():
         for k in range(len(shapes)):
             got = [o.asnumpy().ravel() for o in outputs[k]]
             assert got[0].tobytes() == got[1].tobytes(), f"{algorithm} key {k}: devices differ"
-            check(f"{algorithm} call key {k}", got[0], expected[k], "float32", "float32", 1.0 / p)
+            check(f"{label}{algorithm} call key {k}", got[0], expected[k], "float32", "float32", 1.0 / p)
 
 
-check_vectors()
-check_whole_calls()
-if rank == 0:
-    print(f"CHECKED {checked}")
+if __name__ == "__main__":
+    check_vectors()
+    check_whole_calls()
+    if rank == 0:
+        print(f"CHECKED {checked}")

@@ -1,0 +1,164 @@
+"""Hierarchical vs flat allreduce across groups: the ResNet-50 v1 gradient set (193 arrays,
+97.6 MiB) reduced by the tensor collectives (fused buckets, as Hybrid.pushpull) on --ranks
+ranks in groups of --group-size, with the emulated link between groups (MXKV_THROTTLE_MBPS,
+per rank, charged for the bytes each algorithm really sends across) at each --mbps (0: no
+emulation, the machine's own speed), and flat with MXKV_ALGO=ring as well as auto:
+  flat           one allreduce over all ranks (MXKV_HIERARCHY=off; auto: the algorithm table),
+  flat_ring      the same, forced ring (what a ring over hosts sends across),
+  hierarchical   reduce-scatter inside each group, slices allreduced across groups,
+                 allgather inside (MXKV_HIERARCHY=on).
+All run in one MPI job, interleaved repetition by repetition in shuffled order
+(OMP_NUM_THREADS=--threads); a repetition's time is the slowest rank's; medians. Bytes
+across groups per allreduce: the sum over ranks and the largest rank's (the busiest link).
+Prints a table and writes hierarchy.json and hierarchy.png to --out.
+
+    python examples/benchmarks/hierarchy.py [--ranks 4] [--group-size 2] [--mbps 0 1000]
+"""
+import argparse
+import dataclasses
+import json
+import os
+import random
+import subprocess
+import sys
+from typing import Dict, List
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+from job_output import json_lines  # noqa: E402
+from model_shapes import resnet50_shapes  # noqa: E402
+from timing import seconds  # noqa: E402
+
+METHODS = {"flat": ("off", "auto"), "flat_ring": ("off", "ring"), "hierarchical": ("on", "auto")}
+
+
+def worker(group_size: int, link_speeds: List[float], reps: int) -> None:
+    """One rank of the MPI job; rank 0 prints one JSON line per (link, method)."""
+    import mxnet as mx
+    from mpi4py import MPI
+
+    import mxkv_hybrid  # noqa: F401
+    from mxkv_hybrid.comm.collectives import TensorCollectives
+    from mxkv_hybrid.comm.topology import groups
+    from mxkv_hybrid.config import Config
+
+    comm = MPI.COMM_WORLD
+    base = Config.from_environment()
+    this_group = groups(group_size)
+    shapes = resnet50_shapes()
+    arrays = [[mx.nd.ones(s)] for s in shapes]
+    keys = list(range(len(arrays)))
+    runs = {}
+    for mbps in link_speeds:
+        for method, (hierarchy, algorithm) in METHODS.items():
+            config = dataclasses.replace(base, throttle_mbps=mbps, algorithm=algorithm)
+            runs[(mbps, method)] = TensorCollectives(comm, config, this_group, hierarchy=hierarchy)
+
+    def once(collectives) -> tuple:
+        """(seconds of the slowest rank, bytes sent across groups by each rank)."""
+        before = collectives.bytes_sent_across
+        comm.Barrier()
+        elapsed = seconds(lambda: collectives.allreduce("allreduce", keys, arrays, arrays, True))
+        return comm.allreduce(elapsed, op=MPI.MAX), comm.allgather(
+            collectives.bytes_sent_across - before)
+
+    for collectives in runs.values():
+        once(collectives)  # warm-up: buffers, plan, page faults
+    times: Dict[tuple, List[float]] = {run: [] for run in runs}
+    across: Dict[tuple, List[int]] = {}
+    for rep in range(reps):
+        order = list(runs)
+        random.Random(rep).shuffle(order)
+        for run in order:
+            elapsed, across[run] = once(runs[run])
+            times[run].append(elapsed)
+    if comm.rank == 0:
+        for (mbps, method), values in times.items():
+            print(json.dumps({"mbps": mbps, "method": method, "times": values,
+                              "bytes_across_per_rank": across[(mbps, method)],
+                              "ranks": comm.size, "group_size": this_group.group_comm.size,
+                              "groups": this_group.num_groups,
+                              "gradient_bytes": 4 * sum(int(np.prod(s)) for s in shapes)}),
+                  flush=True)
+
+
+def plot(rows: List[dict], path: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    speeds = sorted({r["mbps"] for r in rows})
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    width = 0.8 / len(METHODS)
+    for i, method in enumerate(METHODS):
+        ours = [next(r for r in rows if r["mbps"] == s and r["method"] == method) for s in speeds]
+        positions = [j + i * width for j in range(len(speeds))]
+        left.bar(positions, [r["median_ms"] for r in ours], width, label=method)
+        right.bar(positions, [r["across_max_mb"] for r in ours], width, label=method)
+    for ax in (left, right):
+        ax.set_xticks([j + width for j in range(len(speeds))])
+        ax.set_xticklabels(["no emulated link" if s == 0 else f"{s:g} Mbit/s" for s in speeds])
+        ax.legend(fontsize=8)
+    left.set_ylabel("ms per allreduce (median, slowest rank)")
+    right.set_ylabel("MiB sent across groups by the busiest rank")
+    r = rows[0]
+    fig.suptitle(f"ResNet-50 gradient set, {r['ranks']} ranks in {r['groups']} groups of "
+                 f"{r['group_size']}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ranks", type=int, default=4)
+    parser.add_argument("--group-size", type=int, default=2)
+    parser.add_argument("--mbps", type=float, nargs="+", default=[0, 1000],
+                        help="emulated link speeds between groups (0: none)")
+    parser.add_argument("--reps", type=int, default=7)
+    parser.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS of every rank")
+    parser.add_argument("--out", default=os.path.join(HERE, "results"))
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        return worker(args.group_size, args.mbps, args.reps)
+
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
+    print(f"-- {args.ranks} ranks in groups of {args.group_size}, links {args.mbps} Mbit/s, "
+          f"{args.reps} repetitions, OMP_NUM_THREADS={args.threads} ...", flush=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "mxkv_hybrid.launch", "-n", str(args.ranks), "--timeout", "1800",
+         "--", "python", __file__, "--worker", "--group-size", str(args.group_size),
+         "--reps", str(args.reps), "--mbps", *map(str, args.mbps)],
+        capture_output=True, text=True, env=env)
+    if done.returncode != 0:
+        sys.exit(f"benchmark job failed:\n{done.stdout}\n{done.stderr}")
+    rows = json_lines(done.stdout)
+    for r in rows:
+        r["median_ms"] = 1e3 * float(np.median(r["times"]))
+        r["across_total_mb"] = sum(r["bytes_across_per_rank"]) / 2 ** 20
+        r["across_max_mb"] = max(r["bytes_across_per_rank"]) / 2 ** 20
+    first = rows[0]
+    print(f"\nResNet-50 gradient set ({first['gradient_bytes'] / 2 ** 20:.1f} MiB), "
+          f"{first['ranks']} ranks in {first['groups']} groups of {first['group_size']}; "
+          f"median of {args.reps}, slowest rank")
+    print(f"{'link':>12} {'method':>13} {'ms':>9} {'MiB across (all ranks)':>23} "
+          f"{'MiB across (busiest rank)':>26} {'flat / this':>12}")
+    for r in rows:
+        flat = next(f for f in rows if f["mbps"] == r["mbps"] and f["method"] == "flat")
+        link = "none" if r["mbps"] == 0 else f"{r['mbps']:g} Mbit/s"
+        print(f"{link:>12} {r['method']:>13} {r['median_ms']:9.1f} {r['across_total_mb']:23.1f} "
+              f"{r['across_max_mb']:26.1f} {flat['median_ms'] / r['median_ms']:11.2f}x")
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "hierarchy.json"), "w") as f:
+        json.dump({"omp_num_threads": args.threads, "reps": args.reps, "results": rows}, f,
+                  indent=1)
+    plot(rows, os.path.join(args.out, "hierarchy.png"))
+    print(f"\nwrote {args.out}/hierarchy.json and hierarchy.png")
+
+
+if __name__ == "__main__":
+    main()
