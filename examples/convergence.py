@@ -2,7 +2,7 @@
 trained with the same hyper-parameters (epochs, batch per rank, learning rate, momentum)
 in every mode:
 
-  allreduce      one allreduce over all 4 ranks per step (no groups)
+  allreduce      one allreduce over all 4 ranks per step (hierarchical: MXKV_HIERARCHY=auto)
   sync           group allreduce + dist_sync servers (1 server)
   async          group allreduce + dist_async servers holding the weights
   easgd tau=T    group-synchronous SGD, elastic exchange with the centre every T steps
@@ -13,14 +13,14 @@ between averagings), the bytes sent across groups so far, and the wall time; at 
 the accuracy of the one model mxkv_hybrid.consensus gives every rank (easgd: the
 centre; lasgd: the average; the others: the common weights).
 
-Bytes across groups: the parameter-server modes count what the leaders pushed and pulled
-(measured); allreduce and lasgd are charged 2 x the array size per allreduce over both
-groups (each group sends its part and receives the other's: a hierarchical allreduce;
-a flat ring moves more), the same rule the throttle applies.
+Bytes across groups (every mode runs with MXKV_GROUP_SIZE=2): what the collectives' algorithms
+sent to ranks of the other group (counted at every exchange step in the C++) plus what the
+leaders pushed to and pulled from the servers, summed over the ranks.
 
 The study runs once on the plain machine and once behind an emulated slow link between
 the groups (MXKV_THROTTLE_MBPS / MXKV_THROTTLE_LATENCY_MS: every cross-group transfer
-takes at least latency + bytes / bandwidth; see mxkv_hybrid/comm/link_throttle.py), the
+step takes at least latency + bytes / bandwidth, per rank; see
+mxkv_hybrid/comm/link_throttle.py), the
 setting the averaging algorithms exist for. Prints a table, writes convergence.json and
 convergence.png to --out.
 
@@ -58,6 +58,7 @@ def worker(args: argparse.Namespace) -> None:
     from mxnet import autograd, gluon
 
     import mxkv_hybrid
+    from mxkv_hybrid.comm.collectives import live_collectives
     from mxkv_hybrid.ps.client import traffic
     from train_digits import accuracy, build_network, load_data
 
@@ -76,16 +77,11 @@ def worker(args: argparse.Namespace) -> None:
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
     model_bytes = None
 
-    def cross_group_bytes(step_count: int) -> float:
+    def cross_group_bytes() -> float:
         """Bytes across the groups so far (every rank calls it: collective)."""
         pushed, pulled = traffic()
-        measured = comm.allreduce(pushed + pulled)
-        if mode == "allreduce":
-            return measured + step_count * 2 * model_bytes
-        if mode == "lasgd":
-            warm = min(step_count, kv.config.warmup_steps)
-            return measured + (warm + kv.averaging.rounds) * 2 * model_bytes
-        return measured
+        sent = sum(c.bytes_sent_across for c in live_collectives())
+        return comm.allreduce(pushed + pulled + sent)
 
     started = time.perf_counter()
     for epoch in range(1, args.epochs + 1):
@@ -100,7 +96,7 @@ def worker(args: argparse.Namespace) -> None:
             model_bytes = 4 * sum(p.data().size for p in net.collect_params().values())
         mx.nd.waitall()
         seconds = time.perf_counter() - started
-        sent = cross_group_bytes(epoch * steps)
+        sent = cross_group_bytes()
         if kv.rank == 0:
             print(json.dumps({"epoch": epoch, "accuracy": accuracy(net, test_x, test_y, mx.cpu()),
                               "seconds": seconds, "cross_group_bytes": sent}), flush=True)
@@ -117,7 +113,7 @@ def run(mode: str, env: dict, args: argparse.Namespace, throttle: float) -> dict
     launcher = [sys.executable, "-m", "mxkv_hybrid.launch", "-n", str(RANKS), "--timeout", "900"]
     if mode in ("sync", "async", "easgd"):
         launcher += ["--group-size", str(RANKS // 2), "--servers", "1"]
-    environment = dict(os.environ, MXKV_MODE=mode, **env,
+    environment = dict(os.environ, MXKV_MODE=mode, MXKV_GROUP_SIZE=str(RANKS // 2), **env,
                        MXKV_THROTTLE_MBPS=str(throttle),
                        MXKV_THROTTLE_LATENCY_MS=str(args.latency_ms if throttle else 0))
     worker_args = ["--worker", "--epochs", str(args.epochs), "--batch-size", str(args.batch_size),
