@@ -113,6 +113,8 @@ def run(mode: str, env: dict, args: argparse.Namespace, throttle: float) -> dict
     launcher = [sys.executable, "-m", "mxkv_hybrid.launch", "-n", str(RANKS), "--timeout", "900"]
     if mode in ("sync", "async", "easgd"):
         launcher += ["--group-size", str(RANKS // 2), "--servers", "1"]
+    if mode in ("async", "easgd"):  # one MPI job: the byte counts are summed over all ranks
+        launcher += ["--one-job"]
     environment = dict(os.environ, MXKV_MODE=mode, MXKV_GROUP_SIZE=str(RANKS // 2), **env,
                        MXKV_THROTTLE_MBPS=str(throttle),
                        MXKV_THROTTLE_LATENCY_MS=str(args.latency_ms if throttle else 0))

@@ -4,20 +4,24 @@
   sync        the hybrid store, 2 groups of 2 joined by 2 dist_sync servers,
   async       the hybrid store, 2 groups of 2, 2 dist_async servers holding the weights,
   dist_sync   MXNet's native ps-lite store, every rank a worker, 2 servers,
-all in one run, on generated data. Per step: compute (forward + backward) and the trainer
+  horovod     Horovod's MXNet binding (hvd.DistributedTrainer, its own tensor fusion) when it
+              is installed (optional; skipped with a note otherwise),
+all in one run, on generated data, every rank and server with OMP_NUM_THREADS=--threads. Per step: compute (forward + backward) and the trainer
 step (communication + update), measured apart (a wait for the engine in between), and the
 whole step measured in separate steps without that wait (where overlap can help), medians
 over the measured steps of rank 0; bytes through the parameter server per step (sum over the processes that talk
 to it). Prints a table and writes training_step.json and training_step.png to --out.
 
-    python examples/benchmarks/training_step.py [--steps 20] [--ranks 4]
+    python examples/benchmarks/training_step.py [--steps 20] [--ranks 4] [--threads 1]
 """
 import argparse
+import importlib.util
 import json
 import os
 import subprocess
 import sys
 import time
+from typing import Optional
 
 import numpy as np
 
@@ -31,18 +35,51 @@ CLASSES = 10
 SERVERS = 2
 
 
+class HorovodRank:
+    """What the worker needs of a store (rank, workers, close), from Horovod."""
+
+    def __init__(self, hvd):
+        self._hvd = hvd
+        self.rank, self.num_workers = hvd.rank(), hvd.size()
+
+    def close(self) -> None:
+        """Ends Horovod's background thread before exit (left running, the ranks hung at
+        exit here, spinning, after their last step)."""
+        self._hvd.shutdown()
+
+
+def horovod_trainer(net, optimizer_params: dict):
+    """(Horovod's DistributedTrainer with rank 0's parameters everywhere, its rank)."""
+    import horovod.mxnet as hvd
+
+    hvd.init()
+    net(_one_image())  # the parameters' shapes, before they are broadcast
+    hvd.broadcast_parameters(net.collect_params(), root_rank=0)
+    return hvd.DistributedTrainer(net.collect_params(), "sgd", optimizer_params), HorovodRank(hvd)
+
+
+def _one_image():
+    import mxnet as mx
+    return mx.nd.zeros((1, 3, 32, 32))
+
+
 def worker(kvstore_name: str, steps: int, warmup: int) -> None:
     """One rank: trains ResNet-18 on random data, prints a JSON line with its timings."""
     import mxnet as mx
     from mxnet import autograd, gluon
 
-    kv = mx.kv.create(kvstore_name)
-    mx.random.seed(kv.rank)
     net = gluon.model_zoo.vision.resnet18_v1(classes=CLASSES)
-    net.initialize(mx.init.Xavier())
+    optimizer_params = {"learning_rate": 0.01, "momentum": 0.9}
+    if kvstore_name == "horovod":
+        mx.random.seed(0)
+        net.initialize(mx.init.Xavier())
+        trainer, kv = horovod_trainer(net, optimizer_params)
+    else:
+        kv = mx.kv.create(kvstore_name)
+        mx.random.seed(kv.rank)
+        net.initialize(mx.init.Xavier())
+        trainer = gluon.Trainer(net.collect_params(), "sgd", optimizer_params, kvstore=kv)
     net.hybridize()
-    trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.01, "momentum": 0.9},
-                            kvstore=kv)
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
     rng = np.random.RandomState(kv.rank)
     x = mx.nd.array(rng.rand(BATCH, 3, 32, 32))
@@ -86,8 +123,19 @@ def ps_traffic():
     return traffic()
 
 
-def run_configuration(name: str, ranks: int, steps: int, warmup: int) -> dict:
+def run_configuration(name: str, ranks: int, steps: int, warmup: int) -> Optional[dict]:
+    """Medians of one configuration's job, or None (with a note) for horovod when it is not
+    installed."""
     args = ["--worker", "--steps", str(steps), "--warmup", str(warmup)]
+    if name == "horovod" and importlib.util.find_spec("horovod") is None:
+        print("note: Horovod's MXNet binding is not installed: the horovod configuration is "
+              "skipped (README, Performance, says how to build it)", flush=True)
+        return None
+    if name == "horovod" and ranks > (os.cpu_count() or 1):
+        print(f"note: horovod is skipped with {ranks} ranks on {os.cpu_count()} cores: measured "
+              "here, 4 Horovod ranks on 2 cores did not finish 3 steps in 90 s (its threads "
+              "spin); use --ranks 2", flush=True)
+        return None
     print(f"-- {name} ...", flush=True)
     if name == "dist_sync":
         from ps_job import run_ps_job
@@ -101,9 +149,10 @@ def run_configuration(name: str, ranks: int, steps: int, warmup: int) -> dict:
         launcher = [sys.executable, "-m", "mxkv_hybrid.launch", "-n", str(ranks), "--timeout", "1500"]
         env = dict(os.environ, MXKV_MODE="allreduce" if name == "overlap" else name,
                    MXKV_OVERLAP="1" if name == "overlap" else "0")
-        if name not in ("allreduce", "overlap"):
+        if name not in ("allreduce", "overlap", "horovod"):
             launcher += ["--group-size", str(ranks // 2), "--servers", str(SERVERS)]
-        done = subprocess.run([*launcher, "--", "python", __file__, *args, "--kvstore", "hybrid"],
+        store = "horovod" if name == "horovod" else "hybrid"
+        done = subprocess.run([*launcher, "--", "python", __file__, *args, "--kvstore", store],
                               capture_output=True, text=True, env=env)
         if done.returncode != 0:
             sys.exit(f"{name} failed:\n{done.stdout}\n{done.stderr}")
@@ -144,16 +193,22 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--out", default=os.path.join(HERE, "results"))
     parser.add_argument("--configurations", nargs="+",
-                        default=["allreduce", "overlap", "sync", "async", "dist_sync"])
+                        default=["allreduce", "overlap", "sync", "async", "dist_sync", "horovod"])
+    parser.add_argument("--threads", type=int, default=1,
+                        help="OMP_NUM_THREADS of every rank and server (default 1: with MXNet's "
+                             "default, two Horovod ranks on 2 cores crawled)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--kvstore", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         return worker(args.kvstore, args.steps, args.warmup)
 
+    os.environ["OMP_NUM_THREADS"] = str(args.threads)  # every job below inherits it
     results = [run_configuration(c, args.ranks, args.steps, args.warmup) for c in args.configurations]
+    results = [r for r in results if r is not None]
     print(f"\nResNet-18, 32x32, batch {BATCH} per rank, {args.ranks} ranks, {SERVERS} servers "
-          f"(groups of {args.ranks // 2}); medians of {args.steps} steps, rank 0")
+          f"(groups of {args.ranks // 2}), OMP_NUM_THREADS={args.threads}; medians of "
+          f"{args.steps} steps, rank 0")
     print(f"{'configuration':>14} {'compute ms':>11} {'step ms':>9} {'whole ms':>9} {'PS MiB/step':>12}")
     for r in results:
         print(f"{r['configuration']:>14} {r['compute_ms']:11.1f} {r['step_ms']:9.1f} "
@@ -164,7 +219,8 @@ def main() -> None:
               f"{by_name['overlap']['total_ms'] / by_name['allreduce']['total_ms']:.3f}")
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "training_step.json"), "w") as f:
-        json.dump({"batch_per_rank": BATCH, "servers": SERVERS, "results": results}, f, indent=1)
+        json.dump({"batch_per_rank": BATCH, "servers": SERVERS, "omp_num_threads": args.threads,
+                   "results": results}, f, indent=1)
     plot(results, os.path.join(args.out, "training_step.png"))
     print(f"\nwrote {args.out}/training_step.json and training_step.png")
 
