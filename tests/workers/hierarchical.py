@@ -3,10 +3,12 @@ this job's ranks in groups of argv[1]: every algorithm across groups, float32/fl
 float16/bfloat16, float32 compressed to fp16/bf16, sizes 0, 1, primes and counts not
 divisible by the ranks; whole calls of several keys with two per-device inputs (algorithms.py's). Results
 must be bit-identical on every rank; the bytes each rank sends across groups must be what
-the algorithm sends (ring across groups: 2 (G-1)/G of this rank's slice). Rank 0 prints
+the algorithm sends (ring across groups: 2 (G-1)/G of this rank's slice), and behind the
+emulated link a call lasts at least as long as those bytes need. Rank 0 prints
 `CHECKED <n>`; any failure raises (the job fails)."""
 import dataclasses
 import sys
+import time
 
 import algorithms
 from algorithms import ALGORITHMS, base, check, comm, p, sizes, values
@@ -18,9 +20,10 @@ this_group = groups(group_size)
 g, G = this_group.group_comm.size, this_group.num_groups
 
 
-def collectives(algorithm: str, hierarchy: str, compress: str = "none", bucket_bytes: int = 1 << 20):
+def collectives(algorithm: str, hierarchy: str, compress: str = "none", bucket_bytes: int = 1 << 20,
+                mbps: float = 0):
     config = dataclasses.replace(base, algorithm=algorithm, compress=compress,
-                                 bucket_bytes=bucket_bytes)
+                                 bucket_bytes=bucket_bytes, throttle_mbps=mbps)
     return TensorCollectives(comm, config, this_group, hierarchy=hierarchy)
 
 
@@ -61,8 +64,23 @@ def check_bytes_across():
     assert tc.bytes_sent_inside == inside, (tc.bytes_sent_inside, inside)
 
 
+def check_the_link_charges_what_crosses():
+    """Behind an emulated 8 Mbit/s link, an allreduce takes at least the time its bytes
+    across need on this rank's link (a lower bound: the C++ sleeps out each step)."""
+    n = 6 * g * G * 1000
+    for hierarchy in ("on", "off"):
+        tc = collectives("ring", hierarchy, mbps=8)
+        x = values(n, 6, "float32")
+        started = time.monotonic()
+        tc.allreduce_vector(x, "ring")
+        elapsed = time.monotonic() - started
+        assert elapsed >= tc.bytes_sent_across / 1e6, (hierarchy, elapsed, tc.bytes_sent_across)
+        assert hierarchy == "off" or tc.bytes_sent_across > 0
+
+
 check_vectors()
 check_bytes_across()
+check_the_link_charges_what_crosses()
 algorithms.check_whole_calls(lambda algorithm, bucket_bytes: collectives(
     algorithm, "on", bucket_bytes=bucket_bytes), "hierarchical ")
 
