@@ -14,6 +14,7 @@ from ..errors import ConfigError, MismatchError, MXKVError
 from . import algorithm_table, stall, timeline
 from .device_staging import DeviceStaging
 from .hierarchy import hierarchy_comms
+from .topology import Groups
 
 Key = Hashable  # int or str, as MXNet passes them
 Arrays = Sequence[mx.nd.NDArray]
@@ -83,9 +84,10 @@ def _algorithm_rules(comm, config: Config, ranks: int) -> list:
 class TensorCollectives:
     """Fused allreduce and broadcast of many keys' arrays over one communicator."""
 
-    def __init__(self, comm, config: Config, groups=None, hierarchy: str = "off"):
+    def __init__(self, comm, config: Config, groups: Optional[Groups] = None,
+                 hierarchy: str = "off"):
         """comm: an mpi4py communicator (collective: every rank of it constructs one).
-        groups (topology.Groups; comm must then be the world's): the groups its ranks form,
+        groups (comm must then be the world's): the groups its ranks form,
         so that bytes across groups are counted apart and go through the emulated slow link
         (MXKV_THROTTLE_*); hierarchy (MXKV_HIERARCHY's auto|on|off, with groups): whether
         allreduces are hierarchical."""
@@ -146,7 +148,7 @@ class TensorCollectives:
         """How long the communication thread has been reducing its current bucket (0: idle)."""
         return self._impl.overlapped_bucket_seconds
 
-    def _span_groups(self, config: Config, groups, hierarchy: str) -> None:
+    def _span_groups(self, config: Config, groups: Groups, hierarchy: str) -> None:
         group_of_rank = self._comm.allgather(groups.group_index)
         self._impl.span_groups(group_of_rank, config.throttle_mbps,
                                config.throttle_latency_ms / 1000)
