@@ -46,24 +46,25 @@ class Hybrid(KVStoreBase):
         self._fault = (FaultInjector(self._config.fault, self._world.rank)
                        if self._config.fault is not None and self._config.attempt == 0 else None)
         mode = self._config.mode
+        this_group = groups(self._config.group_size)
         self._collectives: Optional[TensorCollectives] = TensorCollectives(
-            self._world.comm, self._config, groups(self._config.group_size),
+            self._world.comm, self._config, this_group,
             hierarchy=self._config.hierarchy if mode == "allreduce" else "off")
         self._reducer = self._collectives  # what combines plain values
         self._averaging: Optional[Averaging] = None
         self._rejoinable = None  # modes async, easgd: what knows a restarted group's steps
         if mode == "easgd":
-            elastic = ElasticAveraging(self._config, self._world, groups(self._config.group_size))
+            elastic = ElasticAveraging(self._config, self._world, this_group)
             self._averaging = self._reducer = self._rejoinable = elastic
         if mode == "lasgd":
             self._averaging = self._reducer = LocalSGD(self._config, self._world)
         share = None  # separate sync group jobs: how a broadcast reaches the other groups
         if mode == "sync":
-            self._reducer = GroupedSync(self._config, self._world, groups(self._config.group_size))
+            self._reducer = GroupedSync(self._config, self._world, this_group)
             share = None if self._world.spans_all_ranks else self._reducer.share_across_groups
         if mode == "async":
             self._weights = self._rejoinable = ServerWeights(
-                self._config, self._world, groups(self._config.group_size), self._collectives)
+                self._config, self._world, this_group, self._collectives)
         else:
             self._weights = WorkerWeights(self._collectives, self._reducer, self._config.average,
                                           share)

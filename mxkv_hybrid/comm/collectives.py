@@ -13,7 +13,7 @@ from ..config import Config
 from ..errors import ConfigError, MismatchError, MXKVError
 from . import algorithm_table, stall, timeline
 from .device_staging import DeviceStaging
-from .hierarchy import hierarchy_comms
+from .hierarchy import use_hierarchy
 from .topology import Groups
 
 Key = Hashable  # int or str, as MXNet passes them
@@ -152,11 +152,10 @@ class TensorCollectives:
         group_of_rank = self._comm.allgather(groups.group_index)
         self._impl.span_groups(group_of_rank, config.throttle_mbps,
                                config.throttle_latency_ms / 1000)
-        comms = hierarchy_comms(self._comm, groups.group_comm, groups.group_index, hierarchy,
-                                group_of_rank)
-        if comms is not None:
-            local, cross = comms
-            self._impl.set_hierarchy(local.py2f(), cross.py2f(),
+        if use_hierarchy(hierarchy, group_of_rank):
+            # the ranks holding the same slice: this rank's index in every group
+            cross = self._comm.Split(color=groups.group_comm.Get_rank(), key=groups.group_index)
+            self._impl.set_hierarchy(groups.group_comm.py2f(), cross.py2f(),
                                      _algorithm_rules(self._comm, config, cross.size))
             cross.Free()  # the C++ keeps duplicates of both
 

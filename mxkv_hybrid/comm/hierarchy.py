@@ -1,7 +1,7 @@
-"""MXKV_HIERARCHY: whether mode allreduce runs hierarchically, and the communicators it
-runs over (the C++ stages are in csrc/allreduce_hierarchical.h)."""
+"""MXKV_HIERARCHY: whether mode allreduce runs hierarchically (the C++ stages are in
+csrc/allreduce_hierarchical.h)."""
 from collections import Counter
-from typing import List, Optional, Tuple
+from typing import List
 
 from ..errors import ConfigError
 
@@ -19,11 +19,3 @@ def use_hierarchy(setting: str, group_of_rank: List[int]) -> bool:
             "allreduce for unequal groups)")
     return setting == "on" or (setting == "auto" and len(sizes) > 1 and equal)
 
-
-def hierarchy_comms(comm, group_comm, group_index: int, setting: str,
-                    group_of_rank: List[int]) -> Optional[Tuple[object, object]]:
-    """Collective over `comm`: (this rank's group, the ranks with its index in every group)
-    when the allreduce is hierarchical, else None. The caller frees the second."""
-    if not use_hierarchy(setting, group_of_rank):
-        return None
-    return group_comm, comm.Split(color=group_comm.Get_rank(), key=group_index)

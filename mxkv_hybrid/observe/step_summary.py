@@ -6,8 +6,9 @@ after an update: communicating, and waiting there for slower ranks) and, from th
 time, the time outside it (computing), and counts the bytes it sent: what the collectives'
 algorithms sent (as they travel: compressed float32 counts 2 bytes a value) to ranks of
 its own group and of other groups, and what it pushed to and pulled from the parameter
-servers (across groups). The line gives the sums over the ranks. The first of the ranks that step together (rank 0; in modes
-async and asynchronous easgd each group's leader) gathers the figures and prints them.
+servers (across groups). The first of the ranks that step together (rank 0; in modes
+async and asynchronous easgd each group's leader) gathers the figures and prints them,
+bytes summed over the ranks.
 """
 import time
 import weakref
