@@ -1,4 +1,5 @@
 """class Hybrid: the KVStore that MXNet sees (mx.kv.create('hybrid'))."""
+import sys
 from typing import Callable, List, Optional, Sequence, Tuple
 
 import mxnet as mx
@@ -10,6 +11,8 @@ from .comm.topology import groups, world
 from .config import Config
 from .errors import MXKVError
 from .ps.client import barrier_across_groups
+from .ps.keys import is_held
+from .ps.optimizers import COUNTER_KEY
 from .modes.averaging import Averaging
 from .modes.elastic import ElasticAveraging
 from .modes.grouped_sync import GroupedSync
@@ -37,7 +40,8 @@ class Hybrid(KVStoreBase):
     Values are combined by fused tensor collectives; pushpull on many keys at once
     (which the Trainer and Module hooks of this package do) reduces them in buckets.
     Weights under an optimizer (update_on_kvstore) are kept by the store on the workers
-    (modes allreduce, sync) or by MXNet's parameter servers (mode async).
+    (mode allreduce) or by MXNet's parameter servers, which run the optimizer (modes sync,
+    async).
     """
 
     def __init__(self):
@@ -65,9 +69,10 @@ class Hybrid(KVStoreBase):
         if mode == "async":
             self._weights = self._rejoinable = ServerWeights(
                 self._config, self._world, this_group, self._collectives)
-        else:
+        else:  # sync: until the servers take the optimizer (set_optimizer)
             self._weights = WorkerWeights(self._collectives, self._reducer, self._config.average,
                                           share)
+        self._this_group = this_group
         self._share = share
         self._summary = summary_for(self._config)  # MXKV_SUMMARY_EVERY
 
@@ -249,9 +254,11 @@ class Hybrid(KVStoreBase):
 
     # ---- optimizer on the store -------------------------------------------------------
     def set_optimizer(self, optimizer: mx.optimizer.Optimizer) -> None:
-        """Updates run on the store from now on, with this optimizer (modes allreduce/sync: the
-        object itself, so a Trainer's later changes of learning rate or rescale_grad apply;
-        async: a copy sent to the servers)."""
+        """Updates run on the store from now on, with this optimizer (mode allreduce: the
+        object itself; sync, async: a copy sent to the servers, with later changes of its
+        learning rate or rescale_grad sent before the next gradient)."""
+        if self._config.mode == "sync" and isinstance(self._weights, WorkerWeights):
+            self._move_weights_to_servers()
         self._weights.set_optimizer(optimizer)
 
     def save_optimizer_states(self, fname: str, dump_optimizer: bool = False) -> None:
@@ -272,6 +279,23 @@ class Hybrid(KVStoreBase):
         self._collectives = None
 
     # ---- helpers ----------------------------------------------------------------------
+    def _move_weights_to_servers(self) -> None:
+        """Mode sync: the servers take the weights and will run the optimizer, as MXNet's
+        dist_sync servers do, unless another store of this process has its optimizer there
+        (the servers hold one per process): then this store updates on the workers."""
+        if is_held(COUNTER_KEY):
+            if self._world.rank == 0:
+                print("mxkv_hybrid: another hybrid store of this process runs its optimizer on "
+                      "the parameter servers (they hold one per process): this store's runs on "
+                      "every rank", file=sys.stderr, flush=True)
+            return
+        kept = self._weights.kept()
+        servers = ServerWeights(self._config, self._world, self._this_group, self._collectives)
+        if kept:
+            servers.init("init", list(kept), [[w] for w in kept.values()], [[] for _ in kept])
+        self._weights.close()
+        self._weights = servers
+
     def _active(self) -> TensorCollectives:
         """The collectives over all ranks; raises once the store is closed."""
         if self._collectives is None:

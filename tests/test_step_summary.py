@@ -11,6 +11,7 @@ from conftest import launch
 
 STEPS, EVERY, SLOW_MS = 10, 5, 100
 GRADIENT = 16  # bytes
+SETTINGS = 16  # the servers' optimizer: learning rate and rescale_grad (float64), sent once
 
 
 # mode: (ranks, launcher options, knobs, {printing rank: (ranks summarised, bytes inside, across)})
@@ -25,8 +26,8 @@ CASES = {
     # each way per rank), then 8-byte slices across groups (recursive doubling: 8 per rank)
     "allreduce-hierarchical": (4, (), {"MXKV_GROUP_SIZE": "2", "MXKV_HIERARCHY": "on"},
                                {0: (4, 4 * GRADIENT, 4 * GRADIENT // 2)}),
-    # per group: 2 ranks x 16 into the group allreduce + 16 of the leader's broadcast;
-    # across: 2 leaders x (push 16 + pull 16)
+    # per group: 2 ranks x 16 into the group allreduce + 16 of the weights' broadcast;
+    # across: 2 leaders x (push 16 + pull 16), and in the first window the optimizer's settings
     "sync": (4, ("--servers", "1", "--group-size", "2"), {},
              {0: (4, 2 * 3 * GRADIENT, 2 * 2 * GRADIENT)}),
     # each group on its own: 2 ranks x 16 + 16 of the weights' broadcast; its leader pushes
@@ -39,6 +40,12 @@ CASES = {
     # over the 2 ranks, blocking, so every average lands in its own step's line
     "lasgd": (2, (), {"MXKV_TAU": "1", "MXKV_LASGD_OVERLAP": "0"}, {0: (2, 2 * GRADIENT, 0)}),
 }
+
+
+def leaders_in(mode: str, ranks: int) -> int:
+    """Group leaders (groups of 2) among `ranks` summarised ranks, in the modes whose
+    servers run the optimizer (else 0)."""
+    return ranks // 2 if mode in ("sync", "async") else 0
 
 
 @pytest.mark.parametrize("mode", CASES)
@@ -59,7 +66,10 @@ def test_the_summary_counts_every_byte_and_names_the_slow_rank(mode):
         assert len(lines) == STEPS // EVERY, job.output
         for window, line in enumerate(lines):
             assert f"steps {window * EVERY + 1}-{(window + 1) * EVERY}, {ranks} rank(s)" in line, line
-            assert f"{inside} B sent inside groups and {across} B across groups" in line, line
+            # sync, async: each leader sends the servers' optimizer its settings at step 1
+            settings = SETTINGS * leaders_in(mode, ranks) / EVERY if window == 0 else 0
+            assert f"{inside} B sent inside groups and {across + settings:.0f} B across groups" \
+                in line, line
             assert ("summary: group" in line) == (mode == "async"), line
             if slow in range(rank, rank + ranks):  # the slow rank is in this line's ranks
                 computes = re.search(rf"slowest rank {slow} computes ([\d.]+) ms", line)

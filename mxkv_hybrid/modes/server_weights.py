@@ -1,17 +1,28 @@
-"""MXKV_MODE=async: weights held by MXNet's dist_async servers, groups asynchronous.
+"""Weights held by MXNet's parameter servers, which run the optimizer (modes sync, async).
 
-Inside a group the step is synchronous: its ranks average their gradients with the
-tensor-collective allreduce. The group leader pushes that gradient to the servers,
-which apply the optimizer at once (no waiting for other groups), pulls the current
-weights and broadcasts them in its group. Groups therefore run at their own pace and a
-group's gradient may be computed on weights that other groups have since updated
-(asynchronous SGD). That staleness is measured: the servers count the pushes they
-apply (CountingOptimizer), and each leader reports, at close, how many updates of other
-groups landed between its reading the weights and its gradient being applied."""
+Inside a group the step is synchronous: its ranks combine their gradients with the
+tensor-collective allreduce. The group leader pushes that gradient to the servers, pulls
+the updated weights and broadcasts them in its group.
+
+MXKV_MODE=sync (dist_sync servers), as MXNet's dist_sync with update_on_kvstore: the
+servers wait for every group's gradient, update once with their sum, and every group
+pulls the same weights. The leaders push group sums and the servers' optimizer divides
+by the number of ranks (MXKV_AVERAGE=1).
+
+MXKV_MODE=async (dist_async servers): the servers apply each group's gradient at once
+(no waiting for other groups), so groups run at their own pace and a group's gradient may
+be computed on weights that other groups have since updated (asynchronous SGD). That
+staleness is measured: the servers count the pushes they apply (ServerOptimizer), and
+each leader reports, at close, how many updates of other groups landed between its
+reading the weights and its gradient being applied.
+
+In both the servers' optimizer is a pickled copy of the worker's: a changed learning rate
+(Trainer.set_learning_rate) or rescale_grad (Trainer.step with another batch size) is
+sent to them before the next gradient."""
 import atexit
 from dataclasses import replace
 import sys
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 import mxnet as mx
 import numpy as np
@@ -23,21 +34,36 @@ from ..errors import MXKVError
 from ..ps.client import connect_leader, release
 from ..ps.finish_line import finish_line_for
 from ..ps.keys import ServerKeys
-from ..ps.optimizers import COUNTER_KEY, FINISH_KEY, CountingOptimizer
+from ..ps.optimizers import COUNTER_KEY, FINISH_KEY, SETTINGS_KEYS, ServerOptimizer
 
 
-SERVER_SIDE_STATES = ("in MXKV_MODE=async the optimizer and its state live on the parameter "
-                      "servers; they cannot be read, saved or loaded from a worker (save the "
-                      "weights, or use MXKV_MODE=sync)")
+SERVER_SIDE_STATES = {
+    "async": "in MXKV_MODE=async the optimizer and its state live on the parameter servers; "
+             "they cannot be read, saved or loaded from a worker (save the weights, or use "
+             "MXKV_MODE=sync with the updates on the workers)",
+    "sync": "in MXKV_MODE=sync the optimizer and its state live on the parameter servers (as "
+            "in MXNet's dist_sync); they cannot be read, saved or loaded from a worker. To "
+            "keep them on the workers (every rank updates its weights, more slowly), create "
+            "the Trainer with update_on_kvstore=False, or set MXNET_UPDATE_ON_KVSTORE=0 "
+            "(Module, Trainer)",
+}
 
 
 class ServerWeights:
     def __init__(self, config: Config, world: World, groups: Groups,
                  world_collectives: TensorCollectives):
+        """config.mode 'sync' (dist_sync servers) or 'async' (dist_async servers)."""
+        self._mode = config.mode
+        self._asynchronous = config.mode == "async"
         self._world = world_collectives
         self._group_comm = groups.group_comm
         self._group = TensorCollectives(groups.group_comm, replace(config, overlap=False))
         self._average = config.average
+        # sync: the servers' optimizer divides the sum of the groups' sums by the ranks
+        self._gradient_scale = 1.0 / world.size if config.average and not self._asynchronous else 1.0
+        self._optimizer: Optional[mx.optimizer.Optimizer] = None
+        self._sent_settings: Optional[Tuple[float, float]] = None  # (lr, rescale_grad) there
+        self._sends_settings = self._asynchronous or groups.group_index == 0  # sync: others push 0
         self._server_keys = ServerKeys()
         self._optimizer_set = False
         self._who = f"group {groups.group_index} (leader rank {world.rank})"
@@ -47,13 +73,16 @@ class ServerWeights:
         self._pushes_since_pull = 0
         self.staleness: List[int] = []  # per applied gradient (leaders only)
         self._separate_jobs = not world.spans_all_ranks  # each group its own MPI job
-        # separate group jobs: steps this group took before this start (None: not known
-        # until the first weights are kept)
-        self.steps_done = None if self._separate_jobs else 0
-        self._ps = connect_leader("dist_async", config, world, groups)
-        self._finish = finish_line_for(self._ps, self._separate_jobs,
-                                       groups.group_index, groups.num_groups, config.ps_timeout,
-                                       config.attempt)
+        restartable = self._separate_jobs and self._asynchronous  # a group rejoins alone
+        # separate async group jobs: steps this group took before this start (None: not
+        # known until the first weights are kept)
+        self.steps_done = None if restartable else 0
+        self._ps = connect_leader("dist_async" if self._asynchronous else "dist_sync",
+                                  config, world, groups)
+        # leaders: one key on each server for the optimizer's settings
+        self._settings_keys = list(SETTINGS_KEYS[:self._ps.num_servers]) if self._ps else []
+        self._finish = finish_line_for(self._ps, restartable, groups.group_index,
+                                       groups.num_groups, config.ps_timeout, config.attempt)
         if self._ps is not None:
             atexit.register(self.close)
 
@@ -69,15 +98,21 @@ class ServerWeights:
 
     @property
     def updater(self):
-        raise MXKVError(SERVER_SIDE_STATES)
+        raise MXKVError(SERVER_SIDE_STATES[self._mode])
 
     def set_optimizer(self, optimizer: mx.optimizer.Optimizer) -> None:
-        if not self._optimizer_set:  # the first time: the push counter's key
+        if not self._optimizer_set:  # the first time: the keys of the counter and settings
             self._server_keys.claim(COUNTER_KEY, "the servers' optimizer (its push counter)")
+            for key in self._settings_keys:
+                self._server_keys.claim(key, "the servers' optimizer (its settings)")
             if self._ps is not None:
-                self._ps.init([COUNTER_KEY], [mx.nd.zeros((1,))])
+                self._ps.init([COUNTER_KEY, *self._settings_keys],
+                              [mx.nd.zeros((1,))] + [mx.nd.zeros((2,), dtype="float64")
+                                                     for _ in self._settings_keys])
         if self._ps is not None:
-            self._ps.set_optimizer(CountingOptimizer(optimizer))
+            self._ps.set_optimizer(ServerOptimizer(optimizer))
+        self._optimizer = optimizer
+        self._sent_settings = None
         self._optimizer_set = True
 
     def init(self, op: str, keys: Sequence[Key], values: Sequence[Arrays],
@@ -96,7 +131,8 @@ class ServerWeights:
             self._ps.init(server_keys, [kept[i][0] for i in new])
             if self._separate_jobs:
                 self._ps.push_pull(server_keys, [], [kept[i][0] for i in new])
-                done = self._finish.rejoined("the servers' weights", [kept[i][0] for i in new])
+                if self._finish is not None:
+                    done = self._finish.rejoined("the servers' weights", [kept[i][0] for i in new])
         if self._separate_jobs and new:
             wait_for_leader(self._group_comm, is_leader=self._ps is not None)
             self._group.broadcast(op, [keys[i] for i in new], [kept[i] for i in new],
@@ -116,12 +152,18 @@ class ServerWeights:
                   outs: Optional[Sequence[Arrays]]) -> None:
         """push and/or pull in one round trip of the leader to the servers."""
         if values is not None:
-            self._group.allreduce(op, keys, values, values, self._average)
+            self._group.allreduce(op, keys, values, values,
+                                  self._average and self._asynchronous)
+            if self._gradient_scale != 1.0 and not self._optimizer_set:  # no optimizer to scale
+                for value in values:
+                    value[0][:] *= self._gradient_scale
         if self._ps is not None:
+            if values is not None:
+                self._send_settings()
             server_keys = [self._server_keys[k] for k in keys]
             pushed = [v[0] for v in values] if values is not None else []
             pulled = [o[0] for o in outs] if outs is not None else []
-            if self._optimizer_set:  # the servers count pushes on COUNTER_KEY (staleness)
+            if self._optimizer_set and self._asynchronous:  # pushes counted: staleness
                 server_keys.append(COUNTER_KEY)
                 pushed += [self._one] if values is not None else []
                 pulled += [self._counter] if outs is not None else []
@@ -144,11 +186,26 @@ class ServerWeights:
             self._finish.cross()
         self.pull(keys, outs)
 
+    def _send_settings(self) -> None:
+        """Sends the optimizer's learning rate and rescale_grad (times the gradient scale)
+        to the servers when they changed, and waits until the servers took them. sync: every
+        leader pushes (the servers wait for all), group 0's values and the others' zeros."""
+        if self._optimizer is None:
+            return
+        settings = (float(self._optimizer.lr),
+                    float(self._optimizer.rescale_grad) * self._gradient_scale)
+        if settings == self._sent_settings:
+            return
+        pushed = settings if self._sends_settings else (0.0, 0.0)
+        self._ps.push_pull(self._settings_keys,
+                           [mx.nd.array(pushed, dtype="float64") for _ in self._settings_keys], [])
+        self._sent_settings = settings
+
     def _count_staleness(self, pushed: bool, pulled: bool) -> None:
         """Updates applied between this leader's last two pulls, less its own pushes: the
         other groups' updates its gradient did not see (an upper estimate: updates landing
         between its push and its pull count too)."""
-        if not self._optimizer_set:
+        if not (self._optimizer_set and self._asynchronous):
             return
         self._pushes_since_pull += int(pushed)
         if pulled:
@@ -168,10 +225,10 @@ class ServerWeights:
                 f"max {values.max()}")
 
     def save_optimizer_states(self, fname: str, dump_optimizer: bool) -> None:
-        raise MXKVError(SERVER_SIDE_STATES)
+        raise MXKVError(SERVER_SIDE_STATES[self._mode])
 
     def load_optimizer_states(self, fname: str) -> None:
-        raise MXKVError(SERVER_SIDE_STATES)
+        raise MXKVError(SERVER_SIDE_STATES[self._mode])
 
     def close(self) -> None:
         """Releases this store's use of the parameter server (leaders); safe to call twice."""

@@ -1,4 +1,5 @@
-"""Weights kept by the store on the workers (modes allreduce and sync).
+"""Weights kept by the store on the workers (modes allreduce, easgd, lasgd; sync until the
+servers take the optimizer).
 
 Like MXNet's local store: `init` keeps rank 0's value; `push` combines the values of
 all devices and ranks and, with an optimizer set, applies the update to the kept
@@ -60,6 +61,10 @@ class WorkerWeights:
         for k in keys:
             if self.updates(k):
                 self.updater(k, self._reduced[k], self._weights[k])
+
+    def kept(self) -> Dict[Key, mx.nd.NDArray]:
+        """The weights kept, by key (the same on every rank)."""
+        return dict(self._weights)
 
     def pull(self, keys: Sequence[Key], outs: Sequence[Arrays]) -> None:
         for k, targets in zip(keys, outs):

@@ -13,10 +13,11 @@ from ..comm.link_throttle import LinkThrottle, link_throttle
 from ..comm.topology import end_job
 from ..errors import ConfigError
 from ..safety.watchdog import Watchdog
+from .keys import ServerKeys
 from .layout import Chunk, balanced_chunks, bigarray_bound
+from .optimizers import AGREE_KEY, CHUNK_KEYS
 
 REQUIRED = ("DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT", "DMLC_NUM_SERVER", "DMLC_NUM_WORKER")
-AGREE_KEY = 2 ** 30 + 2  # dist_sync: how many groups agreed (next to optimizers.py's keys)
 
 
 def check_environment(mode: str, num_groups: int) -> int:
@@ -66,9 +67,14 @@ class ParameterServer:
             check_call(_LIB.MXKVStoreSetBarrierBeforeExit(self._store.handle, ctypes.c_int(0)))
         self._chunks: Dict[Tuple, List[Tuple[int, mx.nd.NDArray]]] = {}
         self._agreed: Optional[mx.nd.NDArray] = None  # AGREE_KEY's last sum
-        self._next_key = 0
+        self._next_key = CHUNK_KEYS.start
+        self._keys = ServerKeys()  # the chunk keys, claimed in this process
         self.bytes_pushed = 0
         self.bytes_pulled = 0
+
+    @property
+    def num_servers(self) -> int:
+        return self._num_servers
 
     def chunks_for(self, layout_id: Tuple, buffers: Sequence[mx.nd.NDArray]
                    ) -> List[Tuple[int, mx.nd.NDArray]]:
@@ -87,6 +93,8 @@ class ParameterServer:
                                                   bigarray_bound())
             if chunks:
                 self._next_key = chunks[-1].key + 1
+            for chunk in chunks:
+                self._keys.claim(chunk.key, "a fused chunk of mode sync")
             pairs += [(c.key, flat[c.start:c.stop]) for c in chunks]
         self.init([k for k, _ in pairs], [mx.nd.zeros(v.shape, dtype=v.dtype) for _, v in pairs])
         return pairs

@@ -10,6 +10,11 @@ from ..errors import MXKVError, ServerKeyConflict
 _HOLDERS: Dict[int, object] = {}
 
 
+def is_held(number: int) -> bool:
+    """Whether a store of this process holds server key `number`."""
+    return number in _HOLDERS
+
+
 class ServerKeys:
     """An int key stays itself; string keys are numbered 0, 1, ... in the order they are
     first seen, as MXNet numbers them (so a server-side optimizer sees the same indices).

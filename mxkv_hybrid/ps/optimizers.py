@@ -2,15 +2,33 @@
 imports this package before it starts serving)."""
 import mxnet as mx
 
-COUNTER_KEY = 2 ** 30  # above any parameter index a Trainer uses; Module's string keys map to 0..
+# The servers' reserved keys, above any parameter index a Trainer uses (Module's string
+# keys map to 0, 1, ...):
+COUNTER_KEY = 2 ** 30  # pushes counted
 FINISH_KEY = COUNTER_KEY + 1  # separate group jobs: which groups are done, and their progress
+AGREE_KEY = COUNTER_KEY + 2  # dist_sync: how many groups agreed
+# The worker optimizer's learning rate and rescale_grad, one key per server: consecutive
+# keys land on distinct servers (layout.server_of)
+SETTINGS_KEYS = range(COUNTER_KEY + 2 ** 10, COUNTER_KEY + 2 ** 11)
+# sync's fused chunks, below 2**31 / 9973, where MXNet's int arithmetic picking a key's
+# server (key * 9973) overflows
+CHUNK_KEYS = range(100_000, 2 ** 31 // 9973)
 
 
-class CountingOptimizer(mx.optimizer.Optimizer):
-    """Applies `inner` to every key except COUNTER_KEY, whose weight counts the pushes the
-    server received (+1 each), and FINISH_KEY, which adds what is pushed. Leaders push 1 to
-    COUNTER_KEY with every gradient and pull it with the weights: the difference between
-    two pulls is the number of updates in between."""
+def _is_reserved(index: int) -> bool:
+    return index in (COUNTER_KEY, FINISH_KEY, AGREE_KEY) or index in SETTINGS_KEYS \
+        or index in CHUNK_KEYS
+
+
+class ServerOptimizer(mx.optimizer.Optimizer):
+    """Applies `inner` to every parameter key. Reserved keys: COUNTER_KEY's weight counts
+    the pushes the server received (+1 each; async leaders push 1 with every gradient and
+    pull it with the weights: the difference between two pulls is the number of updates in
+    between); FINISH_KEY adds what is pushed (a tally); a push to the server's key of
+    SETTINGS_KEYS is [learning rate, rescale_grad] for its `inner` from now on (so a
+    Trainer's set_learning_rate and a changed batch size reach the servers, whose optimizer
+    is a pickled copy); AGREE_KEY and CHUNK_KEYS keep the sum of the pushes (dist_sync: what the groups sum
+    through the servers, untouched by the optimizer)."""
 
     def __init__(self, inner: mx.optimizer.Optimizer):
         super().__init__()
@@ -19,15 +37,22 @@ class CountingOptimizer(mx.optimizer.Optimizer):
         self.aggregate_num = 0  # one key per call, as the server applies them
 
     def create_state_multi_precision(self, index, weight):
-        if index in (COUNTER_KEY, FINISH_KEY):
+        if _is_reserved(index):
             return None
         return self.inner.create_state_multi_precision(index, weight)
 
     def update_multi_precision(self, index, weight, grad, state):
         if index == COUNTER_KEY:
             weight += 1
-        elif index == FINISH_KEY:  # a tally: what is pushed is added
+        elif index == FINISH_KEY:
             weight += grad
+        elif index == AGREE_KEY or index in CHUNK_KEYS:
+            weight[:] = grad
+        elif index in SETTINGS_KEYS:
+            learning_rate, rescale_grad = (float(x) for x in grad.asnumpy())
+            if self.inner.lr_scheduler is None:
+                self.inner.lr = learning_rate
+            self.inner.rescale_grad = rescale_grad
         else:
             self.inner.update_multi_precision(index, weight, grad, state)
 

@@ -6,6 +6,8 @@ import sys
 import mxnet as mx
 import numpy as np
 
+from mxkv_hybrid.errors import MXKVError
+
 kv = mx.kv.create("hybrid")
 rank, size = kv.rank, kv.num_workers
 expected_mean = np.mean(np.arange(1, size + 1))
@@ -54,8 +56,16 @@ m1 = -0.5 * g
 check("optimizer_on_store", np.allclose(out4.asnumpy(), 1 + m1 + (0.9 * m1 - 0.5 * g)))
 
 states = os.path.join(sys.argv[1], "states")
-kv.save_optimizer_states(states, dump_optimizer=True)
-kv.push("w", mx.nd.ones((4,)))
-kv.load_optimizer_states(states)
-check("optimizer_states_roundtrip", os.path.getsize(states) > 0 and kv._updater.optimizer.lr == 0.5)
+if os.environ.get("MXKV_MODE") == "sync":  # the optimizer runs on the servers
+    try:
+        kv.save_optimizer_states(states, dump_optimizer=True)
+        check("optimizer_states_on_servers_refused", False)
+    except MXKVError as err:
+        print(err, flush=True)
+        check("optimizer_states_on_servers_refused", not os.path.exists(states))
+else:
+    kv.save_optimizer_states(states, dump_optimizer=True)
+    kv.push("w", mx.nd.ones((4,)))
+    kv.load_optimizer_states(states)
+    check("optimizer_states_roundtrip", os.path.getsize(states) > 0 and kv._updater.optimizer.lr == 0.5)
 kv.close()

@@ -20,6 +20,8 @@ parser.add_argument("--update-on-kvstore", choices=["default", "0", "1"], defaul
 parser.add_argument("--reference", type=int, default=0, help="number of ranks to emulate")
 parser.add_argument("--steps", type=int, default=STEPS)
 parser.add_argument("--init", choices=["xavier", "zero"], default="xavier")
+parser.add_argument("--change-settings", action="store_true",
+                    help="halve the learning rate after step 2 and step(2 x batch) after step 4")
 parser.add_argument("--consensus", action="store_true",
                     help="modes easgd/lasgd: end on the one model (mxkv_hybrid.consensus)")
 args = parser.parse_args()
@@ -53,7 +55,9 @@ for step in range(args.steps):
         losses = [loss_fn(net(a), b) for a, b in zip(xs, ys)]
     for loss in losses:
         loss.backward()
-    trainer.step(len(x))
+    if args.change_settings and step == 2:
+        trainer.set_learning_rate(LEARNING_RATE / 2)
+    trainer.step(len(x) * (2 if args.change_settings and step >= 4 else 1))
 
 if args.consensus:
     import mxkv_hybrid
