@@ -56,8 +56,11 @@ Fn* as_function(const py::dict& addresses, const char* name) {
 
 using Spec = std::vector<std::pair<std::vector<uintptr_t>, std::vector<uintptr_t>>>;
 
+void bind_remote_array(py::module& m);  // remote_array_bindings.cpp
+
 PYBIND11_MODULE(_C, m) {
-  m.doc() = "mxkv_hybrid tensor collectives (C++)";
+  m.doc() = "mxkv_hybrid tensor collectives and remote memory (C++)";
+  bind_remote_array(m);
 
   m.def("bind_mxnet_api", [](const py::dict& addresses) {
     mxkv::MXNetApi& api = mxkv::mxnet_api();

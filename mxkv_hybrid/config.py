@@ -8,6 +8,7 @@ from .errors import ConfigError
 MODES = ("allreduce", "sync", "async", "easgd", "lasgd")
 ALGORITHMS = ("auto", "mpi", "ring", "rhd", "rd")
 HIERARCHIES = ("auto", "on", "off")
+TRANSPORTS = ("ps", "rma")
 COMPRESSIONS = {"none": -1, "fp16": 2, "bf16": 12}  # wire type -> MXNet dtype code
 
 
@@ -178,6 +179,13 @@ KNOBS: Dict[str, Knob] = {
                             "(asynchronous EASGD, dist_async servers); 1: all groups exchange at "
                             "the same step and the centre moves by the sum of their elastic "
                             "differences (synchronous EASGD, dist_sync servers)."),
+    "MXKV_TRANSPORT": Knob(_choice(TRANSPORTS), "ps",
+                           "easgd: where the centre variable lives. ps: on MXNet's parameter "
+                           "servers (mxkv-launch --servers), reached by ps-lite's push and pull. "
+                           "rma: in MPI windows on the group leaders (each holds 1/groups of it; "
+                           "no servers), read with MPI_Get_accumulate and moved with "
+                           "MPI_Accumulate, one-sided: the leaders that hold it take no part. rma "
+                           "needs every group in one MPI job (mxkv-launch without --servers)."),
     "MXKV_WARMUP_STEPS": Knob(_whole_number(0, None, "a whole number >= 0"), "0",
                               "easgd, lasgd: steps of synchronous SGD (easgd: inside each group; "
                               "lasgd: over all ranks) before the first elastic exchange / model "
@@ -303,10 +311,13 @@ def read_knob(name: str, environ: Optional[Mapping[str, str]] = None) -> object:
 SEPARABLE_MODES = ("sync", "async", "easgd")  # groups joined through the parameter server
 
 
-def separate_groups_refusal(mode: str, easgd_sync: bool) -> str:
+def separate_groups_refusal(mode: str, easgd_sync: bool, transport: str = "ps") -> str:
     """Why the groups of `mode` cannot run as separate MPI jobs ('' when they can): they
     meet only through the parameter server, in the modes sync, async and asynchronous
     easgd. The one rule of the launcher and of every rank."""
+    if mode == "easgd" and transport == "rma":
+        return ("MXKV_TRANSPORT=rma keeps easgd's centre variable in MPI windows of the group "
+                "leaders, which only ranks of one MPI job can reach")
     if mode in SEPARABLE_MODES and not (mode == "easgd" and easgd_sync):
         return ""
     return (f"MXKV_MODE={mode}{' with MXKV_EASGD_SYNC=1' if easgd_sync else ''} cannot run its "
@@ -333,6 +344,7 @@ class Config:
     easgd_alpha: Optional[float]
     warmup_steps: int
     easgd_sync: bool
+    transport: str
     lasgd_overlap: bool
     hierarchy: str
     throttle_mbps: float
@@ -367,8 +379,13 @@ class Config:
             raise ConfigError("MXKV_LASGD_OVERLAP=1 (the default) averages behind MXNet's threaded "
                               "engine, and MXNET_ENGINE_TYPE=NaiveEngine runs every operation at "
                               "once: set MXKV_LASGD_OVERLAP=0 or unset MXNET_ENGINE_TYPE")
+        if values["MXKV_TRANSPORT"] == "rma" and values["MXKV_MODE"] != "easgd":
+            raise ConfigError(f"MXKV_TRANSPORT=rma is built for MXKV_MODE=easgd (its centre "
+                              f"variable), and MXKV_MODE is {values['MXKV_MODE']}: unset "
+                              "MXKV_TRANSPORT or use MXKV_MODE=easgd")
         if values["MXKV_GROUP_JOB"] is not None:
-            refusal = separate_groups_refusal(values["MXKV_MODE"], values["MXKV_EASGD_SYNC"])
+            refusal = separate_groups_refusal(values["MXKV_MODE"], values["MXKV_EASGD_SYNC"],
+                                              values["MXKV_TRANSPORT"])
             if refusal:
                 raise ConfigError(f"MXKV_GROUP_JOB: {refusal}; use one of those, or start the "
                                   "groups in one MPI job (drop --group-jobs)")
@@ -380,7 +397,7 @@ class Config:
                    segment_bytes=values["MXKV_SEGMENT_KB"] * 1024, overlap=values["MXKV_OVERLAP"],
                    tau=values["MXKV_TAU"], easgd_beta=values["MXKV_EASGD_BETA"],
                    easgd_alpha=values["MXKV_EASGD_ALPHA"], warmup_steps=values["MXKV_WARMUP_STEPS"],
-                   easgd_sync=values["MXKV_EASGD_SYNC"],
+                   easgd_sync=values["MXKV_EASGD_SYNC"], transport=values["MXKV_TRANSPORT"],
                    lasgd_overlap=values["MXKV_LASGD_OVERLAP"],
                    hierarchy=values["MXKV_HIERARCHY"],
                    throttle_mbps=values["MXKV_THROTTLE_MBPS"],

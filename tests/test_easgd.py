@@ -1,5 +1,6 @@
-"""MXKV_MODE=easgd with real MPI groups and ps-lite servers: the elastic exchange follows
-the formulas exactly and conserves weights + centre; groups train a convex problem."""
+"""MXKV_MODE=easgd with real MPI groups, the centre on real ps-lite servers or in the
+leaders' MPI windows (MXKV_TRANSPORT=rma): the elastic exchange follows the formulas exactly
+and conserves weights + centre; groups train a convex problem."""
 import json
 import re
 
@@ -8,6 +9,7 @@ import pytest
 
 from mxkv_hybrid.config import Config
 from mxkv_hybrid.errors import ConfigError
+from mxkv_hybrid.launch.launcher import parse_arguments
 
 import averaging_reference as reference
 from conftest import launch, load_ranks
@@ -18,12 +20,24 @@ START = np.array([2.0, -1.0, 0.5])  # broadcast by easgd_exchange.py, then group
 MOVE = np.array([4.0, 2.0, -1.0])   # by this ("local steps")
 
 
-def exchanges(expected: int, *args: str, **env: str) -> list:
-    """The records easgd_exchange.py prints: 2 groups of 1 rank, 1 server, in one MPI job
-    (the worker orders the groups' exchanges and gathers their weights through MPI)."""
-    job = launch(2, "easgd_exchange.py", *args, env=dict(EASGD, MXKV_EASGD_ALPHA=str(ALPHA), **env),
-                 launcher_options=["--group-size", "1", "--servers", "1"]
-                 + ([] if env.get("MXKV_EASGD_SYNC") else ["--one-job"]), timeout=120)
+TRANSPORTS = ["ps", "rma"]
+
+
+def groups_of(size: int, transport: str, one_job: bool = False) -> list:
+    """mxkv-launch options: groups of `size` ranks joined by 1 server (ps), or by the
+    leaders' windows (rma: one MPI job, no servers)."""
+    if transport == "rma":
+        return ["--group-size", str(size)]
+    return ["--group-size", str(size), "--servers", "1"] + (["--one-job"] if one_job else [])
+
+
+def exchanges(expected: int, *args: str, transport: str = "ps", **env: str) -> list:
+    """The records easgd_exchange.py prints: 2 groups of 1 rank, in one MPI job (the worker
+    orders the groups' exchanges and gathers their weights through MPI)."""
+    job = launch(2, "easgd_exchange.py", *args,
+                 env=dict(EASGD, MXKV_EASGD_ALPHA=str(ALPHA), MXKV_TRANSPORT=transport, **env),
+                 launcher_options=groups_of(1, transport, not env.get("MXKV_EASGD_SYNC")),
+                 timeout=120)
     assert job.returncode == 0, job.output
     seen = [json.loads(line.split("EXCHANGE ", 1)[1]) for line in job.lines_of(0)
             if line.startswith("EXCHANGE ")]
@@ -31,8 +45,9 @@ def exchanges(expected: int, *args: str, **env: str) -> list:
     return seen
 
 
-def test_elastic_exchanges_follow_the_formulas_and_conserve_the_sum():
-    seen = exchanges(6)
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_elastic_exchanges_follow_the_formulas_and_conserve_the_sum(transport):
+    seen = exchanges(6, transport=transport)
     x = [START.copy(), START + MOVE]
     centre = START.copy()
     total = x[0] + x[1] + centre
@@ -46,8 +61,9 @@ def test_elastic_exchanges_follow_the_formulas_and_conserve_the_sum():
                                    rtol=0, atol=1e-5)
 
 
-def test_synchronous_exchanges_move_the_centre_by_the_sum_of_the_groups():
-    seen = exchanges(3, "together", MXKV_EASGD_SYNC="1")
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_synchronous_exchanges_move_the_centre_by_the_sum_of_the_groups(transport):
+    seen = exchanges(3, "together", transport=transport, MXKV_EASGD_SYNC="1")
     x = np.array([START, START + MOVE])
     centre = START.copy()
     for record in seen:  # c += alpha sum_g (x_g - c); x_g -= alpha (x_g - c), same c for all
@@ -57,12 +73,29 @@ def test_synchronous_exchanges_move_the_centre_by_the_sum_of_the_groups():
         np.testing.assert_allclose(record["centre"], centre, rtol=0, atol=1e-6)
 
 
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_many_asynchronous_exchanges_conserve_weights_plus_centre(transport):
+    """4 groups of 1 rank, 40 exchanges each at their own pace: sum_g x_g + c stays the start
+    plus what the local steps moved (1e-5 relative), whatever mix of old and new centre
+    values an exchange read."""
+    job = launch(4, "easgd_conservation.py", "40", timeout=120,
+                 env=dict(EASGD, MXKV_EASGD_ALPHA="0.2", MXKV_TRANSPORT=transport),
+                 launcher_options=groups_of(1, transport, one_job=True))
+    assert job.returncode == 0, job.output
+    [line] = [line for line in job.lines_of(0) if line.startswith("CONSERVED ")]
+    record = json.loads(line.split(" ", 1)[1])
+    expected = np.add(record["start"], record["moves"])
+    np.testing.assert_allclose(record["total"], expected, rtol=1e-5, atol=1e-5)
+    assert record["exchanges"] == 40
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
 @pytest.mark.parametrize("sync", ["0", "1"])
-def test_easgd_groups_reach_the_optimum_of_a_convex_problem(job_dir, sync):
+def test_easgd_groups_reach_the_optimum_of_a_convex_problem(job_dir, sync, transport):
     steps, tau = 200, 4
     job = launch(4, "train_convex.py", str(job_dir), str(steps),
-                 env=dict(EASGD, MXKV_TAU=str(tau), MXKV_EASGD_SYNC=sync),
-                 launcher_options=["--group-size", "2", "--servers", "1"], timeout=180)
+                 env=dict(EASGD, MXKV_TAU=str(tau), MXKV_EASGD_SYNC=sync, MXKV_TRANSPORT=transport),
+                 launcher_options=groups_of(2, transport), timeout=180)
     assert job.returncode == 0, job.output
     for rank in range(4):
         text = "\n".join(job.lines_of(rank))
@@ -96,13 +129,13 @@ def test_module_fit_in_easgd_mode_updates_locally_and_exchanges_every_tau_steps(
 SYNC_TAU, SYNC_WARMUP, SYNC_STEPS = 2, 1, 7
 
 
-def trainer_steps(job_dir, *args: str):
+def trainer_steps(job_dir, *args: str, transport: str = "ps"):
     """averaging_steps.py: synchronous EASGD through the Trainer hooks, 2 groups of 1 rank;
     (STEP records, CONSENSUS or None)."""
     env = dict(EASGD, MXKV_EASGD_SYNC="1", MXKV_TAU=str(SYNC_TAU),
-               MXKV_WARMUP_STEPS=str(SYNC_WARMUP))
+               MXKV_WARMUP_STEPS=str(SYNC_WARMUP), MXKV_TRANSPORT=transport)
     job = launch(2, "averaging_steps.py", str(job_dir), *args, env=env, timeout=120,
-                 launcher_options=["--group-size", "1", "--servers", "1"])
+                 launcher_options=groups_of(1, transport))
     assert job.returncode == 0, job.output
     lines = job.lines_of(0)
     consensus = [json.loads(line[10:]) for line in lines if line.startswith("CONSENSUS ")]
@@ -110,9 +143,11 @@ def trainer_steps(job_dir, *args: str):
             consensus[0] if consensus else None)
 
 
-@pytest.mark.parametrize("optimizer", ["sgd", "nag"])  # nag: EAMSGD
-def test_trainer_steps_follow_synchronous_easgd_and_eamsgd(job_dir, optimizer):
-    seen, agreed = trainer_steps(job_dir, str(SYNC_STEPS), optimizer, "--consensus")
+@pytest.mark.parametrize("optimizer, transport", [("sgd", "ps"), ("nag", "ps"),  # nag: EAMSGD
+                                                  ("nag", "rma")])
+def test_trainer_steps_follow_synchronous_easgd_and_eamsgd(job_dir, optimizer, transport):
+    seen, agreed = trainer_steps(job_dir, str(SYNC_STEPS), optimizer, "--consensus",
+                                 transport=transport)
     expected = reference.easgd_sync(SYNC_STEPS, 2, SYNC_TAU, SYNC_WARMUP, 0.45, optimizer)
     assert [r["step"] for r in seen] == list(range(1, SYNC_STEPS + 1))
     for record, want in zip(seen, expected):
@@ -123,13 +158,15 @@ def test_trainer_steps_follow_synchronous_easgd_and_eamsgd(job_dir, optimizer):
     np.testing.assert_allclose(agreed, [expected[-1]["centre"]] * 2, rtol=0, atol=1e-5)
 
 
-def test_easgd_checkpoint_resumes_the_same_trajectory(tmp_path):
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_easgd_checkpoint_resumes_the_same_trajectory(tmp_path, transport):
     """Saved after step 4 (exchanges after steps 3, 5, 7): weights, momentum, the centre
-    on the servers and the step counter come back."""
-    straight, _ = trainer_steps(tmp_path / "straight", str(SYNC_STEPS), "nag")
-    trainer_steps(tmp_path / "first", str(SYNC_STEPS), "nag", "--save", "4", str(tmp_path / "ckpt"))
+    (on the servers, or in the leaders' windows) and the step counter come back."""
+    straight, _ = trainer_steps(tmp_path / "straight", str(SYNC_STEPS), "nag", transport=transport)
+    trainer_steps(tmp_path / "first", str(SYNC_STEPS), "nag", "--save", "4", str(tmp_path / "ckpt"),
+                  transport=transport)
     resumed, _ = trainer_steps(tmp_path / "second", str(SYNC_STEPS), "nag", "--resume",
-                               str(tmp_path / "ckpt"))
+                               str(tmp_path / "ckpt"), transport=transport)
     assert [r["step"] for r in resumed] == list(range(5, SYNC_STEPS + 1))
     for record, want in zip(resumed, straight[4:]):
         np.testing.assert_allclose(record["weights"], want["weights"], rtol=0, atol=1e-6)
@@ -139,6 +176,10 @@ def test_easgd_checkpoint_resumes_the_same_trajectory(tmp_path):
 
 
 @pytest.mark.parametrize("setting, message", [
+    ({"MXKV_TRANSPORT": "rdma"}, "MXKV_TRANSPORT='rdma' is invalid"),
+    ({"MXKV_TRANSPORT": "rma", "MXKV_MODE": "sync"}, "MXKV_TRANSPORT=rma is built for MXKV_MODE=easgd"),
+    ({"MXKV_TRANSPORT": "rma", "MXKV_GROUP_JOB": "group=0:groups=2:first_rank=0:ranks=2"},
+     "which only ranks of one MPI job can reach"),
     ({"MXKV_TAU": "0"}, "MXKV_TAU='0' is invalid"),
     ({"MXKV_EASGD_ALPHA": "1.5"}, "MXKV_EASGD_ALPHA='1.5' is invalid"),
     ({"MXKV_EASGD_BETA": "-1"}, "MXKV_EASGD_BETA='-1' is invalid"),
@@ -146,6 +187,25 @@ def test_easgd_checkpoint_resumes_the_same_trajectory(tmp_path):
 def test_bad_easgd_settings_are_refused(setting, message):
     with pytest.raises(ConfigError, match=message):
         Config.from_environment(dict(EASGD, **setting))
+
+
+@pytest.mark.parametrize("options, message", [
+    (["--group-size", "2", "--servers", "1"], "drop --servers, --server-hosts and --group-jobs"),
+    (["--group-size", "2", "--one-job", "--servers", "1"], "drop --servers"),
+])
+def test_the_launcher_refuses_servers_for_a_remote_centre(monkeypatch, capsys, options, message):
+    monkeypatch.setenv("MXKV_MODE", "easgd")
+    monkeypatch.setenv("MXKV_TRANSPORT", "rma")
+    with pytest.raises(SystemExit):
+        parse_arguments(["-n", "4", *options, "--", "python", "x.py"])
+    assert message in capsys.readouterr().err
+
+
+def test_a_remote_centre_takes_groups_without_servers(monkeypatch):
+    monkeypatch.setenv("MXKV_MODE", "easgd")
+    monkeypatch.setenv("MXKV_TRANSPORT", "rma")
+    args = parse_arguments(["-n", "4", "--group-size", "2", "--", "python", "x.py"])
+    assert args.group_size == 2 and not args.group_jobs and not args.servers
 
 
 @pytest.mark.parametrize("mode, launcher_options, means", [

@@ -238,7 +238,7 @@ def test_sync_group_jobs_refuse_restarts(monkeypatch, capsys, options):
     monkeypatch.setenv("MXKV_MODE", "sync")
     with pytest.raises(SystemExit):
         parse_arguments(["-n", "4", *options, "--restarts", "1", "--", "python", "x.py"])
-    assert "a lost group has nothing to rejoin" in capsys.readouterr().err
+    assert "a restarted group would have nobody to rejoin" in capsys.readouterr().err
 
 
 def test_check_reports_each_group_job(job_dir):

@@ -265,8 +265,15 @@ def parse_arguments(argv: Optional[List[str]] = None) -> argparse.Namespace:
         return args
     if args.servers < 0 or args.group_size < 0:
         parser.error("--servers and --group-size must not be negative")
-    if (args.group_size or args.server_hosts or args.group_jobs) and not args.servers:
-        parser.error("--group-size, --server-hosts and --group-jobs need --servers")
+    remote_centre = mode == "easgd" and read_knob("MXKV_TRANSPORT") == "rma"
+    if remote_centre and (args.servers or args.server_hosts or args.group_jobs):
+        parser.error("MXKV_TRANSPORT=rma keeps easgd's centre variable in MPI windows of the "
+                     "group leaders, in one MPI job: drop --servers, --server-hosts and "
+                     "--group-jobs (--group-size sets the groups)")
+    if (args.server_hosts or args.group_jobs or (args.group_size and not remote_centre)) \
+            and not args.servers:
+        parser.error("--group-size, --server-hosts and --group-jobs need --servers (--group-size "
+                     "without servers: easgd with MXKV_TRANSPORT=rma)")
     if args.groups:
         parser.error("--groups declares the groups of --serve")
     if args.one_job and mode not in GROUP_JOB_MODES:
@@ -286,16 +293,17 @@ def parse_arguments(argv: Optional[List[str]] = None) -> argparse.Namespace:
 
 def check_sync_restarts(parser: argparse.ArgumentParser, args: argparse.Namespace, mode: str,
                         option: str) -> None:
-    """A lost sync group cannot rejoin: the model lives on the workers."""
+    """A lost sync group cannot rejoin: the others stop when it is lost."""
     if mode == "sync" and args.restarts:
-        parser.error(f"in MXKV_MODE=sync the model lives on the workers, so a lost group has "
-                     f"nothing to rejoin: drop {option} and restart the whole job from its "
-                     "checkpoint (--restarts with checkpoint.load_latest)")
+        parser.error(f"in MXKV_MODE=sync the servers wait for every group's gradients at every "
+                     f"step, so the other groups stop when one is lost and a restarted group "
+                     f"would have nobody to rejoin: drop {option} and restart the whole job "
+                     "from its checkpoint (--restarts with checkpoint.load_latest)")
 
 
 def check_separable_mode(parser: argparse.ArgumentParser, mode: str, option: str) -> None:
     """Refuses `option` (each group its own MPI job) where config's rule refuses it."""
-    refusal = separate_groups_refusal(mode, read_knob("MXKV_EASGD_SYNC"))
+    refusal = separate_groups_refusal(mode, read_knob("MXKV_EASGD_SYNC"), read_knob("MXKV_TRANSPORT"))
     if refusal:
         parser.error(f"{option} runs each group as its own MPI job, and {refusal}: drop {option}")
 
@@ -327,7 +335,7 @@ def groups_apart_by_default(args: argparse.Namespace, mode: str) -> bool:
     ranks form more than one group that can be planned (--group-size, or -H/--hostfile
     whose slots add up to -n: one group per host; not both)."""
     if args.one_job or mode not in GROUP_JOB_MODES or separate_groups_refusal(
-            mode, read_knob("MXKV_EASGD_SYNC")):
+            mode, read_knob("MXKV_EASGD_SYNC"), read_knob("MXKV_TRANSPORT")):
         return False
     if bool(args.group_size) == bool(args.hosts or args.hostfile):
         return False

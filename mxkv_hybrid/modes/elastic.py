@@ -12,16 +12,22 @@ With MXKV_EASGD_SYNC=1 the servers are dist_sync: every group exchanges at the s
 each reads the same c (a push is held until all groups pushed) and the servers add the
 sum of the groups' e: c += alpha sum_g (x_g - c), synchronous EASGD.
 
+With MXKV_TRANSPORT=rma the centre lives in MPI windows on the group leaders instead
+(remote_centre.py): the leader reads c with one-sided gets and adds e with one-sided
+accumulates; synchronous EASGD puts a barrier of the leaders between the reads and the
+adds, and after the adds.
+
 EAMSGD (the paper's momentum variant) is this mode with a Nesterov-momentum optimizer
 ('nag'): the elastic step moves x and leaves the momentum alone, as in the paper."""
 import atexit
 from dataclasses import replace
-from typing import Dict, Sequence
+from typing import Dict, List, Sequence
 
 import mxnet as mx
 
 from ..comm import timeline
 from ..comm.collectives import Arrays, Key, TensorCollectives
+from ..comm.link_throttle import link_throttle
 from ..comm.topology import Groups, World, wait_for_leader
 from ..config import Config
 from ..errors import MXKVError
@@ -30,6 +36,7 @@ from ..ps.finish_line import finish_line_for
 from ..ps.keys import ServerKeys
 from ..ps.optimizers import FINISH_KEY, ElasticCentre
 from .averaging import allreduce_split, check_state_mode
+from .remote_centre import RemoteCentre
 
 
 class ElasticAveraging:
@@ -56,10 +63,16 @@ class ElasticAveraging:
         self._separate_jobs = not world.spans_all_ranks  # each group its own MPI job
         self._attempt = config.attempt
         self._rank = world.rank  # in the whole job
-        kind = "dist_sync" if config.easgd_sync else "dist_async"
-        self._ps = connect_leader(kind, config, world, groups)
-        if self._ps is not None:
-            self._ps.set_optimizer(ElasticCentre())
+        self._leads = groups.is_leader  # the group's leader exchanges with the centre
+        self._remote = (RemoteCentre(world, groups, link_throttle(config))
+                        if config.transport == "rma" else None)
+        self._ps = None
+        if self._remote is None:
+            kind = "dist_sync" if config.easgd_sync else "dist_async"
+            self._ps = connect_leader(kind, config, world, groups)
+            if self._ps is not None:
+                self._ps.set_optimizer(ElasticCentre())
+        if self._leads:
             atexit.register(self.close)
         self._finish = finish_line_for(self._ps, self._separate_jobs,
                                        groups.group_index, groups.num_groups, config.ps_timeout,
@@ -81,11 +94,14 @@ class ElasticAveraging:
         for i in new:
             self._server_keys.add(keys[i])
         done = 0
-        if self._ps is not None and new:
+        if self._leads and new:
             # A CPU dist kvstore keeps the last array pushed under a key as its receive
             # buffer (no copy), so later pulls write into it: push copies, never the weights.
             for i in new:
                 self._centre[keys[i]] = weights[i].copy()
+        if self._remote is not None and self._leads and new:
+            self._remote.create([keys[i] for i in new], [self._centre[keys[i]] for i in new])
+        elif self._ps is not None and new:
             server_keys = [self._server_keys[keys[i]] for i in new]
             self._ps.init(server_keys, [self._centre[keys[i]] for i in new])
             if self._separate_jobs:
@@ -111,25 +127,42 @@ class ElasticAveraging:
     def exchange(self, keys: Sequence[Key], weights: Sequence[Arrays]) -> None:
         """One elastic exchange of this group's weights (every device's copy) with c."""
         with timeline.span("elastic exchange", "averaging", round=self.rounds + 1):
-            if self._ps is not None:
+            if self._remote is not None and self._leads:
+                centres = [self._centre[k] for k in keys]
+                self._remote.read(keys, centres)
+                if self._sync:  # every group reads c before any group moves it
+                    self._remote.barrier()
+                elastic = self._elastic_step(weights, centres)
+                self._remote.add(keys, elastic)
+                if self._sync:  # every group's difference is in c before the next read
+                    self._remote.barrier()
+            elif self._ps is not None:
                 server_keys = [self._server_keys[k] for k in keys]
                 centres = [self._centre[k] for k in keys]
                 self._ps.push_pull(server_keys, [], centres)
-                elastic = [self.alpha * (w[0] - c) for w, c in zip(weights, centres)]
-                for w, e in zip(weights, elastic):
-                    w[0][:] = w[0] - e
+                elastic = self._elastic_step(weights, centres)
                 if self._finish is not None:
                     server_keys, elastic = server_keys + [FINISH_KEY], elastic + [
                         self._finish.progress(self.steps - self._steps_reported)]
                     self._steps_reported = self.steps
                 self._ps.push_pull(server_keys, elastic, [])
-            wait_for_leader(self._group_comm, is_leader=self._ps is not None)
+            wait_for_leader(self._group_comm, is_leader=self._leads)
             self.group.broadcast("elastic exchange", keys, weights, weights, root=0)
         self.rounds += 1
 
+    def _elastic_step(self, weights: Sequence[Arrays],
+                      centres: Sequence[mx.nd.NDArray]) -> List[mx.nd.NDArray]:
+        """e = alpha (x - c) per key; x -= e (the leader's copy); returns e."""
+        elastic = [self.alpha * (w[0] - c) for w, c in zip(weights, centres)]
+        for w, e in zip(weights, elastic):
+            w[0][:] = w[0] - e
+        return elastic
+
     def centre(self, keys: Sequence[Key], outs: Sequence[mx.nd.NDArray]) -> None:
         """Leaders: reads the centre variable into `outs` (for tests and checkpoints)."""
-        if self._ps is not None:
+        if self._remote is not None and self._leads:
+            self._remote.read(keys, list(outs))
+        elif self._ps is not None:
             self._ps.push_pull([self._server_keys[k] for k in keys], [], list(outs))
 
     def consensus(self, keys: Sequence[Key], weights: Sequence[Arrays]) -> None:
@@ -139,29 +172,29 @@ class ElasticAveraging:
         wait_for_leader(self._world_comm, is_leader=False)
         if self._finish is not None:
             self._finish.cross()
-        if self._ps is not None:
+        if self._leads:
             self.centre(keys, [w[0] for w in weights])
-        wait_for_leader(self._group_comm, is_leader=self._ps is not None)
+        wait_for_leader(self._group_comm, is_leader=self._leads)
         self.group.broadcast("consensus", keys, weights, weights, root=0)
 
     def state(self) -> dict:
         """The step counters and, on group leaders, the centre variable."""
         centre = None
-        if self._ps is not None:
+        if self._leads:
             keys = list(self._centre)
             self.centre(keys, [self._centre[k] for k in keys])
             centre = {k: self._centre[k].asnumpy() for k in keys}
         return {"mode": "easgd", "steps": self.steps, "rounds": self.rounds, "centre": centre}
 
     def load_state(self, state: dict) -> None:
-        """Restores the counters; world rank 0 sets the centre on the servers to the saved
-        one (collective: every rank calls it, after the parameters are initialised).
+        """Restores the counters; world rank 0 sets the centre (on the servers, or in the
+        leaders' windows) to the saved one (collective: every rank calls it, after the parameters are initialised).
         Separate group jobs: the group's own counters; the centre is set back (by group 0's
         leader, no other group waits for it) only in a job started afresh, since the servers
         of a restarted group kept the centre the other groups moved on."""
         check_state_mode(state, "easgd")
         self.steps, self.rounds = state["steps"], state["rounds"]
-        if self._ps is not None:
+        if self._leads:
             keys = list(self._centre)
             restores = self._rank == 0 and not (self._separate_jobs and self._attempt > 0)
             saved = state["centre"] if restores else None
@@ -169,17 +202,31 @@ class ElasticAveraging:
                 raise MXKVError("easgd: the saved centre variable does not cover this model's "
                                 f"parameters {keys!r}: load the state that world rank 0 saved, "
                                 "after the parameters are initialised")
-            current = [self._centre[k] for k in keys]
-            self.centre(keys, current)
-            if saved is not None:  # push saved - current: the servers add it to the centre
-                moves = [mx.nd.array(saved[k], dtype=c.dtype) - c for k, c in zip(keys, current)]
-            else:  # dist_sync sums one push from every leader: the others add nothing
-                moves = [mx.nd.zeros(c.shape, dtype=c.dtype) for c in current]
-            if saved is not None or self._sync:
-                self._ps.push_pull([self._server_keys[k] for k in keys], moves, [])
+            if self._remote is not None:  # one-sided: the restoring leader writes it
+                if saved is not None:
+                    self._remote.write(keys, [mx.nd.array(saved[k], dtype=self._centre[k].dtype)
+                                              for k in keys])
+            else:
+                self._restore_on_servers(keys, saved)
         wait_for_leader(self._world_comm, is_leader=False)
 
+    def _restore_on_servers(self, keys: Sequence[Key], saved) -> None:
+        """Leaders: the servers' centre becomes `saved` (None: this leader adds nothing)."""
+        current = [self._centre[k] for k in keys]
+        self.centre(keys, current)
+        if saved is not None:  # push saved - current: the servers add it to the centre
+            moves = [mx.nd.array(saved[k], dtype=c.dtype) - c for k, c in zip(keys, current)]
+        else:  # dist_sync sums one push from every leader: the others add nothing
+            moves = [mx.nd.zeros(c.shape, dtype=c.dtype) for c in current]
+        if saved is not None or self._sync:
+            self._ps.push_pull([self._server_keys[k] for k in keys], moves, [])
+
     def close(self) -> None:
+        """Leaders: leaves the parameter server, or frees the centre's windows (collective
+        over the leaders); safe to call twice."""
         if self._ps is not None:
             self._ps = None
             release()
+        if self._remote is not None and self._leads:
+            self._remote.close()
+            self._remote = None

@@ -52,7 +52,8 @@ SERVER_SIDE_STATES = {
 class ServerWeights:
     def __init__(self, config: Config, world: World, groups: Groups,
                  world_collectives: TensorCollectives):
-        """config.mode 'sync' (dist_sync servers) or 'async' (dist_async servers)."""
+        """config.mode 'sync' (dist_sync servers; the store creates this when the optimizer
+        is set) or 'async' (dist_async servers)."""
         self._mode = config.mode
         self._asynchronous = config.mode == "async"
         self._world = world_collectives
@@ -154,9 +155,6 @@ class ServerWeights:
         if values is not None:
             self._group.allreduce(op, keys, values, values,
                                   self._average and self._asynchronous)
-            if self._gradient_scale != 1.0 and not self._optimizer_set:  # no optimizer to scale
-                for value in values:
-                    value[0][:] *= self._gradient_scale
         if self._ps is not None:
             if values is not None:
                 self._send_settings()

@@ -21,9 +21,16 @@ from ..comm.collectives import TensorCollectives, live_collectives
 from ..comm.lockstep import in_lockstep, lockstep_comm
 from ..comm.topology import groups, world
 from ..config import Config
+from ..comm import remote_memory
 from ..ps.client import traffic
 
 FIGURES = ("inside_s", "outside_s", "gaps", "bytes_inside", "bytes_across", "rank")
+
+
+def _leader_traffic() -> int:
+    """Bytes this process's group leader moved across groups outside the collectives: its
+    parameter-server pushes and pulls, and its remote-memory reads and accumulates."""
+    return sum(traffic()) + remote_memory.traffic()
 
 
 def _size_text(nbytes: float) -> str:
@@ -51,7 +58,7 @@ class StepSummary:
         self._window_start: Optional[float] = None  # None until the first step
         self._byte_baseline: "weakref.WeakKeyDictionary[TensorCollectives, tuple]" = \
             weakref.WeakKeyDictionary()
-        self._ps_baseline = 0
+        self._leader_baseline = 0
 
     def timed(self, call: Callable[[], None]) -> None:
         """Runs call() as time inside the store."""
@@ -77,7 +84,7 @@ class StepSummary:
         for collectives in live_collectives():
             self._byte_baseline[collectives] = (collectives.bytes_sent_inside,
                                                 collectives.bytes_sent_across)
-        self._ps_baseline = sum(traffic())
+        self._leader_baseline = _leader_traffic()
 
     def _report(self) -> None:
         first_window = self._steps == self._every
@@ -105,7 +112,7 @@ class StepSummary:
             before_inside, before_across = self._byte_baseline.get(collectives, (0, 0))
             inside += collectives.bytes_sent_inside - before_inside
             across += collectives.bytes_sent_across - before_across
-        return inside, across + sum(traffic()) - self._ps_baseline
+        return inside, across + _leader_traffic() - self._leader_baseline
 
     def _line(self, everyone: np.ndarray) -> str:
         """The printed summary of the ranks' figures (one row per rank, columns FIGURES)."""

@@ -1,0 +1,119 @@
+#include "remote_array.h"
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "dtype.h"
+
+namespace mxkv {
+namespace {
+
+// MPI counts are ints: larger pieces go in several calls.
+constexpr int64_t kMaxPiece = INT_MAX / 8;
+
+void check(int rc, const char* what) {
+  if (rc != MPI_SUCCESS) {
+    char text[MPI_MAX_ERROR_STRING];
+    int length = 0;
+    MPI_Error_string(rc, text, &length);
+    throw std::runtime_error(std::string(what) + " failed: " + std::string(text, length));
+  }
+}
+
+MPI_Datatype accumulable_type(int dtype) {
+  if (dtype == kFloat32) return MPI_FLOAT;
+  if (dtype == kFloat64) return MPI_DOUBLE;
+  throw std::invalid_argument(std::string("remote memory holds float32 or float64 arrays, not ") +
+                              dtype_name(dtype) + " (MPI has no accumulate for 16-bit floats): "
+                              "keep the weights in float32 (multi_precision keeps a float32 copy)");
+}
+
+}  // namespace
+
+RemoteArray::RemoteArray(MPI_Comm comm, int64_t total, int dtype, const std::vector<int>& holders)
+    : type_(accumulable_type(dtype)), itemsize_(dtype_size(dtype)), total_(total) {
+  if (holders.empty()) throw std::invalid_argument("a remote array needs at least one holder");
+  check(MPI_Comm_dup(comm, &comm_), "MPI_Comm_dup");
+  MPI_Comm_rank(comm_, &rank_);
+  const int64_t parts = static_cast<int64_t>(holders.size());
+  int64_t mine = 0;
+  for (int64_t i = 0; i < parts; ++i) {
+    RemoteChunk chunk{holders[i], total * i / parts, total * (i + 1) / parts - total * i / parts};
+    chunks_.push_back(chunk);
+    if (chunk.holder == rank_) mine += chunk.count;
+  }
+  void* base = nullptr;
+  check(MPI_Win_allocate(static_cast<MPI_Aint>(mine * itemsize_), static_cast<int>(itemsize_),
+                         MPI_INFO_NULL, comm_, &base, &window_), "MPI_Win_allocate");
+  if (mine > 0) std::memset(base, 0, mine * itemsize_);
+  check(MPI_Win_lock_all(0, window_), "MPI_Win_lock_all");  // passive target, shared
+  MPI_Barrier(comm_);  // every window zeroed before anyone reads
+}
+
+RemoteArray::~RemoteArray() {
+  if (window_ != MPI_WIN_NULL) {
+    MPI_Win_unlock_all(window_);
+    MPI_Win_free(&window_);
+  }
+  if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+}
+
+void RemoteArray::barrier() const { check(MPI_Barrier(comm_), "MPI_Barrier"); }
+
+void RemoteArray::read(const Ranges& ranges, const Counts& counts) {
+  transfer(Kind::kRead, ranges, counts);
+}
+
+void RemoteArray::accumulate(const Ranges& ranges, const Counts& counts) {
+  transfer(Kind::kAccumulate, ranges, counts);
+}
+
+void RemoteArray::write(const Ranges& ranges, const Counts& counts) {
+  transfer(Kind::kWrite, ranges, counts);
+}
+
+void RemoteArray::transfer(Kind kind, const Ranges& ranges, const Counts& counts) {
+  if (ranges.size() != counts.size()) throw std::invalid_argument("ranges and counts differ in length");
+  // Displacements inside each holder's window: the chunks it holds, in order.
+  std::vector<int64_t> offset_in_window(chunks_.size(), 0);
+  for (size_t i = 1; i < chunks_.size(); ++i) {
+    for (size_t j = 0; j < i; ++j) {
+      if (chunks_[j].holder == chunks_[i].holder) offset_in_window[i] += chunks_[j].count;
+    }
+  }
+  for (size_t r = 0; r < ranges.size(); ++r) {
+    const int64_t start = ranges[r].first, count = counts[r];
+    if (start < 0 || count < 0 || start + count > total_) {
+      throw std::out_of_range("remote range [" + std::to_string(start) + ", " +
+                              std::to_string(start + count) + ") is outside the array of " +
+                              std::to_string(total_) + " elements");
+    }
+    char* memory = static_cast<char*>(ranges[r].second);
+    for (size_t c = 0; c < chunks_.size(); ++c) {
+      const RemoteChunk& chunk = chunks_[c];
+      int64_t from = std::max(start, chunk.start);
+      const int64_t to = std::min(start + count, chunk.start + chunk.count);
+      for (; from < to; from += kMaxPiece) {
+        const int n = static_cast<int>(std::min(kMaxPiece, to - from));
+        char* origin = memory + (from - start) * itemsize_;
+        const MPI_Aint where = offset_in_window[c] + (from - chunk.start);
+        if (kind == Kind::kRead) {
+          check(MPI_Get_accumulate(nullptr, 0, type_, origin, n, type_, chunk.holder, where, n,
+                                   type_, MPI_NO_OP, window_), "MPI_Get_accumulate");
+        } else if (kind == Kind::kAccumulate) {
+          check(MPI_Accumulate(origin, n, type_, chunk.holder, where, n, type_, MPI_SUM, window_),
+                "MPI_Accumulate");
+        } else {
+          check(MPI_Put(origin, n, type_, chunk.holder, where, n, type_, window_), "MPI_Put");
+        }
+        if (chunk.holder != rank_) (kind == Kind::kRead ? bytes_read_ : bytes_accumulated_) += n * itemsize_;
+      }
+    }
+  }
+  check(MPI_Win_flush_all(window_), "MPI_Win_flush_all");  // complete here and at the holders
+}
+
+}  // namespace mxkv

@@ -1,0 +1,81 @@
+// Python bindings of RemoteArray (part of module mxkv_hybrid._C).
+#include <mpi.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "dtype.h"
+#include "mxnet_api.h"
+#include "remote_array.h"
+
+namespace py = pybind11;
+
+namespace {
+
+using Handles = std::vector<std::pair<int64_t, uintptr_t>>;  // (start, NDArray handle)
+
+// Resolves the arrays (after MXNet's engine is done with them) into ranges of the
+// remote array, then runs `transfer` on them without the GIL.
+template <typename Transfer>
+void run_on(mxkv::RemoteArray& self, int dtype, const Handles& handles, Transfer transfer) {
+  py::gil_scoped_release release;
+  mxkv::wait_for_engine();
+  mxkv::RemoteArray::Ranges ranges;
+  mxkv::RemoteArray::Counts counts;
+  for (const auto& [start, handle] : handles) {
+    mxkv::ArrayView view = mxkv::resolve_array(reinterpret_cast<mxkv::NDArrayHandle>(handle));
+    if (view.dtype != dtype) {
+      throw std::invalid_argument(std::string("an array of ") + mxkv::dtype_name(view.dtype) +
+                                  " cannot move to or from a remote array of " +
+                                  mxkv::dtype_name(dtype));
+    }
+    ranges.emplace_back(start, view.data);
+    counts.push_back(view.count);
+  }
+  (self.*transfer)(ranges, counts);
+}
+
+}  // namespace
+
+void bind_remote_array(py::module& m) {
+  py::class_<mxkv::RemoteArray>(m, "RemoteArray")
+      .def(py::init([](int64_t fortran_comm, int64_t total, int dtype, const std::vector<int>& holders) {
+             return new mxkv::RemoteArray(MPI_Comm_f2c(static_cast<MPI_Fint>(fortran_comm)), total,
+                                          dtype, holders);
+           }),
+           py::arg("fortran_comm"), py::arg("total"), py::arg("dtype"), py::arg("holders"),
+           "Collective over the communicator (mpi4py: comm.py2f()): `total` zeros of MXNet dtype "
+           "code `dtype` (float32/float64) in balanced chunks, chunk i in a window on rank holders[i].")
+      .def("read",
+           [](mxkv::RemoteArray& self, int dtype, const Handles& arrays) {
+             run_on(self, dtype, arrays, &mxkv::RemoteArray::read);
+           },
+           py::arg("dtype"), py::arg("arrays"),
+           "[(start, NDArray handle)]: each array = remote[start:start+its size] (atomic per element).")
+      .def("accumulate",
+           [](mxkv::RemoteArray& self, int dtype, const Handles& arrays) {
+             run_on(self, dtype, arrays, &mxkv::RemoteArray::accumulate);
+           },
+           py::arg("dtype"), py::arg("arrays"),
+           "[(start, NDArray handle)]: remote[start:start+its size] += each array (atomic per element).")
+      .def("write",
+           [](mxkv::RemoteArray& self, int dtype, const Handles& arrays) {
+             run_on(self, dtype, arrays, &mxkv::RemoteArray::write);
+           },
+           py::arg("dtype"), py::arg("arrays"),
+           "[(start, NDArray handle)]: remote[start:start+its size] = each array (set-up, restore).")
+      .def("barrier", &mxkv::RemoteArray::barrier, py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly("total", &mxkv::RemoteArray::total)
+      .def_property_readonly("bytes_read", &mxkv::RemoteArray::bytes_read)
+      .def_property_readonly("bytes_accumulated", &mxkv::RemoteArray::bytes_accumulated)
+      .def_property_readonly("chunks", [](const mxkv::RemoteArray& self) {
+        py::list out;
+        for (const mxkv::RemoteChunk& c : self.chunks()) out.append(py::make_tuple(c.holder, c.start, c.count));
+        return out;
+      }, "[(holder, start, count)] per chunk.");
+}

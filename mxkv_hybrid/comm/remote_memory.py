@@ -1,0 +1,99 @@
+"""Remote memory as a device: an array spread over MPI windows on some ranks (its holders),
+read and accumulated into by ranges with one-sided MPI (csrc/remote_array.h): no server
+process, no messages to build, and the holders' CPUs take no part. MXNet arrays are the
+origin buffers, read and written in place.
+
+What is atomic: each element of a read and of an accumulate, against every other read and
+accumulate (MPI_Get_accumulate with MPI_NO_OP, MPI_Accumulate with MPI_SUM). A read that
+overlaps another rank's accumulate sees, element by element, the value before or after
+it. Over TCP between hosts MPICH moves one-sided operations forward only while the holder
+is inside MPI, unless its progress thread runs (MPIR_CVAR_ASYNC_PROGRESS=1); on one host
+(shared memory) and on RDMA fabrics the holder does nothing."""
+from typing import Callable, List, Sequence, Tuple
+
+import mxnet as mx
+
+from .collectives import DTYPE_CODES, _extension
+from ..errors import MXKVError
+
+Pieces = Sequence[Tuple[int, mx.nd.NDArray]]  # (first element in the remote array, local array)
+_moved = [0]  # bytes every RemoteArray of this process moved to or from other ranks
+
+
+def traffic() -> int:
+    """Bytes this process's remote arrays moved to or from other ranks' chunks so far."""
+    return _moved[0]
+
+
+class RemoteArray:
+    """`total` elements of `dtype` (float32 or float64), zeros at first, in balanced chunks:
+    chunk i in a window on rank holders[i] of `comm`. Creating and closing it are collective
+    over `comm`; reads, accumulates and writes are one-sided, by any rank of `comm`."""
+
+    def __init__(self, comm, total: int, dtype: str, holders: Sequence[int]):
+        if dtype not in ("float32", "float64"):
+            raise MXKVError(f"remote memory holds float32 or float64 arrays, not {dtype} (MPI "
+                            "has no accumulate for 16-bit floats): keep the weights in float32")
+        self.dtype = dtype
+        self._code = DTYPE_CODES[dtype]
+        self._impl = _extension().RemoteArray(comm.py2f(), int(total), self._code, list(holders))
+
+    @property
+    def total(self) -> int:
+        return self._impl.total
+
+    @property
+    def chunks(self) -> List[Tuple[int, int, int]]:
+        """[(holder, start, count)] per chunk."""
+        return self._impl.chunks
+
+    @property
+    def bytes_read(self) -> int:
+        """Bytes this rank read from chunks other ranks hold."""
+        return self._impl.bytes_read
+
+    @property
+    def bytes_accumulated(self) -> int:
+        """Bytes this rank accumulated or wrote into chunks other ranks hold."""
+        return self._impl.bytes_accumulated
+
+    def read(self, pieces: Pieces) -> int:
+        """Each local array = the remote elements from its start (complete on return).
+        Returns the bytes moved from other ranks."""
+        return self._moving(lambda: self._impl.read(self._code, self._handles(pieces)))
+
+    def accumulate(self, pieces: Pieces) -> int:
+        """The remote elements from each start += the local array (done at the holders on
+        return). Returns the bytes moved to other ranks."""
+        return self._moving(lambda: self._impl.accumulate(self._code, self._handles(pieces)))
+
+    def write(self, pieces: Pieces) -> int:
+        """The remote elements from each start = the local array; not atomic against
+        accumulates (for setting up and restoring, when no other rank touches them).
+        Returns the bytes moved to other ranks."""
+        return self._moving(lambda: self._impl.write(self._code, self._handles(pieces)))
+
+    def barrier(self) -> None:
+        """Waits for every rank of the array's communicator."""
+        self._impl.barrier()
+
+    def close(self) -> None:
+        """Frees the windows (collective); the array cannot be used afterwards."""
+        self._impl = None
+
+    def _moving(self, transfer: Callable[[], None]) -> int:
+        """Runs `transfer`; returns (and counts in traffic()) the bytes it moved to or from
+        other ranks."""
+        if self._impl is None:
+            raise MXKVError("this remote array was closed")
+        before = self._impl.bytes_read + self._impl.bytes_accumulated
+        transfer()
+        moved = self._impl.bytes_read + self._impl.bytes_accumulated - before
+        _moved[0] += moved
+        return moved
+
+    def _handles(self, pieces: Pieces) -> List[Tuple[int, int]]:
+        for start, array in pieces:
+            if array.context.device_type not in ("cpu", "cpu_pinned", "cpu_shared"):
+                raise MXKVError(f"remote memory moves host arrays; this one is on {array.context}")
+        return [(int(start), array.handle.value) for start, array in pieces]

@@ -1,0 +1,86 @@
+"""easgd's centre variable in remote memory (MXKV_TRANSPORT=rma): MPI windows on the group
+leaders, each holding 1/groups of every dtype's flat centre, read and moved by one-sided
+MPI (comm/remote_memory.py) instead of ps-lite's push and pull: no server processes, no
+messages, and a leader holding a chunk does nothing while another group exchanges."""
+import time
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import mxnet as mx
+import numpy as np
+
+from ..comm.collectives import Key
+from ..comm.link_throttle import LinkThrottle
+from ..comm.remote_memory import RemoteArray
+from ..comm.topology import Groups, World
+
+
+class RemoteCentre:
+    """Created on every rank (it splits the world into the leaders' communicator); used on
+    the group leaders, collectively where noted."""
+
+    def __init__(self, world: World, groups: Groups, throttle: Optional[LinkThrottle] = None):
+        """throttle: the emulated link between groups (every chunk another leader holds is
+        across it), charged for the bytes each read, add or write moves."""
+        from mpi4py import MPI
+
+        self._throttle = throttle
+        self._leaders = world.comm.Split(0 if groups.is_leader else MPI.UNDEFINED, key=world.rank)
+        self._arrays: List[RemoteArray] = []
+        self._places: Dict[Key, Tuple[RemoteArray, int]] = {}  # key -> (array, first element)
+
+    def create(self, keys: Sequence[Key], values: Sequence[mx.nd.NDArray]) -> None:
+        """Leaders, collectively: the centre of `keys` starts at `values` (the first leader's
+        are written; every group starts from the same weights in one MPI job)."""
+        by_dtype: Dict[str, List[int]] = {}
+        for i, value in enumerate(values):
+            by_dtype.setdefault(np.dtype(value.dtype).name, []).append(i)
+        for dtype, chosen in sorted(by_dtype.items()):
+            starts = np.cumsum([0] + [values[i].size for i in chosen])
+            array = RemoteArray(self._leaders, int(starts[-1]), dtype, range(self._leaders.size))
+            self._arrays.append(array)
+            for i, start in zip(chosen, starts):
+                self._places[keys[i]] = (array, int(start))
+            if self._leaders.rank == 0:
+                self._charged(lambda: array.write([(int(s), values[i])
+                                                   for i, s in zip(chosen, starts)]))
+            array.barrier()
+
+    def read(self, keys: Sequence[Key], outs: Sequence[mx.nd.NDArray]) -> None:
+        """outs = the centre of each key (each element as it is now)."""
+        self._charged(lambda: sum(a.read(p) for a, p in self._pieces(keys, outs)))
+
+    def add(self, keys: Sequence[Key], values: Sequence[mx.nd.NDArray]) -> None:
+        """The centre of each key += values (element-wise atomic)."""
+        self._charged(lambda: sum(a.accumulate(p) for a, p in self._pieces(keys, values)))
+
+    def write(self, keys: Sequence[Key], values: Sequence[mx.nd.NDArray]) -> None:
+        """The centre of each key = values (restoring a checkpoint: nobody else moves it)."""
+        self._charged(lambda: sum(a.write(p) for a, p in self._pieces(keys, values)))
+
+    def barrier(self) -> None:
+        """Leaders: waits for the other leaders (synchronous EASGD's phases)."""
+        self._leaders.Barrier()
+
+    def _charged(self, transfer: Callable[[], int]) -> None:
+        """Runs `transfer` (which returns the bytes it moved across groups), then waits out
+        what the emulated link would still take for them."""
+        started = time.monotonic()
+        moved = transfer()
+        if self._throttle is not None:
+            self._throttle.wait_since(started, moved)
+
+    def close(self) -> None:
+        """Leaders, collectively: frees the windows."""
+        for array in self._arrays:
+            array.close()
+        self._arrays, self._places = [], {}
+        if self._leaders:  # (MPI.COMM_NULL, false, elsewhere)
+            self._leaders.Free()
+
+    def _pieces(self, keys: Sequence[Key], arrays: Sequence[mx.nd.NDArray]):
+        """[(remote array, [(start, local array), ...]), ...] grouped by remote array."""
+        grouped: Dict[int, Tuple[RemoteArray, list]] = {}
+        for key, local in zip(keys, arrays):
+            remote, start = self._places[key]
+            grouped.setdefault(id(remote), (remote, []))[1].append((start, local))
+        return list(grouped.values())

@@ -1,0 +1,100 @@
+"""RemoteArray (comm/remote_memory.py) against numpy on every rank: writes, reads of ranges
+that cross chunk boundaries, accumulates from every rank at once (no barrier between
+them), reads while others accumulate, and the errors. Prints one CHECK line per fact."""
+import mxkv_hybrid  # noqa: F401  (binds MXNet's C API for the extension)
+import mxnet as mx
+import numpy as np
+from mpi4py import MPI
+
+from mxkv_hybrid.comm.remote_memory import RemoteArray
+from mxkv_hybrid.errors import MXKVError
+
+comm = MPI.COMM_WORLD
+rank, size = comm.rank, comm.size
+
+
+def check(name: str, condition: bool) -> None:
+    print(f"CHECK {name} {'ok' if condition else 'FAILED'}", flush=True)
+
+
+def ranges(seed: int, total: int, count: int):
+    """`count` random (start, stop) ranges of [0, total), the same for a seed on every rank."""
+    rng = np.random.default_rng(seed)
+    starts = rng.integers(0, total, count)
+    return [(int(s), int(rng.integers(s + 1, total + 1))) for s in starts]
+
+
+LAYOUTS = {"every rank": list(range(size)), "one holder": [size - 1], "two chunks on rank 1": [1, 1]}
+for dtype in ("float32", "float64"):
+    for total in (1, 7, 1000, 65537):
+        for layout, holders in LAYOUTS.items():
+            name = f"{dtype} {total} {layout}"
+            remote = RemoteArray(comm, total, dtype, holders)
+            chunks = remote.chunks
+            covered = [c for _, s, n in chunks for c in range(s, s + n)]
+            check(f"balanced chunks: {name}", covered == list(range(total))
+                  and max(n for *_, n in chunks) - min(n for *_, n in chunks) <= 1)
+            start = np.arange(total, dtype=dtype) * 0.5
+            if rank == 0:
+                remote.write([(0, mx.nd.array(start, dtype=dtype))])
+            remote.barrier()
+            whole = mx.nd.zeros((total,), dtype=dtype)
+            remote.read([(0, whole)])
+            parts = ranges(total, total, 3)
+            pieces = [(s, mx.nd.zeros((e - s,), dtype=dtype)) for s, e in parts]
+            remote.read(pieces)
+            check(f"write then read: {name}", np.array_equal(whole.asnumpy(), start)
+                  and all(np.array_equal(p.asnumpy(), start[s:s + p.size]) for s, p in pieces))
+            remote.barrier()
+            for s, e in ranges(100 + rank, total, 20):  # every rank at once
+                remote.accumulate([(s, mx.nd.full((e - s,), rank + 1, dtype=dtype))])
+            remote.barrier()
+            expected = start.copy()
+            for r in range(size):
+                for s, e in ranges(100 + r, total, 20):
+                    expected[s:e] += r + 1
+            remote.read([(0, whole)])
+            check(f"concurrent accumulates: {name}", np.array_equal(whole.asnumpy(), expected))
+            remote.barrier()
+            remote.close()
+
+# reads while the other ranks accumulate: every element is one of the values it passes
+# through (base + a whole number of 1s), and never goes back
+remote = RemoteArray(comm, 4096, "float32", list(range(size)))
+one, seen = mx.nd.ones((4096,)), mx.nd.zeros((4096,))
+rounds, previous, whole_values, monotone = 200, np.zeros(4096), True, True
+for _ in range(rounds):
+    if rank == 0:
+        remote.read([(0, seen)])
+        values = seen.asnumpy()
+        whole_values &= bool(np.all(values == np.round(values)))
+        monotone &= bool(np.all(values >= previous))
+        previous = values
+    else:
+        remote.accumulate([(0, one)])
+remote.barrier()
+remote.read([(0, seen)])
+check("reads during accumulates see whole values, never going back", whole_values and monotone)
+check("accumulates during reads all land", np.all(seen.asnumpy() == rounds * (size - 1)))
+remote.barrier()
+remote.close()
+
+try:
+    RemoteArray(comm, 8, "float16", [0])
+    check("float16 refused", False)
+except MXKVError as err:
+    check("float16 refused", "float32 or float64" in str(err))
+remote = RemoteArray(comm, 8, "float32", [0])
+try:
+    remote.read([(6, mx.nd.zeros((4,)))])
+    check("out of range refused", False)
+except Exception as err:  # noqa: BLE001  (the C++ range check)
+    check("out of range refused", "outside the array of 8 elements" in str(err))
+try:
+    remote.read([(0, mx.nd.zeros((4,), dtype="float64"))])
+    check("dtype mismatch refused", False)
+except Exception as err:  # noqa: BLE001
+    check("dtype mismatch refused", "float64 cannot move to or from a remote array of float32"
+          in str(err))
+remote.barrier()
+remote.close()
