@@ -6,6 +6,7 @@ in every mode:
   sync           group allreduce + dist_sync servers (1 server)
   async          group allreduce + dist_async servers holding the weights
   easgd tau=T    group-synchronous SGD, elastic exchange with the centre every T steps
+  ... rma        the same with the centre in the leaders' MPI windows (MXKV_TRANSPORT=rma)
   lasgd tau=T    local steps on every rank, model average every T steps, overlapped
 
 Per epoch: the test accuracy of rank 0's model (in easgd/lasgd the ranks' models differ
@@ -15,7 +16,8 @@ centre; lasgd: the average; the others: the common weights).
 
 Bytes across groups (every mode runs with MXKV_GROUP_SIZE=2): what the collectives' algorithms
 sent to ranks of the other group (counted at every exchange step in the C++) plus what the
-leaders pushed to and pulled from the servers, summed over the ranks.
+leaders pushed to and pulled from the servers, or read from and accumulated into the other
+leader's window (rma), summed over the ranks.
 
 The study runs once on the plain machine and once behind an emulated slow link between
 the groups (MXKV_THROTTLE_MBPS / MXKV_THROTTLE_LATENCY_MS: every cross-group transfer
@@ -44,11 +46,13 @@ from job_output import json_lines  # noqa: E402
 RANKS = 4
 CONFIGURATIONS = [("allreduce", {}), ("sync", {}), ("async", {}),
                   ("easgd", {"MXKV_TAU": "1"}), ("easgd", {"MXKV_TAU": "4"}),
-                  ("easgd", {"MXKV_TAU": "16"}), ("lasgd", {"MXKV_TAU": "4"})]
+                  ("easgd", {"MXKV_TAU": "16"}), ("easgd", {"MXKV_TAU": "4", "MXKV_TRANSPORT": "rma"}),
+                  ("lasgd", {"MXKV_TAU": "4"})]
 
 
 def label(mode: str, env: dict) -> str:
-    return f"{mode} tau={env['MXKV_TAU']}" if "MXKV_TAU" in env else mode
+    name = f"{mode} tau={env['MXKV_TAU']}" if "MXKV_TAU" in env else mode
+    return name + (" rma" if env.get("MXKV_TRANSPORT") == "rma" else "")
 
 
 def worker(args: argparse.Namespace) -> None:
@@ -59,6 +63,7 @@ def worker(args: argparse.Namespace) -> None:
 
     import mxkv_hybrid
     from mxkv_hybrid.comm.collectives import live_collectives
+    from mxkv_hybrid.comm import remote_memory
     from mxkv_hybrid.ps.client import traffic
     from train_digits import accuracy, build_network, load_data
 
@@ -81,7 +86,7 @@ def worker(args: argparse.Namespace) -> None:
         """Bytes across the groups so far (every rank calls it: collective)."""
         pushed, pulled = traffic()
         sent = sum(c.bytes_sent_across for c in live_collectives())
-        return comm.allreduce(pushed + pulled + sent)
+        return comm.allreduce(pushed + pulled + sent + remote_memory.traffic())
 
     started = time.perf_counter()
     for epoch in range(1, args.epochs + 1):
@@ -111,10 +116,12 @@ def run(mode: str, env: dict, args: argparse.Namespace, throttle: float) -> dict
     name = label(mode, env)
     print(f"-- {name}{f', link {throttle:g} Mbit/s' if throttle else ''} ...", flush=True)
     launcher = [sys.executable, "-m", "mxkv_hybrid.launch", "-n", str(RANKS), "--timeout", "900"]
-    if mode in ("sync", "async", "easgd"):
+    if env.get("MXKV_TRANSPORT") == "rma":  # the centre in the leaders' windows: no servers
+        launcher += ["--group-size", str(RANKS // 2)]
+    elif mode in ("sync", "async", "easgd"):
         launcher += ["--group-size", str(RANKS // 2), "--servers", "1"]
-    if mode in ("async", "easgd"):  # one MPI job: the byte counts are summed over all ranks
-        launcher += ["--one-job"]
+        if mode in ("async", "easgd"):  # one MPI job: the byte counts are summed over all ranks
+            launcher += ["--one-job"]
     environment = dict(os.environ, MXKV_MODE=mode, MXKV_GROUP_SIZE=str(RANKS // 2), **env,
                        MXKV_THROTTLE_MBPS=str(throttle),
                        MXKV_THROTTLE_LATENCY_MS=str(args.latency_ms if throttle else 0))
