@@ -8,10 +8,12 @@
 #include <cstdio>
 #include <iostream>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
 #include "dtype.h"
+#include "elastic_step.h"
 #include "tensor_collectives.h"
 
 namespace py = pybind11;
@@ -75,6 +77,19 @@ PYBIND11_MODULE(_C, m) {
         addresses, "MXEnginePushAsyncND");
     api.get_last_error = as_function<const char*()>(addresses, "MXGetLastError");
   }, "Binds the MXNet C API functions, given {name: address} of the loaded libmxnet.");
+
+  m.def("elastic_step",
+        [](double alpha, const std::vector<std::tuple<uintptr_t, uintptr_t, uintptr_t>>& entries) {
+          std::vector<mxkv::ElasticArrays> arrays;
+          for (const auto& [x, c, e] : entries)
+            arrays.push_back({reinterpret_cast<NDArrayHandle>(x), reinterpret_cast<NDArrayHandle>(c),
+                              reinterpret_cast<NDArrayHandle>(e)});
+          py::gil_scoped_release release;
+          mxkv::elastic_step(alpha, arrays);
+        },
+        py::arg("alpha"), py::arg("entries"),
+        "[(weight, centre, elastic) NDArray handles] (float32/float64): elastic = alpha "
+        "(weight - centre); weight -= elastic, fused, one pass (EASGD's elastic step).");
 
   m.def("line_buffer_stderr", [] {
     // Once used, stderr holds a 1-byte buffer that a null buffer argument would keep.

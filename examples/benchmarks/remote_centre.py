@@ -5,6 +5,7 @@ accumulates), for 2 and 4 groups of 1 rank, each configuration its own job (the 
 with --one-job, so all groups are in one MPI job and start together):
   alone     one group exchanges while the others wait (latency of one exchange),
   together  every group exchanges at once (the slowest group's time: contention).
+Ranks done with their part sleep in a polled barrier instead of spinning in MPI.
 An exchange is what the Trainer hook runs every MXKV_TAU steps: read c, e = alpha (x - c),
 x -= e, c += e. Rounds of all configurations in shuffled order (--rounds), --reps
 exchanges per job and kind; OMP_NUM_THREADS=--threads everywhere; medians over all.
@@ -38,6 +39,7 @@ def worker(reps: int) -> None:
     from mpi4py import MPI
 
     import mxkv_hybrid  # noqa: F401
+    from mxkv_hybrid.comm.topology import wait_for_leader
 
     comm = MPI.COMM_WORLD
     kv = mx.kv.create("hybrid")
@@ -56,7 +58,10 @@ def worker(reps: int) -> None:
     for _ in range(reps):
         for kind in ("alone", "together"):
             comm.Barrier()
-            mine = seconds(exchange) if kind == "together" or comm.rank == 0 else 0.0
+            exchanges = kind == "together" or comm.rank == 0
+            mine = seconds(exchange) if exchanges else 0.0
+            # ranks without an exchange left sleep (2 cores: spinning ones would slow the rest)
+            wait_for_leader(comm, is_leader=False)
             times[kind].append(comm.allreduce(mine, op=MPI.MAX))
     if comm.rank == 0:
         for kind, values in times.items():

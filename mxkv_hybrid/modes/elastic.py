@@ -27,6 +27,7 @@ import mxnet as mx
 
 from ..comm import timeline
 from ..comm.collectives import Arrays, Key, TensorCollectives
+from ..comm.kernels import elastic_step
 from ..comm.link_throttle import link_throttle
 from ..comm.topology import Groups, World, wait_for_leader
 from ..config import Config
@@ -154,15 +155,10 @@ class ElasticAveraging:
 
     def _elastic_step(self, keys: Sequence[Key], weights: Sequence[Arrays],
                       centres: Sequence[mx.nd.NDArray]) -> List[mx.nd.NDArray]:
-        """e = alpha (x - c) per key; x -= e (the leader's copy); returns e. In place, in
-        buffers kept per key: three passes over the weights, no allocation (fresh arrays
-        cost a page fault per 4 KiB each time)."""
+        """e = alpha (x - c) per key; x -= e (the leader's copy); returns e, computed in
+        buffers kept per key (fresh arrays cost a page fault per 4 KiB every exchange)."""
         elastic = [self._elastic[k] for k in keys]
-        for copies, c, e in zip(weights, centres, elastic):
-            weight = copies[0]
-            mx.nd.elemwise_sub(weight, c, out=e)
-            e *= self.alpha
-            weight -= e
+        elastic_step(self.alpha, [w[0] for w in weights], centres, elastic)
         return elastic
 
     def centre(self, keys: Sequence[Key], outs: Sequence[mx.nd.NDArray]) -> None:
