@@ -44,6 +44,7 @@ def _key_signature(keys: Sequence[Key]) -> int:
 
 
 DTYPE_CODES = {"float32": 0, "float64": 1, "float16": 2, "bfloat16": 12}
+HOST_DEVICES = ("cpu", "cpu_pinned", "cpu_shared")  # MXNet memory the C++ reads in place
 _CODE_OF_NUMPY_CHAR = {"f": 0, "d": 1, "e": 2, "H": 12}  # uint16 carries bfloat16 bits
 
 

@@ -5,7 +5,7 @@ from typing import Sequence
 import mxnet as mx
 import numpy as np
 
-from .collectives import _extension
+from .collectives import HOST_DEVICES, _extension
 
 FUSED_DTYPES = ("float32", "float64")
 
@@ -17,7 +17,7 @@ def elastic_step(alpha: float, weights: Sequence[mx.nd.NDArray], centres: Sequen
     arrays with MXNet's operators (three passes)."""
     fused, other = [], []
     for entry in zip(weights, centres, elastic):
-        host = entry[0].context.device_type in ("cpu", "cpu_pinned", "cpu_shared")
+        host = entry[0].context.device_type in HOST_DEVICES
         (fused if host and np.dtype(entry[0].dtype).name in FUSED_DTYPES else other).append(entry)
     if fused:
         _extension().elastic_step(alpha, [tuple(a.handle.value for a in entry) for entry in fused])

@@ -13,7 +13,7 @@ from typing import Callable, List, Sequence, Tuple
 
 import mxnet as mx
 
-from .collectives import DTYPE_CODES, _extension
+from .collectives import DTYPE_CODES, HOST_DEVICES, _extension
 from ..errors import MXKVError
 
 Pieces = Sequence[Tuple[int, mx.nd.NDArray]]  # (first element in the remote array, local array)
@@ -94,6 +94,6 @@ class RemoteArray:
 
     def _handles(self, pieces: Pieces) -> List[Tuple[int, int]]:
         for start, array in pieces:
-            if array.context.device_type not in ("cpu", "cpu_pinned", "cpu_shared"):
+            if array.context.device_type not in HOST_DEVICES:
                 raise MXKVError(f"remote memory moves host arrays; this one is on {array.context}")
         return [(int(start), array.handle.value) for start, array in pieces]

@@ -8,10 +8,11 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import mxnet as mx
 import numpy as np
 
-from ..comm.collectives import Key
+from ..comm.collectives import HOST_DEVICES, Key
 from ..comm.link_throttle import LinkThrottle
 from ..comm.remote_memory import RemoteArray
 from ..comm.topology import Groups, World
+from ..errors import MXKVError
 
 
 class RemoteCentre:
@@ -32,6 +33,11 @@ class RemoteCentre:
         """Leaders, collectively: the centre of `keys` starts at `values` (the first leader's
         are written; every group starts from the same weights in one MPI job)."""
         by_dtype: Dict[str, List[int]] = {}
+        for key, value in zip(keys, values):
+            if value.context.device_type not in HOST_DEVICES:
+                raise MXKVError(f"MXKV_TRANSPORT=rma reads and moves the centre in host memory, "
+                                f"and the weights of key {key!r} are on {value.context}: use "
+                                "MXKV_TRANSPORT=ps for weights on GPUs")
         for i, value in enumerate(values):
             by_dtype.setdefault(np.dtype(value.dtype).name, []).append(i)
         for dtype, chosen in sorted(by_dtype.items()):
