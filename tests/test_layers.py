@@ -22,6 +22,7 @@ ALLOWED: Dict[str, Set[str]] = {
     "atomic_file": set(),
     "mxnet_version": set(),
     "comm": set(),
+    "plan": {"comm"},
     "safety": {"comm"},
     "ps": {"safety", "comm"},
     "modes": {"ps", "safety", "comm"},

@@ -1,0 +1,149 @@
+"""Which mode, algorithm and averaging period for a model on a cluster: an alpha-beta cost
+model of every configuration (README, "The planner").
+
+    python -m mxkv_hybrid.plan --model resnet50_v1 --hosts 8 --ranks-per-host 8 \\
+        --between-gbps 25 --compute-ms 110 [--plot plan.png]
+
+Prints one row per configuration (predicted step, communication not hidden by compute,
+bytes per step inside and across hosts, per-server load, scaling efficiency against one
+rank) and a recommendation with its reason."""
+import argparse
+import dataclasses
+import json
+import sys
+import time
+from typing import List
+
+from ..comm import algorithm_table
+from ..errors import ConfigError
+from .cluster import Cluster, Link
+from .mode_costs import Planner, Workload, scaling
+from .model_sizes import array_bytes
+from .report import plot, recommendation, table
+
+
+def parse_arguments(argv: List[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m mxkv_hybrid.plan", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    model = parser.add_argument_group("the model")
+    model.add_argument("--model", default="resnet50_v1",
+                       help="a Gluon model-zoo name, or a saved parameter list (.params, .npz, "
+                            ".json list of shapes)")
+    model.add_argument("--compute-ms", type=float,
+                       help="forward + backward of one batch on one rank alone")
+    model.add_argument("--update-ms", type=float, default=0.0,
+                       help="one optimizer update of the whole model on one rank")
+    model.add_argument("--measure", action="store_true",
+                       help="measure --compute-ms and --update-ms on this machine (model-zoo "
+                            "models; --batch images of --image-size)")
+    model.add_argument("--batch", type=int, default=32, help="images per rank (--measure)")
+    model.add_argument("--image-size", type=int, default=224, help="(--measure)")
+    cluster = parser.add_argument_group("the cluster")
+    cluster.add_argument("--hosts", type=int, default=2)
+    cluster.add_argument("--ranks-per-host", type=int, default=8)
+    cluster.add_argument("--cores-per-host", type=int, default=0,
+                         help="when fewer than the ranks, compute stretches (0: one per rank)")
+    cluster.add_argument("--inside-gbps", type=float, default=100.0,
+                         help="bandwidth between two ranks of a host, Gbit/s")
+    cluster.add_argument("--inside-latency-us", type=float, default=2.0)
+    cluster.add_argument("--between-gbps", type=float, default=25.0,
+                         help="a host's network link, Gbit/s, shared by its ranks")
+    cluster.add_argument("--between-latency-us", type=float, default=20.0)
+    cluster.add_argument("--emulated-mbps", type=float,
+                         help="instead of --between-*: the emulated link of MXKV_THROTTLE_MBPS "
+                              "(one per rank, not shared), Mbit/s")
+    cluster.add_argument("--emulated-latency-ms", type=float, default=0.0,
+                         help="with --emulated-mbps: MXKV_THROTTLE_LATENCY_MS")
+    cluster.add_argument("--servers", type=int, default=0, help="parameter servers (0: one per host)")
+    plan = parser.add_argument_group("what to compare")
+    plan.add_argument("--taus", type=int, nargs="+", default=[4, 16],
+                      help="averaging periods of easgd and lasgd")
+    plan.add_argument("--algorithm", choices=["best", "table"], default="best",
+                      help="per bucket: the cheapest algorithm (what tune would find), or the "
+                           "algorithm table auto reads now")
+    plan.add_argument("--bucket-mb", type=float, default=1.0, help="MXKV_BUCKET_MB")
+    plan.add_argument("--overlap", action="store_true", help="MXKV_OVERLAP=1 (mode allreduce)")
+    plan.add_argument("--plot", help="PNG: predicted step and efficiency against host count")
+    plan.add_argument("--plot-hosts", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32, 64, 128, 256])
+    plan.add_argument("--json", help="write the predictions to this file")
+    args = parser.parse_args(argv)
+    if args.compute_ms is None and not args.measure:
+        parser.error("give the compute time of one batch (--compute-ms), or --measure it here")
+    if args.hosts < 1 or args.ranks_per_host < 1:
+        parser.error("--hosts and --ranks-per-host must be at least 1")
+    return args
+
+
+def measured_workload(args: argparse.Namespace, sizes: List[int]) -> Workload:
+    """Times forward + backward of one batch and one SGD-momentum update, on this machine."""
+    import mxnet as mx
+    from mxnet import autograd
+
+    net = mx.gluon.model_zoo.vision.get_model(args.model)
+    net.initialize()
+    data = mx.nd.random.uniform(shape=(args.batch, 3, args.image_size, args.image_size))
+    params = [p for p in net.collect_params().values() if p.grad_req != "null"]
+    trainer = mx.gluon.Trainer(params, "sgd", {"learning_rate": 0.01, "momentum": 0.9},
+                               kvstore=None)
+    compute, update = [], []
+    for rep in range(4):  # the first is a warm-up
+        started = time.perf_counter()
+        with autograd.record():
+            loss = net(data).sum()
+        loss.backward()
+        mx.nd.waitall()
+        middle = time.perf_counter()
+        trainer.step(args.batch)
+        mx.nd.waitall()
+        if rep:
+            compute.append(middle - started)
+            update.append(time.perf_counter() - middle)
+        print(f"measuring {args.model}: {rep + 1}/4", file=sys.stderr, flush=True)
+    return Workload(sizes, sorted(compute)[len(compute) // 2], sorted(update)[len(update) // 2],
+                    int(args.bucket_mb * 2 ** 20))
+
+
+def cluster_of(args: argparse.Namespace) -> Cluster:
+    inside = Link(args.inside_latency_us * 1e-6, args.inside_gbps * 1e9 / 8)
+    if args.emulated_mbps:
+        between = Link(args.emulated_latency_ms * 1e-3, args.emulated_mbps * 1e6 / 8)
+    else:
+        between = Link(args.between_latency_us * 1e-6, args.between_gbps * 1e9 / 8)
+    return Cluster(args.hosts, args.ranks_per_host, inside, between,
+                   servers=args.servers or args.hosts, shared_nic=not args.emulated_mbps,
+                   cores_per_host=args.cores_per_host)
+
+
+def main(argv: List[str] = None) -> None:
+    args = parse_arguments(sys.argv[1:] if argv is None else argv)
+    try:
+        sizes = array_bytes(args.model)
+    except ConfigError as err:
+        sys.exit(f"mxkv_hybrid.plan: {err}")
+    workload = (measured_workload(args, sizes) if args.measure else
+                Workload(sizes, args.compute_ms / 1e3, args.update_ms / 1e3,
+                         int(args.bucket_mb * 2 ** 20)))
+    cluster = cluster_of(args)
+    options = {"table": algorithm_table.load(algorithm_table.default_path())
+               if args.algorithm == "table" else None, "overlap": args.overlap}
+    rows = Planner(workload, cluster, **options).predictions(args.taus)
+    print(f"{args.model}: {len(sizes)} arrays, {workload.model_bytes / 2 ** 20:.1f} MiB; compute "
+          f"{1e3 * workload.compute_seconds:.1f} ms + update {1e3 * workload.update_seconds:.1f} "
+          f"ms a step on one rank; {cluster.hosts} host(s) x {cluster.ranks_per_host} ranks, "
+          f"{cluster.servers} server(s); predicted (a model, not a measurement):")
+    print(table(rows))
+    print(recommendation(rows))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"arguments": vars(args), "model_bytes": workload.model_bytes,
+                       "compute_seconds": workload.compute_seconds,
+                       "update_seconds": workload.update_seconds,
+                       "predictions": [dataclasses.asdict(r) for r in rows]}, f, indent=1)
+    if args.plot:
+        plot(scaling(workload, cluster, args.plot_hosts, **options), cluster.ranks_per_host,
+             f"{args.model}, {cluster.ranks_per_host} ranks a host", args.plot)
+        print(f"wrote {args.plot}")
+
+
+if __name__ == "__main__":
+    main()

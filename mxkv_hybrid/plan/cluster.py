@@ -1,0 +1,46 @@
+"""What the planner knows about a cluster: hosts, ranks, the two kinds of link, servers."""
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Link:
+    """A link of `latency` seconds per message and `bandwidth` bytes per second."""
+
+    latency: float
+    bandwidth: float
+
+    def seconds(self, nbytes: float, sharers: int = 1) -> float:
+        """One message of `nbytes`, with `sharers` messages crossing the link at once."""
+        return self.latency + nbytes * sharers / self.bandwidth
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """`hosts` x `ranks_per_host` ranks; a group is a host. `inside`: between two ranks of a
+    host; `between`: a host's link to the other hosts, shared by its ranks when
+    `shared_nic` (a real host's network card), one per rank otherwise (the emulated link,
+    MXKV_THROTTLE_*). `servers` parameter-server processes, each with a `between` link of
+    its own. `cores_per_host` < ranks_per_host: ranks share cores, so compute stretches."""
+
+    hosts: int
+    ranks_per_host: int
+    inside: Link
+    between: Link
+    servers: int = 1
+    shared_nic: bool = True
+    cores_per_host: int = 0  # 0: one core (or GPU) per rank
+
+    @property
+    def ranks(self) -> int:
+        return self.hosts * self.ranks_per_host
+
+    @property
+    def oversubscription(self) -> float:
+        """How much slower a rank computes when every rank of a host computes at once."""
+        if self.cores_per_host <= 0:
+            return 1.0
+        return max(1.0, self.ranks_per_host / self.cores_per_host)
+
+    def crossing_sharers(self, ranks_crossing_per_host: int) -> int:
+        """Messages on one host's link when that many of its ranks send across at once."""
+        return ranks_crossing_per_host if self.shared_nic else 1

@@ -1,0 +1,181 @@
+"""Predicted step of each mode on a Cluster, from the alpha-beta costs of collective_costs.
+
+A Workload is the model (its arrays' sizes), the compute time of one batch on one rank
+alone (forward + backward) and of one optimizer update of the whole model. Gradients
+travel in the fused buckets the collectives make (arrays below the bucket size packed
+together, larger ones alone), each bucket by the algorithm the table (MXKV_ALGO=auto)
+gives for its size and rank count, or the cheapest one (`algorithm="best"`).
+Per step, with c = compute x oversubscription, u = update x oversubscription, n = bytes:
+  allreduce      c + sum over buckets of the allreduce (flat, or hierarchical) + u
+  sync           c + the allreduce inside the host + the leader's push and pull of n to the
+                 servers (its link: 2 n; each server's: 2 G n / S) + u / S on the servers
+                 + a broadcast of n inside the host
+  async          as sync (groups do not wait for each other, but share the servers' links)
+  easgd tau      c + the allreduce inside the host + u + one elastic exchange every tau steps:
+                 ps: the leader pulls n and pushes n (servers' links 2 G n / S); rma: it reads
+                 and adds the (G-1)/G of n the other leaders hold; then a broadcast inside
+  lasgd tau      c + u + an allreduce of the weights over all ranks every tau steps, which
+                 overlaps the next tau steps: only what exceeds tau x c shows
+With overlap (MXKV_OVERLAP=1, mode allreduce) the allreduce hides behind backward, taken
+as 2/3 of c. Scaling efficiency: (compute + update of one rank alone) / step."""
+from dataclasses import dataclass, field, replace
+from typing import Dict, List, Optional, Sequence
+
+from .cluster import Cluster
+from .collective_costs import ALGORITHMS, NOTHING, Cost, Span, hierarchical
+
+BACKWARD_SHARE = 2 / 3  # of forward + backward: what overlap can hide behind
+
+
+@dataclass(frozen=True)
+class Workload:
+    array_bytes: Sequence[int]     # every gradient array's size in bytes
+    compute_seconds: float         # forward + backward of one batch, one rank alone
+    update_seconds: float = 0.0    # the optimizer's update of the whole model, one rank alone
+    bucket_bytes: int = 1 << 20    # MXKV_BUCKET_MB
+
+    @property
+    def model_bytes(self) -> int:
+        return int(sum(self.array_bytes))
+
+    def buckets(self) -> List[int]:
+        """Sizes of the fused buckets: consecutive arrays below the bucket size packed up to
+        it, larger arrays alone (csrc/bucket_plan.h)."""
+        sizes, open_bucket = [], 0
+        for nbytes in self.array_bytes:
+            if nbytes >= self.bucket_bytes:
+                sizes.append(nbytes)
+            elif open_bucket + nbytes > self.bucket_bytes:
+                sizes.append(open_bucket)
+                open_bucket = nbytes
+            else:
+                open_bucket += nbytes
+        return sizes + ([open_bucket] if open_bucket else [])
+
+
+@dataclass(frozen=True)
+class Prediction:
+    configuration: str
+    mode: str
+    step_seconds: float
+    compute_seconds: float       # forward + backward + update, as stretched on this cluster
+    communication_seconds: float  # what the step spends beyond compute
+    bytes_inside: float          # per step, sent by the busiest rank to its host
+    bytes_across: float          # per step, sent by the busiest rank (or leader) to other hosts
+    server_bytes: float          # per step, in and out of each server
+    efficiency: float            # against one rank alone
+    synchronous: bool            # the same step as one process on the union of the batches
+    notes: Dict[str, float] = field(default_factory=dict)
+
+
+class Planner:
+    """Predictions of every configuration for one workload on one cluster."""
+
+    def __init__(self, workload: Workload, cluster: Cluster,
+                 table: Optional[Dict[int, list]] = None, overlap: bool = False):
+        """table: the algorithm table ({ranks: [(max bytes or -1, algorithm)]}); None: the
+        cheapest algorithm for every bucket."""
+        self.workload = workload
+        self.cluster = cluster
+        self._table = table
+        self._overlap = overlap
+
+    # ---- building blocks -------------------------------------------------------------
+    def algorithm_for(self, nbytes: float, ranks: int, span: Span) -> str:
+        if self._table is None:
+            return min(("ring", "rhd", "rd"),
+                       key=lambda a: ALGORITHMS[a](nbytes, span, self.cluster).seconds)
+        nearest = min(self._table, key=lambda measured: (abs(measured - ranks), measured))
+        for limit, name in self._table[nearest]:
+            if limit == -1 or nbytes <= limit:
+                return name
+        return self._table[nearest][-1][1]
+
+    def allreduce(self, span: Span, hierarchy: bool = False) -> Cost:
+        """The gradients' allreduce over `span`, bucket by bucket."""
+        total = NOTHING
+        for bucket in self.workload.buckets():
+            if hierarchy and span.hosts > 1 and span.per_host > 1:
+                across = self.algorithm_for(bucket / span.per_host, span.hosts, Span(span.hosts, 1))
+                total = total + hierarchical(bucket, span, self.cluster, across)
+            else:
+                name = self.algorithm_for(bucket, span.ranks, span)
+                total = total + ALGORITHMS[name](bucket, span, self.cluster)
+        return total
+
+    def _broadcast_inside(self, nbytes: float) -> Cost:
+        """A pipelined broadcast from the leader to its host's ranks."""
+        if self.cluster.ranks_per_host < 2:
+            return NOTHING
+        return Cost(self.cluster.inside.seconds(nbytes), nbytes, 0.0)
+
+    def _servers(self, nbytes: float) -> Cost:
+        """The leaders push and pull `nbytes` at once: each leader's link carries 2 n, each
+        server's 2 G n / S; the slower of the two."""
+        cluster = self.cluster
+        leader = 2 * cluster.between.seconds(nbytes)
+        server = 2 * cluster.between.seconds(nbytes * cluster.hosts / cluster.servers)
+        return Cost(max(leader, server), 0.0, 2 * nbytes)
+
+    def _compute(self) -> tuple:
+        stretch = self.cluster.oversubscription
+        return self.workload.compute_seconds * stretch, self.workload.update_seconds * stretch
+
+    def _prediction(self, configuration: str, mode: str, compute: float, update: float,
+                    communication: Cost, synchronous: bool, server_bytes: float = 0.0,
+                    hidden: float = 0.0) -> Prediction:
+        exposed = max(0.0, communication.seconds - hidden)
+        step = compute + update + exposed
+        alone = self.workload.compute_seconds + self.workload.update_seconds
+        return Prediction(configuration, mode, step, compute + update, exposed,
+                          communication.bytes_inside, communication.bytes_across, server_bytes,
+                          alone / step, synchronous)
+
+    # ---- the modes ---------------------------------------------------------------------
+    def predictions(self, taus: Sequence[int] = (4, 16)) -> List[Prediction]:
+        cluster, n = self.cluster, self.workload.model_bytes
+        world = Span(cluster.ranks, cluster.ranks_per_host)
+        host = Span(cluster.ranks_per_host, cluster.ranks_per_host)
+        compute, update = self._compute()
+        hidden = BACKWARD_SHARE * compute if self._overlap else 0.0
+        rows = [self._prediction("allreduce, flat", "allreduce", compute, update,
+                                 self.allreduce(world), True, hidden=hidden)]
+        if cluster.hosts > 1 and cluster.ranks_per_host > 1:
+            rows.append(self._prediction("allreduce, hierarchical", "allreduce", compute, update,
+                                         self.allreduce(world, hierarchy=True), True, hidden=hidden))
+        if cluster.hosts > 1:
+            per_server = 2 * n * cluster.hosts / cluster.servers
+            inside = self.allreduce(host)
+            through_servers = inside + self._servers(n) + self._broadcast_inside(n)
+            rows.append(self._prediction("sync", "sync", compute, update / cluster.servers,
+                                         through_servers, True, per_server))
+            rows.append(self._prediction("async", "async", compute, update / cluster.servers,
+                                         through_servers, False, per_server))
+            for tau in taus:
+                exchange_ps = self._servers(n) + self._broadcast_inside(n)
+                remote = n * (cluster.hosts - 1) / cluster.hosts
+                exchange_rma = Cost(2 * cluster.between.seconds(remote), 0.0, 2 * remote) \
+                    + self._broadcast_inside(n)
+                for transport, exchange in (("ps", exchange_ps), ("rma", exchange_rma)):
+                    per_step = inside + _every(exchange, tau)
+                    rows.append(self._prediction(
+                        f"easgd tau={tau} ({transport})", "easgd", compute, update, per_step,
+                        False, per_server / tau if transport == "ps" else 0.0))
+        for tau in taus:
+            average = self.allreduce(world)
+            shown = Cost(max(0.0, average.seconds - tau * compute), average.bytes_inside,
+                         average.bytes_across)
+            rows.append(self._prediction(f"lasgd tau={tau}", "lasgd", compute, update,
+                                         _every(shown, tau), False))
+        return rows
+
+
+def _every(cost: Cost, tau: int) -> Cost:
+    """A cost paid once every `tau` steps, per step."""
+    return Cost(cost.seconds / tau, cost.bytes_inside / tau, cost.bytes_across / tau)
+
+
+def scaling(workload: Workload, cluster: Cluster, hosts: Sequence[int],
+            **options) -> Dict[int, List[Prediction]]:
+    """Predictions for the same cluster at each host count."""
+    return {h: Planner(workload, replace(cluster, hosts=h), **options).predictions() for h in hosts}

@@ -1,0 +1,112 @@
+"""The planner's cost model (mxkv_hybrid.plan): closed forms of the algorithms, the bytes
+the C++ counted in the hierarchy benchmark, the recommendation, the command line."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mxkv_hybrid.comm import algorithm_table
+from mxkv_hybrid.plan.cluster import Cluster, Link
+from mxkv_hybrid.plan.collective_costs import ALGORITHMS, Span, hierarchical
+from mxkv_hybrid.plan.mode_costs import Planner, Workload
+from mxkv_hybrid.plan.model_sizes import array_bytes
+
+RESULTS = Path(__file__).parent.parent / "examples" / "benchmarks" / "results"
+N = 8 * 2 ** 20
+INSIDE, BETWEEN = Link(1e-5, 1e9), Link(1e-3, 1e8)
+
+
+def two_by_two(shared_nic: bool = False) -> Cluster:
+    return Cluster(2, 2, INSIDE, BETWEEN, shared_nic=shared_nic)
+
+
+def test_the_ring_on_one_host_is_two_steps_of_half_the_bytes():
+    cost = ALGORITHMS["ring"](N, Span(2, 2), two_by_two())
+    assert cost.seconds == pytest.approx(2 * (1e-5 + N / 2 / 1e9))
+    assert (cost.bytes_inside, cost.bytes_across) == (N, 0)
+
+
+def test_recursive_halving_doubling_crosses_hosts_in_its_largest_steps():
+    """4 ranks, 2 a host: the distance-2 step (n/2 each way) crosses, the distance-1 one
+    (n/4) stays inside."""
+    cost = ALGORITHMS["rhd"](N, Span(4, 2), two_by_two())
+    assert cost.bytes_across == N and cost.bytes_inside == N / 2
+    assert cost.seconds == pytest.approx(2 * (1e-3 + N / 2 / 1e8) + 2 * (1e-5 + N / 4 / 1e9))
+
+
+def test_a_shared_network_card_slows_the_steps_all_ranks_of_a_host_cross_at_once():
+    alone, shared = (ALGORITHMS["rd"](N, Span(4, 2), two_by_two(s)).seconds for s in (False, True))
+    assert shared - alone == pytest.approx(N / 1e8)  # one crossing step, two messages on one link
+
+
+def test_the_hierarchical_allreduce_sends_a_slice_across():
+    """Each rank of a host allreduces its 1/g slice across hosts: ring over 2 hosts sends
+    the slice once; inside, a ring reduce-scatter and allgather."""
+    cost = hierarchical(N, Span(4, 2), two_by_two(), "ring")
+    assert cost.bytes_across == N / 2 and cost.bytes_inside == N
+
+
+@pytest.fixture(scope="module")
+def resnet50() -> list:
+    return array_bytes("resnet50_v1")
+
+
+@pytest.mark.parametrize("method, rules, hierarchy", [
+    ("flat", None, False), ("flat_ring", [(-1, "ring")], False), ("hierarchical", None, True)])
+def test_the_bytes_across_are_those_the_collectives_counted(resnet50, method, rules, hierarchy):
+    """The hierarchy benchmark's busiest rank (4 ranks in 2 groups, the ResNet-50 set, the
+    shipped table), counted by the C++ at every exchange step: the model's bytes match."""
+    measured = next(r for r in json.loads((RESULTS / "hierarchy.json").read_text())["results"]
+                    if r["method"] == method)
+    table = {4: rules} if rules else algorithm_table.load(algorithm_table.SHIPPED)
+    planner = Planner(Workload(resnet50, 0.0), two_by_two(), table)
+    predicted = planner.allreduce(Span(4, 2), hierarchy=hierarchy)
+    assert predicted.bytes_across == pytest.approx(max(measured["bytes_across_per_rank"]), rel=1e-6)
+
+
+def test_behind_a_slow_link_the_hierarchical_allreduce_is_recommended(resnet50):
+    cluster = Cluster(2, 2, INSIDE, Link(0.0, 1000e6 / 8), shared_nic=False)
+    rows = Planner(Workload(resnet50, 0.05), cluster).predictions()
+    best = min((r for r in rows if r.synchronous), key=lambda r: r.step_seconds)
+    assert best.configuration == "allreduce, hierarchical"
+    flat = next(r for r in rows if r.configuration == "allreduce, flat")
+    assert flat.step_seconds > 1.5 * best.step_seconds
+
+
+def test_averaging_every_tau_steps_sends_a_tau_th_of_the_bytes(resnet50):
+    """easgd's group allreduce stays inside the host; only the exchanges cross."""
+    rows = {r.configuration: r for r in Planner(Workload(resnet50, 0.05), two_by_two())
+            .predictions(taus=(4, 16))}
+    for mode in ("lasgd tau={}", "easgd tau={} (ps)", "easgd tau={} (rma)"):
+        assert rows[mode.format(4)].bytes_across == pytest.approx(4 * rows[mode.format(16)].bytes_across)
+        assert rows[mode.format(16)].bytes_across > 0
+
+
+def test_fused_buckets_pack_small_arrays_and_leave_large_ones_alone():
+    workload = Workload([100, 2 << 20, 600 << 10, 600 << 10], 0.0, bucket_bytes=1 << 20)
+    assert sorted(workload.buckets()) == sorted([2 << 20, 100 + (600 << 10), 600 << 10])
+
+
+def test_the_command_prints_a_table_and_a_recommendation(tmp_path):
+    sizes = tmp_path / "model.json"
+    sizes.write_text(json.dumps([[64, 3, 3, 3], [1000, 2048], 1000]))
+    done = subprocess.run([sys.executable, "-m", "mxkv_hybrid.plan", "--model", str(sizes),
+                           "--hosts", "4", "--ranks-per-host", "2", "--compute-ms", "20",
+                           "--json", str(tmp_path / "plan.json")],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "allreduce, hierarchical" in done.stdout and "recommended: " in done.stdout
+    predictions = json.loads((tmp_path / "plan.json").read_text())["predictions"]
+    assert len(predictions) == 2 + 2 + 4 + 2  # allreduce x2, sync, async, easgd x4, lasgd x2
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (["--hosts", "2"], "give the compute time of one batch"),
+    (["--model", "no_such_net", "--compute-ms", "5"], "neither a file nor a Gluon model-zoo name"),
+])
+def test_bad_input_is_refused_with_what_to_do(arguments, message):
+    done = subprocess.run([sys.executable, "-m", "mxkv_hybrid.plan", *arguments],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0 and message in done.stderr
