@@ -110,3 +110,13 @@ def test_bad_input_is_refused_with_what_to_do(arguments, message):
     done = subprocess.run([sys.executable, "-m", "mxkv_hybrid.plan", *arguments],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode != 0 and message in done.stderr
+
+
+def test_measure_times_the_model_here():
+    done = subprocess.run([sys.executable, "-m", "mxkv_hybrid.plan", "--model", "resnet18_v1",
+                           "--measure", "--batch", "2", "--image-size", "32", "--hosts", "2",
+                           "--ranks-per-host", "2"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    header = next(line for line in done.stdout.splitlines() if line.startswith("resnet18_v1:"))
+    compute = float(header.split("compute ")[1].split(" ms")[0])
+    assert compute > 0 and "measuring resnet18_v1: 4/4" in done.stderr

@@ -110,7 +110,7 @@ def cluster_of(args: argparse.Namespace) -> Cluster:
     else:
         between = Link(args.between_latency_us * 1e-6, args.between_gbps * 1e9 / 8)
     return Cluster(args.hosts, args.ranks_per_host, inside, between,
-                   servers=args.servers or args.hosts, shared_nic=not args.emulated_mbps,
+                   servers=args.servers, shared_nic=not args.emulated_mbps,
                    cores_per_host=args.cores_per_host)
 
 
@@ -130,7 +130,7 @@ def main(argv: List[str] = None) -> None:
     print(f"{args.model}: {len(sizes)} arrays, {workload.model_bytes / 2 ** 20:.1f} MiB; compute "
           f"{1e3 * workload.compute_seconds:.1f} ms + update {1e3 * workload.update_seconds:.1f} "
           f"ms a step on one rank; {cluster.hosts} host(s) x {cluster.ranks_per_host} ranks, "
-          f"{cluster.servers} server(s); predicted (a model, not a measurement):")
+          f"{cluster.server_count} server(s); predicted (a model, not a measurement):")
     print(table(rows))
     print(recommendation(rows))
     if args.json:

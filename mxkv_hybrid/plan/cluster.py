@@ -19,20 +19,24 @@ class Cluster:
     """`hosts` x `ranks_per_host` ranks; a group is a host. `inside`: between two ranks of a
     host; `between`: a host's link to the other hosts, shared by its ranks when
     `shared_nic` (a real host's network card), one per rank otherwise (the emulated link,
-    MXKV_THROTTLE_*). `servers` parameter-server processes, each with a `between` link of
-    its own. `cores_per_host` < ranks_per_host: ranks share cores, so compute stretches."""
+    MXKV_THROTTLE_*). `servers` parameter-server processes (0: one per host), each with a
+    `between` link of its own. `cores_per_host` < ranks_per_host: ranks share cores, so compute stretches."""
 
     hosts: int
     ranks_per_host: int
     inside: Link
     between: Link
-    servers: int = 1
+    servers: int = 0
     shared_nic: bool = True
     cores_per_host: int = 0  # 0: one core (or GPU) per rank
 
     @property
     def ranks(self) -> int:
         return self.hosts * self.ranks_per_host
+
+    @property
+    def server_count(self) -> int:
+        return self.servers or self.hosts
 
     @property
     def oversubscription(self) -> float:

@@ -114,7 +114,7 @@ class Planner:
         server's 2 G n / S; the slower of the two."""
         cluster = self.cluster
         leader = 2 * cluster.between.seconds(nbytes)
-        server = 2 * cluster.between.seconds(nbytes * cluster.hosts / cluster.servers)
+        server = 2 * cluster.between.seconds(nbytes * cluster.hosts / cluster.server_count)
         return Cost(max(leader, server), 0.0, 2 * nbytes)
 
     def _compute(self) -> tuple:
@@ -144,12 +144,12 @@ class Planner:
             rows.append(self._prediction("allreduce, hierarchical", "allreduce", compute, update,
                                          self.allreduce(world, hierarchy=True), True, hidden=hidden))
         if cluster.hosts > 1:
-            per_server = 2 * n * cluster.hosts / cluster.servers
+            per_server = 2 * n * cluster.hosts / cluster.server_count
             inside = self.allreduce(host)
             through_servers = inside + self._servers(n) + self._broadcast_inside(n)
-            rows.append(self._prediction("sync", "sync", compute, update / cluster.servers,
+            rows.append(self._prediction("sync", "sync", compute, update / cluster.server_count,
                                          through_servers, True, per_server))
-            rows.append(self._prediction("async", "async", compute, update / cluster.servers,
+            rows.append(self._prediction("async", "async", compute, update / cluster.server_count,
                                          through_servers, False, per_server))
             for tau in taus:
                 exchange_ps = self._servers(n) + self._broadcast_inside(n)
