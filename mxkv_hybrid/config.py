@@ -158,7 +158,8 @@ KNOBS: Dict[str, Knob] = {
     "MXKV_MODE": Knob(_choice(MODES), "allreduce",
                       "How gradients are combined. allreduce: one MPI allreduce over all ranks. "
                       "sync: allreduce inside each group, group leaders sum through MXNet's "
-                      "parameter server (dist_sync), then a broadcast inside each group. async: the "
+                      "parameter server (dist_sync), which runs the optimizer as dist_sync does, "
+                      "then a broadcast inside each group. async: the "
                       "same groups, asynchronous to each other: the servers (dist_async) hold "
                       "the weights and apply each group's gradient as it arrives. easgd: elastic "
                       "averaging SGD between groups through a centre variable on the parameter "

@@ -5,6 +5,10 @@ straight into the leader's fused buffer; the leaders push that buffer, in balanc
 chunks, to MXNet's dist_sync servers and pull back the sum over all groups; the leader
 scales it (average) and broadcasts it inside its group. The result is the same as one
 allreduce over all ranks (mode allreduce), up to float rounding.
+
+This is the path of gradients when every rank updates its own weights
+(update_on_kvstore=False) and of values that are not weights; with the optimizer on the
+store, the weights move to the servers, which run it (server_weights.py).
 """
 import atexit
 from dataclasses import replace
