@@ -41,7 +41,7 @@ def parse_arguments(argv: List[str]) -> argparse.Namespace:
     cluster = parser.add_argument_group("the cluster")
     cluster.add_argument("--hosts", type=int, default=2)
     cluster.add_argument("--ranks-per-host", type=int, default=8)
-    cluster.add_argument("--cores-per-host", type=int, default=0,
+    cluster.add_argument("--cores-per-host", type=float, default=0,
                          help="when fewer than the ranks, compute stretches (0: one per rank)")
     cluster.add_argument("--inside-gbps", type=float, default=100.0,
                          help="bandwidth between two ranks of a host, Gbit/s")

@@ -20,7 +20,8 @@ class Cluster:
     host; `between`: a host's link to the other hosts, shared by its ranks when
     `shared_nic` (a real host's network card), one per rank otherwise (the emulated link,
     MXKV_THROTTLE_*). `servers` parameter-server processes (0: one per host), each with a
-    `between` link of its own. `cores_per_host` < ranks_per_host: ranks share cores, so compute stretches."""
+    `between` link of its own. `cores_per_host` < ranks_per_host: ranks share cores, so
+    compute stretches."""
 
     hosts: int
     ranks_per_host: int
@@ -28,7 +29,7 @@ class Cluster:
     between: Link
     servers: int = 0
     shared_nic: bool = True
-    cores_per_host: int = 0  # 0: one core (or GPU) per rank
+    cores_per_host: float = 0  # 0: one core (or GPU) per rank; may be a share of a core
 
     @property
     def ranks(self) -> int:
