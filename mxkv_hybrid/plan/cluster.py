@@ -1,5 +1,6 @@
 """What the planner knows about a cluster: hosts, ranks, the two kinds of link, servers."""
 from dataclasses import dataclass
+from typing import Optional
 
 
 @dataclass(frozen=True)
@@ -20,7 +21,8 @@ class Cluster:
     host; `between`: a host's link to the other hosts, shared by its ranks when
     `shared_nic` (a real host's network card), one per rank otherwise (the emulated link,
     MXKV_THROTTLE_*). `servers` parameter-server processes (0: one per host), each with a
-    `between` link of its own. `cores_per_host` < ranks_per_host: ranks share cores, so
+    link of its own: `server_link`, or `between` when None (the emulated link charges the
+    leaders only, so a rehearsal on one machine gives its servers the inside link). `cores_per_host` < ranks_per_host: ranks share cores, so
     compute stretches."""
 
     hosts: int
@@ -29,11 +31,16 @@ class Cluster:
     between: Link
     servers: int = 0
     shared_nic: bool = True
+    server_link: Optional[Link] = None
     cores_per_host: float = 0  # 0: one core (or GPU) per rank; may be a share of a core
 
     @property
     def ranks(self) -> int:
         return self.hosts * self.ranks_per_host
+
+    @property
+    def link_of_servers(self) -> Link:
+        return self.server_link or self.between
 
     @property
     def server_count(self) -> int:

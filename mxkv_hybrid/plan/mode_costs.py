@@ -5,7 +5,8 @@ alone (forward + backward) and of one optimizer update of the whole model. Gradi
 travel in the fused buckets the collectives make (arrays below the bucket size packed
 together, larger ones alone), each bucket by the algorithm the table (MXKV_ALGO=auto)
 gives for its size and rank count, or the cheapest one (`algorithm="best"`).
-Per step, with c = compute x oversubscription, u = update x oversubscription, n = bytes:
+Per step, with c = compute x oversubscription, u = update x oversubscription, n = bytes,
+and o (every mode) the store's own cost a step on one rank (calls, hooks), if known:
   allreduce      c + sum over buckets of the allreduce (flat, or hierarchical) + u
   sync           c + the allreduce inside the host + the leader's push and pull of n to the
                  servers (its link: 2 n; each server's: 2 G n / S) + u / S on the servers
@@ -32,6 +33,7 @@ class Workload:
     array_bytes: Sequence[int]     # every gradient array's size in bytes
     compute_seconds: float         # forward + backward of one batch, one rank alone
     update_seconds: float = 0.0    # the optimizer's update of the whole model, one rank alone
+    overhead_seconds: float = 0.0  # the store's own cost a step (hooks, calls), one rank
     bucket_bytes: int = 1 << 20    # MXKV_BUCKET_MB
 
     @property
@@ -114,7 +116,7 @@ class Planner:
         server's 2 G n / S; the slower of the two."""
         cluster = self.cluster
         leader = 2 * cluster.between.seconds(nbytes)
-        server = 2 * cluster.between.seconds(nbytes * cluster.hosts / cluster.server_count)
+        server = 2 * cluster.link_of_servers.seconds(nbytes * cluster.hosts / cluster.server_count)
         return Cost(max(leader, server), 0.0, 2 * nbytes)
 
     def _compute(self) -> tuple:
@@ -124,7 +126,7 @@ class Planner:
     def _prediction(self, configuration: str, mode: str, compute: float, update: float,
                     communication: Cost, synchronous: bool, server_bytes: float = 0.0,
                     hidden: float = 0.0) -> Prediction:
-        exposed = max(0.0, communication.seconds - hidden)
+        exposed = max(0.0, communication.seconds - hidden) + self.workload.overhead_seconds
         step = compute + update + exposed
         alone = self.workload.compute_seconds + self.workload.update_seconds
         return Prediction(configuration, mode, step, compute + update, exposed,
