@@ -100,6 +100,10 @@ def test_the_command_prints_a_table_and_a_recommendation(tmp_path):
     assert "allreduce, hierarchical" in done.stdout and "recommended: " in done.stdout
     predictions = json.loads((tmp_path / "plan.json").read_text())["predictions"]
     assert len(predictions) == 2 + 2 + 4 + 2  # allreduce x2, sync, async, easgd x4, lasgd x2
+    cluster = Cluster(4, 2, Link(2e-6, 100e9 / 8), Link(20e-6, 25e9 / 8))  # the defaults
+    expected = Planner(Workload(array_bytes(str(sizes)), 0.02), cluster).predictions()
+    assert [p["step_seconds"] for p in predictions] == pytest.approx(
+        [r.step_seconds for r in expected])
 
 
 @pytest.mark.parametrize("arguments, message", [

@@ -19,7 +19,7 @@ from ..errors import ConfigError
 from .cluster import Cluster, Link
 from .mode_costs import Planner, Workload, scaling
 from .model_sizes import array_bytes
-from .report import plot, recommendation, table
+from .report import plot, recommendation, scaling_table, table
 
 
 def parse_arguments(argv: List[str]) -> argparse.Namespace:
@@ -100,7 +100,7 @@ def measured_workload(args: argparse.Namespace, sizes: List[int]) -> Workload:
             update.append(time.perf_counter() - middle)
         print(f"measuring {args.model}: {rep + 1}/4", file=sys.stderr, flush=True)
     return Workload(sizes, sorted(compute)[len(compute) // 2], sorted(update)[len(update) // 2],
-                    int(args.bucket_mb * 2 ** 20))
+                    bucket_bytes=int(args.bucket_mb * 2 ** 20))
 
 
 def cluster_of(args: argparse.Namespace) -> Cluster:
@@ -122,7 +122,7 @@ def main(argv: List[str] = None) -> None:
         sys.exit(f"mxkv_hybrid.plan: {err}")
     workload = (measured_workload(args, sizes) if args.measure else
                 Workload(sizes, args.compute_ms / 1e3, args.update_ms / 1e3,
-                         int(args.bucket_mb * 2 ** 20)))
+                         bucket_bytes=int(args.bucket_mb * 2 ** 20)))
     cluster = cluster_of(args)
     options = {"table": algorithm_table.load(algorithm_table.default_path())
                if args.algorithm == "table" else None, "overlap": args.overlap}
@@ -140,8 +140,10 @@ def main(argv: List[str] = None) -> None:
                        "update_seconds": workload.update_seconds,
                        "predictions": [dataclasses.asdict(r) for r in rows]}, f, indent=1)
     if args.plot:
-        plot(scaling(workload, cluster, args.plot_hosts, **options), cluster.ranks_per_host,
-             f"{args.model}, {cluster.ranks_per_host} ranks a host", args.plot)
+        at_scale = scaling(workload, cluster, args.plot_hosts, **options)
+        print(scaling_table(at_scale, cluster.ranks_per_host))
+        plot(at_scale, cluster.ranks_per_host, f"{args.model}, {cluster.ranks_per_host} ranks a host",
+             args.plot)
         print(f"wrote {args.plot}")
 
 

@@ -39,6 +39,20 @@ def recommendation(rows: Sequence[Prediction]) -> str:
     return text + "."
 
 
+def scaling_table(predictions: Dict[int, List[Prediction]], ranks_per_host: int) -> str:
+    """Scaling efficiency (%) per configuration (rows) and host count (columns)."""
+    hosts = sorted(predictions)
+    names = [r.configuration for r in predictions[hosts[-1]]]
+    lines = [f"{'efficiency %, ranks:':>24} " + " ".join(f"{h * ranks_per_host:>6}" for h in hosts)]
+    for name in names:
+        cells = []
+        for h in hosts:
+            found = [r for r in predictions[h] if r.configuration == name]
+            cells.append(f"{100 * found[0].efficiency:6.0f}" if found else f"{'-':>6}")
+        lines.append(f"{name:>24} " + " ".join(cells))
+    return "\n".join(lines)
+
+
 def plot(predictions: Dict[int, List[Prediction]], ranks_per_host: int, title: str,
          path: str) -> None:
     """Predicted step time and scaling efficiency against the host count, per configuration."""
