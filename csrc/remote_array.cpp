@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstring>
+#include <map>
 #include <stdexcept>
 #include <string>
 
@@ -34,17 +35,18 @@ MPI_Datatype accumulable_type(int dtype) {
 }  // namespace
 
 RemoteArray::RemoteArray(MPI_Comm comm, int64_t total, int dtype, const std::vector<int>& holders)
-    : type_(accumulable_type(dtype)), itemsize_(dtype_size(dtype)), total_(total) {
+    : dtype_(dtype), type_(accumulable_type(dtype)), itemsize_(dtype_size(dtype)), total_(total) {
   if (holders.empty()) throw std::invalid_argument("a remote array needs at least one holder");
   check(MPI_Comm_dup(comm, &comm_), "MPI_Comm_dup");
   MPI_Comm_rank(comm_, &rank_);
   const int64_t parts = static_cast<int64_t>(holders.size());
-  int64_t mine = 0;
+  std::map<int, int64_t> held;  // elements each holder's window holds so far
   for (int64_t i = 0; i < parts; ++i) {
-    RemoteChunk chunk{holders[i], total * i / parts, total * (i + 1) / parts - total * i / parts};
-    chunks_.push_back(chunk);
-    if (chunk.holder == rank_) mine += chunk.count;
+    const int64_t start = total * i / parts, count = total * (i + 1) / parts - start;
+    chunks_.push_back({holders[i], start, count, held[holders[i]]});
+    held[holders[i]] += count;
   }
+  const int64_t mine = held[rank_];
   void* base = nullptr;
   check(MPI_Win_allocate(static_cast<MPI_Aint>(mine * itemsize_), static_cast<int>(itemsize_),
                          MPI_INFO_NULL, comm_, &base, &window_), "MPI_Win_allocate");
@@ -77,13 +79,6 @@ void RemoteArray::write(const Ranges& ranges, const Counts& counts) {
 
 void RemoteArray::transfer(Kind kind, const Ranges& ranges, const Counts& counts) {
   if (ranges.size() != counts.size()) throw std::invalid_argument("ranges and counts differ in length");
-  // Displacements inside each holder's window: the chunks it holds, in order.
-  std::vector<int64_t> offset_in_window(chunks_.size(), 0);
-  for (size_t i = 1; i < chunks_.size(); ++i) {
-    for (size_t j = 0; j < i; ++j) {
-      if (chunks_[j].holder == chunks_[i].holder) offset_in_window[i] += chunks_[j].count;
-    }
-  }
   for (size_t r = 0; r < ranges.size(); ++r) {
     const int64_t start = ranges[r].first, count = counts[r];
     if (start < 0 || count < 0 || start + count > total_) {
@@ -92,14 +87,13 @@ void RemoteArray::transfer(Kind kind, const Ranges& ranges, const Counts& counts
                               std::to_string(total_) + " elements");
     }
     char* memory = static_cast<char*>(ranges[r].second);
-    for (size_t c = 0; c < chunks_.size(); ++c) {
-      const RemoteChunk& chunk = chunks_[c];
+    for (const RemoteChunk& chunk : chunks_) {
       int64_t from = std::max(start, chunk.start);
       const int64_t to = std::min(start + count, chunk.start + chunk.count);
       for (; from < to; from += kMaxPiece) {
         const int n = static_cast<int>(std::min(kMaxPiece, to - from));
         char* origin = memory + (from - start) * itemsize_;
-        const MPI_Aint where = offset_in_window[c] + (from - chunk.start);
+        const MPI_Aint where = chunk.offset + (from - chunk.start);
         if (kind == Kind::kRead) {
           check(MPI_Get_accumulate(nullptr, 0, type_, origin, n, type_, chunk.holder, where, n,
                                    type_, MPI_NO_OP, window_), "MPI_Get_accumulate");

@@ -18,11 +18,13 @@
 
 namespace mxkv {
 
-// [start, start + count) of the array, kept by rank `holder` of the window's comm.
+// [start, start + count) of the array, kept by rank `holder` of the window's comm at
+// element `offset` of its window (after the chunks it holds before this one).
 struct RemoteChunk {
   int holder;
   int64_t start;
   int64_t count;
+  int64_t offset;
 };
 
 class RemoteArray {
@@ -49,6 +51,7 @@ class RemoteArray {
 
   const std::vector<RemoteChunk>& chunks() const { return chunks_; }
   int64_t total() const { return total_; }
+  int dtype() const { return dtype_; }  // MXNet's dtype code
   // Bytes this rank moved from / into chunks other ranks hold (its own chunks are local).
   int64_t bytes_read() const { return bytes_read_; }
   int64_t bytes_accumulated() const { return bytes_accumulated_; }  // accumulated or written
@@ -60,6 +63,7 @@ class RemoteArray {
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0;
   MPI_Win window_ = MPI_WIN_NULL;
+  int dtype_;
   MPI_Datatype type_;
   size_t itemsize_;
   int64_t total_;

@@ -18,21 +18,22 @@ namespace py = pybind11;
 namespace {
 
 using Handles = std::vector<std::pair<int64_t, uintptr_t>>;  // (start, NDArray handle)
+using Transfer = void (mxkv::RemoteArray::*)(const mxkv::RemoteArray::Ranges&,
+                                             const mxkv::RemoteArray::Counts&);
 
 // Resolves the arrays (after MXNet's engine is done with them) into ranges of the
 // remote array, then runs `transfer` on them without the GIL.
-template <typename Transfer>
-void run_on(mxkv::RemoteArray& self, int dtype, const Handles& handles, Transfer transfer) {
+void run_on(mxkv::RemoteArray& self, const Handles& handles, Transfer transfer) {
   py::gil_scoped_release release;
   mxkv::wait_for_engine();
   mxkv::RemoteArray::Ranges ranges;
   mxkv::RemoteArray::Counts counts;
   for (const auto& [start, handle] : handles) {
     mxkv::ArrayView view = mxkv::resolve_array(reinterpret_cast<mxkv::NDArrayHandle>(handle));
-    if (view.dtype != dtype) {
+    if (view.dtype != self.dtype()) {
       throw std::invalid_argument(std::string("an array of ") + mxkv::dtype_name(view.dtype) +
                                   " cannot move to or from a remote array of " +
-                                  mxkv::dtype_name(dtype));
+                                  mxkv::dtype_name(self.dtype()));
     }
     ranges.emplace_back(start, view.data);
     counts.push_back(view.count);
@@ -40,10 +41,19 @@ void run_on(mxkv::RemoteArray& self, int dtype, const Handles& handles, Transfer
   (self.*transfer)(ranges, counts);
 }
 
+// A method taking [(start, NDArray handle)] that runs `transfer` on them.
+void bind_transfer(py::class_<mxkv::RemoteArray>& cls, const char* name, Transfer transfer,
+                   const char* doc) {
+  cls.def(name, [transfer](mxkv::RemoteArray& self, const Handles& arrays) {
+    run_on(self, arrays, transfer);
+  }, py::arg("arrays"), doc);
+}
+
 }  // namespace
 
 void bind_remote_array(py::module& m) {
-  py::class_<mxkv::RemoteArray>(m, "RemoteArray")
+  py::class_<mxkv::RemoteArray> cls(m, "RemoteArray");
+  cls
       .def(py::init([](int64_t fortran_comm, int64_t total, int dtype, const std::vector<int>& holders) {
              return new mxkv::RemoteArray(MPI_Comm_f2c(static_cast<MPI_Fint>(fortran_comm)), total,
                                           dtype, holders);
@@ -51,24 +61,6 @@ void bind_remote_array(py::module& m) {
            py::arg("fortran_comm"), py::arg("total"), py::arg("dtype"), py::arg("holders"),
            "Collective over the communicator (mpi4py: comm.py2f()): `total` zeros of MXNet dtype "
            "code `dtype` (float32/float64) in balanced chunks, chunk i in a window on rank holders[i].")
-      .def("read",
-           [](mxkv::RemoteArray& self, int dtype, const Handles& arrays) {
-             run_on(self, dtype, arrays, &mxkv::RemoteArray::read);
-           },
-           py::arg("dtype"), py::arg("arrays"),
-           "[(start, NDArray handle)]: each array = remote[start:start+its size] (atomic per element).")
-      .def("accumulate",
-           [](mxkv::RemoteArray& self, int dtype, const Handles& arrays) {
-             run_on(self, dtype, arrays, &mxkv::RemoteArray::accumulate);
-           },
-           py::arg("dtype"), py::arg("arrays"),
-           "[(start, NDArray handle)]: remote[start:start+its size] += each array (atomic per element).")
-      .def("write",
-           [](mxkv::RemoteArray& self, int dtype, const Handles& arrays) {
-             run_on(self, dtype, arrays, &mxkv::RemoteArray::write);
-           },
-           py::arg("dtype"), py::arg("arrays"),
-           "[(start, NDArray handle)]: remote[start:start+its size] = each array (set-up, restore).")
       .def("barrier", &mxkv::RemoteArray::barrier, py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("total", &mxkv::RemoteArray::total)
       .def_property_readonly("bytes_read", &mxkv::RemoteArray::bytes_read)
@@ -78,4 +70,13 @@ void bind_remote_array(py::module& m) {
         for (const mxkv::RemoteChunk& c : self.chunks()) out.append(py::make_tuple(c.holder, c.start, c.count));
         return out;
       }, "[(holder, start, count)] per chunk.");
+  bind_transfer(cls, "read", &mxkv::RemoteArray::read,
+                "[(start, NDArray handle)]: each array = remote[start:start+its size] (atomic "
+                "per element).");
+  bind_transfer(cls, "accumulate", &mxkv::RemoteArray::accumulate,
+                "[(start, NDArray handle)]: remote[start:start+its size] += each array (atomic "
+                "per element).");
+  bind_transfer(cls, "write", &mxkv::RemoteArray::write,
+                "[(start, NDArray handle)]: remote[start:start+its size] = each array (set-up, "
+                "restore).");
 }

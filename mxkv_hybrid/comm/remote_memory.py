@@ -35,8 +35,8 @@ class RemoteArray:
             raise MXKVError(f"remote memory holds float32 or float64 arrays, not {dtype} (MPI "
                             "has no accumulate for 16-bit floats): keep the weights in float32")
         self.dtype = dtype
-        self._code = DTYPE_CODES[dtype]
-        self._impl = _extension().RemoteArray(comm.py2f(), int(total), self._code, list(holders))
+        self._impl = _extension().RemoteArray(comm.py2f(), int(total), DTYPE_CODES[dtype],
+                                              list(holders))
 
     @property
     def total(self) -> int:
@@ -60,18 +60,18 @@ class RemoteArray:
     def read(self, pieces: Pieces) -> int:
         """Each local array = the remote elements from its start (complete on return).
         Returns the bytes moved from other ranks."""
-        return self._moving(lambda: self._impl.read(self._code, self._handles(pieces)))
+        return self._moving(lambda: self._impl.read(self._handles(pieces)))
 
     def accumulate(self, pieces: Pieces) -> int:
         """The remote elements from each start += the local array (done at the holders on
         return). Returns the bytes moved to other ranks."""
-        return self._moving(lambda: self._impl.accumulate(self._code, self._handles(pieces)))
+        return self._moving(lambda: self._impl.accumulate(self._handles(pieces)))
 
     def write(self, pieces: Pieces) -> int:
         """The remote elements from each start = the local array; not atomic against
         accumulates (for setting up and restoring, when no other rank touches them).
         Returns the bytes moved to other ranks."""
-        return self._moving(lambda: self._impl.write(self._code, self._handles(pieces)))
+        return self._moving(lambda: self._impl.write(self._handles(pieces)))
 
     def barrier(self) -> None:
         """Waits for every rank of the array's communicator."""

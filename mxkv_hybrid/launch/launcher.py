@@ -303,7 +303,8 @@ def check_sync_restarts(parser: argparse.ArgumentParser, args: argparse.Namespac
 
 def check_separable_mode(parser: argparse.ArgumentParser, mode: str, option: str) -> None:
     """Refuses `option` (each group its own MPI job) where config's rule refuses it."""
-    refusal = separate_groups_refusal(mode, read_knob("MXKV_EASGD_SYNC"), read_knob("MXKV_TRANSPORT"))
+    refusal = separate_groups_refusal(mode, read_knob("MXKV_EASGD_SYNC"),
+                                      read_knob("MXKV_TRANSPORT"))
     if refusal:
         parser.error(f"{option} runs each group as its own MPI job, and {refusal}: drop {option}")
 

@@ -191,7 +191,8 @@ class ElasticAveraging:
 
     def load_state(self, state: dict) -> None:
         """Restores the counters; world rank 0 sets the centre (on the servers, or in the
-        leaders' windows) to the saved one (collective: every rank calls it, after the parameters are initialised).
+        leaders' windows) to the saved one (collective: every rank calls it, after the
+        parameters are initialised).
         Separate group jobs: the group's own counters; the centre is set back (by group 0's
         leader, no other group waits for it) only in a job started afresh, since the servers
         of a restarted group kept the centre the other groups moved on."""

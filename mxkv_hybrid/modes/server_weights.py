@@ -61,12 +61,12 @@ class ServerWeights:
         self._group = TensorCollectives(groups.group_comm, replace(config, overlap=False))
         self._average = config.average
         # sync: the servers' optimizer divides the sum of the groups' sums by the ranks
-        self._gradient_scale = 1.0 / world.size if config.average and not self._asynchronous else 1.0
+        summed = config.average and not self._asynchronous
+        self._gradient_scale = 1.0 / world.size if summed else 1.0
         self._optimizer: Optional[mx.optimizer.Optimizer] = None
         self._sent_settings: Optional[Tuple[float, float]] = None  # (lr, rescale_grad) there
         self._sends_settings = self._asynchronous or groups.group_index == 0  # sync: others push 0
         self._server_keys = ServerKeys()
-        self._optimizer_set = False
         self._who = f"group {groups.group_index} (leader rank {world.rank})"
         self._counter = mx.nd.zeros((1,))
         self._one = mx.nd.ones((1,))
@@ -91,18 +91,18 @@ class ServerWeights:
         return key in self._server_keys
 
     def updates(self, key: Key) -> bool:
-        return self._optimizer_set and key in self._server_keys
+        return self._optimizer is not None and key in self._server_keys
 
     @property
     def has_optimizer(self) -> bool:
-        return self._optimizer_set
+        return self._optimizer is not None
 
     @property
     def updater(self):
         raise MXKVError(SERVER_SIDE_STATES[self._mode])
 
     def set_optimizer(self, optimizer: mx.optimizer.Optimizer) -> None:
-        if not self._optimizer_set:  # the first time: the keys of the counter and settings
+        if self._optimizer is None:  # the first time: the keys of the counter and settings
             self._server_keys.claim(COUNTER_KEY, "the servers' optimizer (its push counter)")
             for key in self._settings_keys:
                 self._server_keys.claim(key, "the servers' optimizer (its settings)")
@@ -114,7 +114,6 @@ class ServerWeights:
             self._ps.set_optimizer(ServerOptimizer(optimizer))
         self._optimizer = optimizer
         self._sent_settings = None
-        self._optimizer_set = True
 
     def init(self, op: str, keys: Sequence[Key], values: Sequence[Arrays],
              outs: Sequence[Arrays]) -> None:
@@ -161,7 +160,7 @@ class ServerWeights:
             server_keys = [self._server_keys[k] for k in keys]
             pushed = [v[0] for v in values] if values is not None else []
             pulled = [o[0] for o in outs] if outs is not None else []
-            if self._optimizer_set and self._asynchronous:  # pushes counted: staleness
+            if self._optimizer is not None and self._asynchronous:  # pushes counted: staleness
                 server_keys.append(COUNTER_KEY)
                 pushed += [self._one] if values is not None else []
                 pulled += [self._counter] if outs is not None else []
@@ -180,7 +179,7 @@ class ServerWeights:
         landed (a barrier over all ranks; separate group jobs: over the group, then the
         leaders' finish line, which does not wait for a lost group)."""
         wait_for_leader(self._world.comm, is_leader=False)
-        if self._finish is not None and self._optimizer_set:  # else no group pushed anything
+        if self._finish is not None and self.has_optimizer:  # else no group pushed anything
             self._finish.cross()
         self.pull(keys, outs)
 
@@ -203,7 +202,7 @@ class ServerWeights:
         """Updates applied between this leader's last two pulls, less its own pushes: the
         other groups' updates its gradient did not see (an upper estimate: updates landing
         between its push and its pull count too)."""
-        if not (self._optimizer_set and self._asynchronous):
+        if self._optimizer is None or not self._asynchronous:
             return
         self._pushes_since_pull += int(pushed)
         if pulled:

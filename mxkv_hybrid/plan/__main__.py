@@ -54,7 +54,8 @@ def parse_arguments(argv: List[str]) -> argparse.Namespace:
                               "(one per rank, not shared), Mbit/s")
     cluster.add_argument("--emulated-latency-ms", type=float, default=0.0,
                          help="with --emulated-mbps: MXKV_THROTTLE_LATENCY_MS")
-    cluster.add_argument("--servers", type=int, default=0, help="parameter servers (0: one per host)")
+    cluster.add_argument("--servers", type=int, default=0,
+                         help="parameter servers (0: one per host)")
     plan = parser.add_argument_group("what to compare")
     plan.add_argument("--taus", type=int, nargs="+", default=[4, 16],
                       help="averaging periods of easgd and lasgd")
@@ -64,7 +65,8 @@ def parse_arguments(argv: List[str]) -> argparse.Namespace:
     plan.add_argument("--bucket-mb", type=float, default=1.0, help="MXKV_BUCKET_MB")
     plan.add_argument("--overlap", action="store_true", help="MXKV_OVERLAP=1 (mode allreduce)")
     plan.add_argument("--plot", help="PNG: predicted step and efficiency against host count")
-    plan.add_argument("--plot-hosts", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32, 64, 128, 256])
+    plan.add_argument("--plot-hosts", type=int, nargs="+",
+                      default=[1, 2, 4, 8, 16, 32, 64, 128, 256])
     plan.add_argument("--json", help="write the predictions to this file")
     args = parser.parse_args(argv)
     if args.compute_ms is None and not args.measure:
@@ -142,8 +144,8 @@ def main(argv: List[str] = None) -> None:
     if args.plot:
         at_scale = scaling(workload, cluster, args.plot_hosts, **options)
         print(scaling_table(at_scale, cluster.ranks_per_host))
-        plot(at_scale, cluster.ranks_per_host, f"{args.model}, {cluster.ranks_per_host} ranks a host",
-             args.plot)
+        plot(at_scale, cluster.ranks_per_host,
+             f"{args.model}, {cluster.ranks_per_host} ranks a host", args.plot)
         print(f"wrote {args.plot}")
 
 

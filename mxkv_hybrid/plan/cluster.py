@@ -22,8 +22,8 @@ class Cluster:
     `shared_nic` (a real host's network card), one per rank otherwise (the emulated link,
     MXKV_THROTTLE_*). `servers` parameter-server processes (0: one per host), each with a
     link of its own: `server_link`, or `between` when None (the emulated link charges the
-    leaders only, so a rehearsal on one machine gives its servers the inside link). `cores_per_host` < ranks_per_host: ranks share cores, so
-    compute stretches."""
+    leaders only, so a rehearsal on one machine gives its servers the inside link).
+    `cores_per_host` < ranks_per_host: ranks share cores, so compute stretches."""
 
     hosts: int
     ranks_per_host: int

@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Dict
 
-from .cluster import Cluster, Link
+from .cluster import Cluster
 
 
 @dataclass(frozen=True)

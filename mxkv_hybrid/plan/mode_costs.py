@@ -19,9 +19,10 @@ and o (every mode) the store's own cost a step on one rank (calls, hooks), if kn
                  overlaps the next tau steps: only what exceeds tau x c shows
 With overlap (MXKV_OVERLAP=1, mode allreduce) the allreduce hides behind backward, taken
 as 2/3 of c. Scaling efficiency: (compute + update of one rank alone) / step."""
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Dict, List, Optional, Sequence
 
+from ..comm import algorithm_table
 from .cluster import Cluster
 from .collective_costs import ALGORITHMS, NOTHING, Cost, Span, hierarchical
 
@@ -67,7 +68,6 @@ class Prediction:
     server_bytes: float          # per step, in and out of each server
     efficiency: float            # against one rank alone
     synchronous: bool            # the same step as one process on the union of the batches
-    notes: Dict[str, float] = field(default_factory=dict)
 
 
 class Planner:
@@ -83,25 +83,24 @@ class Planner:
         self._overlap = overlap
 
     # ---- building blocks -------------------------------------------------------------
-    def algorithm_for(self, nbytes: float, ranks: int, span: Span) -> str:
+    def algorithm_for(self, nbytes: float, span: Span) -> str:
+        """The table's algorithm for a bucket of `nbytes` on `span` (its rules for the
+        nearest rank count), or the cheapest one."""
         if self._table is None:
             return min(("ring", "rhd", "rd"),
                        key=lambda a: ALGORITHMS[a](nbytes, span, self.cluster).seconds)
-        nearest = min(self._table, key=lambda measured: (abs(measured - ranks), measured))
-        for limit, name in self._table[nearest]:
-            if limit == -1 or nbytes <= limit:
-                return name
-        return self._table[nearest][-1][1]
+        rules = algorithm_table.rules_for(self._table, span.ranks)
+        return next(name for limit, name in rules if limit == -1 or nbytes <= limit)
 
     def allreduce(self, span: Span, hierarchy: bool = False) -> Cost:
         """The gradients' allreduce over `span`, bucket by bucket."""
         total = NOTHING
         for bucket in self.workload.buckets():
             if hierarchy and span.hosts > 1 and span.per_host > 1:
-                across = self.algorithm_for(bucket / span.per_host, span.hosts, Span(span.hosts, 1))
+                across = self.algorithm_for(bucket / span.per_host, Span(span.hosts, 1))
                 total = total + hierarchical(bucket, span, self.cluster, across)
             else:
-                name = self.algorithm_for(bucket, span.ranks, span)
+                name = self.algorithm_for(bucket, span)
                 total = total + ALGORITHMS[name](bucket, span, self.cluster)
         return total
 
@@ -140,11 +139,13 @@ class Planner:
         host = Span(cluster.ranks_per_host, cluster.ranks_per_host)
         compute, update = self._compute()
         hidden = BACKWARD_SHARE * compute if self._overlap else 0.0
-        rows = [self._prediction("allreduce, flat", "allreduce", compute, update,
-                                 self.allreduce(world), True, hidden=hidden)]
+        flat = self.allreduce(world)
+        rows = [self._prediction("allreduce, flat", "allreduce", compute, update, flat, True,
+                                 hidden=hidden)]
         if cluster.hosts > 1 and cluster.ranks_per_host > 1:
+            hierarchical = self.allreduce(world, hierarchy=True)
             rows.append(self._prediction("allreduce, hierarchical", "allreduce", compute, update,
-                                         self.allreduce(world, hierarchy=True), True, hidden=hidden))
+                                         hierarchical, True, hidden=hidden))
         if cluster.hosts > 1:
             per_server = 2 * n * cluster.hosts / cluster.server_count
             inside = self.allreduce(host)
@@ -153,20 +154,19 @@ class Planner:
                                          through_servers, True, per_server))
             rows.append(self._prediction("async", "async", compute, update / cluster.server_count,
                                          through_servers, False, per_server))
+            remote = n * (cluster.hosts - 1) / cluster.hosts  # what the other leaders hold
+            exchanges = {"ps": self._servers(n) + self._broadcast_inside(n),
+                         "rma": Cost(2 * cluster.between.seconds(remote), 0.0, 2 * remote)
+                         + self._broadcast_inside(n)}
             for tau in taus:
-                exchange_ps = self._servers(n) + self._broadcast_inside(n)
-                remote = n * (cluster.hosts - 1) / cluster.hosts
-                exchange_rma = Cost(2 * cluster.between.seconds(remote), 0.0, 2 * remote) \
-                    + self._broadcast_inside(n)
-                for transport, exchange in (("ps", exchange_ps), ("rma", exchange_rma)):
+                for transport, exchange in exchanges.items():
                     per_step = inside + _every(exchange, tau)
                     rows.append(self._prediction(
                         f"easgd tau={tau} ({transport})", "easgd", compute, update, per_step,
                         False, per_server / tau if transport == "ps" else 0.0))
-        for tau in taus:
-            average = self.allreduce(world)
-            shown = Cost(max(0.0, average.seconds - tau * compute), average.bytes_inside,
-                         average.bytes_across)
+        for tau in taus:  # lasgd averages the weights (the model's bytes) as flat does
+            shown = Cost(max(0.0, flat.seconds - tau * compute), flat.bytes_inside,
+                         flat.bytes_across)
             rows.append(self._prediction(f"lasgd tau={tau}", "lasgd", compute, update,
                                          _every(shown, tau), False))
         return rows

@@ -27,8 +27,8 @@ class ServerOptimizer(mx.optimizer.Optimizer):
     between); FINISH_KEY adds what is pushed (a tally); a push to the server's key of
     SETTINGS_KEYS is [learning rate, rescale_grad] for its `inner` from now on (so a
     Trainer's set_learning_rate and a changed batch size reach the servers, whose optimizer
-    is a pickled copy); AGREE_KEY and CHUNK_KEYS keep the sum of the pushes (dist_sync: what the groups sum
-    through the servers, untouched by the optimizer)."""
+    is a pickled copy); AGREE_KEY and CHUNK_KEYS keep the sum of the pushes (dist_sync: what
+    the groups sum through the servers, untouched by the optimizer)."""
 
     def __init__(self, inner: mx.optimizer.Optimizer):
         super().__init__()
