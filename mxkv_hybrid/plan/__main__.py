@@ -56,6 +56,11 @@ def parse_arguments(argv: List[str]) -> argparse.Namespace:
                          help="with --emulated-mbps: MXKV_THROTTLE_LATENCY_MS")
     cluster.add_argument("--servers", type=int, default=0,
                          help="parameter servers (0: one per host)")
+    cluster.add_argument("--server-gbps", type=float,
+                         help="what one parameter server moves, Gbit/s: its link, or ps-lite's "
+                              "own throughput when lower (default: as --between-gbps)")
+    cluster.add_argument("--server-latency-us", type=float, default=50.0,
+                         help="with --server-gbps: a push's or pull's latency")
     plan = parser.add_argument_group("what to compare")
     plan.add_argument("--taus", type=int, nargs="+", default=[4, 16],
                       help="averaging periods of easgd and lasgd")
@@ -111,9 +116,11 @@ def cluster_of(args: argparse.Namespace) -> Cluster:
         between = Link(args.emulated_latency_ms * 1e-3, args.emulated_mbps * 1e6 / 8)
     else:
         between = Link(args.between_latency_us * 1e-6, args.between_gbps * 1e9 / 8)
+    servers = (Link(args.server_latency_us * 1e-6, args.server_gbps * 1e9 / 8)
+               if args.server_gbps else None)
     return Cluster(args.hosts, args.ranks_per_host, inside, between,
                    servers=args.servers, shared_nic=not args.emulated_mbps,
-                   cores_per_host=args.cores_per_host)
+                   server_link=servers, cores_per_host=args.cores_per_host)
 
 
 def main(argv: List[str] = None) -> None:

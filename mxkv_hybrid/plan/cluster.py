@@ -32,6 +32,8 @@ class Cluster:
     servers: int = 0
     shared_nic: bool = True
     server_link: Optional[Link] = None
+    connection: Optional[Link] = None  # one worker's ps-lite connection to a server, when its
+    #                                    own throughput (TCP, copies) is below the links'
     cores_per_host: float = 0  # 0: one core (or GPU) per rank; may be a share of a core
 
     @property

@@ -6,17 +6,25 @@ travel in the fused buckets the collectives make (arrays below the bucket size p
 together, larger ones alone), each bucket by the algorithm the table (MXKV_ALGO=auto)
 gives for its size and rank count, or the cheapest one (`algorithm="best"`).
 Per step, with c = compute x oversubscription, u = update x oversubscription, n = bytes,
-and o (every mode) the store's own cost a step on one rank (calls, hooks), if known:
+and o (every mode) the store's own cost a step (calls, hooks; CPU work, so it stretches
+with oversubscription like compute), if known:
   allreduce      c + sum over buckets of the allreduce (flat, or hierarchical) + u
   sync           c + the allreduce inside the host + the leader's push and pull of n to the
-                 servers (its link: 2 n; each server's: 2 G n / S) + u / S on the servers
+                 servers (2 n over the slower of its link and a server's; each server's
+                 link: 2 G n / S) + u / S on the servers
                  + a broadcast of n inside the host
-  async          as sync (groups do not wait for each other, but share the servers' links)
+  async          as sync, but the servers update once per push: G u / S (groups do not wait
+                 for each other, but share the servers' links and time)
   easgd tau      c + the allreduce inside the host + u + one elastic exchange every tau steps:
                  ps: the leader pulls n and pushes n (servers' links 2 G n / S); rma: it reads
                  and adds the (G-1)/G of n the other leaders hold; then a broadcast inside
   lasgd tau      c + u + an allreduce of the weights over all ranks every tau steps, which
                  overlaps the next tau steps: only what exceeds tau x c shows
+Waiting: a step whose collective waits for every rank (allreduce, sync; lasgd's average
+once every tau steps) pays w_world, one that waits for its group only (async, easgd)
+w_group: the slowest rank's lateness beyond the compute above (stragglers; on a host
+with fewer cores than ranks, the waiting ranks' spinning too). Given (--straggler-ms)
+or measured (examples/benchmarks/planner_validation.py); 0 by default.
 With overlap (MXKV_OVERLAP=1, mode allreduce) the allreduce hides behind backward, taken
 as 2/3 of c. Scaling efficiency: (compute + update of one rank alone) / step."""
 from dataclasses import dataclass, replace
@@ -35,6 +43,8 @@ class Workload:
     compute_seconds: float         # forward + backward of one batch, one rank alone
     update_seconds: float = 0.0    # the optimizer's update of the whole model, one rank alone
     overhead_seconds: float = 0.0  # the store's own cost a step (hooks, calls), one rank
+    world_wait_seconds: float = 0.0  # what a step that waits for every rank costs beyond
+    group_wait_seconds: float = 0.0  # compute (stragglers; spinning on shared cores); a group
     bucket_bytes: int = 1 << 20    # MXKV_BUCKET_MB
 
     @property
@@ -111,10 +121,13 @@ class Planner:
         return Cost(self.cluster.inside.seconds(nbytes), nbytes, 0.0)
 
     def _servers(self, nbytes: float) -> Cost:
-        """The leaders push and pull `nbytes` at once: each leader's link carries 2 n, each
-        server's 2 G n / S; the slower of the two."""
+        """The leaders push and pull `nbytes` at once: each leader's transfer is bound by its
+        link, a server's and its connection's (2 n over the slowest), each server's link
+        carries 2 G n / S; the slower of the two."""
         cluster = self.cluster
-        leader = 2 * cluster.between.seconds(nbytes)
+        links = [cluster.between, cluster.link_of_servers] + [
+            link for link in (cluster.connection,) if link]
+        leader = 2 * max(link.seconds(nbytes) for link in links)
         server = 2 * cluster.link_of_servers.seconds(nbytes * cluster.hosts / cluster.server_count)
         return Cost(max(leader, server), 0.0, 2 * nbytes)
 
@@ -124,8 +137,9 @@ class Planner:
 
     def _prediction(self, configuration: str, mode: str, compute: float, update: float,
                     communication: Cost, synchronous: bool, server_bytes: float = 0.0,
-                    hidden: float = 0.0) -> Prediction:
-        exposed = max(0.0, communication.seconds - hidden) + self.workload.overhead_seconds
+                    hidden: float = 0.0, wait: float = 0.0) -> Prediction:
+        overhead = self.workload.overhead_seconds * self.cluster.oversubscription
+        exposed = max(0.0, communication.seconds - hidden) + overhead + wait
         step = compute + update + exposed
         alone = self.workload.compute_seconds + self.workload.update_seconds
         return Prediction(configuration, mode, step, compute + update, exposed,
@@ -140,20 +154,23 @@ class Planner:
         compute, update = self._compute()
         hidden = BACKWARD_SHARE * compute if self._overlap else 0.0
         flat = self.allreduce(world)
+        everyone = self.workload.world_wait_seconds
+        group = self.workload.group_wait_seconds if cluster.ranks_per_host > 1 else 0.0
         rows = [self._prediction("allreduce, flat", "allreduce", compute, update, flat, True,
-                                 hidden=hidden)]
+                                 hidden=hidden, wait=everyone)]
         if cluster.hosts > 1 and cluster.ranks_per_host > 1:
             hierarchical = self.allreduce(world, hierarchy=True)
             rows.append(self._prediction("allreduce, hierarchical", "allreduce", compute, update,
-                                         hierarchical, True, hidden=hidden))
+                                         hierarchical, True, hidden=hidden, wait=everyone))
         if cluster.hosts > 1:
             per_server = 2 * n * cluster.hosts / cluster.server_count
             inside = self.allreduce(host)
             through_servers = inside + self._servers(n) + self._broadcast_inside(n)
             rows.append(self._prediction("sync", "sync", compute, update / cluster.server_count,
-                                         through_servers, True, per_server))
-            rows.append(self._prediction("async", "async", compute, update / cluster.server_count,
-                                         through_servers, False, per_server))
+                                         through_servers, True, per_server, wait=everyone))
+            rows.append(self._prediction("async", "async", compute,  # an update per push
+                                         update * cluster.hosts / cluster.server_count,
+                                         through_servers, False, per_server, wait=group))
             remote = n * (cluster.hosts - 1) / cluster.hosts  # what the other leaders hold
             exchanges = {"ps": self._servers(n) + self._broadcast_inside(n),
                          "rma": Cost(2 * cluster.between.seconds(remote), 0.0, 2 * remote)
@@ -163,12 +180,12 @@ class Planner:
                     per_step = inside + _every(exchange, tau)
                     rows.append(self._prediction(
                         f"easgd tau={tau} ({transport})", "easgd", compute, update, per_step,
-                        False, per_server / tau if transport == "ps" else 0.0))
+                        False, per_server / tau if transport == "ps" else 0.0, wait=group))
         for tau in taus:  # lasgd averages the weights (the model's bytes) as flat does
             shown = Cost(max(0.0, flat.seconds - tau * compute), flat.bytes_inside,
                          flat.bytes_across)
             rows.append(self._prediction(f"lasgd tau={tau}", "lasgd", compute, update,
-                                         _every(shown, tau), False))
+                                         _every(shown, tau), False, wait=everyone / tau))
         return rows
 
 
