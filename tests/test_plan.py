@@ -84,6 +84,38 @@ def test_averaging_every_tau_steps_sends_a_tau_th_of_the_bytes(resnet50):
         assert rows[mode.format(16)].bytes_across > 0
 
 
+def _steps(workload: Workload, cluster: Cluster) -> dict:
+    return {r.configuration: r.step_seconds for r in Planner(workload, cluster).predictions((4,))}
+
+
+def test_waiting_is_paid_by_the_scope_each_mode_waits_for():
+    """The world wait every step where every rank waits (allreduce, sync), a tau-th of it in
+    lasgd; the group wait in async and easgd, whose groups do not wait for each other."""
+    base = Workload([N], 0.05, 0.01)
+    plain = _steps(base, two_by_two())
+    waited = _steps(Workload([N], 0.05, 0.01, world_wait_seconds=0.004, group_wait_seconds=0.001),
+                    two_by_two())
+    extra = {name: waited[name] - plain[name] for name in plain}
+    for name in ("allreduce, flat", "allreduce, hierarchical", "sync"):
+        assert extra[name] == pytest.approx(0.004)
+    for name in ("async", "easgd tau=4 (ps)", "easgd tau=4 (rma)"):
+        assert extra[name] == pytest.approx(0.001)
+    assert extra["lasgd tau=4"] == pytest.approx(0.001)
+
+
+def test_a_slow_parameter_server_connection_bounds_the_leaders_transfers():
+    """A leader pushes and pulls n over the slowest of its link, the server's and its
+    ps-lite connection; async's servers update once per push (G u / S a step)."""
+    workload = Workload([N], 0.05, 0.01)
+    slow = Cluster(2, 2, INSIDE, BETWEEN, shared_nic=False, servers=2,
+                   connection=Link(0.0, 1e7))
+    fast = Cluster(2, 2, INSIDE, BETWEEN, shared_nic=False, servers=2)
+    delay = _steps(workload, slow)["sync"] - _steps(workload, fast)["sync"]
+    assert delay == pytest.approx(2 * (N / 1e7 - (1e-3 + N / 1e8)))
+    steps = _steps(workload, fast)
+    assert steps["async"] - steps["sync"] == pytest.approx(0.01 * 2 / 2 - 0.01 / 2)
+
+
 def test_fused_buckets_pack_small_arrays_and_leave_large_ones_alone():
     workload = Workload([100, 2 << 20, 600 << 10, 600 << 10], 0.0, bucket_bytes=1 << 20)
     assert sorted(workload.buckets()) == sorted([2 << 20, 100 + (600 << 10), 600 << 10])

@@ -8,11 +8,15 @@ of tau steps (forward, backward, trainer.step, so averaging steps count) for abo
 --seconds; a job's step is rank 0's median window over tau, a configuration's the median
 job. It is set beside the planner's prediction for the same cluster, given what it would
 be given for a real one, measured here first: the link between two ranks (an MPI
-ping-pong), a worker's link to a ps-lite server (push and pull, one worker, one server),
-and per rank count the compute and update of the slowest rank with all the job's ranks
-computing at once without a store (this machine's 2 cores are shared), plus the store's
-own cost a step (a 1-rank job's step less compute and update alone, stretched as compute
-is). The servers are not behind the emulated link (it charges the leaders). Prints a
+ping-pong); ps-lite (push and pull of 1 KiB and 32 MiB): one worker's connection to a
+server, and a server's own throughput serving two workers at once; per rank count, with
+all the job's ranks computing at once without a store (this machine's 2 cores are
+shared), the slowest rank's compute and update, and how much longer its step is when it
+ends with a 1-float allreduce over every rank or over its group (the wait terms: the
+stragglers and spinning of shared cores); the store's own cost a step (a 1-rank job's
+step less compute and update alone, stretched as compute is). Each of those is the
+median of 3 jobs. The servers are not behind the emulated link (it charges the
+leaders). A configuration whose first job took longer than --long runs once. Prints a
 table, the share of configurations within 20 %, whether the predicted best is the
 measured best (or within 10 % of it); writes planner_validation.json and .png
 (predicted against measured) to --out.

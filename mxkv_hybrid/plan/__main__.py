@@ -33,6 +33,9 @@ def parse_arguments(argv: List[str]) -> argparse.Namespace:
                        help="forward + backward of one batch on one rank alone")
     model.add_argument("--update-ms", type=float, default=0.0,
                        help="one optimizer update of the whole model on one rank")
+    model.add_argument("--straggler-ms", type=float, default=0.0,
+                       help="how much later than the compute above the slowest rank reaches a "
+                            "step's collective (its group's or everyone's), per step")
     model.add_argument("--measure", action="store_true",
                        help="measure --compute-ms and --update-ms on this machine (model-zoo "
                             "models; --batch images of --image-size)")
@@ -132,6 +135,8 @@ def main(argv: List[str] = None) -> None:
     workload = (measured_workload(args, sizes) if args.measure else
                 Workload(sizes, args.compute_ms / 1e3, args.update_ms / 1e3,
                          bucket_bytes=int(args.bucket_mb * 2 ** 20)))
+    workload = dataclasses.replace(workload, world_wait_seconds=args.straggler_ms / 1e3,
+                                   group_wait_seconds=args.straggler_ms / 1e3)
     cluster = cluster_of(args)
     options = {"table": algorithm_table.load(algorithm_table.default_path())
                if args.algorithm == "table" else None, "overlap": args.overlap}
