@@ -120,7 +120,10 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("size", &mxkv::TensorCollectives::size)
       .def_property_readonly("bucket_bytes", &mxkv::TensorCollectives::bucket_bytes)
       .def_property_readonly("overlapped_buckets", &mxkv::TensorCollectives::overlapped_buckets,
-                             "Buckets reduced behind MXNet's engine so far (MXKV_OVERLAP=1).")
+                             "Buckets queued behind MXNet's engine so far (MXKV_OVERLAP=1).")
+      .def_property_readonly("overlapped_buckets_pending",
+                             &mxkv::TensorCollectives::overlapped_buckets_pending,
+                             "Of those, the buckets not yet reduced.")
       .def_property_readonly("overlapped_bucket_seconds",
                              &mxkv::TensorCollectives::overlapped_bucket_seconds,
                              "Seconds the communication thread has been in its current bucket "

@@ -106,6 +106,11 @@ double OverlapQueue::running_seconds() const {
   return since == 0 ? 0.0 : (steady_now_ns() - since) * 1e-9;
 }
 
+size_t OverlapQueue::pending() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return jobs_.size();
+}
+
 void OverlapQueue::drain() {
   std::unique_lock<std::mutex> lock(mutex_);
   changed_.wait(lock, [&] { return jobs_.empty(); });

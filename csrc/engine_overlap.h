@@ -49,6 +49,9 @@ class OverlapQueue {
   // Buckets pushed so far.
   uint64_t pushed() const { return pushed_; }
 
+  // Buckets pushed and not yet run to the end.
+  size_t pending();
+
   // Seconds the communication thread has been running its current bucket (0 when it
   // is idle, or waiting for the engine to make a bucket ready): the stall monitor
   // watches it, since the caller's thread does not wait for these buckets.

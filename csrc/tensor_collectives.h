@@ -47,6 +47,7 @@ class TensorCollectives {
   // Waits for every overlapped bucket; ends the communication thread when `stop`.
   void finish_overlapped(bool stop);
   uint64_t overlapped_buckets() const { return overlap_.pushed(); }
+  size_t overlapped_buckets_pending() { return overlap_.pending(); }
   double overlapped_bucket_seconds() const { return overlap_.running_seconds(); }
 
   // outputs = root's inputs[0], on every rank.

@@ -133,3 +133,17 @@ def test_overlapped_averaging_is_refused_with_the_naive_engine():
         Config.from_environment({"MXKV_MODE": "lasgd", "MXNET_ENGINE_TYPE": "NaiveEngine"})
     assert not Config.from_environment({"MXKV_MODE": "lasgd", "MXKV_LASGD_OVERLAP": "0",
                                         "MXNET_ENGINE_TYPE": "NaiveEngine"}).lasgd_overlap
+
+
+def test_the_average_in_flight_does_not_hold_up_the_local_steps():
+    """Behind a link of 2 s latency, the average started at step 2 is still travelling
+    when step 3 (its gradients reduced, its update done) is over: the local step did not
+    wait for it. It lands by close (so the check can fail)."""
+    job = launch(2, "lasgd_overlap.py", timeout=120,
+                 env={"MXKV_MODE": "lasgd", "MXKV_TAU": "2", "MXKV_GROUP_SIZE": "1",
+                      "MXKV_THROTTLE_MBPS": "1000", "MXKV_THROTTLE_LATENCY_MS": "2000"})
+    assert job.returncode == 0, job.output
+    for rank in range(2):
+        seen = json.loads(job.lines_of(rank)[-1])
+        assert seen["in_flight_after_step_3"] >= 1, seen
+        assert seen["in_flight_after_close"] == 0, seen

@@ -142,8 +142,13 @@ class TensorCollectives:
 
     @property
     def overlapped_buckets(self) -> int:
-        """Buckets reduced behind MXNet's engine so far (MXKV_OVERLAP=1)."""
+        """Buckets queued behind MXNet's engine so far (MXKV_OVERLAP=1)."""
         return self._impl.overlapped_buckets
+
+    @property
+    def overlapped_buckets_pending(self) -> int:
+        """Of those, the buckets not yet reduced (in flight)."""
+        return self._impl.overlapped_buckets_pending
 
     def overlapped_bucket_seconds(self) -> float:
         """How long the communication thread has been reducing its current bucket (0: idle)."""

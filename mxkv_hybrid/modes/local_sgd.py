@@ -19,13 +19,29 @@ from dataclasses import replace
 from typing import Dict, List, Optional, Sequence
 
 import mxnet as mx
-from mpi4py import MPI
 
 from ..comm.collectives import Arrays, Key, TensorCollectives
 from ..comm.topology import World, groups
 from ..config import Config
 from ..errors import MXKVError
 from .averaging import allreduce_split, check_state_mode
+
+
+class DeviceSum:
+    """The local steps' reduction: each key's inputs summed over this process's devices by
+    MXNet's own operations, in order in its engine. Not a collective: it never waits for
+    the engine, so the average in flight keeps overlapping the local steps (a blocking
+    collective, even over one rank, waits for every operation the engine holds)."""
+
+    def allreduce(self, op: str, keys: Sequence[Key], inputs: Sequence[Arrays],
+                  outputs: Sequence[Arrays], average: bool) -> None:
+        for arrays, results in zip(inputs, outputs):
+            total = arrays[0]
+            if len(arrays) > 1:
+                total = mx.nd.add_n(*(a.as_in_context(total.context) for a in arrays))
+            for result in results:
+                if result.handle.value != total.handle.value:
+                    total.copyto(result)
 
 
 class LocalSGD:
@@ -43,13 +59,18 @@ class LocalSGD:
         blocking = replace(config, overlap=False)
         this_group = groups(config.group_size)  # the emulated slow link runs between groups
         self._world = TensorCollectives(world.comm, blocking, this_group)
-        self._local = TensorCollectives(MPI.COMM_SELF, blocking)
+        self._local = DeviceSum()
         self._averaging = TensorCollectives(world.comm, replace(config, overlap=self.overlap),
                                             this_group)
         self._weight_keys: set = set()
         self._snapshot: Dict[Key, mx.nd.NDArray] = {}  # S: this rank's x when the average began
         self._average: Dict[Key, mx.nd.NDArray] = {}   # A: the mean of S, being computed
         self._in_flight: List[Key] = []
+
+    @property
+    def buckets_in_flight(self) -> int:
+        """Buckets of the overlapped average not yet reduced (MXKV_LASGD_OVERLAP=1)."""
+        return self._averaging.overlapped_buckets_pending
 
     # ---- the store's reducer ----------------------------------------------------------
     def allreduce(self, op: str, keys: Sequence[Key], inputs: Sequence[Arrays],

@@ -10,8 +10,8 @@ and o (every mode) the store's own cost a step (calls, hooks; CPU work, so it st
 with oversubscription like compute), if known:
   allreduce      c + sum over buckets of the allreduce (flat, or hierarchical) + u
   sync           c + the allreduce inside the host + the leader's push and pull of n to the
-                 servers (2 n over the slower of its link and a server's; each server's
-                 link: 2 G n / S) + u / S on the servers
+                 servers (2 n over the slowest of its link, a server's and its ps-lite
+                 connection; each server's link: 2 G n / S) + u / S on the servers
                  + a broadcast of n inside the host
   async          as sync, but the servers update once per push: G u / S (groups do not wait
                  for each other, but share the servers' links and time)
