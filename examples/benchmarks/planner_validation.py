@@ -30,7 +30,7 @@ import os
 import subprocess
 import sys
 import time
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -339,6 +339,8 @@ def main() -> None:
                         help="a configuration whose first job took longer (s) runs once")
     parser.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS everywhere")
     parser.add_argument("--seed", type=int, default=0, help="of the shuffled order")
+    parser.add_argument("--merge", help="an earlier planner_validation.json: its rows for "
+                                        "the configurations not measured now are kept")
     parser.add_argument("--out", default=os.path.join(HERE, "results"))
     parser.add_argument("--worker", choices=["step", "alone", "ping-pong", "ps-link"],
                         help=argparse.SUPPRESS)
@@ -403,11 +405,20 @@ def main() -> None:
                                  "configuration": name, "predicted": predicted[name],
                                  "measured": median, "jobs": measured[name],
                                  "error": predicted[name] / median - 1})
-    report(rows, args, link, ps_link, calibrations)
+    earlier = None
+    if args.merge:
+        with open(args.merge) as f:
+            earlier = json.load(f)
+        measured_now = {(r["model"], r["ranks"], r["mbps"], r["configuration"]) for r in rows}
+        rows = [dict(r, run="earlier") for r in earlier["results"]
+                if (r["model"], r["ranks"], r["mbps"], r["configuration"]) not in measured_now
+                ] + [dict(r, run="this") for r in rows]
+        rows.sort(key=lambda r: (r["model"], r["ranks"], r["mbps"]))
+    report(rows, args, link, ps_link, calibrations, earlier)
 
 
 def report(rows: List[dict], args: argparse.Namespace, link: dict, ps_link: dict,
-           calibrations: dict) -> None:
+           calibrations: dict, earlier: Optional[dict] = None) -> None:
     print(f"\n{'model':>8} {'ranks':>5} {'link':>5} {'configuration':>24} {'predicted':>10} "
           f"{'measured':>9} {'error':>6}  jobs (ms)")
     for r in rows:
@@ -434,7 +445,9 @@ def report(rows: List[dict], args: argparse.Namespace, link: dict, ps_link: dict
                                 if k not in ("worker", "model", "windows")},
                    "link": link, "ps_link": ps_link, "calibration": calibrations,
                    "within_20_percent": within, "best_within_10_percent": best_ok,
-                   "settings_compared": len(settings), "results": rows}, f, indent=1)
+                   "settings_compared": len(settings), "results": rows,
+                   "merged_with": earlier and {k: v for k, v in earlier.items() if k != "results"}},
+                  f, indent=1)
     plot(rows, os.path.join(args.out, "planner_validation.png"))
     print(f"wrote {args.out}/planner_validation.json and planner_validation.png")
 
