@@ -38,6 +38,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 from job_output import json_lines  # noqa: E402
+from ps_job import run_ps_job  # noqa: E402
 
 CLASSES, TAU = 10, 4
 # configuration (the planner's name) -> (MXKV_MODE, extra knobs)
@@ -175,27 +176,29 @@ def ping_pong_worker() -> None:
         print(json.dumps(link_of(times[1024], times[32 << 20], 32 << 20)), flush=True)
 
 
-def ps_link_worker() -> None:
-    """A dist_sync worker (of one or more, one server): a push then a pull of 1 KiB
-    (latency) and of 32 MiB (bandwidth), as a leader moves its group's gradients and
-    weights; with several workers at once, what the server moves for all of them."""
+def ps_link_worker(model: str) -> None:
+    """A dist_sync worker (of one or more, one server), as a leader moves its group's
+    gradients and weights: 1 KiB pushed then pulled (latency), and every array of the
+    model pushed, then every one pulled (bandwidth); with several workers at once, what
+    the server moves for all of them."""
     import mxnet as mx
 
     kv = mx.kv.create("dist_sync")
+    small = [mx.nd.ones((256,))]
+    model = [mx.nd.ones((nbytes // 4,)) for nbytes in array_sizes(model)]
     times = {}
-    for key, (nbytes, reps) in enumerate(((1024, 100), (32 << 20, 8))):
-        value = mx.nd.ones((nbytes // 4,))
-        kv.init(key, value)
-        kv.pull(key, out=value)
-        value.wait_to_read()
+    for name, arrays, reps in (("small", small, 100), ("model", model, 8)):
+        keys = list(range(len(times) * 1000, len(times) * 1000 + len(arrays)))
+        kv.init(keys, arrays)
         kv._barrier()
         started = time.perf_counter()
         for _ in range(reps):
-            kv.push(key, value)
-            kv.pull(key, out=value)
-            value.wait_to_read()
-        times[nbytes] = (time.perf_counter() - started) / reps / 2  # one way
-    print(json.dumps(link_of(times[1024], times[32 << 20], 32 << 20)), flush=True)
+            kv.push(keys, arrays)
+            kv.pull(keys, out=arrays)
+            mx.nd.waitall()
+        times[name] = (time.perf_counter() - started) / reps / 2  # one way
+    print(json.dumps(link_of(times["small"], times["model"], sum(a.size * 4 for a in model))),
+          flush=True)
 
 
 def link_of(small_seconds: float, large_seconds: float, large_bytes: int) -> dict:
@@ -264,6 +267,22 @@ def calibrate(model: str, ranks_counts: List[int], args, env: dict) -> Dict[int,
                               update_seconds=slowest["update_seconds"],
                               overhead_seconds=overhead * busy / alone_step, **waits)
     return calibration
+
+
+def ps_links(model: str) -> dict:
+    """ps-lite moving the model's arrays: one worker's connection to a server (leader), and
+    a server's own throughput serving two workers at once (server)."""
+    links = {}
+    for workers in (1, 2):
+        outputs = run_ps_job([sys.executable, __file__, "--worker", "ps-link", "--model", model],
+                             workers, 1)
+        slowest = min((json_lines(o)[0] for o in outputs), key=lambda r: r["bandwidth"])
+        links["leader" if workers == 1 else "server"] = dict(
+            slowest, bandwidth=workers * slowest["bandwidth"])
+    print(f"{model} through ps-lite: a worker to a server {1e6 * links['leader']['latency']:.0f} "
+          f"us, {links['leader']['bandwidth'] / 1e9:.2f} GB/s; a server serving 2 workers "
+          f"{links['server']['bandwidth'] / 1e9:.2f} GB/s", flush=True)
+    return links
 
 
 def predict(model_bytes: List[int], measured: dict, link: dict, ps_link: dict, ranks: int,
@@ -350,31 +369,21 @@ def main() -> None:
     parser.add_argument("--group-size", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     workers = {"step": lambda: step_worker(args), "alone": lambda: alone_worker(args),
-               "ping-pong": ping_pong_worker, "ps-link": ps_link_worker}
+               "ping-pong": ping_pong_worker, "ps-link": lambda: ps_link_worker(args.model)}
     if args.worker:
         return workers[args.worker]()
-
-    from ps_job import run_ps_job
 
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
     link = launch(2, [], ["--worker", "ping-pong"], env)[0]
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
-    ps_link = {}
-    for workers in (1, 2):  # a leader's link to a server; a server's own, serving two at once
-        outputs = run_ps_job([sys.executable, __file__, "--worker", "ps-link"], workers, 1)
-        slowest = min((json_lines(o)[0] for o in outputs), key=lambda r: r["bandwidth"])
-        ps_link["leader" if workers == 1 else "server"] = dict(
-            slowest, bandwidth=workers * slowest["bandwidth"])
     print(f"link between two ranks: latency {1e6 * link['latency']:.1f} us, bandwidth "
-          f"{link['bandwidth'] / 1e9:.2f} GB/s; ps-lite: a worker to a server "
-          f"{1e6 * ps_link['leader']['latency']:.0f} us, "
-          f"{ps_link['leader']['bandwidth'] / 1e9:.2f} GB/s; a server serving 2 workers "
-          f"{ps_link['server']['bandwidth'] / 1e9:.2f} GB/s", flush=True)
+          f"{link['bandwidth'] / 1e9:.2f} GB/s", flush=True)
     random = np.random.default_rng(args.seed)
     rows, calibrations = [], {}
     for model in args.models:
+        ps_link = ps_links(model)
         calibration = calibrate(model, args.ranks, args, env)
-        calibrations[model] = calibration
+        calibrations[model] = dict(calibration, ps_link=ps_link)
         sizes = array_sizes(model)
         print(f"{model}: {sum(sizes) / 2 ** 20:.1f} MiB; ms a step, slowest rank: compute + "
               "update, store's own cost, world / group wait: " + "; ".join(
@@ -414,10 +423,10 @@ def main() -> None:
                 if (r["model"], r["ranks"], r["mbps"], r["configuration"]) not in measured_now
                 ] + [dict(r, run="this") for r in rows]
         rows.sort(key=lambda r: (r["model"], r["ranks"], r["mbps"]))
-    report(rows, args, link, ps_link, calibrations, earlier)
+    report(rows, args, link, calibrations, earlier)
 
 
-def report(rows: List[dict], args: argparse.Namespace, link: dict, ps_link: dict,
+def report(rows: List[dict], args: argparse.Namespace, link: dict,
            calibrations: dict, earlier: Optional[dict] = None) -> None:
     print(f"\n{'model':>8} {'ranks':>5} {'link':>5} {'configuration':>24} {'predicted':>10} "
           f"{'measured':>9} {'error':>6}  jobs (ms)")
@@ -443,7 +452,7 @@ def report(rows: List[dict], args: argparse.Namespace, link: dict, ps_link: dict
     with open(os.path.join(args.out, "planner_validation.json"), "w") as f:
         json.dump({"settings": {k: v for k, v in vars(args).items()
                                 if k not in ("worker", "model", "windows")},
-                   "link": link, "ps_link": ps_link, "calibration": calibrations,
+                   "link": link, "calibration": calibrations,
                    "within_20_percent": within, "best_within_10_percent": best_ok,
                    "settings_compared": len(settings), "results": rows,
                    "merged_with": earlier and {k: v for k, v in earlier.items() if k != "results"}},
