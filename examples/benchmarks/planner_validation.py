@@ -116,13 +116,10 @@ def train(model: str, batch: int, windows: int, kvstore=None,
 
 
 def array_sizes(model: str) -> List[int]:
-    """Bytes of the model's trainable arrays (float32)."""
-    import mxnet as mx
+    """Bytes of the model's trainable arrays."""
+    from mxkv_hybrid.plan.model_sizes import trainable_bytes
 
-    net = network(model)
-    net.initialize()
-    net(mx.nd.zeros((1, 3, 32, 32)))
-    return [4 * int(np.prod(p.shape)) for p in net.collect_params().values() if p.grad_req != "null"]
+    return trainable_bytes(network(model), (1, 3, 32, 32))
 
 
 def step_worker(args: argparse.Namespace) -> None:
@@ -225,7 +222,7 @@ def layout(ranks: int) -> Tuple[int, int]:
 def measure_step(name: str, model: str, ranks: int, mbps: float, windows: int, args,
                  env: dict) -> float:
     mode, knobs = CONFIGURATIONS[name]
-    groups, size = layout(ranks)
+    size = layout(ranks)[1]
     options: List[str] = []
     if mode in ("sync", "async") or (mode == "easgd" and knobs.get("MXKV_TRANSPORT") != "rma"):
         options = ["--group-size", str(size), "--servers", "1"]
@@ -308,11 +305,10 @@ def plot(rows: List[dict], path: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.5, 6))
-    markers = dict(zip(sorted({r["configuration"].split(" (")[0].split(",")[0].split(" tau")[0]
-                               for r in rows}), "osD^v<>"))
+    markers = dict(zip(sorted({CONFIGURATIONS[r["configuration"]][0] for r in rows}), "osD^v<>"))
     colours = dict(zip(sorted({r["model"] for r in rows}), ("tab:blue", "tab:orange", "tab:green")))
     for r in rows:
-        mode = r["configuration"].split(" (")[0].split(",")[0].split(" tau")[0]
+        mode = CONFIGURATIONS[r["configuration"]][0]
         ax.scatter(1e3 * r["measured"], 1e3 * r["predicted"], s=20, marker=markers[mode],
                    color=colours[r["model"]], alpha=0.8)
     low = 1e3 * min(min(r["measured"], r["predicted"]) for r in rows) * 0.8

@@ -43,8 +43,10 @@ class Workload:
     compute_seconds: float         # forward + backward of one batch, one rank alone
     update_seconds: float = 0.0    # the optimizer's update of the whole model, one rank alone
     overhead_seconds: float = 0.0  # the store's own cost a step (hooks, calls), one rank
-    world_wait_seconds: float = 0.0  # what a step that waits for every rank costs beyond
-    group_wait_seconds: float = 0.0  # compute (stragglers; spinning on shared cores); a group
+    # what a step costs beyond compute when it waits for every rank / for its group only
+    # (stragglers; waiting ranks spinning on shared cores)
+    world_wait_seconds: float = 0.0
+    group_wait_seconds: float = 0.0
     bucket_bytes: int = 1 << 20    # MXKV_BUCKET_MB
 
     @property

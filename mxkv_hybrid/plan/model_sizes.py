@@ -1,7 +1,7 @@
 """The sizes of a model's gradient arrays: a model-zoo name, or a saved parameter list."""
 import json
 import os
-from typing import List
+from typing import List, Tuple
 
 import numpy as np
 
@@ -22,8 +22,15 @@ def array_bytes(model: str) -> List[int]:
     except ValueError:
         raise ConfigError(f"{model!r} is neither a file nor a Gluon model-zoo name (e.g. "
                           "resnet50_v1, resnet18_v1, vgg16, mobilenet1.0)") from None
+    return trainable_bytes(net, ZOO_INPUT)
+
+
+def trainable_bytes(net, input_shape: Tuple[int, ...]) -> List[int]:
+    """Bytes of every trainable array of a Gluon `net`, its shapes inferred from one input."""
+    import mxnet as mx
+
     net.initialize()
-    net(mx.nd.zeros(ZOO_INPUT))
+    net(mx.nd.zeros(input_shape))
     return [int(np.prod(p.shape)) * np.dtype(p.dtype).itemsize
             for p in net.collect_params().values() if p.grad_req != "null"]
 
