@@ -3,6 +3,7 @@ the C++ counted in the hierarchy benchmark, the recommendation, the command line
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -114,6 +115,26 @@ def test_a_slow_parameter_server_connection_bounds_the_leaders_transfers():
     assert delay == pytest.approx(2 * (N / 1e7 - (1e-3 + N / 1e8)))
     steps = _steps(workload, fast)
     assert steps["async"] - steps["sync"] == pytest.approx(0.01 * 2 / 2 - 0.01 / 2)
+
+
+def test_on_shared_cores_a_rank_waiting_in_ps_lite_is_bound_by_the_cpu_work_not_stretched():
+    """3 hosts of one rank sharing 2 cores (2/3 of a core each): ranks in an MPI collective
+    spin, so their compute stretches 1.5x; easgd over ps waits in ps-lite, so its step is
+    the larger of its unstretched path and the host's CPU work (compute, update, a tau-th
+    of its 2 n of ps-lite traffic at the connection's rate) over its 2/3 of a core."""
+    c, u, connection = 0.05, 0.01, Link(0.0, 1e9)
+    workload = Workload([N], c, u)
+    shared = Cluster(3, 1, INSIDE, INSIDE, servers=1, cores_per_host=2 / 3,
+                     connection=connection)
+    steps = _steps(workload, shared)
+    alone = _steps(workload, replace(shared, cores_per_host=0))
+    assert steps["allreduce, flat"] - alone["allreduce, flat"] == pytest.approx(0.5 * (c + u))
+    assert steps["easgd tau=4 (ps)"] == pytest.approx((c + u + 2 * N / 1e9 / 4) * 1.5)
+    assert alone["easgd tau=4 (ps)"] < steps["easgd tau=4 (ps)"]
+    # a path longer than the CPU work: the path, with compute not stretched
+    slow = replace(shared, server_link=Link(0.0, 1e7))
+    assert _steps(workload, slow)["sync"] == pytest.approx(
+        _steps(workload, replace(slow, cores_per_host=0))["sync"])
 
 
 def test_fused_buckets_pack_small_arrays_and_leave_large_ones_alone():

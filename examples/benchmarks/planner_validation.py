@@ -8,14 +8,14 @@ of tau steps (forward, backward, trainer.step, so averaging steps count) for abo
 --seconds; a job's step is rank 0's median window over tau, a configuration's the median
 job. It is set beside the planner's prediction for the same cluster, given what it would
 be given for a real one, measured here first: the link between two ranks (an MPI
-ping-pong); ps-lite (push and pull of 1 KiB and 32 MiB): one worker's connection to a
-server, and a server's own throughput serving two workers at once; per rank count, with
-all the job's ranks computing at once without a store (this machine's 2 cores are
-shared), the slowest rank's compute and update, and how much longer its step is when it
-ends with a 1-float allreduce over every rank or over its group (the wait terms: the
-stragglers and spinning of shared cores); the store's own cost a step (a 1-rank job's
-step less compute and update alone, stretched as compute is). Each of those is the
-median of 3 jobs. The servers are not behind the emulated link (it charges the
+ping-pong); ps-lite (push and pull of 1 KiB and of the model's arrays): one worker's
+connection to a server, and a server's own throughput serving two workers at once; one
+rank alone: compute, update and the store's own cost a step; each group's share of the
+machine's cores (the planner's cores per host); per rank count, with all the job's ranks
+computing at once without a store, how much longer the slowest rank's step is than
+compute and update stretched by that share when it ends with a 1-float allreduce over
+every rank or over its group (the wait terms: stragglers and spinning on shared cores).
+Each of those is the median of 3 jobs. The servers are not behind the emulated link (it charges the
 leaders). A configuration whose first job took longer than --long runs once. Prints a
 table, the share of configurations within 20 %, whether the predicted best is the
 measured best (or within 10 % of it); writes planner_validation.json and .png
@@ -234,12 +234,17 @@ def measure_step(name: str, model: str, ranks: int, mbps: float, windows: int, a
     return rows[0]["step_seconds"]
 
 
+def share_of_cores(ranks: int) -> float:
+    """Each group's share of this machine's cores (the planner's cores per host)."""
+    return (os.cpu_count() or 1) / layout(ranks)[0]
+
+
 def calibrate(model: str, ranks_counts: List[int], args, env: dict) -> Dict[int, dict]:
-    """Per rank count, with every rank of a job computing at once and no store (this
-    machine's cores are shared): the slowest rank's compute and update; what a step costs
-    beyond that when it ends waiting for every rank, or for its group (world and group
-    wait); and the store's own cost a step (a 1-rank job's step less compute and update
-    alone), stretched as compute stretches."""
+    """One rank alone: compute and update (the planner's workload) and the store's own cost
+    a step (a 1-rank job's step less those). Per rank count, with every rank computing at
+    once and no store, the slowest rank's step when it ends waiting for every rank, or
+    for its group, beyond compute and update stretched by the cores' sharing (the world
+    and group wait: what ranks in lockstep lose to stragglers and spinning)."""
     def at_once(n: int, wait: str) -> dict:
         """The slowest rank's medians; of 3 jobs, the median one (by step)."""
         jobs = [max(launch(n, [], ["--worker", "alone", "--model", model, "--batch",
@@ -252,17 +257,15 @@ def calibrate(model: str, ranks_counts: List[int], args, env: dict) -> Dict[int,
                               "--windows", "6"], dict(env, MXKV_MODE="allreduce"))[0]["step_seconds"]
     alone = at_once(1, "none")
     alone_step = alone["compute_seconds"] + alone["update_seconds"]
-    overhead = max(0.0, one_rank - alone_step)
     calibration = {}
     for n in ranks_counts:
-        slowest = at_once(n, "none")
-        busy = slowest["step_seconds"]
+        stretched = alone_step * max(1.0, layout(n)[1] / share_of_cores(n))
         scopes = ("world", "group") if layout(n)[1] > 1 else ("world",)  # (groups of 1: none)
-        waits = {f"{scope}_wait_seconds": max(0.0, at_once(n, scope)["step_seconds"] - busy)
+        waits = {f"{scope}_wait_seconds": max(0.0, at_once(n, scope)["step_seconds"] - stretched)
                  for scope in scopes}
-        calibration[n] = dict(compute_seconds=slowest["compute_seconds"],
-                              update_seconds=slowest["update_seconds"],
-                              overhead_seconds=overhead * busy / alone_step, **waits)
+        calibration[n] = dict(compute_seconds=alone["compute_seconds"],
+                              update_seconds=alone["update_seconds"],
+                              overhead_seconds=max(0.0, one_rank - alone_step), **waits)
     return calibration
 
 
@@ -292,7 +295,8 @@ def predict(model_bytes: List[int], measured: dict, link: dict, ps_link: dict, r
     inside = Link(link["latency"], link["bandwidth"])
     between = Link(0.0, mbps * 1e6 / 8) if mbps else inside
     cluster = Cluster(groups, size, inside, between, servers=1, shared_nic=False,
-                      server_link=Link(**ps_link["server"]), connection=Link(**ps_link["leader"]))
+                      server_link=Link(**ps_link["server"]), connection=Link(**ps_link["leader"]),
+                      cores_per_host=share_of_cores(ranks))
     workload = Workload(model_bytes, **measured)
     table = algorithm_table.load(algorithm_table.default_path())
     return {r.configuration: r.step_seconds
@@ -355,7 +359,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS everywhere")
     parser.add_argument("--seed", type=int, default=0, help="of the shuffled order")
     parser.add_argument("--merge", help="an earlier planner_validation.json: its rows for "
-                                        "the configurations not measured now are kept")
+                                        "the configurations not measured now are kept, "
+                                        "predicted with this run's calibration")
     parser.add_argument("--out", default=os.path.join(HERE, "results"))
     parser.add_argument("--worker", choices=["step", "alone", "ping-pong", "ps-link"],
                         help=argparse.SUPPRESS)
@@ -381,12 +386,13 @@ def main() -> None:
         calibration = calibrate(model, args.ranks, args, env)
         calibrations[model] = dict(calibration, ps_link=ps_link)
         sizes = array_sizes(model)
-        print(f"{model}: {sum(sizes) / 2 ** 20:.1f} MiB; ms a step, slowest rank: compute + "
-              "update, store's own cost, world / group wait: " + "; ".join(
-                  f"{n} ranks {1e3 * c['compute_seconds']:.1f} + {1e3 * c['update_seconds']:.1f}, "
-                  f"{1e3 * c['overhead_seconds']:.1f}, {1e3 * c['world_wait_seconds']:.1f} / "
-                  f"{1e3 * c.get('group_wait_seconds', 0):.1f}" for n, c in calibration.items()),
-              flush=True)
+        alone = calibration[args.ranks[0]]
+        print(f"{model}: {sum(sizes) / 2 ** 20:.1f} MiB; one rank alone: compute "
+              f"{1e3 * alone['compute_seconds']:.1f} ms, update {1e3 * alone['update_seconds']:.1f}"
+              f", the store's own cost {1e3 * alone['overhead_seconds']:.1f}; world / group wait: "
+              + "; ".join(f"{n} ranks {1e3 * c['world_wait_seconds']:.1f} / "
+                          f"{1e3 * c.get('group_wait_seconds', 0):.1f}"
+                          for n, c in calibration.items()), flush=True)
         for ranks in args.ranks:
             for mbps in args.mbps:
                 predicted = predict(sizes, calibration[ranks], link, ps_link, ranks, mbps)
@@ -415,11 +421,24 @@ def main() -> None:
         with open(args.merge) as f:
             earlier = json.load(f)
         measured_now = {(r["model"], r["ranks"], r["mbps"], r["configuration"]) for r in rows}
-        rows = [dict(r, run="earlier") for r in earlier["results"]
-                if (r["model"], r["ranks"], r["mbps"], r["configuration"]) not in measured_now
+        kept = [r for r in earlier["results"]
+                if (r["model"], r["ranks"], r["mbps"], r["configuration"]) not in measured_now]
+        rows = [predicted_again(r, calibrations, link) for r in kept
                 ] + [dict(r, run="this") for r in rows]
         rows.sort(key=lambda r: (r["model"], r["ranks"], r["mbps"]))
     report(rows, args, link, calibrations, earlier)
+
+
+def predicted_again(row: dict, calibrations: dict, link: dict) -> dict:
+    """An earlier run's measured row, predicted with this run's calibration when it has one
+    for the row's model and rank count (else the earlier prediction stays)."""
+    calibration = calibrations.get(row["model"], {})
+    if row["ranks"] not in calibration:
+        return dict(row, run="earlier")
+    predicted = predict(array_sizes(row["model"]), calibration[row["ranks"]], link,
+                        calibration["ps_link"], row["ranks"], row["mbps"])[row["configuration"]]
+    return dict(row, run="earlier, predicted now", predicted=predicted,
+                error=predicted / row["measured"] - 1)
 
 
 def report(rows: List[dict], args: argparse.Namespace, link: dict,

@@ -25,6 +25,14 @@ once every tau steps) pays w_world, one that waits for its group only (async, ea
 w_group: the slowest rank's lateness beyond the compute above (stragglers; on a host
 with fewer cores than ranks, the waiting ranks' spinning too). Given (--straggler-ms)
 or measured (examples/benchmarks/planner_validation.py); 0 by default.
+Shared cores (cores_per_host given): ranks that wait for each other inside MPI spin there,
+so a host's ranks in lockstep compute as slowly as the oversubscription says (c and u
+above). A rank that is one host's only rank in a parameter-server mode (sync, async, easgd
+over ps) waits in ps-lite without spinning: while it waits the other processes on the
+cores run faster, so its step is the larger of its own path (compute and update not
+stretched) and the host's CPU work a step over its cores: the ranks' compute and local
+update, the host's share of the servers' updates, and the leader's ps-lite traffic at the
+connection's rate (copies through TCP are CPU work).
 With overlap (MXKV_OVERLAP=1, mode allreduce) the allreduce hides behind backward, taken
 as 2/3 of c. Scaling efficiency: (compute + update of one rank alone) / step."""
 from dataclasses import dataclass, replace
@@ -133,18 +141,41 @@ class Planner:
         server = 2 * cluster.link_of_servers.seconds(nbytes * cluster.hosts / cluster.server_count)
         return Cost(max(leader, server), 0.0, 2 * nbytes)
 
-    def _compute(self) -> tuple:
-        stretch = self.cluster.oversubscription
-        return self.workload.compute_seconds * stretch, self.workload.update_seconds * stretch
+    def _stretch(self, spinning: bool = True) -> float:
+        """How much slower a rank computes: the oversubscription when its host's ranks wait
+        for each other spinning in MPI (or are not alone), 1 for a host's only rank that
+        waits in ps-lite (the CPU bound covers what it shares)."""
+        if spinning or self.cluster.ranks_per_host > 1:
+            return self.cluster.oversubscription
+        return 1.0
 
-    def _prediction(self, configuration: str, mode: str, compute: float, update: float,
+    def _cpu_bound(self, local_update: float, server_update: float = 0.0,
+                   ps_bytes: float = 0.0) -> float:
+        """A step's CPU work on one host over its cores (0 when cores are not given): its
+        ranks' compute and `local_update` (a rank's, alone), its share of the servers'
+        `server_update` (all servers' work a step), its leader's `ps_bytes` of ps-lite
+        traffic a step at the connection's rate."""
+        cluster, workload = self.cluster, self.workload
+        if cluster.cores_per_host <= 0:
+            return 0.0
+        traffic = ps_bytes / cluster.connection.bandwidth if cluster.connection else 0.0
+        work = (cluster.ranks_per_host * (workload.compute_seconds + local_update)
+                + server_update / cluster.hosts + traffic)
+        return work / cluster.cores_per_host
+
+    def _prediction(self, configuration: str, mode: str, update: float,
                     communication: Cost, synchronous: bool, server_bytes: float = 0.0,
-                    hidden: float = 0.0, wait: float = 0.0) -> Prediction:
-        overhead = self.workload.overhead_seconds * self.cluster.oversubscription
+                    hidden: float = 0.0, wait: float = 0.0, spinning: bool = True,
+                    cpu_bound: float = 0.0) -> Prediction:
+        """update: a rank's share of the optimizer's work on its step's path, alone."""
+        stretch = self._stretch(spinning)
+        compute = self.workload.compute_seconds * stretch
+        update *= stretch
+        overhead = self.workload.overhead_seconds * stretch
         exposed = max(0.0, communication.seconds - hidden) + overhead + wait
-        step = compute + update + exposed
+        step = max(compute + update + exposed, cpu_bound)
         alone = self.workload.compute_seconds + self.workload.update_seconds
-        return Prediction(configuration, mode, step, compute + update, exposed,
+        return Prediction(configuration, mode, step, compute + update, step - compute - update,
                           communication.bytes_inside, communication.bytes_across, server_bytes,
                           alone / step, synchronous)
 
@@ -153,26 +184,31 @@ class Planner:
         cluster, n = self.cluster, self.workload.model_bytes
         world = Span(cluster.ranks, cluster.ranks_per_host)
         host = Span(cluster.ranks_per_host, cluster.ranks_per_host)
-        compute, update = self._compute()
-        hidden = BACKWARD_SHARE * compute if self._overlap else 0.0
+        update = self.workload.update_seconds
+        hidden = BACKWARD_SHARE * self.workload.compute_seconds * self._stretch() \
+            if self._overlap else 0.0
         flat = self.allreduce(world)
         everyone = self.workload.world_wait_seconds
         group = self.workload.group_wait_seconds if cluster.ranks_per_host > 1 else 0.0
-        rows = [self._prediction("allreduce, flat", "allreduce", compute, update, flat, True,
+        rows = [self._prediction("allreduce, flat", "allreduce", update, flat, True,
                                  hidden=hidden, wait=everyone)]
         if cluster.hosts > 1 and cluster.ranks_per_host > 1:
             hierarchical = self.allreduce(world, hierarchy=True)
-            rows.append(self._prediction("allreduce, hierarchical", "allreduce", compute, update,
+            rows.append(self._prediction("allreduce, hierarchical", "allreduce", update,
                                          hierarchical, True, hidden=hidden, wait=everyone))
         if cluster.hosts > 1:
             per_server = 2 * n * cluster.hosts / cluster.server_count
             inside = self.allreduce(host)
             through_servers = inside + self._servers(n) + self._broadcast_inside(n)
-            rows.append(self._prediction("sync", "sync", compute, update / cluster.server_count,
-                                         through_servers, True, per_server, wait=everyone))
-            rows.append(self._prediction("async", "async", compute,  # an update per push
-                                         update * cluster.hosts / cluster.server_count,
-                                         through_servers, False, per_server, wait=group))
+            rows.append(self._prediction(
+                "sync", "sync", update / cluster.server_count, through_servers, True,
+                per_server, wait=everyone, spinning=False,
+                cpu_bound=self._cpu_bound(0.0, update, 2 * n)))
+            async_update = update * cluster.hosts / cluster.server_count  # one per push
+            rows.append(self._prediction(
+                "async", "async", async_update, through_servers, False, per_server,
+                wait=group, spinning=False,
+                cpu_bound=self._cpu_bound(0.0, update * cluster.hosts, 2 * n)))
             remote = n * (cluster.hosts - 1) / cluster.hosts  # what the other leaders hold
             exchanges = {"ps": self._servers(n) + self._broadcast_inside(n),
                          "rma": Cost(2 * cluster.between.seconds(remote), 0.0, 2 * remote)
@@ -180,13 +216,16 @@ class Planner:
             for tau in taus:
                 for transport, exchange in exchanges.items():
                     per_step = inside + _every(exchange, tau)
+                    ps = transport == "ps"
                     rows.append(self._prediction(
-                        f"easgd tau={tau} ({transport})", "easgd", compute, update, per_step,
-                        False, per_server / tau if transport == "ps" else 0.0, wait=group))
+                        f"easgd tau={tau} ({transport})", "easgd", update, per_step, False,
+                        per_server / tau if ps else 0.0, wait=group, spinning=not ps,
+                        cpu_bound=self._cpu_bound(update, 0.0, 2 * n / tau) if ps else 0.0))
         for tau in taus:  # lasgd averages the weights (the model's bytes) as flat does
-            shown = Cost(max(0.0, flat.seconds - tau * compute), flat.bytes_inside,
-                         flat.bytes_across)
-            rows.append(self._prediction(f"lasgd tau={tau}", "lasgd", compute, update,
+            shown = Cost(max(0.0, flat.seconds
+                             - tau * self.workload.compute_seconds * self._stretch()),
+                         flat.bytes_inside, flat.bytes_across)
+            rows.append(self._prediction(f"lasgd tau={tau}", "lasgd", update,
                                          _every(shown, tau), False, wait=everyone / tau))
         return rows
 
