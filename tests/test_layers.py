@@ -23,6 +23,7 @@ ALLOWED: Dict[str, Set[str]] = {
     "mxnet_version": set(),
     "comm": set(),
     "plan": {"comm"},
+    "shard": {"comm"},
     "safety": {"comm"},
     "ps": {"safety", "comm"},
     "modes": {"ps", "safety", "comm"},
