@@ -21,11 +21,13 @@ using Handles = std::vector<std::pair<int64_t, uintptr_t>>;  // (start, NDArray 
 using Transfer = void (mxkv::RemoteArray::*)(const mxkv::RemoteArray::Ranges&,
                                              const mxkv::RemoteArray::Counts&);
 
-// Resolves the arrays (after MXNet's engine is done with them) into ranges of the
-// remote array, then runs `transfer` on them without the GIL.
-void run_on(mxkv::RemoteArray& self, const Handles& handles, Transfer transfer) {
+// Resolves the arrays (after MXNet's engine is done with them; `ready`: the caller has
+// made sure no operation on them is pending, so nothing is waited for, and operations on
+// other arrays go on) into ranges of the remote array, then runs `transfer` on them
+// without the GIL.
+void run_on(mxkv::RemoteArray& self, const Handles& handles, Transfer transfer, bool ready) {
   py::gil_scoped_release release;
-  mxkv::wait_for_engine();
+  if (!ready) mxkv::wait_for_engine();
   mxkv::RemoteArray::Ranges ranges;
   mxkv::RemoteArray::Counts counts;
   for (const auto& [start, handle] : handles) {
@@ -44,9 +46,9 @@ void run_on(mxkv::RemoteArray& self, const Handles& handles, Transfer transfer) 
 // A method taking [(start, NDArray handle)] that runs `transfer` on them.
 void bind_transfer(py::class_<mxkv::RemoteArray>& cls, const char* name, Transfer transfer,
                    const char* doc) {
-  cls.def(name, [transfer](mxkv::RemoteArray& self, const Handles& arrays) {
-    run_on(self, arrays, transfer);
-  }, py::arg("arrays"), doc);
+  cls.def(name, [transfer](mxkv::RemoteArray& self, const Handles& arrays, bool ready) {
+    run_on(self, arrays, transfer, ready);
+  }, py::arg("arrays"), py::arg("ready") = false, doc);
 }
 
 }  // namespace

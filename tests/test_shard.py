@@ -53,7 +53,7 @@ def test_a_models_tasks_run_forward_then_loss_then_backward():
 
 
 def test_the_device_budget_refuses_what_does_not_fit():
-    budget = DeviceBudget(100)
+    budget = DeviceBudget(100, None)
     budget.reserve(60, "a")
     with pytest.raises(MXKVError, match="b needs .* of the device budget"):
         budget.reserve(50, "b")

@@ -23,9 +23,6 @@ from typing import Dict, List
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-
-from job_output import json_lines  # noqa: E402
 
 CONFIGURATIONS = {  # name -> (ranks, schedule)
     "shard parallel (lrtf)": (2, "lrtf"),
@@ -61,20 +58,26 @@ def worker(args: argparse.Namespace) -> None:
     report = orchestrator.run()
     orchestrator.close()
     if orchestrator.rank == 0:
-        print(json.dumps(report.as_dict()), flush=True)
+        with open(args.report, "w") as f:
+            json.dump(report.as_dict(), f)
 
 
 def run_job(name: str, k: int, args: argparse.Namespace) -> dict:
     ranks, schedule = CONFIGURATIONS[name]
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
+    report = os.path.join(args.out, "shard_parallel_job.json")
     command = [sys.executable, "-m", "mxkv_hybrid.launch", "-n", str(ranks), "--timeout", "900",
                "--", "python", __file__, "--worker", "--k", str(k), "--schedule", schedule,
-               *(f"--{o}={getattr(args, o)}" for o in ("width", "depth", "batch", "batches",
-                                                      "epochs", "budget_mb"))]
+               "--report", report,
+               *(f"--{o.replace('_', '-')}={getattr(args, o)}" for o in (
+                   "width", "depth", "batch", "batches", "epochs", "budget_mb"))]
     done = subprocess.run(command, capture_output=True, text=True, env=env)
     if done.returncode != 0:
         sys.exit(f"{name}, K={k} failed:\n{done.stdout}\n{done.stderr}")
-    return json_lines(done.stdout)[0]
+    with open(report) as f:
+        result = json.load(f)
+    os.remove(report)
+    return result
 
 
 def plot(results: Dict[int, Dict[str, List[dict]]], path: str) -> None:
@@ -135,10 +138,12 @@ def main() -> None:
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--k", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--schedule", help=argparse.SUPPRESS)
+    parser.add_argument("--report", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         return worker(args)
 
+    os.makedirs(args.out, exist_ok=True)
     random = np.random.default_rng(args.seed)
     jobs = [(k, name) for k in args.models for name in CONFIGURATIONS] * args.repeats
     results: Dict[int, Dict[str, List[dict]]] = {k: {n: [] for n in CONFIGURATIONS}
@@ -173,7 +178,7 @@ def main() -> None:
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "shard_parallel.json"), "w") as f:
         json.dump({"settings": {k: v for k, v in vars(args).items()
-                                if k not in ("worker", "k", "schedule")},
+                                if k not in ("worker", "k", "schedule", "report")},
                    "results": rows,
                    "reports": {k: {n: r for n, r in by_name.items()}
                                for k, by_name in results.items()}}, f)

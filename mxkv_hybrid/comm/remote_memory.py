@@ -57,21 +57,23 @@ class RemoteArray:
         """Bytes this rank accumulated or wrote into chunks other ranks hold."""
         return self._impl.bytes_accumulated
 
-    def read(self, pieces: Pieces) -> int:
+    def read(self, pieces: Pieces, ready: bool = False) -> int:
         """Each local array = the remote elements from its start (complete on return).
-        Returns the bytes moved from other ranks."""
-        return self._moving(lambda: self._impl.read(self._handles(pieces)))
+        Returns the bytes moved from other ranks. First waits for every operation MXNet's
+        engine holds, unless `ready`: the caller knows none is pending on these arrays
+        (then computation on other arrays goes on beside the transfer)."""
+        return self._moving(lambda: self._impl.read(self._handles(pieces), ready))
 
-    def accumulate(self, pieces: Pieces) -> int:
+    def accumulate(self, pieces: Pieces, ready: bool = False) -> int:
         """The remote elements from each start += the local array (done at the holders on
-        return). Returns the bytes moved to other ranks."""
-        return self._moving(lambda: self._impl.accumulate(self._handles(pieces)))
+        return). Returns the bytes moved to other ranks. `ready`: as for read."""
+        return self._moving(lambda: self._impl.accumulate(self._handles(pieces), ready))
 
-    def write(self, pieces: Pieces) -> int:
+    def write(self, pieces: Pieces, ready: bool = False) -> int:
         """The remote elements from each start = the local array; not atomic against
         accumulates (for setting up and restoring, when no other rank touches them).
-        Returns the bytes moved to other ranks."""
-        return self._moving(lambda: self._impl.write(self._handles(pieces)))
+        Returns the bytes moved to other ranks. `ready`: as for read."""
+        return self._moving(lambda: self._impl.write(self._handles(pieces), ready))
 
     def barrier(self) -> None:
         """Waits for every rank of the array's communicator."""

@@ -19,7 +19,7 @@ from .footprint import FLOAT, flatten_state, forward_bytes, measure
 from .model_chain import ModelChain, Step
 from .model_task import ModelTask
 from .partition import partition
-from .shard_program import LoadedShard, ShardProgram
+from .shard_program import ExecutorMemory, LoadedShard, ShardProgram
 from .spill_store import SpillStore, shard_arrays
 from .task_board import TaskBoard
 from .utilisation import DeviceUse, Report
@@ -37,12 +37,16 @@ class Load:
     inputs: Dict[str, mx.nd.NDArray]      # "data", "label", "gradient" as the task needs
     reserved: int
     cached: bool
+    owned: List[mx.nd.NDArray]            # taken from the budget's arrays, given back after
+    inline_seconds: float = 0.0  # filling it, when not in the background
     _thread: Optional[threading.Thread] = None
     _error: List[BaseException] = field(default_factory=list)
 
     def start(self, fill: Callable[[], None], background: bool) -> None:
         if not background:
+            began = time.perf_counter()
             fill()
+            self.inline_seconds = time.perf_counter() - began
             return
 
         def run() -> None:
@@ -91,7 +95,7 @@ class ShardOrchestrator:
         self.tasks = list(tasks)
         footprints = [measure(task) for task in tasks]  # every rank: completes shapes
         footprints = self._comm.bcast(footprints if self.rank == 0 else None)  # rank 0's times
-        self.budget = DeviceBudget(int(device_memory_mb * 2 ** 20))
+        self.budget = DeviceBudget(int(device_memory_mb * 2 ** 20), self.ctx)
         limit = self.budget.limit // 2 if prefetch else self.budget.limit
         self.chains = [ModelChain(k, task, partition(
             task.name, footprints[k], limit, FLOAT * task.batches[0][1].size))
@@ -100,6 +104,7 @@ class ShardOrchestrator:
                                 [t.epochs for t in tasks])
         self.board = TaskBoard(self._comm, len(tasks))
         self._programs: Dict[Tuple[int, int], ShardProgram] = {}
+        self._executors = ExecutorMemory()
         self._updaters = [self._updater(task) for task in tasks]
         self._cache: Dict[Tuple[int, int], Tuple[LoadedShard, int]] = {}  # model-parallel
         self._store_initial_state()
@@ -138,7 +143,7 @@ class ShardOrchestrator:
         key = (model, shard)
         if key not in self._programs:
             self._programs[key] = ShardProgram(self.tasks[model], self.chains[model].shards[shard],
-                                               self.ctx)
+                                               self.ctx, self._executors)
         return self._programs[key]
 
     # ---- choosing and claiming tasks ----------------------------------------------------
@@ -196,7 +201,7 @@ class ShardOrchestrator:
         if cached:
             shard_arrays_here = self._cache[key][0]
         else:
-            shard_arrays_here = program.allocate(self._updaters[step.model].optimizer,
+            shard_arrays_here = program.allocate(self.budget, self._updaters[step.model].optimizer,
                                                  pinned or step.kind != "forward")
             if pinned:  # kept resident until the model is trained
                 self._cache[key] = (shard_arrays_here, reserved)
@@ -208,13 +213,16 @@ class ShardOrchestrator:
         if program.shard.last:
             inputs["label"] = batch[1].as_in_context(self.ctx)
         stored: Dict[str, mx.nd.NDArray] = {} if cached else dict(shard_arrays_here.arrays)
+        owned = [] if cached or pinned else list(shard_arrays_here.arrays.values())
         if step.shard > 0:
-            inputs["data"] = stored[f"boundary:{step.shard - 1}"] = mx.nd.empty(
-                self.store.shape(step.model, f"boundary:{step.shard - 1}"), self.ctx)
+            inputs["data"] = stored[f"boundary:{step.shard - 1}"] = self.budget.take(
+                self.store.shape(step.model, f"boundary:{step.shard - 1}"))
+            owned.append(inputs["data"])
         if step.kind == "backward":
-            inputs["gradient"] = stored[f"gradient:{step.shard}"] = mx.nd.empty(
-                self.store.shape(step.model, f"gradient:{step.shard}"), self.ctx)
-        load = Load(step, shard_arrays_here, inputs, reserved, cached)
+            inputs["gradient"] = stored[f"gradient:{step.shard}"] = self.budget.take(
+                self.store.shape(step.model, f"gradient:{step.shard}"))
+            owned.append(inputs["gradient"])
+        load = Load(step, shard_arrays_here, inputs, reserved, cached, owned)
         load.start(lambda: self.store.load(step.model, stored), background)
         return load
 
@@ -222,7 +230,7 @@ class ShardOrchestrator:
         step = load.step
         began = time.perf_counter()
         load.wait()
-        use.loading += time.perf_counter() - began
+        use.loading += time.perf_counter() - began + load.inline_seconds
         program = self._program(step.model, step.shard)
         computing = time.perf_counter()
         results: Dict[str, mx.nd.NDArray] = {}
@@ -231,11 +239,12 @@ class ShardOrchestrator:
             results[f"boundary:{step.shard}"] = program.forward(load.shard, load.inputs["data"])
             results.update((k, a) for k, a in load.shard.arrays.items() if k.startswith("fixed:"))
         else:
-            gradient, loss = program.train(load.shard, load.inputs["data"],
-                                           load.inputs.get("label"), load.inputs.get("gradient"),
-                                           self._updaters[step.model], step.update)
-            if gradient is not None:
-                results[f"gradient:{step.shard - 1}"] = gradient
+            gradients, loss = program.train(load.shard, load.inputs["data"],
+                                            load.inputs.get("label"), load.inputs.get("gradient"),
+                                            self._updaters[step.model], step.update, self.budget)
+            load.owned.extend(gradients.values())
+            if "data" in gradients:
+                results[f"gradient:{step.shard - 1}"] = gradients["data"]
             results.update((k, a) for k, a in load.shard.arrays.items()
                            if k.startswith(("param:", "state:"))
                            or (step.kind == "loss" and k.startswith("fixed:")))
@@ -253,6 +262,7 @@ class ShardOrchestrator:
         use.tasks += 1
         use.timeline.append((began - started, ended - started, step.model, step.kind))
         self.budget.release(load.reserved)
+        self.budget.give_back(load.owned)
 
     def _record_loss(self, step: Step, loss: float) -> None:
         """Adds the batch's loss to its epoch's sum; at an epoch's last batch, prints the
@@ -272,9 +282,9 @@ class ShardOrchestrator:
         """Stores the resident shards of models other than `keep_model` and frees them."""
         for key in [k for k in self._cache if k[0] != keep_model]:
             loaded, reserved = self._cache.pop(key)
-            self.store.store(key[0], {k: a for k, a in loaded.arrays.items()
-                                      if not k.startswith("boundary:")})
+            self.store.store(key[0], loaded.arrays)
             self.budget.release(reserved)
+            self.budget.give_back(loaded.arrays.values())
 
     # ---- the run ------------------------------------------------------------------------
     def run(self) -> Report:

@@ -87,10 +87,11 @@ class SpillStore:
             if array.context.device_type not in HOST_DEVICES:  # a GPU: through the host
                 host = array.copyto(mx.cpu())
                 staged.append((host, array))
-            host.wait_to_read()
+            host.wait_to_read()  # its writers are done (and an array loaded into is one a
+            #                      finished task gave back: nothing reads it)
             pieces.append((start, host.reshape((-1,))))
         with self._lock:
-            transfer(pieces)
+            transfer(pieces, ready=True)
         if transfer == self._memory.read:
             for host, array in staged:
                 host.copyto(array)
