@@ -69,6 +69,10 @@ void RemoteArray::read(const Ranges& ranges, const Counts& counts) {
   transfer(Kind::kRead, ranges, counts);
 }
 
+void RemoteArray::copy_out(const Ranges& ranges, const Counts& counts) {
+  transfer(Kind::kCopyOut, ranges, counts);
+}
+
 void RemoteArray::accumulate(const Ranges& ranges, const Counts& counts) {
   transfer(Kind::kAccumulate, ranges, counts);
 }
@@ -97,13 +101,18 @@ void RemoteArray::transfer(Kind kind, const Ranges& ranges, const Counts& counts
         if (kind == Kind::kRead) {
           check(MPI_Get_accumulate(nullptr, 0, type_, origin, n, type_, chunk.holder, where, n,
                                    type_, MPI_NO_OP, window_), "MPI_Get_accumulate");
+        } else if (kind == Kind::kCopyOut) {
+          check(MPI_Get(origin, n, type_, chunk.holder, where, n, type_, window_), "MPI_Get");
         } else if (kind == Kind::kAccumulate) {
           check(MPI_Accumulate(origin, n, type_, chunk.holder, where, n, type_, MPI_SUM, window_),
                 "MPI_Accumulate");
         } else {
           check(MPI_Put(origin, n, type_, chunk.holder, where, n, type_, window_), "MPI_Put");
         }
-        if (chunk.holder != rank_) (kind == Kind::kRead ? bytes_read_ : bytes_accumulated_) += n * itemsize_;
+        if (chunk.holder != rank_) {
+          const bool in = kind == Kind::kRead || kind == Kind::kCopyOut;
+          (in ? bytes_read_ : bytes_accumulated_) += n * itemsize_;
+        }
       }
     }
   }

@@ -42,6 +42,9 @@ class RemoteArray {
   using Counts = std::vector<int64_t>;
   // memory = array[start:start+count], every range, complete on return.
   void read(const Ranges& ranges, const Counts& counts);
+  // The same, not atomic against accumulates (MPI_Get: a plain copy, several times
+  // faster), for ranges nobody writes meanwhile.
+  void copy_out(const Ranges& ranges, const Counts& counts);
   // array[start:start+count] += memory, every range, complete at the holders on return.
   void accumulate(const Ranges& ranges, const Counts& counts);
   // array[start:start+count] = memory (not atomic against accumulates: for set-up and
@@ -57,7 +60,7 @@ class RemoteArray {
   int64_t bytes_accumulated() const { return bytes_accumulated_; }  // accumulated or written
 
  private:
-  enum class Kind { kRead, kAccumulate, kWrite };
+  enum class Kind { kRead, kCopyOut, kAccumulate, kWrite };
   void transfer(Kind kind, const Ranges& ranges, const Counts& counts);
 
   MPI_Comm comm_ = MPI_COMM_NULL;

@@ -75,6 +75,9 @@ void bind_remote_array(py::module& m) {
   bind_transfer(cls, "read", &mxkv::RemoteArray::read,
                 "[(start, NDArray handle)]: each array = remote[start:start+its size] (atomic "
                 "per element).");
+  bind_transfer(cls, "copy_out", &mxkv::RemoteArray::copy_out,
+                "[(start, NDArray handle)]: as read, not atomic against accumulates (MPI_Get), "
+                "for ranges nobody writes meanwhile.");
   bind_transfer(cls, "accumulate", &mxkv::RemoteArray::accumulate,
                 "[(start, NDArray handle)]: remote[start:start+its size] += each array (atomic "
                 "per element).");

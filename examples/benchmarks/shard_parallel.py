@@ -103,17 +103,19 @@ def plot(results: Dict[int, Dict[str, List[dict]]], path: str) -> None:
         ax.set_xlabel("seconds")
     ax = axes[-1]
     names = list(CONFIGURATIONS)
-    width = 0.8 / max(len(results), 1)
-    for i, (k, by_name) in enumerate(sorted(results.items())):
-        for j, name in enumerate(names):
-            report = sorted(by_name[name], key=lambda r: r["throughput"])[len(by_name[name]) // 2]
-            for device, share in zip(report["devices"], report["utilisation"]):
-                ax.bar(j + i * width + 0.1 * device["rank"] - 0.3, 100 * share, width * 0.45,
-                       color=colours(i), label=f"K = {k}" if j == 0 and device["rank"] == 0
-                       else None)
+    slots = [(k, rank) for k in sorted(results) for rank in range(2)]
+    width = 0.8 / len(slots)
+    for j, name in enumerate(names):
+        for i, (k, rank) in enumerate(slots):
+            reports = results[k][name]
+            report = sorted(reports, key=lambda r: r["throughput"])[len(reports) // 2]
+            if rank < len(report["utilisation"]):
+                ax.bar(j - 0.4 + (i + 0.5) * width, 100 * report["utilisation"][rank], width,
+                       color=colours(sorted(results).index(k)), alpha=1.0 if rank == 0 else 0.6,
+                       label=f"K = {k}" if j == 0 and rank == 0 else None)
     ax.set_xticks(range(len(names)))
     ax.set_xticklabels(names, fontsize=8)
-    ax.set_ylabel("utilisation per rank, %")
+    ax.set_ylabel("utilisation per rank, % (rank 0, rank 1 paler)")
     ax.set_ylim(0, 100)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -126,10 +128,10 @@ def main() -> None:
     parser.add_argument("--models", type=int, nargs="+", default=[4, 8], help="K values")
     parser.add_argument("--width", type=int, default=1024)
     parser.add_argument("--depth", type=int, default=4, help="hidden layers of each MLP")
-    parser.add_argument("--batch", type=int, default=256)
-    parser.add_argument("--batches", type=int, default=6)
+    parser.add_argument("--batch", type=int, default=1024)
+    parser.add_argument("--batches", type=int, default=8)
     parser.add_argument("--epochs", type=int, default=1)
-    parser.add_argument("--budget-mb", type=float, default=64.0,
+    parser.add_argument("--budget-mb", type=float, default=112.0,
                         help="per rank; each model must need at least 2 shards")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS")

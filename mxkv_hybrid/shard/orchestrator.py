@@ -2,11 +2,12 @@
 shard parallelism. Each rank, until every model is trained: claims the ready task of the
 model with the longest remaining work (or the oldest ready one, `fifo`), loads the
 shard's state and inputs from host memory into its device budget, runs the task, stores
-the results back and marks the model's next task ready. While a task runs, the rank has
-already claimed its next one and loads that in the background (prefetch)."""
+the results back and marks the model's next task ready. While a task computes, the
+previous task's results are stored and the next task, claimed ahead, is loaded, both in
+the background (prefetch)."""
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import mxnet as mx
@@ -28,40 +29,55 @@ SCHEDULES = ("lrtf", "fifo", "model-parallel")
 IDLE_POLL_SECONDS = 1e-4
 
 
+class Background:
+    """`work` run in a thread (or at once, inline); wait() re-raises its error."""
+
+    def __init__(self, work: Callable[[], None], background: bool):
+        self._error: List[BaseException] = []
+        self._thread: Optional[threading.Thread] = None
+        self.inline_seconds = 0.0
+        if not background:
+            began = time.perf_counter()
+            work()
+            self.inline_seconds = time.perf_counter() - began
+            return
+
+        def run() -> None:
+            try:
+                work()
+            except BaseException as error:  # re-raised in the main thread by wait()
+                self._error.append(error)
+        self._thread = threading.Thread(target=run, daemon=True)
+        self._thread.start()
+
+    def wait(self) -> float:
+        """Seconds spent here waiting for it (or doing it, inline)."""
+        began = time.perf_counter()
+        if self._thread is not None:
+            self._thread.join()
+        if self._error:
+            raise self._error[0]
+        return time.perf_counter() - began + self.inline_seconds
+
+
 @dataclass
 class Load:
-    """A claimed task's arrays on the device, being filled (in the background, for a
-    prefetch) from host memory."""
+    """A claimed task's arrays on the device, being filled from host memory."""
     step: Step
     shard: LoadedShard
     inputs: Dict[str, mx.nd.NDArray]      # "data", "label", "gradient" as the task needs
     reserved: int
     cached: bool
     owned: List[mx.nd.NDArray]            # taken from the budget's arrays, given back after
-    inline_seconds: float = 0.0  # filling it, when not in the background
-    _thread: Optional[threading.Thread] = None
-    _error: List[BaseException] = field(default_factory=list)
+    filling: Optional[Background] = None
 
-    def start(self, fill: Callable[[], None], background: bool) -> None:
-        if not background:
-            began = time.perf_counter()
-            fill()
-            self.inline_seconds = time.perf_counter() - began
-            return
 
-        def run() -> None:
-            try:
-                fill()
-            except BaseException as error:  # re-raised in the main thread by wait()
-                self._error.append(error)
-        self._thread = threading.Thread(target=run, daemon=True)
-        self._thread.start()
-
-    def wait(self) -> None:
-        if self._thread is not None:
-            self._thread.join()
-        if self._error:
-            raise self._error[0]
+@dataclass
+class Finished:
+    """A computed task whose results are being stored (then its model's next task is
+    marked ready)."""
+    load: Load
+    storing: Background
 
 
 class ShardOrchestrator:
@@ -223,20 +239,21 @@ class ShardOrchestrator:
                 self.store.shape(step.model, f"gradient:{step.shard}"))
             owned.append(inputs["gradient"])
         load = Load(step, shard_arrays_here, inputs, reserved, cached, owned)
-        load.start(lambda: self.store.load(step.model, stored), background)
+        load.filling = Background(lambda: self.store.load(step.model, stored), background)
         return load
 
-    def _run(self, load: Load, use: DeviceUse, started: float) -> None:
+    def _compute(self, load: Load) -> Tuple[Dict[str, mx.nd.NDArray], Optional[mx.nd.NDArray]]:
+        """Pushes the task's work to MXNet's engine (not waited for): the arrays to store
+        and, for a loss task, the batch's loss sum."""
         step = load.step
-        began = time.perf_counter()
-        load.wait()
-        use.loading += time.perf_counter() - began + load.inline_seconds
         program = self._program(step.model, step.shard)
-        computing = time.perf_counter()
         results: Dict[str, mx.nd.NDArray] = {}
         loss = None
         if step.kind == "forward":
-            results[f"boundary:{step.shard}"] = program.forward(load.shard, load.inputs["data"])
+            output = program.forward(load.shard, load.inputs["data"])
+            results[f"boundary:{step.shard}"] = kept = self.budget.take(output.shape)
+            output.copyto(kept)  # (the executor's memory is the next executor's)
+            load.owned.append(kept)
             results.update((k, a) for k, a in load.shard.arrays.items() if k.startswith("fixed:"))
         else:
             gradients, loss = program.train(load.shard, load.inputs["data"],
@@ -248,21 +265,33 @@ class ShardOrchestrator:
             results.update((k, a) for k, a in load.shard.arrays.items()
                            if k.startswith(("param:", "state:"))
                            or (step.kind == "loss" and k.startswith("fixed:")))
-        for array in results.values():
-            array.wait_to_read()
-        storing = time.perf_counter()
-        use.computing += storing - computing
         if load.cached:  # resident: only what other ranks read leaves the device
             results = {k: a for k, a in results.items() if k.startswith(("boundary:", "gradient:"))}
-        self.store.store(step.model, results)
-        if loss is not None:
-            self._record_loss(step, loss)
-        ended = time.perf_counter()
-        use.storing += ended - storing
-        use.tasks += 1
-        use.timeline.append((began - started, ended - started, step.model, step.kind))
-        self.budget.release(load.reserved)
-        self.budget.give_back(load.owned)
+        return results, loss
+
+    def _store(self, load: Load, results: Dict[str, mx.nd.NDArray],
+               loss: Optional[mx.nd.NDArray], background: bool) -> Finished:
+        """Stores a computed task's results (in the background if asked), then marks its
+        model's next task ready."""
+        step = load.step
+        for array in results.values():
+            array.wait_to_read()
+        value = None if loss is None else float(loss.asscalar())
+
+        def store() -> None:
+            self.store.store(step.model, results)
+            if value is not None:
+                self._record_loss(step, value)
+            self.board.finish(step.model, step.number)
+        return Finished(load, Background(store, background))
+
+    def _settle(self, finished: Finished, use: DeviceUse, exposed: bool = True) -> None:
+        """Waits for a finished task's store (counted as storing when nothing computes
+        meanwhile); frees what it held."""
+        waited = finished.storing.wait()
+        use.storing += waited if exposed else 0.0
+        self.budget.release(finished.load.reserved)
+        self.budget.give_back(finished.load.owned)
 
     def _record_loss(self, step: Step, loss: float) -> None:
         """Adds the batch's loss to its epoch's sum; at an epoch's last batch, prints the
@@ -295,15 +324,32 @@ class ShardOrchestrator:
         started = time.perf_counter()
         step = self._claim(wait=True)
         load = self._begin_load(step, background=False) if step else None
+        storing: Optional[Finished] = None  # the previous task, its results on their way out
         while load is not None:
+            began = time.perf_counter()
+            use.loading += load.filling.wait()
+            computing = time.perf_counter()
+            results, loss = self._compute(load)  # pushed to the engine; runs meanwhile:
+            if storing is not None:  # the previous store ends (hidden), then the next loads
+                self._settle(storing, use, exposed=False)
             upcoming = self._claim(wait=False, busy=load.step.model) if self.prefetch else None
             next_load = self._begin_load(upcoming, background=True) if upcoming else None
-            self._run(load, use, started)
-            self.board.finish(load.step.model, load.step.number)
-            if next_load is None:
+            for array in results.values():
+                array.wait_to_read()
+            ended = time.perf_counter()
+            use.computing += ended - computing
+            use.tasks += 1
+            use.timeline.append((began - started, ended - started, load.step.model,
+                                 load.step.kind))
+            storing = self._store(load, results, loss, background=self.prefetch)
+            if next_load is None:  # nothing claimed ahead: this store first, then wait
+                self._settle(storing, use)
+                storing = None
                 step = self._claim(wait=True)
                 next_load = self._begin_load(step, background=False) if step else None
             load = next_load
+        if storing is not None:
+            self._settle(storing, use)
         self._flush_cache()
         self._comm.Barrier()
         seconds = time.perf_counter() - started

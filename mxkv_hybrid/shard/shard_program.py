@@ -86,11 +86,12 @@ class ShardProgram:
 
     def train(self, loaded: LoadedShard, data: mx.nd.NDArray, label: Optional[mx.nd.NDArray],
               output_gradient: Optional[mx.nd.NDArray], updater, step: int,
-              budget: DeviceBudget) -> Tuple[Dict[str, mx.nd.NDArray], Optional[float]]:
+              budget: DeviceBudget) -> Tuple[Dict[str, mx.nd.NDArray], Optional[mx.nd.NDArray]]:
         """Forward, backward (from the loss, or from `output_gradient`) and the optimizer's
         update of every trainable parameter as gluon.Trainer would make it at its `step`-th
-        update. Returns the gradient arrays (from the budget's; "data": the input's,
-        except for the first shard) and, for the last shard, the batch's summed loss."""
+        update, pushed to MXNet's engine (not waited for). Returns the gradient arrays
+        (from the budget's; "data": the input's, except for the first shard) and, for the
+        last shard, the batch's summed loss."""
         gradients = {name: budget.take(loaded.arrays[f"param:{name}"].shape)
                      for name, _ in self.trainable}
         if self.shard.first > 0:
@@ -99,7 +100,7 @@ class ShardProgram:
         outputs = executor.forward(is_train=True)
         head = mx.nd.ones(outputs[0].shape, self.ctx) if self.shard.last else output_gradient
         executor.backward([head])
-        loss = float(outputs[0].sum().asscalar()) if self.shard.last else None
+        loss = outputs[0].sum() if self.shard.last else None
         self._update(loaded, gradients, updater, step)
         return gradients, loss
 

@@ -60,7 +60,7 @@ class SpillStore:
 
     def load(self, model: int, arrays: Dict[str, mx.nd.NDArray]) -> None:
         """Each array = its stored value (complete on return)."""
-        self._move(model, arrays, self._memory.read)
+        self._move(model, arrays, self._memory.copy_out)  # (the task board keeps writers off)
         self.bytes_loaded += sum(4 * a.size for a in arrays.values())
 
     def store(self, model: int, arrays: Dict[str, mx.nd.NDArray]) -> None:
@@ -92,6 +92,6 @@ class SpillStore:
             pieces.append((start, host.reshape((-1,))))
         with self._lock:
             transfer(pieces, ready=True)
-        if transfer == self._memory.read:
+        if transfer == self._memory.copy_out:
             for host, array in staged:
                 host.copyto(array)

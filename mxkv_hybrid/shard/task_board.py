@@ -2,6 +2,7 @@
 per model holding 2 x (tasks done) + (1 if its next task is claimed), and the order in
 which models' tasks became ready. A rank claims a model's next task by compare-and-swap,
 so two ranks never run the same task and no rank serves the others."""
+import threading
 from typing import Tuple
 
 import numpy as np
@@ -25,24 +26,27 @@ class TaskBoard:
         comm.Barrier()
         self._window.Lock_all()
         self._slots = slots
+        self._lock = threading.Lock()  # (a rank's store thread marks tasks finished)
 
     def snapshot(self) -> Tuple[np.ndarray, np.ndarray]:
         """(progress, ready order) of every model, read atomically slot by slot."""
         MPI = self._MPI
         values = np.zeros(self._slots, np.int64)
-        self._window.Get_accumulate([np.zeros(self._slots, np.int64), MPI.INT64_T],
-                                    [values, MPI.INT64_T], HOLDER, op=MPI.NO_OP)
-        self._window.Flush(HOLDER)
+        with self._lock:
+            self._window.Get_accumulate([np.zeros(self._slots, np.int64), MPI.INT64_T],
+                                        [values, MPI.INT64_T], HOLDER, op=MPI.NO_OP)
+            self._window.Flush(HOLDER)
         return values[1::2], values[2::2]
 
     def claim(self, model: int, done: int) -> bool:
         """Takes the model's next task (number `done`) unless another rank took it first."""
         MPI = self._MPI
         found = np.zeros(1, np.int64)
-        self._window.Compare_and_swap([np.array([2 * done + 1], np.int64), MPI.INT64_T],
-                                      [np.array([2 * done], np.int64), MPI.INT64_T],
-                                      [found, MPI.INT64_T], HOLDER, 1 + 2 * model)
-        self._window.Flush(HOLDER)
+        with self._lock:
+            self._window.Compare_and_swap([np.array([2 * done + 1], np.int64), MPI.INT64_T],
+                                          [np.array([2 * done], np.int64), MPI.INT64_T],
+                                          [found, MPI.INT64_T], HOLDER, 1 + 2 * model)
+            self._window.Flush(HOLDER)
         return int(found[0]) == 2 * done
 
     def finish(self, model: int, done: int) -> None:
@@ -50,13 +54,14 @@ class TaskBoard:
         is ready, after every task that became ready before it."""
         MPI = self._MPI
         order = np.zeros(1, np.int64)
-        self._window.Fetch_and_op([np.ones(1, np.int64), MPI.INT64_T], [order, MPI.INT64_T],
-                                  HOLDER, 0, op=MPI.SUM)
-        self._window.Flush(HOLDER)
-        for slot, value in ((2 + 2 * model, order[0]), (1 + 2 * model, 2 * (done + 1))):
-            self._window.Accumulate([np.array([value], np.int64), MPI.INT64_T], HOLDER, slot,
-                                    op=MPI.REPLACE)
+        with self._lock:
+            self._window.Fetch_and_op([np.ones(1, np.int64), MPI.INT64_T], [order, MPI.INT64_T],
+                                      HOLDER, 0, op=MPI.SUM)
             self._window.Flush(HOLDER)
+            for slot, value in ((2 + 2 * model, order[0]), (1 + 2 * model, 2 * (done + 1))):
+                self._window.Accumulate([np.array([value], np.int64), MPI.INT64_T], HOLDER,
+                                        slot, op=MPI.REPLACE)
+                self._window.Flush(HOLDER)
 
     def close(self) -> None:
         self._window.Unlock_all()

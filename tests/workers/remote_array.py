@@ -1,5 +1,5 @@
-"""RemoteArray (comm/remote_memory.py) against numpy on every rank: writes, reads of ranges
-that cross chunk boundaries, accumulates from every rank at once (no barrier between
+"""RemoteArray (comm/remote_memory.py) against numpy on every rank: writes, reads (atomic,
+and plain copies) of ranges that cross chunk boundaries, accumulates from every rank at once (no barrier between
 them), reads while others accumulate, and the errors. Prints one CHECK line per fact."""
 import mxkv_hybrid  # noqa: F401  (binds MXNet's C API for the extension)
 import mxnet as mx
@@ -45,6 +45,12 @@ for dtype in ("float32", "float64"):
             remote.read(pieces)
             check(f"write then read: {name}", np.array_equal(whole.asnumpy(), start)
                   and all(np.array_equal(p.asnumpy(), start[s:s + p.size]) for s, p in pieces))
+            copies = [(s, mx.nd.zeros((e - s,), dtype=dtype)) for s, e in parts]
+            for _, array in copies:
+                array.wait_to_read()  # (ready=True: the caller makes sure nothing is pending)
+            remote.copy_out(copies, ready=True)
+            check(f"copy_out as read: {name}", all(
+                np.array_equal(p.asnumpy(), start[s:s + p.size]) for s, p in copies))
             remote.barrier()
             for s, e in ranges(100 + rank, total, 20):  # every rank at once
                 remote.accumulate([(s, mx.nd.full((e - s,), rank + 1, dtype=dtype))])
