@@ -105,3 +105,10 @@ def test_the_other_schedules_train_the_same_models(job_dir, budget_mb, options):
     reports = train(job_dir, budget_mb, *options)
     assert min(reports[0]["shards"].values()) >= 2
     assert all(d["peak_bytes"] <= d["budget_bytes"] for d in reports[0]["devices"])
+
+
+def test_ranks_that_describe_different_models_are_stopped_with_the_difference(job_dir):
+    job = launch(RANKS, "shard_models.py", str(job_dir), "--mismatch", timeout=60)
+    assert job.returncode != 0
+    assert "rank 1 describes its models differently from rank 0 (model 2 differs" in job.output
+    assert "every rank must build the same ModelTasks" in job.output

@@ -93,16 +93,17 @@ def flatten_state(state) -> list:
 
 def shard_bytes(layers: Sequence[LayerFootprint], label_bytes: int = 0) -> int:
     """What a shard of these layers holds while it trains one batch: parameters, their
-    gradients, the optimizer's state, fixed parameters, its input, every layer's output
-    and that output's gradient, and the label when it ends in the loss."""
+    gradients, the optimizer's state, fixed parameters, its input and the input's
+    gradient, every layer's output and that output's gradient, and the label when it ends
+    in the loss."""
     parameters = sum(f.parameter_bytes for f in layers)
     state = sum(f.state_bytes + f.fixed_bytes for f in layers)
-    activations = layers[0].input_bytes + 2 * sum(f.output_bytes for f in layers)
+    activations = 2 * layers[0].input_bytes + 2 * sum(f.output_bytes for f in layers)
     return 2 * parameters + state + activations + label_bytes
 
 
 def forward_bytes(layers: Sequence[LayerFootprint]) -> int:
-    """What a shard holds while it only runs forward: parameters, fixed ones, its input
-    and every layer's output."""
+    """What a shard holds while it only runs forward: parameters, fixed ones, its input,
+    every layer's output, and its output once more (copied out for the next shard)."""
     return (sum(f.parameter_bytes + f.fixed_bytes + f.output_bytes for f in layers)
-            + layers[0].input_bytes)
+            + layers[0].input_bytes + layers[-1].output_bytes)

@@ -110,6 +110,7 @@ class ShardOrchestrator:
             task.check()
         self.tasks = list(tasks)
         footprints = [measure(task) for task in tasks]  # every rank: completes shapes
+        self._check_same_models(footprints)
         footprints = self._comm.bcast(footprints if self.rank == 0 else None)  # rank 0's times
         self.budget = DeviceBudget(int(device_memory_mb * 2 ** 20), self.ctx)
         limit = self.budget.limit // 2 if prefetch else self.budget.limit
@@ -126,6 +127,24 @@ class ShardOrchestrator:
         self._store_initial_state()
 
     # ---- set-up -------------------------------------------------------------------------
+    def _check_same_models(self, footprints) -> None:
+        """Every rank must describe the same models: names, epochs, batches and every
+        layer's shapes, in the same order. Found on every rank together."""
+        mine = [(task.name, task.epochs, len(task.batches), task.batch_size,
+                 [(f.trainable, f.fixed, f.input_shape, f.output_shape) for f in layers])
+                for task, layers in zip(self.tasks, footprints)]
+        described = self._comm.allgather(mine)
+        for rank, theirs in enumerate(described):
+            if theirs != described[0]:
+                if len(theirs) != len(described[0]):
+                    what = f"{len(theirs)} models against rank 0's {len(described[0])}"
+                else:
+                    k = next(k for k, (a, b) in enumerate(zip(theirs, described[0])) if a != b)
+                    what = f"model {k} differs: {theirs[k][:4]} against rank 0's {described[0][k][:4]}"
+                raise MXKVError(f"rank {rank} describes its models differently from rank 0 "
+                                f"({what}, or a layer's shapes): every rank must build the "
+                                "same ModelTasks (layers, batches, epochs) in the same order")
+
     @staticmethod
     def _updater(task: ModelTask):
         """The optimizer gluon.Trainer would make for the whole model, and its updater."""

@@ -60,7 +60,11 @@ def reference(args) -> None:
 def sharded(args) -> None:
     from mxkv_hybrid.shard import ModelTask, ShardOrchestrator
 
-    nets = [model(k, args.width) for k in range(args.models)]
+    from mpi4py import MPI
+
+    widths = [args.width + (8 if args.mismatch and k == 2 and MPI.COMM_WORLD.rank == 1 else 0)
+              for k in range(args.models)]
+    nets = [model(k, width) for k, width in enumerate(widths)]
     tasks = [ModelTask(net, gluon.loss.SoftmaxCrossEntropyLoss(), batches(k), *optimizer(k),
                        epochs=args.epochs, name=f"mlp{k}") for k, net in enumerate(nets)]
     orchestrator = ShardOrchestrator(tasks, device_memory_mb=args.budget_mb,
@@ -83,5 +87,6 @@ if __name__ == "__main__":
     parser.add_argument("--schedule", default="lrtf")
     parser.add_argument("--no-prefetch", action="store_true")
     parser.add_argument("--reference", action="store_true")
+    parser.add_argument("--mismatch", action="store_true", help="rank 1's model 2 is wider")
     arguments = parser.parse_args()
     (reference if arguments.reference else sharded)(arguments)
