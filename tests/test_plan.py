@@ -137,6 +137,36 @@ def test_on_shared_cores_a_rank_waiting_in_ps_lite_is_bound_by_the_cpu_work_not_
         _steps(workload, replace(slow, cores_per_host=0))["sync"])
 
 
+SUMMARY = ("[0] mxkv_hybrid summary: steps {first}-{last}, 2 rank(s), per step: compute {mean} ms, "
+           "communication 0.40 ms (means over ranks), 32 B sent inside groups and 0 B across "
+           "groups; slowest rank 1 computes {slow} ms (+96% over the mean), fastest rank 0 "
+           "0.90 ms")
+
+
+def test_compute_and_stragglers_come_from_a_jobs_step_summaries(tmp_path):
+    """--from-summary: the median of the summaries' mean compute and of the slowest rank's
+    lateness; given figures win; a log without summaries is refused with what to do."""
+    log = tmp_path / "job.log"
+    log.write_text("\n".join(["[0] something else"] + [
+        SUMMARY.format(first=5 * i + 1, last=5 * i + 5, mean=mean, slow=slow)
+        for i, (mean, slow) in enumerate([(50.0, 99.0), (52.0, 101.0), (80.0, 100.0)])]))
+    out = tmp_path / "plan.json"
+    subprocess.run([sys.executable, "-m", "mxkv_hybrid.plan", "--model", "resnet18_v1",
+                    "--hosts", "2", "--ranks-per-host", "2", "--from-summary", str(log),
+                    "--json", str(out)], check=True, capture_output=True, timeout=120)
+    plan = json.loads(out.read_text())
+    assert plan["compute_seconds"] == pytest.approx(0.052)
+    assert plan["arguments"]["straggler_ms"] == pytest.approx(49.0)  # median of 49, 49, 20
+    given = subprocess.run([sys.executable, "-m", "mxkv_hybrid.plan", "--model", "resnet18_v1",
+                            "--from-summary", str(log), "--compute-ms", "7", "--json", str(out)],
+                           capture_output=True, timeout=120)
+    assert given.returncode == 0 and json.loads(out.read_text())["compute_seconds"] == 0.007
+    log.write_text("[0] no summaries here\n")
+    refused = subprocess.run([sys.executable, "-m", "mxkv_hybrid.plan", "--from-summary",
+                              str(log)], capture_output=True, text=True, timeout=120)
+    assert refused.returncode != 0 and "MXKV_SUMMARY_EVERY=k" in refused.stderr
+
+
 def test_fused_buckets_pack_small_arrays_and_leave_large_ones_alone():
     workload = Workload([100, 2 << 20, 600 << 10, 600 << 10], 0.0, bucket_bytes=1 << 20)
     assert sorted(workload.buckets()) == sorted([2 << 20, 100 + (600 << 10), 600 << 10])

@@ -8,6 +8,7 @@ import re
 import pytest
 
 from conftest import launch
+from mxkv_hybrid.plan.summary_reader import read_summaries
 
 STEPS, EVERY, SLOW_MS = 10, 5, 100
 GRADIENT = 16  # bytes
@@ -78,6 +79,10 @@ def test_the_summary_counts_every_byte_and_names_the_slow_rank(case):
                     r"per step: compute ([\d.]+) ms"
                 computes = re.search(pattern, line)
                 assert computes and float(computes.group(1)) >= SLOW_MS, line
+    if case == "allreduce":  # the planner reads the lines it prints (--from-summary)
+        figures = read_summaries(job.output)
+        assert figures.lines == STEPS // EVERY
+        assert figures.compute_ms + figures.straggler_ms >= SLOW_MS > figures.compute_ms
     weights = {line.split("weight ")[1] for line in job.output.splitlines() if "took" in line}
     if mode not in ("async", "easgd"):  # (there each group's weights are its own)
         assert len(weights) == 1, job.output  # the summary does not change the training

@@ -128,10 +128,10 @@ def main() -> None:
     parser.add_argument("--models", type=int, nargs="+", default=[4, 8], help="K values")
     parser.add_argument("--width", type=int, default=1024)
     parser.add_argument("--depth", type=int, default=4, help="hidden layers of each MLP")
-    parser.add_argument("--batch", type=int, default=1024)
-    parser.add_argument("--batches", type=int, default=8)
+    parser.add_argument("--batch", type=int, default=2048)
+    parser.add_argument("--batches", type=int, default=4)
     parser.add_argument("--epochs", type=int, default=1)
-    parser.add_argument("--budget-mb", type=float, default=112.0,
+    parser.add_argument("--budget-mb", type=float, default=176.0,
                         help="per rank; each model must need at least 2 shards")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS")

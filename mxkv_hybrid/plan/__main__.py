@@ -20,6 +20,7 @@ from .cluster import Cluster, Link
 from .mode_costs import Planner, Workload, scaling
 from .model_sizes import array_bytes
 from .report import plot, recommendation, scaling_table, table
+from .summary_reader import read_summaries
 
 
 def parse_arguments(argv: List[str]) -> argparse.Namespace:
@@ -33,9 +34,14 @@ def parse_arguments(argv: List[str]) -> argparse.Namespace:
                        help="forward + backward of one batch on one rank alone")
     model.add_argument("--update-ms", type=float, default=0.0,
                        help="one optimizer update of the whole model on one rank")
-    model.add_argument("--straggler-ms", type=float, default=0.0,
+    model.add_argument("--straggler-ms", type=float,
                        help="how much later than the compute above the slowest rank reaches a "
-                            "step's collective (its group's or everyone's), per step")
+                            "step's collective (its group's or everyone's), per step (default "
+                            "0, or --from-summary's)")
+    model.add_argument("--from-summary", metavar="LOG",
+                       help="a job's output with MXKV_SUMMARY_EVERY lines: --compute-ms (the "
+                            "ranks' mean compute a step) and --straggler-ms (the slowest "
+                            "rank's lateness), unless given")
     model.add_argument("--measure", action="store_true",
                        help="measure --compute-ms and --update-ms on this machine (model-zoo "
                             "models; --batch images of --image-size)")
@@ -49,7 +55,7 @@ def parse_arguments(argv: List[str]) -> argparse.Namespace:
     cluster.add_argument("--inside-gbps", type=float, default=100.0,
                          help="bandwidth between two ranks of a host, Gbit/s")
     cluster.add_argument("--inside-latency-us", type=float, default=2.0)
-    cluster.add_argument("--between-gbps", type=float, default=25.0,
+    cluster.add_argument("--between-gbps", "--inter-host-gbps", type=float, default=25.0,
                          help="a host's network link, Gbit/s, shared by its ranks")
     cluster.add_argument("--between-latency-us", type=float, default=20.0)
     cluster.add_argument("--emulated-mbps", type=float,
@@ -77,8 +83,19 @@ def parse_arguments(argv: List[str]) -> argparse.Namespace:
                       default=[1, 2, 4, 8, 16, 32, 64, 128, 256])
     plan.add_argument("--json", help="write the predictions to this file")
     args = parser.parse_args(argv)
+    if args.from_summary:
+        try:
+            with open(args.from_summary) as f:
+                figures = read_summaries(f.read(), args.from_summary)
+        except (OSError, ConfigError) as err:
+            parser.error(str(err))
+        args.compute_ms = args.compute_ms if args.compute_ms is not None else figures.compute_ms
+        args.straggler_ms = (args.straggler_ms if args.straggler_ms is not None
+                             else figures.straggler_ms)
+    args.straggler_ms = args.straggler_ms or 0.0
     if args.compute_ms is None and not args.measure:
-        parser.error("give the compute time of one batch (--compute-ms), or --measure it here")
+        parser.error("give the compute time of one batch (--compute-ms), read it from a job's "
+                     "step summaries (--from-summary), or --measure it here")
     if args.hosts < 1 or args.ranks_per_host < 1:
         parser.error("--hosts and --ranks-per-host must be at least 1")
     return args
