@@ -353,8 +353,8 @@ class ShardOrchestrator:
                 self._settle(storing, use, exposed=False)
             upcoming = self._claim(wait=False, busy=load.step.model) if self.prefetch else None
             next_load = self._begin_load(upcoming, background=True) if upcoming else None
-            for array in results.values():
-                array.wait_to_read()
+            for array in (*results.values(), *load.shard.arrays.values(), *load.owned):
+                array.wait_to_read()  # everything the task writes, stored or kept resident
             ended = time.perf_counter()
             use.computing += ended - computing
             use.tasks += 1
