@@ -115,7 +115,7 @@ def plot(results: Dict[int, Dict[str, List[dict]]], path: str) -> None:
                        label=f"K = {k}" if j == 0 and rank == 0 else None)
     ax.set_xticks(range(len(names)))
     ax.set_xticklabels(names, fontsize=8)
-    ax.set_ylabel("utilisation per rank, % (rank 0, rank 1 paler)")
+    ax.set_ylabel("utilisation, % (paler: rank 1)")
     ax.set_ylim(0, 100)
     ax.legend(fontsize=8)
     fig.tight_layout()
