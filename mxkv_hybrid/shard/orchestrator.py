@@ -5,16 +5,16 @@ shard's state and inputs from host memory into its device budget, runs the task,
 the results back and marks the model's next task ready. While a task computes, the
 previous task's results are stored and the next task, claimed ahead, is loaded, both in
 the background (prefetch)."""
-import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import mxnet as mx
 import numpy as np
 
 from ..comm.topology import world
 from ..errors import MXKVError
+from .background import Background
 from .device_budget import DeviceBudget
 from .footprint import FLOAT, flatten_state, forward_bytes, measure
 from .model_chain import ModelChain, Step
@@ -27,37 +27,6 @@ from .utilisation import DeviceUse, Report
 
 SCHEDULES = ("lrtf", "fifo", "model-parallel")
 IDLE_POLL_SECONDS = 1e-4
-
-
-class Background:
-    """`work` run in a thread (or at once, inline); wait() re-raises its error."""
-
-    def __init__(self, work: Callable[[], None], background: bool):
-        self._error: List[BaseException] = []
-        self._thread: Optional[threading.Thread] = None
-        self.inline_seconds = 0.0
-        if not background:
-            began = time.perf_counter()
-            work()
-            self.inline_seconds = time.perf_counter() - began
-            return
-
-        def run() -> None:
-            try:
-                work()
-            except BaseException as error:  # re-raised in the main thread by wait()
-                self._error.append(error)
-        self._thread = threading.Thread(target=run, daemon=True)
-        self._thread.start()
-
-    def wait(self) -> float:
-        """Seconds spent here waiting for it (or doing it, inline)."""
-        began = time.perf_counter()
-        if self._thread is not None:
-            self._thread.join()
-        if self._error:
-            raise self._error[0]
-        return time.perf_counter() - began + self.inline_seconds
 
 
 @dataclass
