@@ -185,8 +185,8 @@ class Planner:
         world = Span(cluster.ranks, cluster.ranks_per_host)
         host = Span(cluster.ranks_per_host, cluster.ranks_per_host)
         update = self.workload.update_seconds
-        hidden = BACKWARD_SHARE * self.workload.compute_seconds * self._stretch() \
-            if self._overlap else 0.0
+        compute = self.workload.compute_seconds * self._stretch()  # a rank in lockstep's
+        hidden = BACKWARD_SHARE * compute if self._overlap else 0.0
         flat = self.allreduce(world)
         everyone = self.workload.world_wait_seconds
         group = self.workload.group_wait_seconds if cluster.ranks_per_host > 1 else 0.0
@@ -222,9 +222,8 @@ class Planner:
                         per_server / tau if ps else 0.0, wait=group, spinning=not ps,
                         cpu_bound=self._cpu_bound(update, 0.0, 2 * n / tau) if ps else 0.0))
         for tau in taus:  # lasgd averages the weights (the model's bytes) as flat does
-            shown = Cost(max(0.0, flat.seconds
-                             - tau * self.workload.compute_seconds * self._stretch()),
-                         flat.bytes_inside, flat.bytes_across)
+            shown = Cost(max(0.0, flat.seconds - tau * compute), flat.bytes_inside,
+                         flat.bytes_across)
             rows.append(self._prediction(f"lasgd tau={tau}", "lasgd", update,
                                          _every(shown, tau), False, wait=everyone / tau))
         return rows

@@ -38,7 +38,7 @@ class Load:
     reserved: int
     cached: bool
     owned: List[mx.nd.NDArray]            # taken from the budget's arrays, given back after
-    filling: Optional[Background] = None
+    filling: Background
 
 
 @dataclass
@@ -226,9 +226,8 @@ class ShardOrchestrator:
             inputs["gradient"] = stored[f"gradient:{step.shard}"] = self.budget.take(
                 self.store.shape(step.model, f"gradient:{step.shard}"))
             owned.append(inputs["gradient"])
-        load = Load(step, shard_arrays_here, inputs, reserved, cached, owned)
-        load.filling = Background(lambda: self.store.load(step.model, stored), background)
-        return load
+        return Load(step, shard_arrays_here, inputs, reserved, cached, owned,
+                    Background(lambda: self.store.load(step.model, stored), background))
 
     def _compute(self, load: Load) -> Tuple[Dict[str, mx.nd.NDArray], Optional[mx.nd.NDArray]]:
         """Pushes the task's work to MXNet's engine (not waited for): the arrays to store
@@ -259,11 +258,9 @@ class ShardOrchestrator:
 
     def _store(self, load: Load, results: Dict[str, mx.nd.NDArray],
                loss: Optional[mx.nd.NDArray], background: bool) -> Finished:
-        """Stores a computed task's results (in the background if asked), then marks its
-        model's next task ready."""
+        """Stores a computed task's results (ready: the caller waited for them), in the
+        background if asked, then marks its model's next task ready."""
         step = load.step
-        for array in results.values():
-            array.wait_to_read()
         value = None if loss is None else float(loss.asscalar())
 
         def store() -> None:
