@@ -12,7 +12,7 @@ from mxkv_hybrid.errors import ConfigError
 from mxkv_hybrid.launch.launcher import parse_arguments
 
 import averaging_reference as reference
-from conftest import launch, load_ranks
+from conftest import assert_identical_across_ranks, launch, load_ranks
 
 EASGD = {"MXKV_MODE": "easgd"}
 ALPHA = 0.25
@@ -92,22 +92,31 @@ def test_many_asynchronous_exchanges_conserve_weights_plus_centre(transport):
 @pytest.mark.parametrize("transport", TRANSPORTS)
 @pytest.mark.parametrize("sync", ["0", "1"])
 def test_easgd_groups_reach_the_optimum_of_a_convex_problem(job_dir, sync, transport):
+    """The centre, which every rank takes at the end (consensus), is at the optimum; each
+    group's own weights came close to it."""
     steps, tau = 200, 4
-    job = launch(4, "train_convex.py", str(job_dir), str(steps),
+    job = launch(4, "train_convex.py", str(job_dir), str(steps), "--consensus",
                  env=dict(EASGD, MXKV_TAU=str(tau), MXKV_EASGD_SYNC=sync, MXKV_TRANSPORT=transport),
                  launcher_options=groups_of(2, transport), timeout=180)
     assert job.returncode == 0, job.output
     for rank in range(4):
         text = "\n".join(job.lines_of(rank))
-        loss = re.search(r"group-final loss ([0-9.e-]+) \(zero-weight loss ([0-9.]+)\)", text)
-        # within 1e-3 of the zero-weight loss: asynchronous exchanges depend on scheduling
-        # (seen: 5e-5 in 5 quiet runs, 1.7e-3 once under a loaded CI run; zero-weight 7.2)
-        assert loss and float(loss.group(1)) < 1e-3 * float(loss.group(2)), job.output
+        own = re.search(r"group-final loss ([0-9.e-]+) \(zero-weight loss ([0-9.]+)\)", text)
+        agreed = re.search(r"consensus loss ([0-9.e-]+)", text)
+        assert own and agreed, job.output
+        zero_weight_loss = float(own.group(2))  # 7.2; the noise floor of the data is 5e-5
+        assert float(agreed.group(1)) < 1e-4 * zero_weight_loss, job.output
+        # Synchronous exchanges keep the groups together. Asynchronous ones do not: when one
+        # group runs its first steps slowly on the shared cores (seen: its first 4 steps
+        # took 0.23 s, the other group's 196), its first exchange moves the centre alpha of
+        # the way to its early weights and the fast group's last exchange moves that group
+        # alpha of the way to there: alpha^2 = 0.2 of the distance, 0.04 of the loss (seen:
+        # 0.034 of the zero-weight loss by hand, 0.011 and 0.0014 in CI). The centre is
+        # the model EASGD delivers; a group that did not train stays near 1.
+        bound = 1e-3 if sync == "1" else 1e-1
+        assert float(own.group(1)) < bound * zero_weight_loss, job.output
         assert f"elastic exchanges {steps // tau} (alpha 0.45)" in text, job.output
-    weights = load_ranks(job_dir, 4)
-    for first, second in ((0, 1), (2, 3)):  # synchronous SGD inside a group
-        for name in weights[first]:
-            assert np.array_equal(weights[first][name], weights[second][name]), name
+    assert_identical_across_ranks(load_ranks(job_dir, 4))
 
 
 def test_module_fit_in_easgd_mode_updates_locally_and_exchanges_every_tau_steps(job_dir):

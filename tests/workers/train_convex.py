@@ -1,15 +1,21 @@
 """Least-squares linear regression (a convex problem with a known optimum) trained with
 gluon.Trainer(kvstore='hybrid'); each rank has its own shard of the data. Prints the
-final loss on the full data set and writes the weights to OUT/rank<r>.npz.
-argv: OUT STEPS"""
+final loss on the full data set (and the seconds its steps took) and writes the weights to
+OUT/rank<r>.npz. With --consensus (modes easgd/lasgd) the ranks then agree on the one
+model the mode delivers (mxkv_hybrid.consensus), whose loss is printed and whose weights
+are written.
+argv: OUT STEPS [--consensus]"""
 import os
 import sys
+import time
 
 import mxnet as mx
 import numpy as np
 from mxnet import autograd, gluon
 
-out, steps = sys.argv[1], int(sys.argv[2])
+import mxkv_hybrid
+
+out, steps, agree = sys.argv[1], int(sys.argv[2]), "--consensus" in sys.argv[3:]
 FEATURES, SAMPLES, BATCH = 10, 2048, 32
 
 rng = np.random.RandomState(0)  # the same data set on every rank
@@ -26,6 +32,7 @@ trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.05, "mo
                         kvstore=kv)
 loss_fn = gluon.loss.L2Loss()
 order = np.random.RandomState(kv.rank).permutation(len(y))
+started = time.monotonic()
 for step in range(steps):
     batch = order[(step * BATCH) % len(y):][:BATCH]
     with autograd.record():
@@ -33,12 +40,22 @@ for step in range(steps):
     loss.backward()
     trainer.step(len(batch))
 
-final = float(loss_fn(net(mx.nd.array(x_all)), mx.nd.array(y_all)).mean().asscalar())
+trained = time.monotonic() - started
+
+
+def full_loss() -> float:
+    return float(loss_fn(net(mx.nd.array(x_all)), mx.nd.array(y_all)).mean().asscalar())
+
+
 initial_scale = float(np.mean(y_all ** 2) / 2)
-print(f"rank {kv.rank} group-final loss {final:.6f} (zero-weight loss {initial_scale:.3f})", flush=True)
+print(f"rank {kv.rank} group-final loss {full_loss():.6f} (zero-weight loss {initial_scale:.3f}) "
+      f"after {steps} steps in {trained:.2f} s", flush=True)
 if kv.config.mode == "easgd":
     print(f"rank {kv.rank} elastic exchanges {kv.averaging.rounds} (alpha {kv.averaging.alpha:g})",
           flush=True)
+if agree:
+    mxkv_hybrid.consensus(trainer)
+    print(f"rank {kv.rank} consensus loss {full_loss():.6f}", flush=True)
 os.makedirs(out, exist_ok=True)
 np.savez(os.path.join(out, f"rank{kv.rank}.npz"),
          **{f"{i:02d}": p.data().asnumpy() for i, p in enumerate(net.collect_params().values())})
