@@ -102,6 +102,37 @@ def test_waiting_is_paid_by_the_scope_each_mode_waits_for():
     for name in ("async", "easgd tau=4 (ps)", "easgd tau=4 (rma)"):
         assert extra[name] == pytest.approx(0.001)
     assert extra["lasgd tau=4"] == pytest.approx(0.001)
+    drifting = _steps(Workload([N], 0.05, 0.01, world_wait_seconds=0.004, drift_seconds=0.002),
+                      two_by_two())  # the drift adds up between meetings: paid every step
+    assert drifting["lasgd tau=4"] - plain["lasgd tau=4"] == pytest.approx(0.002 + 0.002 / 4)
+
+
+def test_lasgd_hides_its_average_behind_the_next_steps_but_not_its_cpu_work_without_a_spare_core():
+    """2 hosts of 2 ranks: the average (a flat allreduce of the weights every tau steps)
+    hides behind tau x (c + u + o) as on a core of its own. With one core per rank its CPU
+    work (the same allreduce on the inside link) cannot hide; with a spare core it does."""
+    c, u, o, tau = 0.05, 0.01, 0.002, 4
+    window = tau * (c + u + o)
+    workload = Workload([N], c, u, overhead_seconds=o)
+
+    def lasgd(between: Link, cores: float) -> float:
+        return _steps(workload, Cluster(2, 2, INSIDE, between, shared_nic=False,
+                                        cores_per_host=cores))["lasgd tau=4"]
+
+    fast, slow = Link(0.0, 5e8), Link(0.0, 1e7)
+    planner = Planner(workload, Cluster(2, 2, INSIDE, slow, shared_nic=False))
+    cpu_work = Planner(workload, Cluster(2, 2, INSIDE, INSIDE, shared_nic=False)
+                       ).allreduce(Span(4, 2)).seconds
+    average = planner.allreduce(Span(4, 2)).seconds
+    assert average > window > Planner(workload, Cluster(2, 2, INSIDE, fast, shared_nic=False)
+                                      ).allreduce(Span(4, 2)).seconds
+    # a fast link: all of the average hides, unless no core is spare for its CPU work
+    assert lasgd(fast, 3) == pytest.approx(c + u + o)
+    assert lasgd(fast, 0) == pytest.approx(c + u + o)  # cores not given: as if spare
+    assert lasgd(fast, 2) == pytest.approx(c + u + o + cpu_work / tau)
+    # a slow link: what exceeds the window shows either way
+    for cores in (0, 2, 3):
+        assert lasgd(slow, cores) == pytest.approx(c + u + o + (average - window) / tau)
 
 
 def test_a_slow_parameter_server_connection_bounds_the_leaders_transfers():
@@ -192,6 +223,8 @@ def test_the_command_prints_a_table_and_a_recommendation(tmp_path):
 @pytest.mark.parametrize("arguments, message", [
     (["--hosts", "2"], "give the compute time of one batch"),
     (["--model", "no_such_net", "--compute-ms", "5"], "neither a file nor a Gluon model-zoo name"),
+    (["--compute-ms", "5", "--straggler-ms", "1", "--drift-ms", "2"],
+     "--drift-ms 2 is a part of --straggler-ms (1): give a value from 0 to it"),
 ])
 def test_bad_input_is_refused_with_what_to_do(arguments, message):
     done = subprocess.run([sys.executable, "-m", "mxkv_hybrid.plan", *arguments],

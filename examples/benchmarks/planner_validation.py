@@ -14,8 +14,9 @@ rank alone: compute, update and the store's own cost a step; each group's share 
 machine's cores (the planner's cores per host); per rank count, with all the job's ranks
 computing at once without a store, how much longer the slowest rank's step is than
 compute and update stretched by that share when it ends with a 1-float allreduce over
-every rank or over its group (the wait terms: stragglers and spinning on shared cores).
-Each of those is the median of 3 jobs. The servers are not behind the emulated link (it charges the
+every rank or over its group (the wait terms: stragglers and spinning on shared cores),
+and when every rank meets only once every tau steps (the drift: the share of the wait
+that adds up between meetings, as ranks progress at unequal rates). Each of those is the median of 3 jobs. The servers are not behind the emulated link (it charges the
 leaders). A configuration whose first job took longer than --long runs once. Prints a
 table, the share of configurations within 20 %, whether the predicted best is the
 measured best (or within 10 % of it); writes planner_validation.json and .png
@@ -66,14 +67,15 @@ def network(model: str):
     return net
 
 
-def train(model: str, batch: int, windows: int, kvstore=None,
-          wait_for_others=None) -> Tuple[float, float, float]:
+def train(model: str, batch: int, windows: int, kvstore=None, wait_for_others=None,
+          wait_every: int = 1) -> Tuple[float, float, float]:
     """(median step, median forward + backward, median update) in seconds, this rank.
-    One warm-up window then `windows` windows of TAU steps (so averaging steps count).
-    With a store, each window ends by waiting for the weights the next step reads (not
-    for lasgd's average in flight) and the step is the median window over TAU. Without
-    (kvstore None), every step is timed in parts, then `wait_for_others()` if given
-    (a collective of no size: what waiting for other ranks costs)."""
+    One warm-up window then `windows` windows of TAU steps (so averaging steps count);
+    each window ends by waiting for the weights the next step reads (not for lasgd's
+    average in flight) and the step is the median window over TAU. Without a store
+    (kvstore None), every step is timed in parts, then every `wait_every` steps
+    `wait_for_others()` if given (a collective of no size: what waiting for the other
+    ranks costs)."""
     import mxnet as mx
     from mxnet import autograd, gluon
 
@@ -86,10 +88,10 @@ def train(model: str, batch: int, windows: int, kvstore=None,
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
     x = mx.nd.random.uniform(shape=(batch, 3, 32, 32))
     y = mx.nd.array(np.arange(batch) % CLASSES)
-    window_times, steps, compute, update = [], [], [], []
+    window_times, compute, update = [], [], []
     for window in range(1 + windows):
         began = time.perf_counter()
-        for _ in range(TAU):
+        for step in range(TAU):
             started = time.perf_counter()
             with autograd.record():
                 loss = loss_fn(net(x), y)
@@ -101,18 +103,17 @@ def train(model: str, batch: int, windows: int, kvstore=None,
             if kvstore is None:
                 mx.nd.waitall()
                 ended = time.perf_counter()
-                if wait_for_others:
+                if wait_for_others and (step + 1) % wait_every == 0:
                     wait_for_others()
                 if window:
                     compute.append(middle - started)
                     update.append(ended - middle)
-                    steps.append(time.perf_counter() - started)
         for p in weights:
             p.data().wait_to_read()
         if window:
             window_times.append((time.perf_counter() - began) / TAU)
     if kvstore is None:
-        return float(np.median(steps)), float(np.median(compute)), float(np.median(update))
+        return float(np.median(window_times)), float(np.median(compute)), float(np.median(update))
     return float(np.median(window_times)), 0.0, 0.0
 
 
@@ -138,8 +139,9 @@ def step_worker(args: argparse.Namespace) -> None:
 
 def alone_worker(args: argparse.Namespace) -> None:
     """Compute and update with no store, alone or beside the other ranks of a job doing the
-    same (what they cost each other on shared cores); with --wait group|world, each step
-    ends with a 1-float allreduce over this rank's group (--group-size) or all ranks."""
+    same (what they cost each other on shared cores); with --wait group|world, every
+    --wait-every steps end with a 1-float allreduce over this rank's group (--group-size)
+    or all ranks."""
     wait = None
     if args.wait != "none":
         from mpi4py import MPI
@@ -148,7 +150,8 @@ def alone_worker(args: argparse.Namespace) -> None:
         comm = world if args.wait == "world" else world.Split(world.rank // args.group_size)
         one = np.zeros(1)
         wait = lambda: comm.Allreduce(MPI.IN_PLACE, one)  # noqa: E731
-    step, compute, update = train(args.model, args.batch, args.windows, None, wait)
+    step, compute, update = train(args.model, args.batch, args.windows, None, wait,
+                                  args.wait_every)
     print(json.dumps({"step_seconds": step, "compute_seconds": compute,
                       "update_seconds": update}), flush=True)
 
@@ -246,11 +249,14 @@ def calibrate(model: str, ranks_counts: List[int], args, env: dict) -> Dict[int,
     a step (a 1-rank job's step less those). Per rank count, with every rank computing at
     once and no store, the slowest rank's step when it ends waiting for every rank, or
     for its group, beyond compute and update stretched by the cores' sharing (the world
-    and group wait: what ranks in lockstep lose to stragglers and spinning)."""
-    def at_once(n: int, wait: str) -> dict:
+    and group wait: what ranks in lockstep lose to stragglers and spinning); and the same
+    when every rank meets once every TAU steps, from which the drift (the part of the
+    world wait that adds up between meetings: w_tau = drift + (w_world - drift) / TAU)."""
+    def at_once(n: int, wait: str, every: int = 1) -> dict:
         """The slowest rank's medians; of 3 jobs, the median one (by step)."""
         jobs = [max(launch(n, [], ["--worker", "alone", "--model", model, "--batch",
                                    str(args.batch), "--windows", "6", "--wait", wait,
+                                   "--wait-every", str(every),
                                    "--group-size", str(layout(n)[1])], env),
                     key=lambda r: r["step_seconds"]) for _ in range(3)]
         return sorted(jobs, key=lambda r: r["step_seconds"])[1]
@@ -265,9 +271,13 @@ def calibrate(model: str, ranks_counts: List[int], args, env: dict) -> Dict[int,
         scopes = ("world", "group") if layout(n)[1] > 1 else ("world",)  # (groups of 1: none)
         waits = {f"{scope}_wait_seconds": max(0.0, at_once(n, scope)["step_seconds"] - stretched)
                  for scope in scopes}
+        every_tau = max(0.0, at_once(n, "world", TAU)["step_seconds"] - stretched)
+        world = waits["world_wait_seconds"]
+        drift = min(world, max(0.0, (TAU * every_tau - world) / (TAU - 1)))
         calibration[n] = dict(compute_seconds=alone["compute_seconds"],
                               update_seconds=alone["update_seconds"],
-                              overhead_seconds=max(0.0, one_rank - alone_step), **waits)
+                              overhead_seconds=max(0.0, one_rank - alone_step),
+                              drift_seconds=drift, **waits)
     return calibration
 
 
@@ -370,6 +380,7 @@ def main() -> None:
     parser.add_argument("--windows", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--wait", choices=["none", "group", "world"], help=argparse.SUPPRESS)
     parser.add_argument("--group-size", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--wait-every", type=int, default=1, help=argparse.SUPPRESS)
     args = parser.parse_args()
     workers = {"step": lambda: step_worker(args), "alone": lambda: alone_worker(args),
                "ping-pong": ping_pong_worker, "ps-link": lambda: ps_link_worker(args.model)}
@@ -393,7 +404,8 @@ def main() -> None:
               f"{1e3 * alone['compute_seconds']:.1f} ms, update {1e3 * alone['update_seconds']:.1f}"
               f", the store's own cost {1e3 * alone['overhead_seconds']:.1f}; world / group wait: "
               + "; ".join(f"{n} ranks {1e3 * c['world_wait_seconds']:.1f} / "
-                          f"{1e3 * c.get('group_wait_seconds', 0):.1f}"
+                          f"{1e3 * c.get('group_wait_seconds', 0):.1f} (drift "
+                          f"{1e3 * c['drift_seconds']:.1f})"
                           for n, c in calibration.items()), flush=True)
         for ranks in args.ranks:
             for mbps in args.mbps:

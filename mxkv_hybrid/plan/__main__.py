@@ -38,6 +38,10 @@ def parse_arguments(argv: List[str]) -> argparse.Namespace:
                        help="how much later than the compute above the slowest rank reaches a "
                             "step's collective (its group's or everyone's), per step (default "
                             "0, or --from-summary's)")
+    model.add_argument("--drift-ms", type=float, default=0.0,
+                       help="of --straggler-ms, what ranks lose a step by progressing at "
+                            "unequal rates (a slower rank, shared cores): it adds up between "
+                            "meetings, so lasgd pays it every step, not once every tau")
     model.add_argument("--from-summary", metavar="LOG",
                        help="a job's output with MXKV_SUMMARY_EVERY lines: --compute-ms (the "
                             "ranks' mean compute a step) and --straggler-ms (the slowest "
@@ -93,6 +97,9 @@ def parse_arguments(argv: List[str]) -> argparse.Namespace:
         args.straggler_ms = (args.straggler_ms if args.straggler_ms is not None
                              else figures.straggler_ms)
     args.straggler_ms = args.straggler_ms or 0.0
+    if not 0 <= args.drift_ms <= args.straggler_ms:
+        parser.error(f"--drift-ms {args.drift_ms:g} is a part of --straggler-ms "
+                     f"({args.straggler_ms:g}): give a value from 0 to it")
     if args.compute_ms is None and not args.measure:
         parser.error("give the compute time of one batch (--compute-ms), read it from a job's "
                      "step summaries (--from-summary), or --measure it here")
@@ -153,7 +160,8 @@ def main(argv: List[str] = None) -> None:
                 Workload(sizes, args.compute_ms / 1e3, args.update_ms / 1e3,
                          bucket_bytes=int(args.bucket_mb * 2 ** 20)))
     workload = dataclasses.replace(workload, world_wait_seconds=args.straggler_ms / 1e3,
-                                   group_wait_seconds=args.straggler_ms / 1e3)
+                                   group_wait_seconds=args.straggler_ms / 1e3,
+                                   drift_seconds=args.drift_ms / 1e3)
     cluster = cluster_of(args)
     options = {"table": algorithm_table.load(algorithm_table.default_path())
                if args.algorithm == "table" else None, "overlap": args.overlap}

@@ -18,13 +18,19 @@ with oversubscription like compute), if known:
   easgd tau      c + the allreduce inside the host + u + one elastic exchange every tau steps:
                  ps: the leader pulls n and pushes n (servers' links 2 G n / S); rma: it reads
                  and adds the (G-1)/G of n the other leaders hold; then a broadcast inside
-  lasgd tau      c + u + an allreduce of the weights over all ranks every tau steps, which
-                 overlaps the next tau steps: only what exceeds tau x c shows
-Waiting: a step whose collective waits for every rank (allreduce, sync; lasgd's average
-once every tau steps) pays w_world, one that waits for its group only (async, easgd)
-w_group: the slowest rank's lateness beyond the compute above (stragglers; on a host
-with fewer cores than ranks, the waiting ranks' spinning too). Given (--straggler-ms)
-or measured (examples/benchmarks/planner_validation.py); 0 by default.
+  lasgd tau      c + u + o + an allreduce A of the weights over all ranks every tau steps,
+                 which runs beside the next tau steps, in the rank's share of the cores:
+                 only what exceeds tau (c + u + o) as on a core of its own shows. On a
+                 host with no spare core (cores given, not more than its ranks) A's CPU
+                 work (the same allreduce on the inside link: copies and sums) cannot
+                 hide and is paid in full; only its wait on slower links hides.
+Waiting: a step whose collective waits for every rank (allreduce, sync) pays w_world, one
+that waits for its group only (async, easgd) w_group: the slowest rank's lateness beyond
+the compute above (stragglers; on a host with fewer cores than ranks, the waiting ranks'
+spinning too). lasgd meets every tau steps and pays d + (w_world - d) / tau a step: d is
+the drift, the share of w_world that ranks lose a step by progressing at unequal rates,
+which adds up between meetings (0 by default: all of w_world is paid per meeting). Given
+(--straggler-ms) or measured (examples/benchmarks/planner_validation.py); 0 by default.
 Shared cores (cores_per_host given): ranks that wait for each other inside MPI spin there,
 so a host's ranks in lockstep compute as slowly as the oversubscription says (c and u
 above). A rank that is one host's only rank in a parameter-server mode (sync, async, easgd
@@ -55,6 +61,9 @@ class Workload:
     # (stragglers; waiting ranks spinning on shared cores)
     world_wait_seconds: float = 0.0
     group_wait_seconds: float = 0.0
+    # of world_wait_seconds, what ranks lose a step by progressing at unequal rates (adds
+    # up between meetings, so meeting every tau steps saves none of it)
+    drift_seconds: float = 0.0
     bucket_bytes: int = 1 << 20    # MXKV_BUCKET_MB
 
     @property
@@ -221,12 +230,27 @@ class Planner:
                         f"easgd tau={tau} ({transport})", "easgd", update, per_step, False,
                         per_server / tau if ps else 0.0, wait=group, spinning=not ps,
                         cpu_bound=self._cpu_bound(update, 0.0, 2 * n / tau) if ps else 0.0))
-        for tau in taus:  # lasgd averages the weights (the model's bytes) as flat does
-            shown = Cost(max(0.0, flat.seconds - tau * compute), flat.bytes_inside,
-                         flat.bytes_across)
-            rows.append(self._prediction(f"lasgd tau={tau}", "lasgd", update,
-                                         _every(shown, tau), False, wait=everyone / tau))
+        rows += [self._local_sgd(tau, flat) for tau in taus]
         return rows
+
+    def _local_sgd(self, tau: int, average: Cost) -> Prediction:
+        """lasgd: the weights' allreduce (the model's bytes, as flat moves them) every tau
+        steps beside the next tau steps, in the rank's share of the cores (as long as tau
+        of its steps on a core of its own); its CPU work shows in full on a host with no
+        spare core; the drift is paid every step, the rest of the world wait once every tau."""
+        cluster, workload = self.cluster, self.workload
+        steps_beside = tau * (workload.compute_seconds + workload.update_seconds
+                              + workload.overhead_seconds)
+        spare_core = cluster.cores_per_host <= 0 or cluster.cores_per_host > cluster.ranks_per_host
+        cpu_work = 0.0 if spare_core else min(average.seconds, Planner(
+            workload, replace(cluster, between=cluster.inside), self._table).allreduce(
+                Span(cluster.ranks, cluster.ranks_per_host)).seconds)
+        shown = Cost(max(0.0, average.seconds - cpu_work - steps_beside) + cpu_work,
+                     average.bytes_inside, average.bytes_across)
+        drift = min(workload.drift_seconds, workload.world_wait_seconds)
+        wait = drift + (workload.world_wait_seconds - drift) / tau
+        return self._prediction(f"lasgd tau={tau}", "lasgd", workload.update_seconds,
+                                _every(shown, tau), False, wait=wait)
 
 
 def _every(cost: Cost, tau: int) -> Cost:
