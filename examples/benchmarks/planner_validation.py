@@ -5,22 +5,25 @@ rank count (2: 2 groups of 1, 3: 3 groups of 1, 4: 2 groups of 2) and emulated l
 between the groups (--mbps; 0: none, the machine's own speed), every configuration that
 runs here is trained in --rounds jobs (shuffled order): a warm-up window, then windows
 of tau steps (forward, backward, trainer.step, so averaging steps count) for about
---seconds; a job's step is rank 0's median window over tau, a configuration's the median
-job. It is set beside the planner's prediction for the same cluster, given what it would
-be given for a real one, measured here first: the link between two ranks (an MPI
-ping-pong); ps-lite (push and pull of 1 KiB and of the model's arrays): one worker's
-connection to a server, and a server's own throughput serving two workers at once; one
-rank alone: compute, update and the store's own cost a step; each group's share of the
-machine's cores (the planner's cores per host); per rank count, with all the job's ranks
-computing at once without a store, how much longer the slowest rank's step is than
-compute and update stretched by that share when it ends with a 1-float allreduce over
-every rank or over its group (the wait terms: stragglers and spinning on shared cores),
-and when every rank meets only once every tau steps (the drift: the share of the wait
-that adds up between meetings, as ranks progress at unequal rates). Each of those is the median of 3 jobs. The servers are not behind the emulated link (it charges the
-leaders). A configuration whose first job took longer than --long runs once. Prints a
-table, the share of configurations within 20 %, whether the predicted best is the
-measured best (or within 10 % of it); writes planner_validation.json and .png
-(predicted against measured) to --out.
+--seconds; a rank's step is its median window over tau, a job's the harmonic mean of its
+ranks' (its steps a second per rank: ranks that do not wait for each other progress at
+their own rates on unevenly shared cores), a configuration's the median job. It is set
+beside the planner's prediction for the same cluster, given what it would be given for a
+real one, measured here first: the link between two ranks (an MPI ping-pong); ps-lite
+(push and pull of 1 KiB and of the model's arrays): one worker's connection to a server,
+and a server's own throughput serving two workers at once; one rank alone: compute,
+update and the store's own cost a step (a 1-rank job's step less those); each group's
+share of the machine's cores (the planner's cores per host); per rank count, with all
+the job's ranks computing at once without a store, how much longer the slowest rank's
+step is than compute and update stretched by that share when it ends with a 1-float
+allreduce over every rank or over its group (the wait terms: stragglers and spinning on
+shared cores), and when every rank meets only once every tau steps (the drift: the share
+of the wait that adds up between meetings, as ranks progress at unequal rates). Each of
+those is the median of 3 jobs. The servers are not behind the emulated link (it charges
+the leaders). A configuration whose first job took longer than --long runs once. Prints
+a table, the share of configurations within 20 %, whether the predicted best is the
+measured best (or within 10 % of it); writes planner_validation.json and .png (predicted
+against measured) to --out.
 
     python examples/benchmarks/planner_validation.py [--models cnn resnet18] [--ranks 2 3 4]
         [--mbps 0 1000 100] [--rounds 3] [--seconds 2]
@@ -132,8 +135,7 @@ def step_worker(args: argparse.Namespace) -> None:
 
     kv = mx.kv.create("hybrid")
     step, _, _ = train(args.model, args.batch, args.windows, kv)
-    if kv.rank == 0:
-        print(json.dumps({"step_seconds": step}), flush=True)
+    print(json.dumps({"rank": kv.rank, "step_seconds": step}), flush=True)
     kv.close()
 
 
@@ -236,7 +238,18 @@ def measure_step(name: str, model: str, ranks: int, mbps: float, windows: int, a
                        MXKV_THROTTLE_MBPS=str(mbps))
     rows = launch(ranks, options, ["--worker", "step", "--model", model, "--batch", str(args.batch),
                                    "--windows", str(windows)], environment)
-    return rows[0]["step_seconds"]
+    return job_step(rows, ranks)
+
+
+def job_step(rows: List[dict], ranks: int) -> float:
+    """A job's step: its ranks' steps a second, per rank (their harmonic mean). Ranks that
+    do not wait for each other progress at their own rates when the cores are shared
+    unevenly (3 ranks on 2 cores: one may have a core to itself); ranks in lockstep end
+    their windows together, so for them it is any rank's step."""
+    steps = [r["step_seconds"] for r in rows]
+    if len(steps) != ranks:
+        sys.exit(f"expected a step from each of {ranks} ranks, got {len(steps)}: {rows}")
+    return len(steps) / sum(1 / s for s in steps)
 
 
 def share_of_cores(ranks: int) -> float:
@@ -261,8 +274,10 @@ def calibrate(model: str, ranks_counts: List[int], args, env: dict) -> Dict[int,
                     key=lambda r: r["step_seconds"]) for _ in range(3)]
         return sorted(jobs, key=lambda r: r["step_seconds"])[1]
 
-    one_rank = launch(1, [], ["--worker", "step", "--model", model, "--batch", str(args.batch),
-                              "--windows", "6"], dict(env, MXKV_MODE="allreduce"))[0]["step_seconds"]
+    one_rank = float(np.median([launch(1, [], ["--worker", "step", "--model", model, "--batch",
+                                               str(args.batch), "--windows", "6"],
+                                        dict(env, MXKV_MODE="allreduce"))[0]["step_seconds"]
+                                 for _ in range(3)]))
     alone = at_once(1, "none")
     alone_step = alone["compute_seconds"] + alone["update_seconds"]
     calibration = {}
