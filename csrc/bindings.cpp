@@ -12,6 +12,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "bucket_plan.h"
 #include "dtype.h"
 #include "elastic_step.h"
 #include "tensor_collectives.h"
@@ -90,6 +91,22 @@ PYBIND11_MODULE(_C, m) {
         py::arg("alpha"), py::arg("entries"),
         "[(weight, centre, elastic) NDArray handles] (float32/float64): elastic = alpha "
         "(weight - centre); weight -= elastic, fused, one pass (EASGD's elastic step).");
+
+  m.def("bucket_elements",
+        [](const std::vector<std::pair<int, int64_t>>& tensors, size_t bucket_bytes) {
+          std::vector<mxkv::Tensor> spec(tensors.size());
+          for (size_t i = 0; i < tensors.size(); ++i) {
+            spec[i].dtype = tensors[i].first;
+            spec[i].count = tensors[i].second;
+          }
+          std::vector<int64_t> elements;
+          for (const mxkv::Bucket& bucket : mxkv::plan_buckets(spec, bucket_bytes))
+            elements.push_back(bucket.elements());
+          return elements;
+        },
+        py::arg("tensors"), py::arg("bucket_bytes"),
+        "[(dtype code, elements)] -> the elements of each bucket the collectives make of "
+        "them (plan_buckets: small tensors fused up to bucket_bytes, larger ones alone).");
 
   m.def("line_buffer_stderr", [] {
     // Once used, stderr holds a 1-byte buffer that a null buffer argument would keep.

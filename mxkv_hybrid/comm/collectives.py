@@ -12,6 +12,7 @@ import numpy as np
 from ..config import Config
 from ..errors import ConfigError, MismatchError, MXKVError
 from . import algorithm_table, stall, timeline
+from .dtype_codes import DTYPE_CODES
 from .device_staging import DeviceStaging
 from .hierarchy import use_hierarchy
 from .topology import Groups
@@ -43,7 +44,6 @@ def _key_signature(keys: Sequence[Key]) -> int:
     return int.from_bytes(digest, "little")
 
 
-DTYPE_CODES = {"float32": 0, "float64": 1, "float16": 2, "bfloat16": 12}
 HOST_DEVICES = ("cpu", "cpu_pinned", "cpu_shared")  # MXNet memory the C++ reads in place
 _CODE_OF_NUMPY_CHAR = {"f": 0, "d": 1, "e": 2, "H": 12}  # uint16 carries bfloat16 bits
 

@@ -45,6 +45,7 @@ from dataclasses import dataclass, replace
 from typing import Dict, List, Optional, Sequence
 
 from ..comm import algorithm_table
+from ..comm.dtype_codes import DTYPE_CODES
 from .cluster import Cluster
 from .collective_costs import ALGORITHMS, NOTHING, Cost, Span, hierarchical
 
@@ -71,18 +72,13 @@ class Workload:
         return int(sum(self.array_bytes))
 
     def buckets(self) -> List[int]:
-        """Sizes of the fused buckets: consecutive arrays below the bucket size packed up to
-        it, larger arrays alone (csrc/bucket_plan.h)."""
-        sizes, open_bucket = [], 0
-        for nbytes in self.array_bytes:
-            if nbytes >= self.bucket_bytes:
-                sizes.append(nbytes)
-            elif open_bucket + nbytes > self.bucket_bytes:
-                sizes.append(open_bucket)
-                open_bucket = nbytes
-            else:
-                open_bucket += nbytes
-        return sizes + ([open_bucket] if open_bucket else [])
+        """Sizes in bytes of the fused buckets the collectives make of the float32 arrays
+        (csrc/bucket_plan.h: consecutive arrays below the bucket size packed up to it,
+        larger arrays alone)."""
+        from ..comm import _C
+
+        tensors = [(DTYPE_CODES["float32"], -(-nbytes // 4)) for nbytes in self.array_bytes]
+        return [4 * n for n in _C.bucket_elements(tensors, self.bucket_bytes)]
 
 
 @dataclass(frozen=True)
