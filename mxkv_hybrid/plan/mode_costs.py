@@ -226,27 +226,29 @@ class Planner:
                         f"easgd tau={tau} ({transport})", "easgd", update, per_step, False,
                         per_server / tau if ps else 0.0, wait=group, spinning=not ps,
                         cpu_bound=self._cpu_bound(update, 0.0, 2 * n / tau) if ps else 0.0))
-        rows += [self._local_sgd(tau, flat) for tau in taus]
+        rows += self._local_sgd(taus, flat, world)
         return rows
 
-    def _local_sgd(self, tau: int, average: Cost) -> Prediction:
-        """lasgd: the weights' allreduce (the model's bytes, as flat moves them) every tau
-        steps beside the next tau steps, in the rank's share of the cores (as long as tau
-        of its steps on a core of its own); its CPU work shows in full on a host with no
-        spare core; the drift is paid every step, the rest of the world wait once every tau."""
+    def _local_sgd(self, taus: Sequence[int], average: Cost, world: Span) -> List[Prediction]:
+        """lasgd: the weights' allreduce (the model's bytes, as flat moves them over `world`)
+        every tau steps beside the next tau steps, in the rank's share of the cores (as long
+        as tau of its steps on a core of its own); its CPU work shows in full on a host with
+        no spare core; the drift is paid every step, the rest of the world wait once every tau."""
         cluster, workload = self.cluster, self.workload
-        steps_beside = tau * (workload.compute_seconds + workload.update_seconds
-                              + workload.overhead_seconds)
+        step_alone = workload.compute_seconds + workload.update_seconds + workload.overhead_seconds
         spare_core = cluster.cores_per_host <= 0 or cluster.cores_per_host > cluster.ranks_per_host
         cpu_work = 0.0 if spare_core else min(average.seconds, Planner(
             workload, replace(cluster, between=cluster.inside), self._table).allreduce(
-                Span(cluster.ranks, cluster.ranks_per_host)).seconds)
-        shown = Cost(max(0.0, average.seconds - cpu_work - steps_beside) + cpu_work,
-                     average.bytes_inside, average.bytes_across)
+                world).seconds)
         drift = min(workload.drift_seconds, workload.world_wait_seconds)
-        wait = drift + (workload.world_wait_seconds - drift) / tau
-        return self._prediction(f"lasgd tau={tau}", "lasgd", workload.update_seconds,
-                                _every(shown, tau), False, wait=wait)
+        rows = []
+        for tau in taus:
+            shown = Cost(max(0.0, average.seconds - cpu_work - tau * step_alone) + cpu_work,
+                         average.bytes_inside, average.bytes_across)
+            wait = drift + (workload.world_wait_seconds - drift) / tau
+            rows.append(self._prediction(f"lasgd tau={tau}", "lasgd", workload.update_seconds,
+                                         _every(shown, tau), False, wait=wait))
+        return rows
 
 
 def _every(cost: Cost, tau: int) -> Cost:
