@@ -22,6 +22,7 @@ ALLOWED: Dict[str, Set[str]] = {
     "atomic_file": set(),
     "mxnet_version": set(),
     "comm": set(),
+    "testing": set(),
     "plan": {"comm"},
     "shard": {"comm"},
     "safety": {"comm"},
