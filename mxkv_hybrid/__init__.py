@@ -11,8 +11,10 @@ The folders are layers, each importing only from those below it: launch/, integr
 the store (kvstore.py), modes/ and observe/, ps/, safety/, comm/ (with the C++ in _C), and
 config.py / errors.py at the bottom; docs/ARCHITECTURE.md follows one step through them.
 """
+from .comm.network import announce_own_address
 from .mxnet_version import require_mxnet
 
+announce_own_address()  # before MXNet's import, where a parameter-server process starts
 require_mxnet()  # before anything imports mxnet: a clear error without MXNet 1.9.x
 
 from .comm.topology import World, world  # noqa: E402  (after the check above)

@@ -2,8 +2,10 @@
 a fresh cluster per test (skipped, with the reason, where namespaces cannot be made), and
 mxkv-launch run on one of its hosts with a hard timeout and nothing left behind."""
 import os
+import re
 import subprocess
 import sys
+import threading
 import time
 from typing import Callable, Dict, Iterator, List, Optional, Sequence
 
@@ -45,27 +47,60 @@ def launcher_environment(env: Optional[Dict[str, str]]) -> Dict[str, str]:
     return dict(clean, **(env or {}))
 
 
+class HostLauncher:
+    """`mxkv-launch --timeout T OPTIONS [-- python PROGRAM]` started on one emulated host,
+    its output lines collected as they come (PROGRAM: a worker script and its arguments)."""
+
+    def __init__(self, cluster: Cluster, host: str, launcher_options: Sequence[str],
+                 program: Sequence[str] = (), env: Optional[Dict[str, str]] = None,
+                 timeout: float = JOB_TIMEOUT):
+        command = [sys.executable, "-m", "mxkv_hybrid.launch", "--timeout", str(timeout),
+                   *launcher_options]
+        if program:
+            script = program[0] if "/" in program[0] else str(WORKERS / program[0])
+            command += ["--", "python", script, *program[1:]]
+        self.timeout = timeout
+        self.process = cluster.run(host, command, env=launcher_environment(env),
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.lines: List[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for line in self.process.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    def wait_for(self, pattern: str, seconds: float = 60) -> re.Match:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            for line in list(self.lines):
+                found = re.search(pattern, line)
+                if found:
+                    return found
+            if self.process.poll() is not None and not self._reader.is_alive():
+                break
+            time.sleep(0.1)
+        raise AssertionError(f"no line matching {pattern!r} in:\n" + "\n".join(self.lines))
+
+    def finish(self) -> Job:
+        """Waits for the launcher (its timeout and 30 s more, then kills it)."""
+        try:
+            self.process.wait(timeout=self.timeout + 30)
+        finally:
+            if self.process.poll() is None:
+                self.process.kill()
+                self.process.wait()
+        self._reader.join(timeout=10)
+        return Job(self.process.returncode, "\n".join(self.lines))
+
+
 def launch_on(cluster: Cluster, host: str, launcher_options: Sequence[str],
               program: Sequence[str] = (), env: Optional[Dict[str, str]] = None,
               timeout: float = JOB_TIMEOUT) -> Job:
-    """Runs `mxkv-launch --timeout T OPTIONS -- PROGRAM` on `host` (PROGRAM: a worker
-    script and its arguments, or nothing for --check); asserts that no process is left on
-    any host afterwards."""
-    command = [sys.executable, "-m", "mxkv_hybrid.launch", "--timeout", str(timeout),
-               *launcher_options]
-    if program:
-        script = program[0] if "/" in program[0] else str(WORKERS / program[0])
-        command += ["--", "python", script, *program[1:]]
-    process = cluster.run(host, command, env=launcher_environment(env), stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True)
-    try:
-        output, _ = process.communicate(timeout=timeout + 30)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+    """Runs a HostLauncher to its end; asserts that no process is left on any host."""
+    job = HostLauncher(cluster, host, launcher_options, program, env, timeout).finish()
     assert_nothing_left(cluster)
-    return Job(process.returncode, output)
+    return job
 
 
 def assert_nothing_left(cluster: Cluster, grace: float = 5.0) -> None:

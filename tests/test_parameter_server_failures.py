@@ -1,6 +1,7 @@
 """The parameter server missing, never started, or killed mid-training: the ranks stop
 with a clear error within a bounded time, and the launcher leaves no process behind."""
 import os
+import re
 import signal
 import time
 
@@ -21,15 +22,31 @@ def test_sync_without_servers_says_how_to_start_them(job_dir):
 
 
 def test_a_scheduler_that_never_started_ends_the_job_after_the_timeout(job_dir):
-    env = dict(SYNC, MXKV_PS_TIMEOUT="5", MXKV_GROUP_SIZE="1", DMLC_PS_ROOT_URI="127.0.0.1",
+    env = dict(SYNC, MXKV_PS_TIMEOUT="7", MXKV_GROUP_SIZE="1", DMLC_PS_ROOT_URI="127.0.0.1",
                DMLC_PS_ROOT_PORT="9", DMLC_NUM_SERVER="1", DMLC_NUM_WORKER="2",
                DMLC_NODE_HOST="127.0.0.1", DMLC_ROLE="worker")
     started = time.monotonic()
     job = launch(2, "ps_steps.py", str(job_dir / "progress"), "3", env=env, timeout=90)
     assert job.returncode != 0
-    assert "connecting to the parameter server (scheduler 127.0.0.1:9, 1 server(s)) did not " \
-           "finish within 5 s (MXKV_PS_TIMEOUT)" in job.output, job.output
-    assert time.monotonic() - started < 80  # ended by the watchdog, not by the job timeout
+    assert "could not reach the parameter-server scheduler at 127.0.0.1:9 within 7 s " \
+           "(MXKV_PS_TIMEOUT): Connection refused" in job.output, job.output
+    assert "--ps-host must be an address of that machine this host reaches" in job.output
+    assert re.search(r"waiting for the parameter-server scheduler at 127\.0\.0\.1:9 "
+                     r"\(Connection refused\) for [56] s of 7", job.output), job.output
+    assert time.monotonic() - started < 80  # ended by the wait's timeout, not the job's
+
+
+def test_a_stall_report_names_a_leader_waiting_for_the_scheduler(job_dir):
+    """Rank 1 waits in a collective for its leader, which waits for a scheduler that does
+    not answer: the report says so, not "hung, or busy alone"."""
+    env = dict(SYNC, MXKV_PS_TIMEOUT="60", MXKV_STALL_TIMEOUT="3", MXKV_GROUP_SIZE="2",
+               DMLC_PS_ROOT_URI="127.0.0.1", DMLC_PS_ROOT_PORT="9", DMLC_NUM_SERVER="1",
+               DMLC_NUM_WORKER="1", DMLC_ROLE="worker")
+    job = launch(2, "ps_steps.py", str(job_dir / "progress"), "3", env=env, timeout=90)
+    assert job.returncode != 0
+    assert re.search(r"rank 0 on \S+: waiting for the parameter-server scheduler at "
+                     r"127\.0\.0\.1:9 for \d+ s", job.output), job.output
+    assert "busy alone" not in job.output
 
 
 @pytest.mark.parametrize("victim", ["server", "scheduler"])

@@ -40,8 +40,12 @@ class Whereabouts:
     waiting_in: Optional[str]
     seconds: float
     finished: bool
+    outside: Optional[str] = None  # a wait outside MPI (the parameter server), if in one
 
     def describe(self, stalled_wait: int) -> str:
+        if self.outside is not None:
+            return (f"rank {self.rank} on {self.host}: {self.outside} for {self.seconds:.0f} s "
+                    f"(after wait #{self.waits}; MXKV_PS_TIMEOUT bounds it)")
         if self.finished:
             return (f"rank {self.rank} on {self.host}: its script ended after {self.waits} waits "
                     "(the ranks ran different numbers of steps? see README, 'Uneven shards')")
@@ -66,6 +70,7 @@ class StallMonitor:
         self._lock = threading.Lock()
         self._waits = 0
         self._waiting_in: Optional[str] = None
+        self._outside: Optional[str] = None  # a wait outside MPI (see outside())
         self._since = time.monotonic()
         self._finished = False
         self._last_asked = float("-inf")  # when another rank last asked where we are
@@ -86,6 +91,17 @@ class StallMonitor:
             with self._lock:
                 self._waiting_in, self._since = None, time.monotonic()
 
+    @contextmanager
+    def outside(self, what: str):
+        """Marks a wait outside MPI (the parameter server), so that a report names it."""
+        with self._lock:
+            self._outside, self._since = what, time.monotonic()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._outside, self._since = None, time.monotonic()
+
     def watch_background(self, seconds_busy: Callable[[], float]) -> None:
         """Also watches collectives run by another thread: `seconds_busy` (a bound method,
         held weakly) says how long its current one has run, 0 when idle."""
@@ -96,12 +112,13 @@ class StallMonitor:
         with self._lock:
             waiting_in, seconds = self._waiting_in, time.monotonic() - self._since
             waits, finished, background = self._waits, self._finished, list(self._background)
-        if waiting_in is None:
+            outside = self._outside
+        if waiting_in is None and outside is None:
             busy = max((method() for method in (ref() for ref in background) if method), default=0.0)
             if busy > 0:
                 waiting_in, seconds = BACKGROUND_WAIT, busy
         return Whereabouts(self._first_rank + self._comm.Get_rank(), self._host, waits,
-                           waiting_in, seconds, finished)
+                           waiting_in, seconds, finished, outside)
 
     def _mark_finished(self) -> None:
         """At exit (before MPI_Finalize, which would block with the GIL held): wait for the
@@ -181,6 +198,11 @@ def watch_background(seconds_busy: Callable[[], float]) -> None:
     """See StallMonitor.watch_background (nothing when the job has one rank)."""
     if _monitor is not None:
         _monitor.watch_background(seconds_busy)
+
+
+def outside(what: str) -> ContextManager:
+    """A wait outside MPI (the parameter server), named in stall reports."""
+    return nullcontext() if _monitor is None else _monitor.outside(what)
 
 
 def waiting(what: str) -> ContextManager:

@@ -25,6 +25,8 @@ from ..comm import timeline
 from ..config import read_knob, separate_groups_refusal
 from .group_jobs import (GroupPlan, GroupRun, Restarts, plan_groups, plan_groups_by_host,
                          start_group, supervise_groups)
+from ..comm.network import describe_address
+from .ps_address import LOOPBACK, PsHostRefused, choose_ps_host
 from .processes import (GRACE_SECONDS, Node, Terminated, end_process_group, free_port, start,
                         stop_on_signals, wait_until_listening)
 from .rank_watch import RankWatch
@@ -150,8 +152,8 @@ def start_parameter_servers(args: argparse.Namespace, num_groups: int, mpiexec: 
                        "DMLC_ROLE": "worker"})
     if args.ps_interface:
         os.environ["DMLC_INTERFACE"] = args.ps_interface
-    elif args.ps_host.startswith("127.") or args.ps_host == "localhost":
-        os.environ["DMLC_NODE_HOST"] = "127.0.0.1"  # keep every ps-lite node on loopback
+    # otherwise every ps-lite node announces the address its host reaches the scheduler
+    # from (comm/network.py, at the package's import): loopback when it runs here
     node = [sys.executable, "-m", "mxkv_hybrid.ps.server"]
     scheduler = start("parameter-server scheduler", node, dict(os.environ, DMLC_ROLE="scheduler"))
     nodes = [scheduler]
@@ -197,9 +199,11 @@ def parse_arguments(argv: Optional[List[str]] = None) -> argparse.Namespace:
                     help="start a ps-lite scheduler and this many servers")
     ps.add_argument("--group-size", type=int, default=0,
                     help="ranks per group (sets MXKV_GROUP_SIZE; default: one group per host)")
-    ps.add_argument("--ps-host", default="127.0.0.1",
+    ps.add_argument("--ps-host",
                     help="address of this machine that the ranks and servers reach the "
-                         "scheduler at (DMLC_PS_ROOT_URI; default 127.0.0.1)")
+                         "scheduler at (DMLC_PS_ROOT_URI; default: 127.0.0.1 when every "
+                         "rank and server runs here, else the address the route towards the "
+                         "other hosts leaves from; a loopback one with other hosts is refused)")
     ps.add_argument("--ps-interface", help="network interface ps-lite uses (DMLC_INTERFACE)")
     layout = ps.add_mutually_exclusive_group()
     layout.add_argument("--group-jobs", action="store_true",
@@ -253,6 +257,7 @@ def parse_arguments(argv: Optional[List[str]] = None) -> argparse.Namespace:
     mode = os.environ.get("MXKV_MODE", "allreduce").strip().lower()
     if args.serve:
         check_serve(parser, args, mode)
+        place_scheduler(parser, args)
         return args
     if not args.command:
         parser.error("no command given: mxkv-launch -n 2 -- python train.py")
@@ -288,7 +293,25 @@ def parse_arguments(argv: Optional[List[str]] = None) -> argparse.Namespace:
         parser.error(f"--servers serves the modes sync, async and easgd, and MXKV_MODE is {mode}"
                      f"{'' if 'MXKV_MODE' in os.environ else ' (unset)'}, which uses no parameter "
                      "server: set MXKV_MODE or drop --servers")
+    if args.servers:
+        place_scheduler(parser, args)
     return args
+
+
+def place_scheduler(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Sets args.ps_host to the scheduler's address (ps_address.choose_ps_host), or
+    refuses the job before anything starts."""
+    hosts = [host for host, _ in host_slots(args)] if args.hosts or args.hostfile else []
+    hosts += [host for host in (args.server_hosts or "").split(",") if host]
+    try:
+        chosen = choose_ps_host(args.ps_host, hosts)
+    except PsHostRefused as refused:
+        parser.error(str(refused))
+    if args.ps_host is None and chosen != LOOPBACK:
+        print(f"mxkv-launch: the parameter-server scheduler listens on "
+              f"{describe_address(chosen)}, where the route towards the other hosts leaves "
+              "this machine (--ps-host to choose another)", file=sys.stderr, flush=True)
+    args.ps_host = chosen
 
 
 def check_sync_restarts(parser: argparse.ArgumentParser, args: argparse.Namespace, mode: str,

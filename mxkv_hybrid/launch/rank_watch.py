@@ -36,6 +36,13 @@ def _descendants(root: int) -> List[int]:
     return found
 
 
+def _uts_namespace(pid: int) -> Optional[str]:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/uts")
+    except OSError:
+        return None
+
+
 def _rank_of(pid: int) -> Optional[int]:
     try:
         with open(f"/proc/{pid}/environ", "rb") as f:
@@ -69,7 +76,10 @@ class RankWatch:
         if len(self._ranks_seen) >= self._num_ranks or now - self._last_search < SEARCH_SECONDS:
             return
         self._last_search = now
+        here = _uts_namespace(os.getpid())
         for pid in _descendants(self._root):
+            if _uts_namespace(pid) != here:  # another host's, reached through a local ssh
+                continue
             rank = _rank_of(pid)
             if rank is None or rank in self._ranks_seen:
                 continue

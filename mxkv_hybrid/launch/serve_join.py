@@ -15,8 +15,10 @@ from .group_jobs import GroupPlan, Restarts, start_group, supervise_groups
 from .processes import Node, Terminated, end_process_group, stop_on_signals
 from .rendezvous import JoinRefused, Rendezvous, join
 
+# what a joining group's ranks need to reach the servers; never the serving machine's own
+# DMLC_NODE_HOST / DMLC_INTERFACE: each host announces its own address (comm/network.py)
 SETTINGS = ("DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT", "DMLC_NUM_SERVER", "DMLC_NUM_WORKER",
-            "DMLC_NODE_HOST", "DMLC_INTERFACE", "PS_HEARTBEAT_INTERVAL", "PS_HEARTBEAT_TIMEOUT")
+            "PS_HEARTBEAT_INTERVAL", "PS_HEARTBEAT_TIMEOUT")
 
 
 def serve(groups: int, mode: str, host: str, servers: List[Node], timeout: Optional[float]) -> int:

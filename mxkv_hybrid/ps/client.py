@@ -16,6 +16,7 @@ from ..safety.watchdog import Watchdog
 from .keys import ServerKeys
 from .layout import Chunk, balanced_chunks, bigarray_bound
 from .optimizers import AGREE_KEY, CHUNK_KEYS
+from .scheduler_reach import wait_for_scheduler
 
 REQUIRED = ("DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT", "DMLC_NUM_SERVER", "DMLC_NUM_WORKER")
 
@@ -56,7 +57,9 @@ class ParameterServer:
         self._num_servers = num_servers
         # a restarted group's leader: the servers hold its keys and optimizer already
         self._rejoining = rejoining
-        address = f"{os.environ['DMLC_PS_ROOT_URI']}:{os.environ['DMLC_PS_ROOT_PORT']}"
+        host, port = os.environ["DMLC_PS_ROOT_URI"], int(os.environ["DMLC_PS_ROOT_PORT"])
+        address = f"{host}:{port}"
+        wait_for_scheduler(host, port, timeout, watchdog.who)
         with watchdog.guard(f"connecting to the parameter server (scheduler {address}, "
                             f"{num_servers} server(s))", timeout):
             self._store = mx.kv.create(kind)

@@ -5,6 +5,8 @@ import time
 from contextlib import contextmanager
 from typing import Callable, Optional, Tuple
 
+from ..comm import stall
+
 
 class Watchdog:
     """`with watchdog.guard("what", seconds):` -- if the block has not finished after
@@ -12,7 +14,7 @@ class Watchdog:
 
     def __init__(self, on_expiry: Callable[[], None], who: str):
         self._on_expiry = on_expiry
-        self._who = who
+        self.who = who
         self._lock = threading.Lock()
         self._pending: Optional[Tuple[str, float, float]] = None  # what, deadline, seconds
         threading.Thread(target=self._watch, name="mxkv-watchdog", daemon=True).start()
@@ -22,7 +24,8 @@ class Watchdog:
         with self._lock:
             self._pending = (what, time.monotonic() + seconds, seconds)
         try:
-            yield
+            with stall.outside(what):  # a stall report on another rank names this wait
+                yield
         finally:
             with self._lock:
                 self._pending = None
@@ -34,7 +37,7 @@ class Watchdog:
                 pending = self._pending
             if pending is not None and time.monotonic() > pending[1]:
                 what, _, seconds = pending
-                sys.stderr.write(f"mxkv_hybrid: {self._who}: {what} did not finish within "
+                sys.stderr.write(f"mxkv_hybrid: {self.who}: {what} did not finish within "
                                  f"{seconds:g} s (MXKV_PS_TIMEOUT); ending the job\n")
                 sys.stderr.flush()
                 self._on_expiry()

@@ -1,0 +1,76 @@
+"""Network set-up across emulated hosts that cannot go wrong silently: the scheduler's
+address chosen by the route towards the other hosts (sync across 2 hosts with no
+--ps-host trains as one process does), a loopback or foreign --ps-host refused before
+anything starts, and a group that joins from a host whose interface has another name."""
+import uuid
+
+import numpy as np
+
+from conftest import assert_identical_across_ranks, assert_matches_reference, load_ranks, \
+    run_reference
+from emulated import HostLauncher, assert_nothing_left, launch_on, make_cluster, \
+    on_emulated_hosts  # noqa: F401  (fixture)
+
+pytestmark = on_emulated_hosts
+
+SYNC = {"MXKV_MODE": "sync"}
+
+
+def test_sync_across_hosts_without_ps_host_matches_one_process(make_cluster, job_dir):
+    """2 hosts x 2 ranks, a group per host, the server on h1: the launcher picks h1's
+    address on the route towards h2, and the weights equal one process's."""
+    cluster = make_cluster(2, rate_mbit=1000)
+    job = launch_on(cluster, "h1", ["-n", "4", "-H", "h1:2,h2:2", "--servers", "1"],
+                    ["train_gluon.py", "--out", str(job_dir / "dist")], env=SYNC)
+    assert job.returncode == 0, job.output
+    assert f"scheduler listens on {cluster.address('h1')} (eth0)" in job.output
+    run_reference("train_gluon.py", "--out", str(job_dir / "ref"), "--reference", "4")
+    weights = load_ranks(job_dir / "dist", 4)
+    assert_identical_across_ranks(weights)
+    assert_matches_reference(weights[0], load_ranks(job_dir / "ref", 1)[0])
+
+
+def test_a_ps_host_the_other_hosts_cannot_reach_is_refused_at_once(make_cluster, job_dir):
+    cluster = make_cluster(2)
+    options = ["-n", "4", "-H", "h1:2,h2:2", "--servers", "1"]
+    program = ["train_gluon.py", "--out", str(job_dir)]
+    loopback = launch_on(cluster, "h1", [*options, "--ps-host", "127.0.0.1"], program, env=SYNC)
+    assert loopback.returncode == 2, loopback.output
+    assert (f"--ps-host 127.0.0.1 is loopback, and the ranks or servers on h2 would look for "
+            f"the scheduler on their own loopback: give --ps-host {cluster.address('h1')}"
+            in loopback.output), loopback.output
+    foreign = launch_on(cluster, "h1", [*options, "--ps-host", cluster.address("h2")], program,
+                        env=SYNC)
+    assert foreign.returncode == 2, foreign.output
+    assert f"--ps-host {cluster.address('h2')} is not an address of this machine (h1)" \
+        in foreign.output
+    unknown = launch_on(cluster, "h1", ["-n", "4", "-H", "h1:2,nowhere:2", "--servers", "1"],
+                        program, env=SYNC)
+    assert unknown.returncode == 2 and "host nowhere does not resolve on h1" in unknown.output
+
+
+def test_a_group_joins_from_a_host_whose_interface_has_another_name(make_cluster, tmp_path):
+    """--serve on h1 with --ps-interface eth0; h2's only interface is ens5. Its group gets
+    the scheduler's address, not h1's interface, and trains: every rank ends on the centre."""
+    cluster = make_cluster(2, interfaces={"h2": "ens5"})
+    tag = uuid.uuid4().hex
+    env = {"MXKV_MODE": "easgd", "MXKV_PS_TIMEOUT": "20", "PYTEST_MXKV_JOB": tag}
+    serving = HostLauncher(cluster, "h1", ["--servers", "1", "--groups", "2", "--serve",
+                                           "--ps-host", cluster.address("h1"),
+                                           "--ps-interface", "eth0"], env=env)
+    address = serving.wait_for(r"--join (\S+@[\d.]+:\d+) -n RANKS").group(1)
+    program = ["group_job_digits.py", str(tmp_path), "20", "0.1"]
+    groups = [HostLauncher(cluster, host, ["--join", address, "-n", "2"], program, env=env)
+              for host in ("h1", "h2")]
+    jobs = [group.finish() for group in groups]
+    served = serving.finish()
+    assert_nothing_left(cluster)
+    for job in jobs:
+        assert job.returncode == 0, job.output
+    assert served.returncode == 0, served.output
+    finals = [np.load(tmp_path / f"rank{r}.npz") for r in range(4)]
+    for rank in range(1, 4):
+        for name in (n for n in finals[0].files if n.startswith("final/")):
+            assert np.array_equal(finals[rank][name], finals[0][name]), (rank, name)
+    accuracy = float(finals[0]["accuracy"])
+    assert accuracy >= 0.9, accuracy
