@@ -12,9 +12,11 @@ the store (kvstore.py), modes/ and observe/, ps/, safety/, comm/ (with the C++ i
 config.py / errors.py at the bottom; docs/ARCHITECTURE.md follows one step through them.
 """
 from .comm.network import announce_own_address
+from .safety.launcher_link import start_for_this_rank
 from .mxnet_version import require_mxnet
 
 announce_own_address()  # before MXNet's import, where a parameter-server process starts
+start_for_this_rank()  # a rank of mxkv-launch: its link's keeper, before MPI_Init
 require_mxnet()  # before anything imports mxnet: a clear error without MXNet 1.9.x
 
 from .comm.topology import World, world  # noqa: E402  (after the check above)

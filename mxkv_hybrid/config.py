@@ -266,6 +266,15 @@ KNOBS: Dict[str, Knob] = {
                       "gluon.data.DataLoader(shuffle=True) read one shard per rank; unshuffled "
                       "(validation) data stays whole; a script argument --gpus LIST becomes "
                       "the rank's share of LIST. Each change is logged once by rank 0."),
+    "MXKV_LOST_SECONDS": Knob(_parse_seconds, "30",
+                              "Bound on noticing a lost host: mxkv-launch names a rank it has "
+                              "not heard from for this long (a cut-off or dead host; its group "
+                              "is ended: in async/easgd group jobs the others train on), and a "
+                              "rank that has not heard from its launcher for this long exits by "
+                              "itself. Set by mxkv-launch for the ranks (--lost-seconds)."),
+    "MXKV_LAUNCHER_LINK": Knob(str, "",
+                               "Set by mxkv-launch: TOKEN@HOST:PORT of its link with every rank "
+                               "(heartbeats both ways, safety/launcher_link.py)."),
     "MXKV_STALL_TIMEOUT": Knob(_non_negative, "30",
                                "Seconds a rank waits for the others in one collective before it "
                                "asks every rank where it is, prints the answers (waiting, "

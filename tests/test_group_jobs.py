@@ -18,6 +18,7 @@ from mxkv_hybrid.comm.topology import World
 from mxkv_hybrid.config import Config, GroupJob, parse_group_job
 from mxkv_hybrid.errors import ConfigError
 from mxkv_hybrid.launch.group_jobs import GroupPlan, plan_groups, renumbering
+from mxkv_hybrid.launch import launcher
 from mxkv_hybrid.launch.launcher import parse_arguments
 
 
@@ -317,6 +318,8 @@ def test_the_launcher_and_the_ranks_accept_the_same_modes(monkeypatch):
 ])
 def test_async_and_easgd_groups_run_apart_by_default(monkeypatch, mode, options, apart):
     monkeypatch.setenv("MXKV_MODE", mode)
+    # the hosts are names only: where the scheduler listens is test_network_setup's matter
+    monkeypatch.setattr(launcher, "place_scheduler", lambda parser, args: None)
     args = parse_arguments(["-n", "4", "--servers", "1", *options, "--", "python", "x.py"])
     assert (args.group_jobs, args.group_jobs_by_default) == (apart, apart)
 

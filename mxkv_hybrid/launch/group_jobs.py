@@ -13,13 +13,15 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import BinaryIO, Callable, Dict, List, Optional, Tuple
 
+from .lost_hosts import LostRanks
 from .processes import Node, Terminated, end_process_group, stop_on_signals
 from .rank_watch import RankWatch
 
 POLL_SECONDS = 0.2
+LOST_STATUS = 1  # a group job ended because its host was lost (the same on every host)
 
 
 @dataclass(frozen=True)
@@ -102,6 +104,7 @@ class GroupRun:
     watch: RankWatch
     code: Optional[int] = None
     restart_at: Optional[float] = None  # lost, to be started again at this time
+    started: float = field(default_factory=time.monotonic)
 
     @property
     def over(self) -> bool:
@@ -151,11 +154,15 @@ class Restarts:
     delay: float
 
 
-def _lost(run: GroupRun, restarts: Restarts, others_running: bool) -> None:
-    """Reports a lost group and, while restarts are left, schedules its restart."""
+def _lost(run: GroupRun, restarts: Restarts, others_running: bool,
+          cut_off: Optional[str] = None) -> None:
+    """Reports a lost group (`cut_off`: how its host was lost) and, while restarts are
+    left, schedules its restart."""
     first = run.watch.describe_first_ended(socket.gethostname())
-    line = (f"{run.plan.describe()} was lost: its MPI job exited with status {run.code}"
-            + (f"; {first}" if first else ""))
+    line = (f"{run.plan.describe()}{' on ' + run.plan.host if run.plan.host else ''} was lost: "
+            + (f"{cut_off}; its host is cut off or dead, and its MPI job was ended" if cut_off
+               else f"its MPI job exited with status {run.code}"
+               + (f"; {first}" if first else "")))
     if run.attempt < restarts.limit:
         run.restart_at = time.monotonic() + restarts.delay
         line += (f"; restarting it in {restarts.delay:g} s (restart {run.attempt + 1} of "
@@ -173,9 +180,19 @@ def _restart(run: GroupRun) -> GroupRun:
     return again
 
 
+def _cut_off(run: GroupRun, lost_ranks: Optional[LostRanks]) -> Optional[str]:
+    """How a running group's host was lost to the launcher's link, or None."""
+    if lost_ranks is None or run.code is not None:
+        return None
+    first = run.plan.first_rank
+    why = lost_ranks.first_lost(range(first, first + run.plan.size), run.started)
+    return None if why is None else f"{why} (MXKV_LOST_SECONDS={lost_ranks.bound:g})"
+
+
 def supervise_groups(runs: List[GroupRun], helpers: List[Node], timeout: Optional[float],
                      restarts: Restarts, together: bool = False,
-                     stop_order: Callable[[], Optional[str]] = lambda: None) -> int:
+                     stop_order: Callable[[], Optional[str]] = lambda: None,
+                     lost_ranks: Optional[LostRanks] = None) -> int:
     """Waits for every group job; a failed group ends alone, and is started again while
     `restarts` allows; `together` (mode sync, where the servers wait for every group's
     gradients) ends the others when a group is lost. Ends everything on timeout, a dead
@@ -195,8 +212,16 @@ def supervise_groups(runs: List[GroupRun], helpers: List[Node], timeout: Optiona
                 elif run.code is None:
                     run.watch.wait(POLL_SECONDS / len(running))
                     run.code = run.process.poll()
+                    cut_off = _cut_off(run, lost_ranks)
+                    if cut_off:
+                        end_process_group(run.process)
+                        run.code = LOST_STATUS
+                        if lost_ranks is not None:
+                            lost_ranks.link.forget(list(range(run.plan.first_rank,
+                                                              run.plan.first_rank + run.plan.size)))
                     if run.code not in (None, 0):
-                        _lost(run, restarts, any(r.code is None for r in runs) and not together)
+                        _lost(run, restarts, any(r.code is None for r in runs) and not together,
+                              cut_off)
                         if together and run.restart_at is None:
                             say("in MXKV_MODE=sync the servers wait for every group's "
                                 "gradients, so the other groups cannot go on: stopping them")

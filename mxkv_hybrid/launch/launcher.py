@@ -26,7 +26,9 @@ from ..config import read_knob, separate_groups_refusal
 from .group_jobs import (GroupPlan, GroupRun, Restarts, plan_groups, plan_groups_by_host,
                          start_group, supervise_groups)
 from ..comm.network import describe_address
-from .ps_address import LOOPBACK, PsHostRefused, choose_ps_host
+from ..safety.launcher_link import LinkServer
+from .lost_hosts import LostRanks
+from .ps_address import LOOPBACK, PsHostRefused, choose_ps_host, remote_hosts
 from .processes import (GRACE_SECONDS, Node, Terminated, end_process_group, free_port, start,
                         stop_on_signals, wait_until_listening)
 from .rank_watch import RankWatch
@@ -98,11 +100,13 @@ def merge_timeline() -> None:
 
 
 def supervise(job: Node, helpers: List[Node], timeout: Optional[float], num_ranks: int,
-              deadline: Optional[float] = None) -> int:
-    """Waits for the job; ends everything on failure, timeout, a dead helper or a signal
-    (`deadline`, a time.monotonic(), ends the --timeout seconds begun before this job).
-    Returns the exit status (124 timeout, 130 stopped)."""
+              deadline: Optional[float] = None, lost_ranks: Optional[LostRanks] = None) -> int:
+    """Waits for the job; ends everything on failure, timeout, a dead helper, a lost
+    host (`lost_ranks`: one MPI world cannot go on without it) or a signal (`deadline`, a
+    time.monotonic(), ends the --timeout seconds begun before this job). Returns the exit
+    status (124 timeout, 130 stopped)."""
     ranks = RankWatch(job.process.pid, num_ranks)
+    started = time.monotonic()
     stop_on_signals()
     if deadline is None and timeout is not None:
         deadline = time.monotonic() + timeout
@@ -112,11 +116,18 @@ def supervise(job: Node, helpers: List[Node], timeout: Optional[float], num_rank
             # a dead helper is named even when the ranks it served fail first
             dead = [h for h in helpers if h.process.poll() not in (None, 0)]
             code = job.process.poll()
+            lost = lost_ranks.first_lost(range(num_ranks), started) \
+                if lost_ranks is not None and code is None else None
             if dead:
                 print(f"mxkv-launch: the {dead[0].name} (pid {dead[0].process.pid}) exited with "
                       f"status {dead[0].process.returncode} while the ranks were running; "
                       "stopping all ranks", file=sys.stderr, flush=True)
                 code = code or 1
+            elif lost:
+                print(f"mxkv-launch: {lost} (MXKV_LOST_SECONDS={lost_ranks.bound:g}): its host is "
+                      "cut off or dead, and a job that is one MPI world cannot go on without "
+                      "it; stopping all ranks", file=sys.stderr, flush=True)
+                code = 1
             elif code is None and deadline is not None and time.monotonic() > deadline:
                 print(f"mxkv-launch: timed out after {timeout:g} s; stopping all ranks",
                       file=sys.stderr, flush=True)
@@ -293,7 +304,7 @@ def parse_arguments(argv: Optional[List[str]] = None) -> argparse.Namespace:
         parser.error(f"--servers serves the modes sync, async and easgd, and MXKV_MODE is {mode}"
                      f"{'' if 'MXKV_MODE' in os.environ else ' (unset)'}, which uses no parameter "
                      "server: set MXKV_MODE or drop --servers")
-    if args.servers:
+    if args.servers and not args.dry_run:  # a dry run starts no scheduler
         place_scheduler(parser, args)
     return args
 
@@ -450,13 +461,38 @@ def main(argv: Optional[List[str]] = None) -> None:
             print(f"mxkv-launch: MXKV_MODE={mode}: each of the {len(plan_group_jobs(args))} groups "
                   "runs as its own MPI job, joined to the others through the parameter server "
                   "(--one-job: one MPI job)", file=sys.stderr, flush=True)
+        lost_ranks = open_link(args)
         helpers = start_servers_or_exit(args, mpiexec, flavour, len(plan_group_jobs(args)))
         restarts = Restarts(args.restarts, float(os.environ.get("PS_HEARTBEAT_TIMEOUT", 0)) + 2)
         code = supervise_groups(start_group_jobs(args, mpiexec, flavour), helpers, args.timeout,
-                                restarts, together=mode == "sync")
+                                restarts, together=mode == "sync", lost_ranks=lost_ranks)
+        lost_ranks.link.close()
         merge_timeline()
         sys.exit(code)
-    sys.exit(run_with_restarts(args, command, mpiexec, flavour))
+    lost_ranks = open_link(args)
+    code = run_with_restarts(args, command, mpiexec, flavour, lost_ranks)
+    lost_ranks.link.close()
+    sys.exit(code)
+
+
+def open_link(args: argparse.Namespace) -> LostRanks:
+    """The launcher's link with every rank (MXKV_LAUNCHER_LINK), on the address every
+    host reaches this machine at, and the ranks expected to call it from other hosts."""
+    entries = host_slots(args) if args.hosts or args.hostfile else []
+    try:
+        address = args.ps_host or choose_ps_host(None, [host for host, _ in entries])
+        remote = set(remote_hosts([host for host, _ in entries]))
+    except PsHostRefused as refused:
+        sys.exit(f"mxkv-launch: {refused}")
+    link = LinkServer(address)
+    os.environ["MXKV_LAUNCHER_LINK"] = link.address
+    placed = [host for host, slots in entries for _ in range(slots)]
+    runs_the_plugin = wrap_command(args.command) != args.command or any(
+        "mxkv_hybrid" in part for part in args.command)
+    expected = {rank: placed[rank % len(placed)] for rank in range(args.num_ranks)} \
+        if placed and runs_the_plugin else {}
+    return LostRanks(link, float(read_knob("MXKV_LOST_SECONDS")),
+                     {rank: host for rank, host in expected.items() if host in remote})
 
 
 def start_servers_or_exit(args: argparse.Namespace, mpiexec: str, flavour: str,
@@ -472,15 +508,17 @@ def start_servers_or_exit(args: argparse.Namespace, mpiexec: str, flavour: str,
 
 
 def run_with_restarts(args: argparse.Namespace, command: List[str], mpiexec: str,
-                      flavour: str) -> int:
+                      flavour: str, lost_ranks: Optional[LostRanks] = None) -> int:
     """Runs the job (and its parameter servers), and while --restarts allows starts a failed
     job again with fresh servers, MXKV_ATTEMPT counting the starts; --timeout bounds them all."""
     deadline = None if args.timeout is None else time.monotonic() + args.timeout
     attempt = 0
     while True:
         helpers = start_servers_or_exit(args, mpiexec, flavour)
+        if lost_ranks is not None:
+            lost_ranks.link.forget(list(range(args.num_ranks)))
         job = start("MPI job", command, dict(os.environ, MXKV_ATTEMPT=str(attempt)))
-        code = supervise(job, helpers, args.timeout, args.num_ranks, deadline)
+        code = supervise(job, helpers, args.timeout, args.num_ranks, deadline, lost_ranks)
         if code in (0, 124, 130) or attempt == args.restarts:
             return code
         attempt += 1

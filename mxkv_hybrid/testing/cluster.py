@@ -186,7 +186,8 @@ case "$host" in
 {cases}
   *) echo "ssh stand-in of emulated cluster {cluster_id}: no host $host" >&2; exit 255 ;;
 esac
-exec ip netns exec "$namespace" unshare --uts sh -c 'hostname "$0" && exec sh -c "$1"' "$name" "$*"
+# its own session, as sshd gives a remote command: ending the launcher does not reach it
+exec ip netns exec "$namespace" setsid --wait unshare --uts sh -c 'hostname "$0" && exec sh -c "$1"' "$name" "$*"
 """
 
 

@@ -1,0 +1,32 @@
+"""Which ranks of a job are lost to the launcher: not heard from on their link for
+MXKV_LOST_SECONDS (a host cut off, or dead with its connection never closed), or, for ranks
+started on another host, never heard from that long after their job started (a partition
+before they registered). Ranks of this host are mpiexec's to report."""
+import time
+from typing import Dict, Iterable, Optional
+
+from ..safety.launcher_link import LinkServer
+
+
+class LostRanks:
+    """The launcher's view of its link (`link`), with the bound and the ranks it expects to
+    hear from even if they never called ({rank: host} on other hosts, running mxkv_hybrid)."""
+
+    def __init__(self, link: LinkServer, bound: float, remote_ranks: Dict[int, str]):
+        self.link = link
+        self.bound = bound
+        self._remote = remote_ranks
+
+    def first_lost(self, ranks: Iterable[int], started: float) -> Optional[str]:
+        """How the first lost rank of `ranks` (a job started at `started`) was lost, or None."""
+        now = time.monotonic()
+        seen = self.link.ranks()
+        for rank in ranks:
+            known = seen.get(rank)
+            if known is not None and known.silent_for(now) > self.bound:
+                return (f"rank {rank} on {known.host} ({known.address}) was last heard from "
+                        f"{known.silent_for(now):.0f} s ago")
+            if known is None and rank in self._remote and now - started > self.bound:
+                return (f"rank {rank}, started on {self._remote[rank]} {now - started:.0f} s "
+                        "ago, was never heard from")
+        return None

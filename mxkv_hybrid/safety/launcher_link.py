@@ -1,0 +1,243 @@
+"""The link between mxkv-launch and every rank it started, wherever the rank runs: a TCP
+connection each, one line a second each way (JSON: who, then heartbeats).
+
+The launcher (`LinkServer`) learns which host every rank runs on and when each was last
+heard from, so it can name a lost or cut-off host within MXKV_LOST_SECONDS (30 s by
+default). Each rank's end is a small keeper process (`keep_link`, this file run as a
+script: no MXNet, no MPI), started at `import mxkv_hybrid` when MXKV_LAUNCHER_LINK is set,
+before MPI_Init: a rank blocked in MPI_Init or in C code with Python's lock held cannot
+run a thread, but its keeper still ends it when the launcher has been silent for that
+long or cannot be reached at start, so that no rank is left spinning on a host cut off
+from the job. The keeper ends with its rank. The link carries the launcher's token; a
+connection without it is closed unanswered.
+"""
+import hmac
+import json
+import os
+import secrets
+import select
+import socket
+import subprocess
+import sys
+import signal
+import threading
+import time
+from dataclasses import dataclass
+from typing import Dict, List, Optional
+
+
+BEAT_SECONDS = 1.0
+HELLO_SECONDS = 5.0  # a connection that has not said who it is by then is closed
+
+
+@dataclass
+class RankSeen:
+    """What the launcher knows of one rank: its host and address, when it was last heard
+    from, and whether its connection closed (it ended: a crash is mpiexec's to report)."""
+
+    rank: int
+    host: str
+    address: str
+    last_heard: float
+    left: bool = False
+
+    def silent_for(self, now: float) -> float:
+        return 0.0 if self.left else now - self.last_heard
+
+
+class LinkServer:
+    """The launcher's end: listens on `address`, one thread serving every connection."""
+
+    def __init__(self, address: str):
+        self.token = secrets.token_hex(8)
+        self._listener = socket.create_server((address, 0))
+        self.address = f"{self.token}@{address}:{self._listener.getsockname()[1]}"
+        self.started = time.monotonic()
+        self._lock = threading.Lock()
+        self._ranks: Dict[int, RankSeen] = {}
+        self._connections: Dict[socket.socket, dict] = {}  # -> {"rank", "buffer", "since"}
+        self._closed = False
+        self._thread = threading.Thread(target=self._serve, name="mxkv-launcher-link",
+                                        daemon=True)
+        self._thread.start()
+
+    def ranks(self) -> Dict[int, RankSeen]:
+        with self._lock:
+            return dict(self._ranks)
+
+    def forget(self, ranks: List[int]) -> None:
+        """Drops what is known of `ranks` (their group is started again)."""
+        with self._lock:
+            for rank in ranks:
+                self._ranks.pop(rank, None)
+
+    def _serve(self) -> None:
+        last_beat = 0.0
+        while not self._closed:
+            ready, _, _ = select.select([self._listener, *self._connections], [], [],
+                                        BEAT_SECONDS / 2)
+            now = time.monotonic()
+            for source in ready:
+                if source is self._listener:
+                    try:
+                        connection, _ = self._listener.accept()
+                    except OSError:
+                        continue
+                    connection.setblocking(False)
+                    self._connections[connection] = {"rank": None, "buffer": b"", "since": now}
+                else:
+                    self._receive(source, now)
+            for connection, state in list(self._connections.items()):
+                if state["rank"] is None and now - state["since"] > HELLO_SECONDS:
+                    self._drop(connection)
+            if now - last_beat >= BEAT_SECONDS:
+                last_beat = now
+                for connection in list(self._connections):
+                    try:
+                        connection.send(b"{}\n")
+                    except (BlockingIOError, OSError):
+                        pass  # a full buffer: the peer is silent, and its silence counts
+
+    def _receive(self, connection: socket.socket, now: float) -> None:
+        state = self._connections[connection]
+        try:
+            data = connection.recv(4096)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if not data:  # the rank ended (a cut host's connection goes silent, never closes)
+            self._drop(connection)
+            return
+        state["buffer"] += data
+        *lines, state["buffer"] = state["buffer"].split(b"\n")
+        for line in lines:
+            try:
+                message = json.loads(line)
+            except ValueError:
+                self._drop(connection)
+                return
+            if state["rank"] is None:
+                if not hmac.compare_digest(str(message.get("token", "")), self.token):
+                    self._drop(connection)
+                    return
+                state["rank"] = int(message["rank"])
+                with self._lock:
+                    self._ranks[state["rank"]] = RankSeen(state["rank"], str(message["host"]),
+                                                          str(message["address"]), now)
+                continue
+            with self._lock:
+                seen = self._ranks.get(state["rank"])
+                if seen is not None:
+                    seen.last_heard = now
+
+    def _drop(self, connection: socket.socket) -> None:
+        state = self._connections.pop(connection, None)
+        connection.close()
+        if state is not None and state["rank"] is not None:
+            with self._lock:
+                seen = self._ranks.get(state["rank"])
+                if seen is not None:
+                    seen.left = True
+
+    def close(self) -> None:
+        self._closed = True
+        self._thread.join(timeout=5)
+        for connection in list(self._connections):
+            self._drop(connection)
+        self._listener.close()
+
+
+class LinkKeeper:
+    """A rank's end of the link, in its keeper process: says who the rank is, beats every
+    second, and ends the rank (then itself) when the launcher has been silent for
+    `lost_seconds`, closed the link, or cannot be reached that long; ends when the rank does."""
+
+    def __init__(self, address: str, rank: int, lost_seconds: float, rank_pid: int):
+        token, _, where = address.rpartition("@")
+        host, _, port = where.rpartition(":")
+        self._token, self._where, self._rank = token, (host, int(port)), rank
+        self._lost_seconds = lost_seconds
+        self._rank_pid = rank_pid
+        self._rank_ended = os.pidfd_open(rank_pid)
+
+    def _end_rank(self, why: str) -> None:
+        sys.stderr.write(f"mxkv_hybrid: rank {self._rank} on {socket.gethostname()}: {why} "
+                         f"(MXKV_LOST_SECONDS={self._lost_seconds:g}): the launcher is gone or "
+                         "this host is cut off from it; ending this rank\n")
+        sys.stderr.flush()
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.kill(self._rank_pid, sig)
+            except ProcessLookupError:
+                break
+            if select.select([self._rank_ended], [], [], 3.0)[0]:
+                break
+        os._exit(1)
+
+    def _wait(self, seconds: float) -> None:
+        """Sleeps `seconds`; exits at once when the rank has ended."""
+        if select.select([self._rank_ended], [], [], seconds)[0]:
+            os._exit(0)
+
+    def _connect(self) -> socket.socket:
+        started = time.monotonic()
+        while True:
+            try:
+                connection = socket.create_connection(self._where, timeout=BEAT_SECONDS)
+                break
+            except OSError as err:
+                if time.monotonic() - started > self._lost_seconds:
+                    self._end_rank(f"could not reach the launcher at {self._where[0]}:"
+                                   f"{self._where[1]} for {self._lost_seconds:g} s ({err})")
+                self._wait(BEAT_SECONDS)
+        hello = {"token": self._token, "rank": self._rank, "host": socket.gethostname(),
+                 "address": connection.getsockname()[0]}
+        connection.sendall(json.dumps(hello).encode() + b"\n")
+        connection.setblocking(False)
+        return connection
+
+    def run(self) -> None:
+        connection = self._connect()
+        heard = time.monotonic()
+        while True:
+            try:
+                connection.send(b"{}\n")
+            except (BlockingIOError, InterruptedError):
+                pass  # a full buffer: the launcher is not reading; its silence counts
+            except OSError:
+                self._end_rank("the launcher closed its link")
+            ready, _, _ = select.select([connection, self._rank_ended], [], [], BEAT_SECONDS)
+            if self._rank_ended in ready:
+                os._exit(0)
+            if connection in ready:
+                try:
+                    data = connection.recv(4096)
+                except OSError as err:
+                    self._end_rank(f"the launcher's link failed ({err})")
+                if not data:
+                    self._end_rank("the launcher closed its link")
+                heard = time.monotonic()
+            if time.monotonic() - heard > self._lost_seconds:
+                self._end_rank(f"no word from the launcher at {self._where[0]}:"
+                               f"{self._where[1]} for {time.monotonic() - heard:.0f} s")
+
+
+def start_for_this_rank(environ=os.environ) -> None:
+    """A rank started by mxkv-launch (MXKV_LAUNCHER_LINK and an MPI rank set): starts its
+    keeper, the rank numbered as in the whole job (a group job's first_rank added)."""
+    address = environ.get("MXKV_LAUNCHER_LINK")
+    local = environ.get("PMI_RANK", environ.get("OMPI_COMM_WORLD_RANK"))
+    if not address or local is None:
+        return
+    from ..config import read_knob  # not at the top: the keeper runs this file as a script
+
+    job = read_knob("MXKV_GROUP_JOB", environ)
+    rank = (job.first_rank if job is not None else 0) + int(local)
+    subprocess.Popen([sys.executable, __file__, address, str(rank),
+                      str(read_knob("MXKV_LOST_SECONDS", environ)), str(os.getpid())],
+                     stdin=subprocess.DEVNULL)
+
+
+if __name__ == "__main__":
+    LinkKeeper(sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])).run()

@@ -1,0 +1,39 @@
+"""A host cut off mid-training (emulated hosts, easgd, one group job per host): the
+launcher names the group and its host from its link's silence within MXKV_LOST_SECONDS, no
+rank on another host crashes, the other groups finish at the accuracy they reach
+undisturbed, the launcher exits by itself, and the ranks on the cut host end themselves
+(their keeper no longer hears the launcher): nothing is left in any namespace."""
+import re
+import time
+
+from emulated import HostLauncher, assert_nothing_left, make_cluster, \
+    on_emulated_hosts  # noqa: F401  (fixture)
+
+pytestmark = on_emulated_hosts
+
+LOST_SECONDS = 10
+EASGD = {"MXKV_MODE": "easgd", "MXKV_LOST_SECONDS": str(LOST_SECONDS),
+         "MXKV_PS_TIMEOUT": "15"}  # the finish line waits this long for the lost group
+
+
+def test_a_host_cut_mid_training_is_named_and_the_others_finish(make_cluster):
+    cluster = make_cluster(3, rate_mbit=1000)
+    launcher = HostLauncher(cluster, "h1", ["-n", "6", "-H", "h1:2,h2:2,h3:2", "--servers", "1"],
+                            ["examples/train_digits.py", "--epochs", "40"], env=EASGD)
+    launcher.wait_for(r"^\[0\] epoch  3/40", seconds=120)
+    cluster.cut("h3")
+    job = launcher.finish()
+    assert job.returncode == 1, job.output
+    named = re.search(r"group 2 \(ranks 4-5\) on h3 was lost: rank [45] on h3 \(([\d.]+)\) was "
+                      r"last heard from (\d+) s ago \(MXKV_LOST_SECONDS=10\)", job.output)
+    assert named and named.group(1) == cluster.address("h3"), job.output
+    assert "1 of 3 groups lost: group 2 (ranks 4-5)" in job.output
+    assert "Segmentation fault" not in job.output and "terminate called" not in job.output
+    accuracy = float(re.search(r"^\[0\] final test accuracy ([\d.]+)", job.output,
+                               re.MULTILINE).group(1))
+    assert accuracy >= 0.95, job.output
+    # the cut host's ranks end themselves once their keepers miss the launcher
+    deadline = time.monotonic() + LOST_SECONDS + 15
+    while cluster.processes("h3") and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert_nothing_left(cluster)
