@@ -271,7 +271,7 @@ KNOBS: Dict[str, Knob] = {
                               "not heard from for this long (a cut-off or dead host; its group "
                               "is ended: in async/easgd group jobs the others train on), and a "
                               "rank that has not heard from its launcher for this long exits by "
-                              "itself. Set by mxkv-launch for the ranks (--lost-seconds)."),
+                              "itself. mxkv-launch passes it on to the ranks."),
     "MXKV_LAUNCHER_LINK": Knob(str, "",
                                "Set by mxkv-launch: TOKEN@HOST:PORT of its link with every rank "
                                "(heartbeats both ways, safety/launcher_link.py)."),

@@ -1,7 +1,10 @@
 """Helpers for tests that start real MPI jobs through mxkv-launch."""
 import os
+import re
 import subprocess
 import sys
+import threading
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +45,42 @@ def processes_of(tag: str) -> List[int]:
         except OSError:
             continue
     return found
+
+
+class OutputLines:
+    """The lines a started process (stdout piped, text) writes, collected by a thread as
+    they come, for tests that act while it runs."""
+
+    def __init__(self, process: subprocess.Popen):
+        self.process = process
+        self.lines: List[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for line in self.process.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    def wait_for(self, pattern: str, seconds: float = 60) -> re.Match:
+        """The first line matching `pattern`, waited for up to `seconds` (less if the
+        process ended and all its output was read)."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            for line in list(self.lines):
+                found = re.search(pattern, line)
+                if found:
+                    return found
+            if self.process.poll() is not None and not self._reader.is_alive():
+                break
+            time.sleep(0.1)
+        raise AssertionError(f"no line matching {pattern!r} in:\n" + "\n".join(self.lines))
+
+    def join_reader(self) -> None:
+        self._reader.join(timeout=10)
+
+    @property
+    def output(self) -> str:
+        return "\n".join(self.lines)
 
 
 @dataclass

@@ -2,16 +2,14 @@
 a fresh cluster per test (skipped, with the reason, where namespaces cannot be made), and
 mxkv-launch run on one of its hosts with a hard timeout and nothing left behind."""
 import os
-import re
 import subprocess
 import sys
-import threading
 import time
 from typing import Callable, Dict, Iterator, List, Optional, Sequence
 
 import pytest
 
-from conftest import WORKERS, Job
+from conftest import WORKERS, Job, OutputLines
 from mxkv_hybrid.testing.cluster import Cluster, unavailable_reason
 
 JOB_TIMEOUT = 150  # seconds: --timeout of a job on emulated hosts; the test waits 30 s more
@@ -47,7 +45,7 @@ def launcher_environment(env: Optional[Dict[str, str]]) -> Dict[str, str]:
     return dict(clean, **(env or {}))
 
 
-class HostLauncher:
+class HostLauncher(OutputLines):
     """`mxkv-launch --timeout T OPTIONS [-- python PROGRAM]` started on one emulated host,
     its output lines collected as they come (PROGRAM: a worker script and its arguments)."""
 
@@ -60,27 +58,8 @@ class HostLauncher:
             script = program[0] if "/" in program[0] else str(WORKERS / program[0])
             command += ["--", "python", script, *program[1:]]
         self.timeout = timeout
-        self.process = cluster.run(host, command, env=launcher_environment(env),
-                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        self.lines: List[str] = []
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        for line in self.process.stdout:
-            self.lines.append(line.rstrip("\n"))
-
-    def wait_for(self, pattern: str, seconds: float = 60) -> re.Match:
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            for line in list(self.lines):
-                found = re.search(pattern, line)
-                if found:
-                    return found
-            if self.process.poll() is not None and not self._reader.is_alive():
-                break
-            time.sleep(0.1)
-        raise AssertionError(f"no line matching {pattern!r} in:\n" + "\n".join(self.lines))
+        super().__init__(cluster.run(host, command, env=launcher_environment(env),
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
 
     def finish(self) -> Job:
         """Waits for the launcher (its timeout and 30 s more, then kills it)."""
@@ -90,8 +69,8 @@ class HostLauncher:
             if self.process.poll() is None:
                 self.process.kill()
                 self.process.wait()
-        self._reader.join(timeout=10)
-        return Job(self.process.returncode, "\n".join(self.lines))
+        self.join_reader()
+        return Job(self.process.returncode, self.output)
 
 
 def launch_on(cluster: Cluster, host: str, launcher_options: Sequence[str],

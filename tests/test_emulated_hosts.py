@@ -74,7 +74,7 @@ def test_a_cut_host_is_unreachable_until_healed(make_cluster):
     sink.wait(timeout=30)
 
 
-def test_a_cluster_whose_owner_dies_is_removed_with_its_processes(tmp_path):
+def test_a_cluster_whose_owner_dies_is_removed_with_its_processes():
     """The owner is SIGKILLed with a process running on a host: its guardian removes it all."""
     owner = subprocess.Popen(
         [sys.executable, "-c",

@@ -6,55 +6,31 @@ import os
 import re
 import subprocess
 import sys
-import threading
-import time
 import uuid
-from typing import List
 
 import numpy as np
 
-from conftest import JOB_TAG, WORKERS, processes_of
+from conftest import JOB_TAG, WORKERS, OutputLines, processes_of
 from mxkv_hybrid.launch.processes import free_port
 
 TIMEOUT = 150
 
 
-class Launcher:
+class Launcher(OutputLines):
     """An mxkv-launch process whose output lines are collected as they come."""
 
     def __init__(self, tag: str, mode: str, *options: str, **settings: str):
         env = {k: v for k, v in os.environ.items() if not k.startswith(("MXKV_", "DMLC_", "PS_"))}
-        self.process = subprocess.Popen(
+        super().__init__(subprocess.Popen(
             [sys.executable, "-m", "mxkv_hybrid.launch", "--timeout", str(TIMEOUT), *options],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             env=dict(env, MXKV_MODE=mode, **dict({"MXKV_PS_TIMEOUT": "20"}, **settings),
-                     **{JOB_TAG: tag}))
-        self.lines: List[str] = []
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        for line in self.process.stdout:
-            self.lines.append(line.rstrip("\n"))
-
-    def wait_for(self, pattern: str, seconds: float = 60) -> re.Match:
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            for line in list(self.lines):
-                found = re.search(pattern, line)
-                if found:
-                    return found
-            time.sleep(0.1)
-        raise AssertionError(f"no line matching {pattern!r} in:\n" + "\n".join(self.lines))
+                     **{JOB_TAG: tag})))
 
     def finish(self) -> int:
         code = self.process.wait(timeout=TIMEOUT + 30)
-        self._reader.join()
+        self.join_reader()
         return code
-
-    @property
-    def output(self) -> str:
-        return "\n".join(self.lines)
 
 
 def train(address: str, tag: str, out, mode: str = "easgd", ranks: int = 2,

@@ -29,7 +29,7 @@ def resolve(name: str) -> str:
 
 
 def is_loopback(address: str) -> bool:
-    return address == "localhost" or ipaddress.ip_address(resolve(address)).is_loopback
+    return ipaddress.ip_address(resolve(address)).is_loopback
 
 
 def is_own_address(address: str) -> bool:

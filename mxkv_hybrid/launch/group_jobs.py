@@ -185,8 +185,7 @@ def _cut_off(run: GroupRun, lost_ranks: Optional[LostRanks]) -> Optional[str]:
     if lost_ranks is None or run.code is not None:
         return None
     first = run.plan.first_rank
-    why = lost_ranks.first_lost(range(first, first + run.plan.size), run.started)
-    return None if why is None else f"{why} (MXKV_LOST_SECONDS={lost_ranks.bound:g})"
+    return lost_ranks.first_lost(range(first, first + run.plan.size), run.started)
 
 
 def supervise_groups(runs: List[GroupRun], helpers: List[Node], timeout: Optional[float],

@@ -22,11 +22,11 @@ import time
 from typing import List, Optional, Tuple
 
 from ..comm import timeline
+from ..comm.network import describe_address
 from ..config import read_knob, separate_groups_refusal
+from ..safety.launcher_link import LinkServer
 from .group_jobs import (GroupPlan, GroupRun, Restarts, plan_groups, plan_groups_by_host,
                          start_group, supervise_groups)
-from ..comm.network import describe_address
-from ..safety.launcher_link import LinkServer
 from .lost_hosts import LostRanks
 from .ps_address import LOOPBACK, PsHostRefused, choose_ps_host, remote_hosts
 from .processes import (GRACE_SECONDS, Node, Terminated, end_process_group, free_port, start,
@@ -124,8 +124,7 @@ def supervise(job: Node, helpers: List[Node], timeout: Optional[float], num_rank
                       "stopping all ranks", file=sys.stderr, flush=True)
                 code = code or 1
             elif lost:
-                print(f"mxkv-launch: {lost} (MXKV_LOST_SECONDS={lost_ranks.bound:g}): its host is "
-                      "cut off or dead, and a job that is one MPI world cannot go on without "
+                print(f"mxkv-launch: {lost}: its host is cut off or dead, and a job that is one MPI world cannot go on without "
                       "it; stopping all ranks", file=sys.stderr, flush=True)
                 code = 1
             elif code is None and deadline is not None and time.monotonic() > deadline:

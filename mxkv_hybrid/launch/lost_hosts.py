@@ -18,15 +18,19 @@ class LostRanks:
         self._remote = remote_ranks
 
     def first_lost(self, ranks: Iterable[int], started: float) -> Optional[str]:
-        """How the first lost rank of `ranks` (a job started at `started`) was lost, or None."""
+        """How the first lost rank of `ranks` (a job started at `started`) was lost, with
+        the bound, or None."""
         now = time.monotonic()
         seen = self.link.ranks()
         for rank in ranks:
             known = seen.get(rank)
             if known is not None and known.silent_for(now) > self.bound:
-                return (f"rank {rank} on {known.host} ({known.address}) was last heard from "
-                        f"{known.silent_for(now):.0f} s ago")
-            if known is None and rank in self._remote and now - started > self.bound:
-                return (f"rank {rank}, started on {self._remote[rank]} {now - started:.0f} s "
-                        "ago, was never heard from")
+                how = (f"rank {rank} on {known.host} ({known.address}) was last heard from "
+                       f"{known.silent_for(now):.0f} s ago")
+            elif known is None and rank in self._remote and now - started > self.bound:
+                how = (f"rank {rank}, started on {self._remote[rank]} {now - started:.0f} s "
+                       "ago, was never heard from")
+            else:
+                continue
+            return f"{how} (MXKV_LOST_SECONDS={self.bound:g})"
         return None

@@ -18,8 +18,8 @@ import secrets
 import select
 import socket
 import subprocess
-import sys
 import signal
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -52,7 +52,6 @@ class LinkServer:
         self.token = secrets.token_hex(8)
         self._listener = socket.create_server((address, 0))
         self.address = f"{self.token}@{address}:{self._listener.getsockname()[1]}"
-        self.started = time.monotonic()
         self._lock = threading.Lock()
         self._ranks: Dict[int, RankSeen] = {}
         self._connections: Dict[socket.socket, dict] = {}  # -> {"rank", "buffer", "since"}

@@ -294,12 +294,12 @@ class Cluster:
         namespace, its ingress as the bridge side's egress)."""
         host = self.host(name)
         for device, namespace in ((host.interface, host.namespace), (host.link, None)):
-            _ip_tc = ["tc", *(["-n", namespace] if namespace else []), "qdisc", "replace",
+            command = ["tc", *(["-n", namespace] if namespace else []), "qdisc", "replace",
                       "dev", device, "root", "tbf", "rate", f"{rate_mbit:g}mbit",
                       "burst", BURST, "latency", LATENCY]
-            done = subprocess.run(_ip_tc, capture_output=True, text=True)
+            done = subprocess.run(command, capture_output=True, text=True)
             if done.returncode != 0:
-                raise RuntimeError(f"`{' '.join(_ip_tc)}` failed: {done.stderr.strip()}")
+                raise RuntimeError(f"`{' '.join(command)}` failed: {done.stderr.strip()}")
 
     def cut(self, name: str) -> None:
         """Cuts host `name` off the others (its link's bridge end goes down)."""
