@@ -12,7 +12,7 @@ the store (kvstore.py), modes/ and observe/, ps/, safety/, comm/ (with the C++ i
 config.py / errors.py at the bottom; docs/ARCHITECTURE.md follows one step through them.
 """
 from .comm.network import announce_own_address
-from .safety.launcher_link import start_for_this_rank
+from .comm.launcher_link import start_for_this_rank
 from .mxnet_version import require_mxnet
 
 announce_own_address()  # before MXNet's import, where a parameter-server process starts

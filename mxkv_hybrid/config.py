@@ -274,7 +274,7 @@ KNOBS: Dict[str, Knob] = {
                               "itself. mxkv-launch passes it on to the ranks."),
     "MXKV_LAUNCHER_LINK": Knob(str, "",
                                "Set by mxkv-launch: TOKEN@HOST:PORT of its link with every rank "
-                               "(heartbeats both ways, safety/launcher_link.py)."),
+                               "(heartbeats both ways, comm/launcher_link.py)."),
     "MXKV_STALL_TIMEOUT": Knob(_non_negative, "30",
                                "Seconds a rank waits for the others in one collective before it "
                                "asks every rank where it is, prints the answers (waiting, "

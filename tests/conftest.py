@@ -180,3 +180,27 @@ def tiny_imagenet(tmp_path_factory) -> Path:
                     "--classes", str(TINY_IMAGENET_CLASSES), "--size", "32"],
                    check=True, timeout=120)
     return out
+
+
+def rank_files(directory: Path, ranks) -> Dict[int, Dict[str, np.ndarray]]:
+    """Each rank's rank<r>.npz in `directory`."""
+    return {r: dict(np.load(directory / f"rank{r}.npz")) for r in ranks}
+
+
+def assert_same_on_every_rank(found: Dict[int, Dict[str, np.ndarray]], prefix: str) -> None:
+    """The arrays named `prefix`... are equal, bit for bit, in every rank's file."""
+    first = min(found)
+    names = [n for n in found[first] if n.startswith(prefix)]
+    assert names
+    for rank, arrays in found.items():
+        for name in names:
+            assert np.array_equal(arrays[name], found[first][name]), \
+                f"{name}: rank {rank} differs from rank {first}"
+
+
+def bytes_across(output: str) -> float:
+    """KiB per step across groups, from the first summary line."""
+    line = next(line for line in output.splitlines() if "summary" in line)
+    figure = re.search(r"and ([\d.]+) KiB across groups", line)
+    assert figure, line
+    return float(figure.group(1))

@@ -1,6 +1,6 @@
-"""The emulated cluster itself (mxkv_hybrid.testing.cluster) and training across its hosts:
-names, addresses and a shaped link per host, cut and heal, nothing left after a crash,
-and MPI between hosts over TCP (bytes cross the links), numbers checked as on one host."""
+"""The emulated cluster itself (mxkv_hybrid.testing.cluster): names, addresses and a shaped
+link per host, cut and heal, nothing left after a crash (training across its hosts:
+test_modes_across_hosts.py)."""
 import os
 import signal
 import socket
@@ -9,9 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from conftest import assert_identical_across_ranks, assert_matches_reference, load_ranks, \
-    run_reference
-from emulated import launch_on, make_cluster, on_emulated_hosts  # noqa: F401  (fixture)
+from emulated import make_cluster, on_emulated_hosts  # noqa: F401  (fixture)
 from mxkv_hybrid.testing.cluster import NETNS_ETC, STATE_DIR
 
 pytestmark = on_emulated_hosts
@@ -102,21 +100,6 @@ def test_a_cluster_whose_owner_dies_is_removed_with_its_processes():
     assert f"mxb{cluster_id}" not in links and f"mxv{cluster_id}" not in links
     assert not Path(f"/proc/{sleeper[0]}/cmdline").exists() or \
         Path(f"/proc/{sleeper[0]}/stat").read_text().split()[2] == "Z"
-
-
-def test_allreduce_across_hosts_matches_one_process_and_crosses_the_links(make_cluster, job_dir):
-    """2 hosts x 2 ranks, MPI over TCP: weights identical on every rank and equal to one
-    process on the union of the batches; the gradients' bytes went over the links."""
-    cluster = make_cluster(2, rate_mbit=1000)
-    job = launch_on(cluster, "h1", ["-n", "4", "-H", "h1:2,h2:2"],
-                    ["train_gluon.py", "--out", str(job_dir / "dist")])
-    assert job.returncode == 0, job.output
-    run_reference("train_gluon.py", "--out", str(job_dir / "ref"), "--reference", "4")
-    weights = load_ranks(job_dir / "dist", 4)
-    assert_identical_across_ranks(weights)
-    assert_matches_reference(weights[0], load_ranks(job_dir / "ref", 1)[0])
-    gradient_bytes = sum(w.nbytes for w in weights[0].values())
-    assert cluster.bytes_sent("h2") > gradient_bytes, "no gradient crossed h2's link"
 
 
 def test_sockets_of_one_host_see_its_own_name(make_cluster):

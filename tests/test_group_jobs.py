@@ -12,7 +12,7 @@ from typing import List
 import numpy as np
 import pytest
 
-from conftest import Job, launch, load_ranks
+from conftest import Job, assert_same_on_every_rank, launch, load_ranks, rank_files
 from mxkv_hybrid import checkpoint
 from mxkv_hybrid.comm.topology import World
 from mxkv_hybrid.config import Config, GroupJob, parse_group_job
@@ -20,20 +20,6 @@ from mxkv_hybrid.errors import ConfigError
 from mxkv_hybrid.launch.group_jobs import GroupPlan, plan_groups, renumbering
 from mxkv_hybrid.launch import launcher
 from mxkv_hybrid.launch.launcher import parse_arguments
-
-
-def rank_files(directory, ranks):
-    return {r: dict(np.load(directory / f"rank{r}.npz")) for r in ranks}
-
-
-def assert_same_on_every_rank(found, prefix):
-    first = min(found)
-    names = [n for n in found[first] if n.startswith(prefix)]
-    assert names
-    for rank, arrays in found.items():
-        for name in names:
-            assert np.array_equal(arrays[name], found[first][name]), \
-                f"{name}: rank {rank} differs from rank {first}"
 
 
 def train(job_dir, num_ranks, mode, epochs, lr, env=None, restarts=0, checkpoint=()) -> Job:
@@ -306,22 +292,29 @@ def test_the_launcher_and_the_ranks_accept_the_same_modes(monkeypatch):
                             "--", "python", "x.py"]).group_jobs
 
 
-@pytest.mark.parametrize("mode, options, apart", [
-    ("easgd", ["--group-size", "2"], True),
-    ("async", ["--group-size", "2"], True),
-    ("async", ["-H", "nodea:2,nodeb:2"], True),  # one group per host
-    ("easgd", ["--group-size", "2", "--one-job"], False),
-    ("sync", ["--group-size", "2"], False),  # its groups cannot outlive each other
-    ("easgd", ["--group-size", "4"], False),  # one group: nothing to keep apart
-    ("async", ["-H", "nodea:2,nodeb:1"], False),  # the slots do not add up to -n
-    ("async", ["--group-size", "2", "-H", "nodea:2,nodeb:2"], False),  # ranks to hosts: mpiexec's
+@pytest.mark.parametrize("mode, options, apart, said", [
+    ("easgd", ["--group-size", "2"], True, False),
+    ("async", ["--group-size", "2"], True, False),
+    ("async", ["-H", "nodea:2,nodeb:2"], True, False),  # one group per host
+    ("easgd", ["--group-size", "2", "--one-job"], False, False),
+    ("sync", ["--group-size", "2"], False, False),  # its groups cannot outlive each other
+    ("easgd", ["--group-size", "4"], False, False),  # one group: nothing to keep apart
+    # one MPI job across hosts, where a lost host ends every group: never silently
+    ("async", ["-H", "nodea:2,nodeb:1"], False, "slots add up to 3, not -n 4"),
+    ("async", ["--group-size", "2", "-H", "nodea:2,nodeb:2"], False,
+     "both --group-size and the hosts are given"),
+    ("async", ["--group-size", "2", "-H", "nodea:2,nodeb:2", "--one-job"], False, False),
 ])
-def test_async_and_easgd_groups_run_apart_by_default(monkeypatch, mode, options, apart):
+def test_async_and_easgd_groups_run_apart_by_default(monkeypatch, capsys, mode, options, apart,
+                                                     said):
     monkeypatch.setenv("MXKV_MODE", mode)
     # the hosts are names only: where the scheduler listens is test_network_setup's matter
     monkeypatch.setattr(launcher, "place_scheduler", lambda parser, args: None)
     args = parse_arguments(["-n", "4", "--servers", "1", *options, "--", "python", "x.py"])
     assert (args.group_jobs, args.group_jobs_by_default) == (apart, apart)
+    err = capsys.readouterr().err
+    assert ("one MPI job of all 4 ranks" in err) == bool(said), err
+    assert not said or said in err, err
 
 
 def test_synchronous_easgd_stays_one_mpi_job(monkeypatch):

@@ -3,16 +3,14 @@
 on every rank, within float tolerance of a float64 sum and of the flat allreduce, the bytes
 it sends across groups); a Gluon training in mode allreduce that uses it; and when it is
 chosen or refused."""
-import re
-
 import pytest
 
 from mxkv_hybrid.comm.hierarchy import use_hierarchy
 from mxkv_hybrid.config import Config
 from mxkv_hybrid.errors import ConfigError
 
-from conftest import (assert_identical_across_ranks, assert_matches_reference, launch,
-                      load_ranks, run_reference)
+from conftest import (assert_identical_across_ranks, assert_matches_reference, bytes_across,
+                      launch, load_ranks, run_reference)
 
 
 @pytest.mark.parametrize("ranks, group_size", [(4, 2), (6, 3), (6, 2)])
@@ -21,14 +19,6 @@ def test_hierarchical_allreduce_matches_a_float64_sum_and_the_flat_one(ranks, gr
     assert job.returncode == 0, job.output
     groups = ranks // group_size
     assert job.lines_of(0)[-1] == f"CHECKED 410 in {groups} groups of {group_size}", job.output
-
-
-def _bytes_across(output: str) -> float:
-    """KiB per step across groups, from the first summary line."""
-    line = next(line for line in output.splitlines() if "summary" in line)
-    figure = re.search(r"and ([\d.]+) KiB across groups", line)
-    assert figure, line
-    return float(figure.group(1))
 
 
 def test_gluon_training_in_groups(job_dir):
@@ -43,7 +33,7 @@ def test_gluon_training_in_groups(job_dir):
                      env={"MXKV_GROUP_SIZE": "2", "MXKV_HIERARCHY": hierarchy,
                           "MXKV_SUMMARY_EVERY": "5"})
         assert job.returncode == 0, job.output
-        across[hierarchy] = _bytes_across(job.output)
+        across[hierarchy] = bytes_across(job.output)
         weights = load_ranks(job_dir / hierarchy, 4)
         assert_identical_across_ranks(weights)
         assert_matches_reference(weights[0], reference)

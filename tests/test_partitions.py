@@ -14,6 +14,9 @@ pytestmark = on_emulated_hosts
 LOST_SECONDS = 10
 EASGD = {"MXKV_MODE": "easgd", "MXKV_LOST_SECONDS": str(LOST_SECONDS),
          "MXKV_PS_TIMEOUT": "15"}  # the finish line waits this long for the lost group
+# UCX fails a connection to a cut-off peer after its TCP keepalive (about 20 s by default)
+FAST_UCX_FAILURE = {"UCX_TCP_KEEPIDLE": "1s", "UCX_TCP_KEEPINTVL": "1s", "UCX_TCP_KEEPCNT": "2",
+                    "UCX_KEEPALIVE_INTERVAL": "1s"}
 
 
 def test_a_host_cut_mid_training_is_named_and_the_others_finish(make_cluster):
@@ -35,5 +38,34 @@ def test_a_host_cut_mid_training_is_named_and_the_others_finish(make_cluster):
     # the cut host's ranks end themselves once their keepers miss the launcher
     deadline = time.monotonic() + LOST_SECONDS + 15
     while cluster.processes("h3") and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert_nothing_left(cluster)
+
+
+def test_one_mpi_job_ends_cleanly_naming_the_cut_host(make_cluster):
+    """One MPI world (--one-job) cannot go on without a host: it ends, naming the host, and
+    no rank crashes. The stall monitor fires 8 s into the finish line's wait, after UCX has
+    failed the connections to the cut host (FAST_UCX_FAILURE); control: with the monitor
+    asking every rank, as before, ranks died with SIGSEGV in MPI_Isend (2 runs of 2)."""
+    cluster = make_cluster(3, rate_mbit=1000)
+    launcher = HostLauncher(cluster, "h1", ["-n", "6", "-H", "h1:2,h2:2,h3:2", "--group-size",
+                                            "2", "--servers", "1", "--one-job"],
+                            ["examples/train_digits.py", "--epochs", "40"],
+                            env=dict(EASGD, MXKV_STALL_TIMEOUT="8", MXKV_LOST_SECONDS="20",
+                                     **FAST_UCX_FAILURE))
+    launcher.wait_for(r"^\[0\] epoch  3/40", seconds=120)
+    cluster.cut("h3")
+    cut_at = time.monotonic()
+    job = launcher.finish()
+    ended_after = time.monotonic() - cut_at
+    assert "Segmentation fault" not in job.output and "terminate called" not in job.output
+    assert job.returncode == 1, job.output
+    h3 = re.escape(f"on h3 ({cluster.address('h3')})")
+    assert re.search(rf"rank [45] {h3}: the launcher last heard from it \d+ s ago \(its host "
+                     r"cut off or dead\): not asked", job.output), job.output
+    assert re.search(rf"mxkv-launch: rank [0-3] ended, and rank [45] {h3}: the launcher last "
+                     r"heard from it \d+ s ago .* cannot go on without it", job.output), job.output
+    assert ended_after < 20 + 10, job.output  # MXKV_LOST_SECONDS, and ending the job
+    while cluster.processes("h3") and time.monotonic() < cut_at + 20 + 15:
         time.sleep(0.5)
     assert_nothing_left(cluster)

@@ -10,7 +10,10 @@ answers questions on a private duplicate of COMM_WORLD. When this rank's current
 passes MXKV_STALL_TIMEOUT seconds, its monitor asks every other rank where it is
 (a rank that is dead, or stuck with Python's GIL held, does not answer within
 ANSWER_SECONDS), prints one line per rank and ends the job (topology.end_job), which
-makes mpiexec stop every other rank. A rank that dies outright (killed, out of memory,
+makes mpiexec stop every other rank. Under mxkv-launch it asks only the ranks the launcher
+hears from (launcher_link.ask_launcher): MPICH crashes sending to a rank on a host cut off
+long enough for UCX to fail the connection, so the others are named from the launcher's
+view instead. A rank that dies outright (killed, out of memory,
 an uncaught exception) is stopped by mpiexec at once, without this.
 """
 import atexit
@@ -20,7 +23,9 @@ import time
 import weakref
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
-from typing import Any, Callable, ContextManager, Dict, List, Optional
+from typing import Any, Callable, ContextManager, Dict, List, Optional, Tuple
+
+from .launcher_link import ask_launcher
 
 QUERY, ANSWER = 7001, 7002  # message tags on the monitor's communicator
 POLL_SECONDS = 0.2
@@ -61,9 +66,10 @@ class StallMonitor:
     """The waits of this rank, and the thread that watches them (one per process)."""
 
     def __init__(self, comm: Any, host: str, timeout: float, on_stall: Callable[[], None],
-                 first_rank: int = 0):
+                 first_rank: int = 0, launcher_link: str = ""):
         self._comm = comm  # a private duplicate: only monitors talk on it
         self._first_rank = first_rank  # the number of comm's rank 0 in the whole job
+        self._launcher_link = launcher_link  # MXKV_LAUNCHER_LINK, "" without mxkv-launch
         self._host = host
         self._timeout = timeout
         self._on_stall = on_stall
@@ -155,9 +161,30 @@ class StallMonitor:
                 self._report_and_stop()
                 return
 
-    def _ask_everyone(self) -> Dict[int, Whereabouts]:
+    def _reachable(self) -> Tuple[List[int], Dict[int, str]]:
+        """The other ranks (of comm) to ask, and for each of the rest why it is not asked."""
         me = self._comm.Get_rank()
         others = [r for r in range(self._comm.Get_size()) if r != me]
+        if not self._launcher_link:
+            return others, {}
+        seen = ask_launcher(self._launcher_link)
+        if seen is None:
+            return [], {r: f"rank {self._first_rank + r}: not asked: the launcher could not be "
+                           "reached either (is this host cut off?)" for r in others}
+        now = time.monotonic()
+        reachable, skipped = [], {}
+        for rank in others:
+            known = seen.get(self._first_rank + rank)
+            if known is not None and known.heard(now):
+                reachable.append(rank)
+            else:
+                skipped[rank] = (f"{known.describe_silence(now)}: not asked" if known else
+                                 f"rank {self._first_rank + rank}: not asked: the launcher "
+                                 "has never heard from it")
+        return reachable, skipped
+
+    def _ask(self, others: List[int]) -> Dict[int, Whereabouts]:
+        me = self._comm.Get_rank()
         self._sent = [self._comm.isend(None, dest=rank, tag=QUERY) for rank in others]
         answers = {me: self.whereabouts()}
         deadline = time.monotonic() + ANSWER_SECONDS
@@ -171,13 +198,15 @@ class StallMonitor:
 
     def _report_and_stop(self) -> None:
         here = self.whereabouts()
-        answers = self._ask_everyone()
+        reachable, skipped = self._reachable()
+        answers = self._ask(reachable)
         lines = [f"mxkv_hybrid: rank {here.rank} on {self._host} waited {here.seconds:.0f} s "
                  f"in #{here.waits} ({here.waiting_in}) for the other ranks "
                  f"(MXKV_STALL_TIMEOUT={self._timeout:g}); ending the job. Where the ranks are:"]
         for rank in range(self._comm.Get_size()):
             answer = answers.get(rank)
             lines.append("  " + (answer.describe(here.waits) if answer is not None else
+                                 skipped[rank] if rank in skipped else
                                  f"rank {self._first_rank + rank}: no answer within "
                                  f"{ANSWER_SECONDS:g} s (dead, "
                                  "exiting, or stuck with Python's GIL held)"))

@@ -54,7 +54,8 @@ def world() -> World:
     if comm.Get_size() > 1:
         _end_job_on_uncaught_exception(described)
         stall.install(stall.StallMonitor(comm.Dup(), described.host,
-                                         read_knob("MXKV_STALL_TIMEOUT"), end_job, first_rank))
+                                         read_knob("MXKV_STALL_TIMEOUT"), end_job, first_rank,
+                                         read_knob("MXKV_LAUNCHER_LINK")))
     return described
 
 

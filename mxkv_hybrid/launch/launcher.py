@@ -22,9 +22,9 @@ import time
 from typing import List, Optional, Tuple
 
 from ..comm import timeline
+from ..comm.launcher_link import LinkServer
 from ..comm.network import describe_address
 from ..config import read_knob, separate_groups_refusal
-from ..safety.launcher_link import LinkServer
 from .group_jobs import (GroupPlan, GroupRun, Restarts, plan_groups, plan_groups_by_host,
                          start_group, supervise_groups)
 from .lost_hosts import LostRanks
@@ -116,7 +116,7 @@ def supervise(job: Node, helpers: List[Node], timeout: Optional[float], num_rank
             # a dead helper is named even when the ranks it served fail first
             dead = [h for h in helpers if h.process.poll() not in (None, 0)]
             code = job.process.poll()
-            lost = lost_ranks.first_lost(range(num_ranks), started) \
+            lost = lost_ranks.one_world_lost(range(num_ranks), started) \
                 if lost_ranks is not None and code is None else None
             if dead:
                 print(f"mxkv-launch: the {dead[0].name} (pid {dead[0].process.pid}) exited with "
@@ -124,8 +124,8 @@ def supervise(job: Node, helpers: List[Node], timeout: Optional[float], num_rank
                       "stopping all ranks", file=sys.stderr, flush=True)
                 code = code or 1
             elif lost:
-                print(f"mxkv-launch: {lost}: its host is cut off or dead, and a job that is one MPI world cannot go on without "
-                      "it; stopping all ranks", file=sys.stderr, flush=True)
+                print(f"mxkv-launch: {lost}, and a job that is one MPI world cannot go on "
+                      "without it; stopping all ranks", file=sys.stderr, flush=True)
                 code = 1
             elif code is None and deadline is not None and time.monotonic() > deadline:
                 print(f"mxkv-launch: timed out after {timeout:g} s; stopping all ranks",
@@ -299,6 +299,8 @@ def parse_arguments(argv: Optional[List[str]] = None) -> argparse.Namespace:
         check_group_jobs(parser, args, mode)
     elif args.servers and groups_apart_by_default(args, mode):
         args.group_jobs = args.group_jobs_by_default = True
+    elif args.servers and not args.dry_run:
+        say_why_one_job(args, mode)
     if args.servers and mode in ("allreduce", "lasgd"):
         parser.error(f"--servers serves the modes sync, async and easgd, and MXKV_MODE is {mode}"
                      f"{'' if 'MXKV_MODE' in os.environ else ' (unset)'}, which uses no parameter "
@@ -376,6 +378,22 @@ def groups_apart_by_default(args: argparse.Namespace, mode: str) -> bool:
     if not args.group_size and sum(slots for _, slots in host_slots(args)) != args.num_ranks:
         return False
     return len(plan_group_jobs(args)) > 1
+
+
+def say_why_one_job(args: argparse.Namespace, mode: str) -> None:
+    """A line when hosts are named but the groups of a mode that runs them apart by default
+    share one MPI job (so a lost host ends every group): never chosen silently."""
+    if args.one_job or mode not in GROUP_JOB_MODES or not (args.hosts or args.hostfile) \
+            or separate_groups_refusal(mode, read_knob("MXKV_EASGD_SYNC"),
+                                       read_knob("MXKV_TRANSPORT")):
+        return
+    slots = sum(slots for _, slots in host_slots(args))
+    why = ("both --group-size and the hosts are given" if args.group_size else
+           f"the hosts' slots add up to {slots}, not -n {args.num_ranks}")
+    print(f"mxkv-launch: MXKV_MODE={mode}: one MPI job of all {args.num_ranks} ranks, as {why} "
+          "(one group job per host needs the hosts alone, their slots adding up to -n): a lost "
+          "host ends every group; --one-job to choose this without this line",
+          file=sys.stderr, flush=True)
 
 
 def check_group_jobs(parser: argparse.ArgumentParser, args: argparse.Namespace, mode: str) -> None:

@@ -5,7 +5,7 @@ before they registered). Ranks of this host are mpiexec's to report."""
 import time
 from typing import Dict, Iterable, Optional
 
-from ..safety.launcher_link import LinkServer
+from ..comm.launcher_link import HEARD_SECONDS, LinkServer
 
 
 class LostRanks:
@@ -33,4 +33,23 @@ class LostRanks:
             else:
                 continue
             return f"{how} (MXKV_LOST_SECONDS={self.bound:g})"
+        return None
+
+    def one_world_lost(self, ranks: Iterable[int], started: float) -> Optional[str]:
+        """Why a job that is one MPI world (`ranks`, started at `started`) must be ended for
+        a lost host, or None: a rank lost (first_lost), or a rank that ended while another
+        has fallen silent for a few heartbeats (HEARD_SECONDS), since mpiexec cannot end
+        the ranks of a host it cannot reach and waits for them."""
+        ranks = list(ranks)
+        lost = self.first_lost(ranks, started)
+        if lost:
+            return f"{lost}: its host is cut off or dead"
+        now = time.monotonic()
+        seen = [self.link.ranks().get(rank) for rank in ranks]
+        ended = [known for known in seen if known is not None and known.left]
+        silent = [known for known in seen if known is not None and not known.left
+                  and known.silent_for(now) > HEARD_SECONDS]
+        if ended and silent:
+            return (f"rank {ended[0].rank} ended, and {silent[0].describe_silence(now)}: "
+                    "mpiexec cannot end the ranks of a host it cannot reach")
         return None

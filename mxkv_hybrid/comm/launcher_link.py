@@ -10,6 +10,10 @@ run a thread, but its keeper still ends it when the launcher has been silent for
 long or cannot be reached at start, so that no rank is left spinning on a host cut off
 from the job. The keeper ends with its rank. The link carries the launcher's token; a
 connection without it is closed unanswered.
+
+A rank may also ask the launcher which ranks it hears from (`ask_launcher`): the stall
+monitor sends MPI messages only to those, since MPICH crashes (SIGSEGV in MPI_Isend) when it
+sends to a peer on a host cut off long enough for UCX to fail the connection.
 """
 import hmac
 import json
@@ -28,6 +32,7 @@ from typing import Dict, List, Optional
 
 BEAT_SECONDS = 1.0
 HELLO_SECONDS = 5.0  # a connection that has not said who it is by then is closed
+HEARD_SECONDS = 3 * BEAT_SECONDS  # a rank heard from within this long is reachable
 
 
 @dataclass
@@ -43,6 +48,16 @@ class RankSeen:
 
     def silent_for(self, now: float) -> float:
         return 0.0 if self.left else now - self.last_heard
+
+    def heard(self, now: float) -> bool:
+        """Alive and heard from within HEARD_SECONDS: reachable."""
+        return not self.left and self.silent_for(now) <= HEARD_SECONDS
+
+    def describe_silence(self, now: float) -> str:
+        if self.left:
+            return f"rank {self.rank} on {self.host} ({self.address}): its link closed (it ended)"
+        return (f"rank {self.rank} on {self.host} ({self.address}): the launcher last heard "
+                f"from it {self.silent_for(now):.0f} s ago (its host cut off or dead)")
 
 
 class LinkServer:
@@ -120,6 +135,9 @@ class LinkServer:
                 if not hmac.compare_digest(str(message.get("token", "")), self.token):
                     self._drop(connection)
                     return
+                if message.get("ask") == "ranks":
+                    self._answer(connection, now)
+                    return
                 state["rank"] = int(message["rank"])
                 with self._lock:
                     self._ranks[state["rank"]] = RankSeen(state["rank"], str(message["host"]),
@@ -129,6 +147,19 @@ class LinkServer:
                 seen = self._ranks.get(state["rank"])
                 if seen is not None:
                     seen.last_heard = now
+
+    def _answer(self, connection: socket.socket, now: float) -> None:
+        """Tells a rank what the launcher knows of every rank (ask_launcher), and closes."""
+        with self._lock:
+            ranks = {rank: {"host": seen.host, "address": seen.address, "left": seen.left,
+                            "silent": seen.silent_for(now)} for rank, seen in self._ranks.items()}
+        connection.setblocking(True)
+        try:
+            connection.sendall(json.dumps({"ranks": ranks}).encode() + b"\n")
+        except OSError:
+            pass
+        self._connections.pop(connection, None)
+        connection.close()
 
     def _drop(self, connection: socket.socket) -> None:
         state = self._connections.pop(connection, None)
@@ -220,6 +251,24 @@ class LinkKeeper:
             if time.monotonic() - heard > self._lost_seconds:
                 self._end_rank(f"no word from the launcher at {self._where[0]}:"
                                f"{self._where[1]} for {time.monotonic() - heard:.0f} s")
+
+
+def ask_launcher(address: str, timeout: float = 2 * BEAT_SECONDS) -> Optional[Dict[int, RankSeen]]:
+    """What the launcher at `address` (MXKV_LAUNCHER_LINK) knows of every rank, as seen now
+    on this clock; None when it cannot be asked within `timeout` seconds."""
+    token, _, where = address.rpartition("@")
+    host, _, port = where.rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout) as connection:
+            connection.sendall(json.dumps({"token": token, "ask": "ranks"}).encode() + b"\n")
+            reply = connection.makefile("rb").readline()
+        ranks = json.loads(reply)["ranks"]
+    except (OSError, ValueError, KeyError):
+        return None
+    now = time.monotonic()
+    return {int(rank): RankSeen(int(rank), seen["host"], seen["address"],
+                                now - float(seen["silent"]), bool(seen["left"]))
+            for rank, seen in ranks.items()}
 
 
 def start_for_this_rank(environ=os.environ) -> None:
