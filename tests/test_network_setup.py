@@ -1,7 +1,11 @@
 """Network set-up across emulated hosts that cannot go wrong silently: the scheduler's
 address chosen by the route towards the other hosts (sync across 2 hosts with no
 --ps-host trains as one process does), a loopback or foreign --ps-host refused before
-anything starts, and a group that joins from a host whose interface has another name."""
+anything starts, a group that joins from a host whose interface has another name, and
+--check naming the hosts that cannot reach each other."""
+import re
+import subprocess
+import time
 import uuid
 
 import numpy as np
@@ -10,6 +14,7 @@ from conftest import assert_identical_across_ranks, assert_matches_reference, lo
     run_reference
 from emulated import HostLauncher, assert_nothing_left, launch_on, make_cluster, \
     on_emulated_hosts  # noqa: F401  (fixture)
+from mxkv_hybrid.launch.reach_check import CONNECT_SECONDS, REGISTER_SECONDS
 
 pytestmark = on_emulated_hosts
 
@@ -74,3 +79,34 @@ def test_a_group_joins_from_a_host_whose_interface_has_another_name(make_cluster
             assert np.array_equal(finals[rank][name], finals[0][name]), (rank, name)
     accuracy = float(finals[0]["accuracy"])
     assert accuracy >= 0.9, accuracy
+
+
+def test_check_says_every_host_reaches_every_other_then_tests_as_on_one_host(make_cluster):
+    cluster = make_cluster(2)
+    job = launch_on(cluster, "h1", ["-n", "4", "-H", "h1:2,h2:2", "--check"])
+    assert job.returncode == 0, job.output
+    assert f"all 2 hosts reach this machine at {cluster.address('h1')}:" in job.output
+    assert "result:" in job.output and "OK in" in job.output, job.output
+
+
+def test_check_names_each_host_and_address_that_cannot_be_reached(make_cluster):
+    """Before any MPI job, within REGISTER_SECONDS + CONNECT_SECONDS and a little: h2 has
+    no route to h3 (h3's connections to h2 then go unanswered), then h3 is cut off."""
+    cluster = make_cluster(3)
+    options = ["-n", "6", "-H", "h1:2,h2:2,h3:2", "--check"]
+    h2, h3 = cluster.address("h2"), cluster.address("h3")
+    subprocess.run(cluster.command("h2", ["ip", "route", "add", "unreachable", h3]), check=True)
+    started = time.monotonic()
+    job = launch_on(cluster, "h1", options)
+    assert time.monotonic() - started < REGISTER_SECONDS + CONNECT_SECONDS + 6, job.output
+    assert job.returncode == 1, job.output
+    assert re.search(rf"h2 \({h2}\) cannot reach h3 \({h3}:\d+\): No route to host", job.output)
+    assert re.search(rf"h3 \({h3}\) cannot reach h2 \({h2}:\d+\): no answer within 3 s",
+                     job.output)
+    assert "h1 (" not in job.output and "self-check" not in job.output, job.output
+
+    cluster.cut("h3")
+    job = launch_on(cluster, "h1", options)
+    assert job.returncode == 1, job.output
+    assert re.search(rf"h3: its probe never called this machine at {cluster.address('h1')}:"
+                     r"\d+ within 5 s: h3 cannot reach it", job.output), job.output

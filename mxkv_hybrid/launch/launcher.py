@@ -32,6 +32,7 @@ from .ps_address import LOOPBACK, PsHostRefused, choose_ps_host, remote_hosts
 from .processes import (GRACE_SECONDS, Node, Terminated, end_process_group, free_port, start,
                         stop_on_signals, wait_until_listening)
 from .rank_watch import RankWatch
+from .reach_check import ReachCheck, probe_command
 from .serve_join import join_group, serve
 
 CHECK_TIMEOUT = 60.0  # seconds; --check's default --timeout
@@ -453,6 +454,8 @@ def main(argv: Optional[List[str]] = None) -> None:
         except RuntimeError as err:
             sys.exit(f"mxkv-launch: could not start the parameter server: {err}")
         sys.exit(serve(args.groups, mode, args.ps_host, servers, args.timeout))
+    if args.check and not args.dry_run and not check_reachability(args, mpiexec, flavour):
+        sys.exit(1)
     if args.group_size:
         os.environ["MXKV_GROUP_SIZE"] = str(args.group_size)
     if args.auto:
@@ -490,6 +493,39 @@ def main(argv: Optional[List[str]] = None) -> None:
     code = run_with_restarts(args, command, mpiexec, flavour, lost_ranks)
     lost_ranks.link.close()
     sys.exit(code)
+
+
+def check_reachability(args: argparse.Namespace, mpiexec: str, flavour: str) -> bool:
+    """--check on several hosts: whether every host (-H / --hostfile, --server-hosts)
+    reaches this machine and every other one, before any MPI job (reach_check); says so."""
+    hosts = list(dict.fromkeys([host for host, _ in host_slots(args)] if args.hosts or
+                               args.hostfile else []))
+    hosts += [host for host in (args.server_hosts or "").split(",") if host and host not in hosts]
+    try:
+        if not remote_hosts(hosts):
+            return True
+        check = ReachCheck(args.ps_host or choose_ps_host(None, hosts), hosts)
+    except PsHostRefused as refused:
+        sys.exit(f"mxkv-launch: {refused}")
+    placed = argparse.Namespace(num_ranks=len(hosts), hosts=",".join(f"{h}:1" for h in hosts),
+                                hostfile=None)
+    probes = subprocess.Popen([mpiexec, *mpi_arguments(flavour, placed), *probe_command(check)],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              start_new_session=True)
+    try:
+        check.run()
+    finally:
+        end_process_group(probes, grace=0)
+    problems = check.problems()
+    for line in problems or [f"all {len(hosts)} hosts reach this machine at "
+                             f"{check.address.rpartition('@')[2]} and each other"]:
+        print(f"mxkv-launch --check: reachability (TCP, before MPI): {line}", file=sys.stderr,
+              flush=True)
+    output = probes.communicate()[0].strip()
+    if check.missing() and output:
+        print("mxkv-launch --check: what the probes' mpiexec printed:\n" + output,
+              file=sys.stderr, flush=True)
+    return not problems
 
 
 def open_link(args: argparse.Namespace) -> LostRanks:
