@@ -69,3 +69,28 @@ def test_one_mpi_job_ends_cleanly_naming_the_cut_host(make_cluster):
     while cluster.processes("h3") and time.monotonic() < cut_at + 20 + 15:
         time.sleep(0.5)
     assert_nothing_left(cluster)
+
+
+def test_a_healed_host_is_restarted_and_its_group_rejoins(make_cluster):
+    """--restarts 1: h3 is cut, its group named lost; the link heals before the restart
+    (PS_HEARTBEAT_TIMEOUT + 2 s later), and the restarted group rejoins the servers' model
+    and finishes with the others, which waited for it at the finish line."""
+    cluster = make_cluster(3, rate_mbit=1000)
+    launcher = HostLauncher(cluster, "h1", ["-n", "6", "-H", "h1:2,h2:2,h3:2", "--servers", "1",
+                                            "--restarts", "1"],
+                            ["examples/train_digits.py", "--epochs", "40"],
+                            env=dict(EASGD, MXKV_PS_TIMEOUT="40"))
+    launcher.wait_for(r"^\[0\] epoch  3/40", seconds=120)
+    cluster.cut("h3")
+    launcher.wait_for(r"group 2 \(ranks 4-5\) on h3 was lost: .* restarting it in",
+                      seconds=LOST_SECONDS + 15)
+    cluster.heal("h3")
+    job = launcher.finish()
+    assert job.returncode == 0, job.output
+    assert "group 2 (ranks 4-5) restarted (restart 1)" in job.output
+    assert "restarted and finished: group 2 (ranks 4-5) (1 restart(s))" in job.output
+    assert "Segmentation fault" not in job.output and "terminate called" not in job.output
+    accuracy = float(re.search(r"^\[0\] final test accuracy ([\d.]+)", job.output,
+                               re.MULTILINE).group(1))
+    assert accuracy >= 0.95, job.output
+    assert_nothing_left(cluster)

@@ -70,6 +70,7 @@ class LinkServer:
         self._lock = threading.Lock()
         self._ranks: Dict[int, RankSeen] = {}
         self._connections: Dict[socket.socket, dict] = {}  # -> {"rank", "buffer", "since"}
+        self._to_close: set = set()  # connections of forgotten ranks, closed by _serve
         self._closed = False
         self._thread = threading.Thread(target=self._serve, name="mxkv-launcher-link",
                                         daemon=True)
@@ -80,10 +81,15 @@ class LinkServer:
             return dict(self._ranks)
 
     def forget(self, ranks: List[int]) -> None:
-        """Drops what is known of `ranks` (their group is started again)."""
+        """Drops what is known of `ranks` (their job was ended, or is started again) and
+        closes their connections: a keeper cut off from this launcher that hears from it
+        again, once the partition heals, then ends its rank instead of letting it go on
+        beside the group's restarted job."""
         with self._lock:
             for rank in ranks:
                 self._ranks.pop(rank, None)
+            self._to_close.update(connection for connection, state
+                                  in list(self._connections.items()) if state["rank"] in ranks)
 
     def _serve(self) -> None:
         last_beat = 0.0
@@ -101,8 +107,11 @@ class LinkServer:
                     self._connections[connection] = {"rank": None, "buffer": b"", "since": now}
                 else:
                     self._receive(source, now)
+            with self._lock:
+                to_close, self._to_close = self._to_close, set()
             for connection, state in list(self._connections.items()):
-                if state["rank"] is None and now - state["since"] > HELLO_SECONDS:
+                if connection in to_close or (state["rank"] is None
+                                              and now - state["since"] > HELLO_SECONDS):
                     self._drop(connection)
             if now - last_beat >= BEAT_SECONDS:
                 last_beat = now
