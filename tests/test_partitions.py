@@ -94,3 +94,37 @@ def test_a_healed_host_is_restarted_and_its_group_rejoins(make_cluster):
                                re.MULTILINE).group(1))
     assert accuracy >= 0.95, job.output
     assert_nothing_left(cluster)
+
+
+def test_a_joined_group_cut_off_is_named_by_both_launchers(make_cluster):
+    """--serve on h1, a group --join-ed from each host, h3 cut mid-training: the serving
+    launcher names h3's group and address from the rendezvous connection's silence, h3's
+    launcher stops its group naming the serving launcher, both within MXKV_LOST_SECONDS;
+    the other groups finish."""
+    cluster = make_cluster(3, rate_mbit=1000)
+    serving = HostLauncher(cluster, "h1", ["--servers", "1", "--groups", "3", "--serve",
+                                           "--ps-host", cluster.address("h1")], env=EASGD)
+    address = serving.wait_for(r"--join (\S+@[\d.]+:\d+) -n RANKS").group(1)
+    groups = {}
+    for host in ("h1", "h2", "h3"):  # in turn: h1's group is group 0, with rank 0, which prints
+        groups[host] = HostLauncher(cluster, host, ["--join", address, "-n", "2"],
+                                    ["examples/train_digits.py", "--epochs", "40"], env=EASGD)
+        serving.wait_for(rf"group {len(groups) - 1} joined")
+    groups["h1"].wait_for(r"^\[0\] epoch  3/40", seconds=120)
+    cluster.cut("h3")
+    jobs = {host: group.finish() for host, group in groups.items()}
+    served = serving.finish()
+    everything = served.output + "".join(job.output for job in jobs.values())
+    assert "Segmentation fault" not in everything and "terminate called" not in everything
+    assert re.search(rf"group \d \(2 rank\(s\), joined from {re.escape(cluster.address('h3'))}\) "
+                     r"was last heard from \d+ s ago \(MXKV_LOST_SECONDS=10\): its host is cut "
+                     "off or dead", served.output), served.output
+    assert served.returncode == 1, served.output
+    assert jobs["h3"].returncode == 1, jobs["h3"].output
+    assert re.search(rf"the serving launcher at {re.escape(cluster.address('h1'))}:\d+ was last "
+                     r"heard from \d+ s ago \(MXKV_LOST_SECONDS=10\).*: stopping this group",
+                     jobs["h3"].output), jobs["h3"].output
+    assert jobs["h1"].returncode == 0 and jobs["h2"].returncode == 0, everything
+    accuracy = re.search(r"^\[0\] final test accuracy ([\d.]+)", jobs["h1"].output, re.MULTILINE)
+    assert accuracy and float(accuracy.group(1)) >= 0.95, jobs["h1"].output
+    assert_nothing_left(cluster)

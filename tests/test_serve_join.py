@@ -80,7 +80,8 @@ def test_groups_started_separately_join_one_job(tmp_path):
                               g.output).groups() for g in groups)
     assert joined == [("0", "0", "1"), ("1", "2", "3")]
     for group in (0, 1):
-        assert f"mxkv-launch: group {group} (2 rank(s)) ended with status 0" in serving.output
+        assert f"mxkv-launch: group {group} (2 rank(s), joined from 127.0.0.1) ended with status 0" \
+            in serving.output
     found = {r: dict(np.load(tmp_path / f"rank{r}.npz")) for r in range(4)}
     for prefix in ("initial/", "final/"):  # one start (the centre) and one end (consensus)
         for rank in range(1, 4):
@@ -137,12 +138,14 @@ def test_a_lost_sync_group_joined_separately_stops_the_other(tmp_path):
     for launcher in (first, second, serving):
         assert launcher.finish() == 1, launcher.output
     assert not processes_of(tag)
-    lost = re.escape("group 1 (2 rank(s)) ended with status 1, and in MXKV_MODE=sync the servers "
+    lost = re.escape("group 1 (2 rank(s), joined from 127.0.0.1) ended with status 1, and in "
+                     "MXKV_MODE=sync the servers "
                      "wait for every group's gradients, so the other groups cannot go on")
     assert re.search(f"mxkv-launch: {lost}: stopping them", serving.output), serving.output
     assert re.search(f"mxkv-launch: {lost}: stopping this group", first.output), first.output
     assert "mxkv-launch: 1 of 1 groups lost: group 1 (ranks 2-3)" in second.output, second.output
-    assert "mxkv-launch: group 0 (2 rank(s)) ended with status 1" in serving.output
+    assert "mxkv-launch: group 0 (2 rank(s), joined from 127.0.0.1) ended with status 1" \
+        in serving.output
     assert not list(tmp_path.glob("rank*.npz"))  # no group got to the end
 
 

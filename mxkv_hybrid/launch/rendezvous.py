@@ -10,6 +10,11 @@ launcher ends the servers once every group has reported or gone away. In mode sy
 the servers wait for every group's gradients, a group that failed or went away makes the
 serving launcher order the other groups to stop, naming it. One JSON object per line.
 
+Both ends beat on the connection every BEAT_SECONDS: a group whose launcher the serving
+launcher has not heard from for `lost_seconds` (MXKV_LOST_SECONDS: its host cut off or
+dead, the connection never closed) is lost, named with its address; a joined launcher
+that has not heard from the serving one that long stops its group, naming the server.
+
 ps-lite authenticates nothing: the token keeps a group of another job, or a mistyped
 address, from joining this one through the launchers, but whoever reaches the
 scheduler's port directly can still register there.
@@ -26,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
 HELLO_SECONDS = 10.0  # how long a connected launcher may take to say who it is
+BEAT_SECONDS = 1.0  # each end says something at least this often
 
 
 class JoinRefused(Exception):
@@ -51,6 +57,17 @@ class Member:
     stream: object
     status: Optional[int] = None
     gone: bool = False
+    last_heard: float = field(default_factory=time.monotonic)
+
+    @property
+    def address(self) -> str:
+        try:
+            return self.connection.getpeername()[0]
+        except OSError:
+            return "?"
+
+    def describe(self) -> str:
+        return f"group {self.group} ({self.ranks} rank(s), joined from {self.address})"
 
 
 @dataclass
@@ -61,8 +78,10 @@ class Rendezvous:
     mode: str
     settings: Dict[str, str]  # what a group's ranks need to reach the servers (DMLC_*, PS_*)
     host: str
+    lost_seconds: float  # a group not heard from this long is lost (MXKV_LOST_SECONDS)
     token: str = field(default_factory=lambda: secrets.token_hex(8))
     members: List[Member] = field(default_factory=list)
+    last_beat: float = field(default=0.0, init=False)
 
     def __post_init__(self):
         self._listener = socket.create_server((self.host, 0))
@@ -120,7 +139,8 @@ class Rendezvous:
             if deadline is not None and time.monotonic() > deadline:
                 return False
             waiting = {m.connection: m for m in self.members if m.status is None and not m.gone}
-            ready, _, _ = select.select([self._listener, *waiting], [], [], 0.5)
+            self._beat(waiting.values())
+            ready, _, _ = select.select([self._listener, *waiting], [], [], BEAT_SECONDS / 2)
             for source in ready:
                 if source is self._listener:
                     self._greet()  # a group more than declared: refused
@@ -130,13 +150,34 @@ class Rendezvous:
                     report = _receive(member.stream)
                 except (OSError, ValueError):
                     report = None
+                member.last_heard = time.monotonic()
                 if report is None:
                     member.gone = True
-                else:
+                elif "status" in report:
                     member.status = int(report["status"])
                 if member.gone or member.status:
                     self._lost(member)
+            for member in waiting.values():
+                silent = time.monotonic() - member.last_heard
+                if not member.gone and member.status is None and silent > self.lost_seconds:
+                    print(f"mxkv-launch: {member.describe()} was last heard from {silent:.0f} s "
+                          f"ago (MXKV_LOST_SECONDS={self.lost_seconds:g}): its host is cut off "
+                          "or dead", file=sys.stderr, flush=True)
+                    member.gone = True
+                    self._lost(member)
         return True
+
+    def _beat(self, members) -> None:
+        """Says something to every running group, at most every BEAT_SECONDS."""
+        now = time.monotonic()
+        if now - self.last_beat < BEAT_SECONDS:
+            return
+        self.last_beat = now
+        for member in members:
+            try:
+                member.connection.send(b"{}\n", socket.MSG_DONTWAIT)
+            except OSError:
+                pass  # a full buffer: the group is silent, and its silence counts
 
     def _lost(self, member: Member) -> None:
         """Mode sync: the servers wait for every group's gradients, so a lost group stops
@@ -147,7 +188,7 @@ class Rendezvous:
             return
         how = ("went away without reporting" if member.gone else
                f"ended with status {member.status}")
-        reason = (f"group {member.group} ({member.ranks} rank(s)) {how}, and in MXKV_MODE=sync "
+        reason = (f"{member.describe()} {how}, and in MXKV_MODE=sync "
                   "the servers wait for every group's gradients, so the other groups cannot go on")
         print(f"mxkv-launch: {reason}: stopping them", file=sys.stderr, flush=True)
         for other in running:
@@ -167,30 +208,59 @@ class Joined:
     the exit status on), its assignment, and the serving launcher's order to stop (mode
     sync: another group was lost), read as it comes."""
 
-    def __init__(self, connection: socket.socket, stream, assignment: dict):
+    def __init__(self, connection: socket.socket, stream, assignment: dict, lost_seconds: float):
         self.connection = connection
         self.assignment = assignment
         self.stop_order: Optional[str] = None
+        self._lost_seconds = lost_seconds
+        self._server = "{}:{}".format(*connection.getpeername()[:2])
+        self._last_heard = time.monotonic()
+        self._sending = threading.Lock()
+        self._over = threading.Event()
         threading.Thread(target=self._listen, args=(stream,), daemon=True).start()
+        threading.Thread(target=self._beat, daemon=True).start()
 
     def _listen(self, stream) -> None:
         try:
             for line in stream:
+                self._last_heard = time.monotonic()
                 order = json.loads(line)
                 if "stop" in order:
                     self.stop_order = order["stop"]
         except (OSError, ValueError):
             pass  # the connection closed: nothing more will come
 
+    def _beat(self) -> None:
+        while not self._over.wait(BEAT_SECONDS):
+            with self._sending:
+                try:
+                    self.connection.send(b"{}\n", socket.MSG_DONTWAIT)
+                except OSError:
+                    pass  # a full buffer: the serving launcher is not reading
+
+    def why_stop(self) -> Optional[str]:
+        """The serving launcher's order to stop, or its silence for MXKV_LOST_SECONDS."""
+        silent = time.monotonic() - self._last_heard
+        if self.stop_order is None and silent > self._lost_seconds:
+            return (f"the serving launcher at {self._server} was last heard from {silent:.0f} s ago "
+                    f"(MXKV_LOST_SECONDS={self._lost_seconds:g}): this host is cut off from it, "
+                    "or it is gone")
+        return self.stop_order
+
     def report(self, status: int) -> None:
         """Tells the serving launcher how this group's job ended."""
+        self._over.set()
         try:
-            _send(self.connection, {"status": status})
+            with self._sending:
+                self.connection.settimeout(BEAT_SECONDS)
+                _send(self.connection, {"status": status})
+        except OSError:
+            pass  # cut off: the serving launcher names this group from its silence
         finally:
             self.connection.close()
 
 
-def join(address: str, ranks: int, mode: str, timeout: float) -> Joined:
+def join(address: str, ranks: int, mode: str, timeout: float, lost_seconds: float) -> Joined:
     """Connects to a serving launcher and returns this group's place in the job. Waits as
     long as the other groups take to join; raises JoinRefused with the reason."""
     token, _, where = address.rpartition("@")
@@ -215,4 +285,4 @@ def join(address: str, ranks: int, mode: str, timeout: float) -> Joined:
         connection.close()
         raise JoinRefused(answer["error"] if answer else "the serving launcher closed the "
                           "connection without an answer")
-    return Joined(connection, stream, answer)
+    return Joined(connection, stream, answer, lost_seconds)

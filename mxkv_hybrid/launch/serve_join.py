@@ -11,6 +11,7 @@ import sys
 import time
 from typing import List, Optional
 
+from ..config import read_knob
 from .group_jobs import GroupPlan, Restarts, start_group, supervise_groups
 from .processes import Node, Terminated, end_process_group, stop_on_signals
 from .rendezvous import JoinRefused, Rendezvous, join
@@ -26,7 +27,8 @@ def serve(groups: int, mode: str, host: str, servers: List[Node], timeout: Optio
     servers die, `timeout` passes, or a signal comes); ends the servers. Returns the exit
     status: 0 when every group finished, 1 otherwise (124 timeout, 130 stopped)."""
     settings = {name: os.environ[name] for name in SETTINGS if os.environ.get(name)}
-    rendezvous = Rendezvous(groups, mode, dict(settings, DMLC_ROLE="worker"), host)
+    rendezvous = Rendezvous(groups, mode, dict(settings, DMLC_ROLE="worker"), host,
+                            float(read_knob("MXKV_LOST_SECONDS")))
     print(f"mxkv-launch: serving a job of {groups} group(s) in MXKV_MODE={mode}; start each "
           f"group with\n    MXKV_MODE={mode} mxkv-launch --join {rendezvous.address} -n RANKS "
           "-- python train.py ...", flush=True)
@@ -60,8 +62,7 @@ def serve(groups: int, mode: str, host: str, servers: List[Node], timeout: Optio
         outcome = ("went away without reporting" if member.gone else
                    "is still running" if member.status is None else
                    f"ended with status {member.status}")
-        print(f"mxkv-launch: group {member.group} ({member.ranks} rank(s)) {outcome}",
-              flush=True)
+        print(f"mxkv-launch: {member.describe()} {outcome}", flush=True)
     rendezvous.close()
     if code is None:
         code = 0 if all(m.status == 0 for m in rendezvous.members) else 1
@@ -75,7 +76,7 @@ def join_group(address: str, ranks: int, mode: str, command: List[str], flavour:
     print(f"mxkv-launch: joining the job at {address.rpartition('@')[2]} with {ranks} rank(s); "
           "waiting for the other groups to join", flush=True)
     try:
-        joined = join(address, ranks, mode, wait_seconds)
+        joined = join(address, ranks, mode, wait_seconds, float(read_knob("MXKV_LOST_SECONDS")))
     except JoinRefused as refused:
         print(f"mxkv-launch: not joined: {refused}", file=sys.stderr, flush=True)
         return 2
@@ -89,7 +90,7 @@ def join_group(address: str, ranks: int, mode: str, command: List[str], flavour:
     code = 1
     try:
         code = supervise_groups([start_group(plan, command, env, flavour)], [], timeout,
-                                Restarts(restarts, delay), stop_order=lambda: joined.stop_order)
+                                Restarts(restarts, delay), stop_order=joined.why_stop)
     finally:
         joined.report(code)
     return code
