@@ -1,35 +1,49 @@
-"""Runs a native MXNet ps-lite job on 127.0.0.1: one scheduler, S servers, W workers (plain
-processes, not MPI ranks), for the benchmarks' `dist_sync` baseline. The nodes are started
-the way mxkv-launch starts them: the scheduler first, the servers once it listens.
+"""Runs a native MXNet ps-lite job: one scheduler, S servers, W workers (plain processes, not
+MPI ranks), for the benchmarks' `dist_sync` baseline, on 127.0.0.1 or on emulated hosts
+(the scheduler and servers on h1, the workers spread over the hosts in turn, each node
+announcing its own host's address). The nodes are started the way mxkv-launch starts
+them: the scheduler first, the servers once it listens.
 """
 import os
 import subprocess
 import sys
-from typing import List
+from typing import List, Optional
 
-from mxkv_hybrid.launch.processes import end_process_group, free_port, start, wait_until_listening
+from mxkv_hybrid.launch.processes import Node, end_process_group, free_port, wait_until_listening
+from mxkv_hybrid.testing.cluster import Cluster
 
 HOST = "127.0.0.1"
 NODE = [sys.executable, "-m", "mxkv_hybrid.ps.server"]
 
 
 def run_ps_job(worker_command: List[str], num_workers: int, num_servers: int,
-               timeout: float = 900) -> List[str]:
+               timeout: float = 900, cluster: Optional[Cluster] = None) -> List[str]:
     """Runs `worker_command` as every worker; returns each worker's stdout (rank order unknown)."""
-    port = free_port(HOST)
+    host = cluster.address("h1") if cluster else HOST
+    port = free_port(HOST)  # on emulated hosts: h1 is a fresh namespace, every port free
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DMLC_", "MXKV_"))}
-    env.update({"DMLC_PS_ROOT_URI": HOST, "DMLC_PS_ROOT_PORT": str(port),
+    env.update({"DMLC_PS_ROOT_URI": host, "DMLC_PS_ROOT_PORT": str(port),
                 "DMLC_NUM_SERVER": str(num_servers), "DMLC_NUM_WORKER": str(num_workers),
-                "DMLC_NODE_HOST": HOST, "PS_VERBOSE": "0"})
-    scheduler = start("scheduler", NODE, dict(env, DMLC_ROLE="scheduler"))
-    processes = [scheduler.process]
+                "PS_VERBOSE": "0"})
+    if cluster is None:
+        env["DMLC_NODE_HOST"] = HOST
+
+    def on(name: str, command: List[str], role: str, **popen) -> subprocess.Popen:
+        if cluster is None:
+            return subprocess.Popen(command, env=dict(env, DMLC_ROLE=role),
+                                    start_new_session=True, **popen)
+        return cluster.run(name, command, env=dict(env, DMLC_ROLE=role),
+                           start_new_session=True, **popen)
+
+    scheduler = on("h1", NODE, "scheduler")
+    processes = [scheduler]
     try:
-        wait_until_listening(scheduler, HOST, port, timeout=60)
-        processes += [start(f"server {i}", NODE, dict(env, DMLC_ROLE="server")).process
-                      for i in range(num_servers)]
-        workers = [subprocess.Popen(worker_command, env=dict(env, DMLC_ROLE="worker"),
-                                    stdout=subprocess.PIPE, text=True, start_new_session=True)
-                   for _ in range(num_workers)]
+        if cluster is None:  # (ZeroMQ connects again until the scheduler listens)
+            wait_until_listening(Node("scheduler", scheduler), host, port, timeout=60)
+        processes += [on("h1", NODE, "server") for _ in range(num_servers)]
+        hosts = cluster.names if cluster else ["h1"]
+        workers = [on(hosts[i * len(hosts) // num_workers], worker_command, "worker",
+                      stdout=subprocess.PIPE, text=True) for i in range(num_workers)]
         processes += workers
         outputs = [w.communicate(timeout=timeout)[0] for w in workers]
         failed = [w.returncode for w in workers if w.returncode != 0]

@@ -9,9 +9,14 @@ Ranks done with their part sleep in a polled barrier instead of spinning in MPI.
 An exchange is what the Trainer hook runs every MXKV_TAU steps: read c, e = alpha (x - c),
 x -= e, c += e. Rounds of all configurations in shuffled order (--rounds), --reps
 exchanges per job and kind; OMP_NUM_THREADS=--threads everywhere; medians over all.
+With --hosts (root): each group on an emulated host of its own (emulated_hosts.py), every
+host's link shaped to --mbps, the ps-lite servers on h1; each figure beside the link's
+limit: the weights' bytes over the rate (the centre read one way and the elastic
+difference sent the other, at once on a full-duplex link).
 Prints a table and writes remote_centre.json and remote_centre.png to --out.
 
     python examples/benchmarks/remote_centre.py [--groups 2 4] [--rounds 2] [--reps 5]
+    python examples/benchmarks/remote_centre.py --hosts --groups 2 --mbps 1000
 """
 import argparse
 import json
@@ -26,6 +31,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
+from emulated_hosts import launch_on_hosts, require_emulated_hosts  # noqa: E402
 from job_output import json_lines  # noqa: E402
 from model_shapes import resnet50_shapes  # noqa: E402
 from timing import seconds  # noqa: E402
@@ -71,15 +77,22 @@ def worker(reps: int) -> None:
     kv.close()
 
 
-def run_job(transport: str, servers: int, groups: int, reps: int, env: dict) -> List[dict]:
+def run_job(transport: str, servers: int, groups: int, reps: int, env: dict,
+            mbps: float = 0) -> List[dict]:
+    """One job of `groups` groups of 1 rank (with `mbps`: on as many emulated hosts)."""
     options = ["--group-size", "1"]
     if transport == "ps":
         options += ["--servers", str(servers), "--one-job"]
-    done = subprocess.run(
-        [sys.executable, "-m", "mxkv_hybrid.launch", "-n", str(groups), "--timeout", "1200",
-         *options, "--", "python", __file__, "--worker", "--reps", str(reps)],
-        capture_output=True, text=True,
-        env=dict(env, MXKV_MODE="easgd", MXKV_TRANSPORT=transport, MXKV_EASGD_ALPHA="0.1"))
+    command = ["python", __file__, "--worker", "--reps", str(reps)]
+    env = dict(env, MXKV_MODE="easgd", MXKV_TRANSPORT=transport, MXKV_EASGD_ALPHA="0.1")
+    if mbps:
+        from mxkv_hybrid.testing.cluster import Cluster
+        with Cluster(groups, mbps) as cluster:
+            done = launch_on_hosts(cluster, 1, command, env, options)
+    else:
+        done = subprocess.run([sys.executable, "-m", "mxkv_hybrid.launch", "-n", str(groups),
+                               "--timeout", "1200", *options, "--", *command],
+                              capture_output=True, text=True, env=env)
     if done.returncode != 0:
         sys.exit(f"{transport} job with {groups} groups failed:\n{done.stdout}\n{done.stderr}")
     return json_lines(done.stdout)
@@ -117,11 +130,17 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--reps", type=int, default=5, help="exchanges per job and kind")
     parser.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS everywhere")
+    parser.add_argument("--hosts", action="store_true",
+                        help="each group on an emulated host of its own (needs root)")
+    parser.add_argument("--mbps", type=float, default=1000,
+                        help="with --hosts: the rate of every host's link")
     parser.add_argument("--out", default=os.path.join(HERE, "results"))
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         return worker(args.reps)
+    if args.hosts:
+        require_emulated_hosts()
 
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
     runs: List[Tuple[str, int]] = [(name, g) for g in args.groups for name in TRANSPORTS]
@@ -131,26 +150,35 @@ def main() -> None:
         for name, groups in runs:
             print(f"-- round {round_ + 1}/{args.rounds}: {name}, {groups} groups ...", flush=True)
             transport, servers = TRANSPORTS[name]
-            for row in run_job(transport, servers, groups, args.reps, env):
+            for row in run_job(transport, servers, groups, args.reps, env,
+                               args.mbps if args.hosts else 0):
                 times.setdefault((name, groups, row["kind"]), []).extend(row["times"])
                 weight_bytes = row["weight_bytes"]
+    limit_ms = 1e3 * weight_bytes * 8 / (args.mbps * 1e6) if args.hosts else None
     rows = [{"transport": name, "groups": groups, "kind": kind, "times": values,
-             "median_ms": 1e3 * float(np.median(values))}
+             "median_ms": 1e3 * float(np.median(values)), "limit_ms": limit_ms}
             for (name, groups, kind), values in sorted(times.items())]
+    where = (f"each group on an emulated host, links {args.mbps:g} Mbit/s, servers on h1" if
+             args.hosts else "one machine")
     print(f"\nResNet-50 weights ({weight_bytes / 2 ** 20:.1f} MiB), one elastic exchange, groups "
-          f"of 1 rank, OMP_NUM_THREADS={args.threads}; medians of {args.rounds} x {args.reps}")
-    print(f"{'groups':>6} {'kind':>9} {'transport':>14} {'ms':>9} {'best ps / this':>15}")
+          f"of 1 rank ({where}), OMP_NUM_THREADS={args.threads}; medians of {args.rounds} x "
+          f"{args.reps}")
+    print(f"{'groups':>6} {'kind':>9} {'transport':>14} {'ms':>9} {'best ps / this':>15}"
+          + (f" {'limit ms':>9} {'/ limit':>8}" if args.hosts else ""))
     for r in sorted(rows, key=lambda r: (r["groups"], r["kind"], r["transport"])):
         best_ps = min(o["median_ms"] for o in rows if o["groups"] == r["groups"]
                       and o["kind"] == r["kind"] and o["transport"].startswith("ps"))
         print(f"{r['groups']:>6} {r['kind']:>9} {r['transport']:>14} {r['median_ms']:9.1f} "
-              f"{best_ps / r['median_ms']:14.2f}x")
+              f"{best_ps / r['median_ms']:14.2f}x"
+              + (f" {limit_ms:9.0f} {r['median_ms'] / limit_ms:7.2f}x" if args.hosts else ""))
     os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "remote_centre.json"), "w") as f:
+    name = "remote_centre_hosts" if args.hosts else "remote_centre"
+    with open(os.path.join(args.out, f"{name}.json"), "w") as f:
         json.dump({"omp_num_threads": args.threads, "rounds": args.rounds, "reps": args.reps,
-                   "weight_bytes": weight_bytes, "results": rows}, f, indent=1)
-    plot(rows, os.path.join(args.out, "remote_centre.png"))
-    print(f"\nwrote {args.out}/remote_centre.json and remote_centre.png")
+                   "weight_bytes": weight_bytes, "hosts": args.hosts,
+                   "mbps": args.mbps if args.hosts else None, "results": rows}, f, indent=1)
+    plot(rows, os.path.join(args.out, f"{name}.png"))
+    print(f"\nwrote {args.out}/{name}.json and {name}.png")
 
 
 if __name__ == "__main__":

@@ -11,8 +11,14 @@ step (communication + update), measured apart (a wait for the engine in between)
 whole step measured in separate steps without that wait (where overlap can help), medians
 over the measured steps of rank 0; bytes through the parameter server per step (sum over the processes that talk
 to it). Prints a table and writes training_step.json and training_step.png to --out.
+With --hosts H (root): on H emulated hosts instead (emulated_hosts.py), --ranks / H ranks
+each, one group per host, every host's link shaped to --mbps, the scheduler and servers on
+h1 (dist_sync: its workers spread the same way); each step beside its link limit: what
+h1's link must carry each way per step (a hybrid group's leader pushes and pulls the model
+once; dist_sync, every worker) over the rate.
 
     python examples/benchmarks/training_step.py [--steps 20] [--ranks 4] [--threads 1]
+    python examples/benchmarks/training_step.py --hosts 2 --mbps 1000 --configurations sync dist_sync
 """
 import argparse
 import importlib.util
@@ -28,6 +34,8 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
+from emulated_hosts import (allreduce_limit_seconds, launch_on_hosts,  # noqa: E402
+                            require_emulated_hosts, servers_limit_seconds)
 from job_output import json_lines  # noqa: E402
 
 BATCH = 16
@@ -123,9 +131,10 @@ def ps_traffic():
     return traffic()
 
 
-def run_configuration(name: str, ranks: int, steps: int, warmup: int) -> Optional[dict]:
-    """Medians of one configuration's job, or None (with a note) for horovod when it is not
-    installed."""
+def run_configuration(name: str, ranks: int, steps: int, warmup: int,
+                      cluster=None) -> Optional[dict]:
+    """Medians of one configuration's job (on `cluster`'s emulated hosts, if given), or None
+    (with a note) for horovod when it is not installed."""
     args = ["--worker", "--steps", str(steps), "--warmup", str(warmup)]
     if name == "horovod" and importlib.util.find_spec("horovod") is None:
         print("note: Horovod's MXNet binding is not installed: the horovod configuration is "
@@ -140,29 +149,46 @@ def run_configuration(name: str, ranks: int, steps: int, warmup: int) -> Optiona
     if name == "dist_sync":
         from ps_job import run_ps_job
         outputs = run_ps_job([sys.executable, __file__, *args, "--kvstore", "dist_sync"],
-                             num_workers=ranks, num_servers=SERVERS)
+                             num_workers=ranks, num_servers=SERVERS, cluster=cluster)
         rows = [r for out in outputs for r in json_lines(out)]
         # every worker pushes and pulls every gradient once per step
         for r in rows:
             r["ps_bytes_per_step"] = 2 * r["gradient_bytes"]
     else:
-        launcher = [sys.executable, "-m", "mxkv_hybrid.launch", "-n", str(ranks), "--timeout", "1500"]
         env = dict(os.environ, MXKV_MODE="allreduce" if name == "overlap" else name,
                    MXKV_OVERLAP="1" if name == "overlap" else "0")
-        if name not in ("allreduce", "overlap", "horovod"):
-            launcher += ["--group-size", str(ranks // 2), "--servers", str(SERVERS)]
+        groups = cluster.size if cluster else 2
+        options = ([] if name in ("allreduce", "overlap", "horovod") else
+                   ["--group-size", str(ranks // groups), "--servers", str(SERVERS)])
         store = "horovod" if name == "horovod" else "hybrid"
-        done = subprocess.run([*launcher, "--", "python", __file__, *args, "--kvstore", store],
-                              capture_output=True, text=True, env=env)
+        command = ["python", __file__, *args, "--kvstore", store]
+        if cluster is None:
+            done = subprocess.run([sys.executable, "-m", "mxkv_hybrid.launch", "-n", str(ranks),
+                                   "--timeout", "1500", *options, "--", *command],
+                                  capture_output=True, text=True, env=env)
+        else:
+            done = launch_on_hosts(cluster, ranks // cluster.size, command, env, options)
         if done.returncode != 0:
             sys.exit(f"{name} failed:\n{done.stdout}\n{done.stderr}")
         rows = json_lines(done.stdout)
     first = min(rows, key=lambda r: r["rank"])
-    return {"configuration": name, "ranks": ranks, "compute_ms": 1e3 * np.median(first["compute"]),
+    limit = link_limit_ms(name, first["gradient_bytes"], ranks, cluster) if cluster else None
+    return {"configuration": name, "ranks": ranks, "limit_ms": limit,
+            "compute_ms": 1e3 * np.median(first["compute"]),
             "step_ms": 1e3 * np.median(first["step"]),
             "total_ms": 1e3 * np.median(first["whole"]),
             "ps_mb_per_step": sum(r["ps_bytes_per_step"] for r in rows) / 2 ** 20,
             "gradient_mb": first["gradient_bytes"] / 2 ** 20}
+
+
+def link_limit_ms(name: str, gradient_bytes: int, ranks: int, cluster) -> float:
+    """The least time one step's communication can take behind the hosts' links."""
+    if name in ("allreduce", "overlap", "horovod"):
+        seconds = allreduce_limit_seconds(gradient_bytes, cluster.size, cluster.rate_mbit)
+    else:
+        talkers = ranks // cluster.size if name == "dist_sync" else 1
+        seconds = servers_limit_seconds(gradient_bytes, talkers, cluster.size, cluster.rate_mbit)
+    return 1e3 * seconds
 
 
 def plot(results: list, path: str) -> None:
@@ -197,6 +223,10 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1,
                         help="OMP_NUM_THREADS of every rank and server (default 1: with MXNet's "
                              "default, two Horovod ranks on 2 cores crawled)")
+    parser.add_argument("--hosts", type=int, default=0,
+                        help="on this many emulated hosts (needs root), --ranks / H each")
+    parser.add_argument("--mbps", type=float, default=1000,
+                        help="with --hosts: the rate of every host's link")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--kvstore", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -204,25 +234,42 @@ def main() -> None:
         return worker(args.kvstore, args.steps, args.warmup)
 
     os.environ["OMP_NUM_THREADS"] = str(args.threads)  # every job below inherits it
-    results = [run_configuration(c, args.ranks, args.steps, args.warmup) for c in args.configurations]
+    if args.hosts:
+        require_emulated_hosts()
+        from mxkv_hybrid.testing.cluster import Cluster
+        with Cluster(args.hosts, args.mbps) as cluster:
+            results = [run_configuration(c, args.ranks, args.steps, args.warmup, cluster)
+                       for c in args.configurations]
+    else:
+        results = [run_configuration(c, args.ranks, args.steps, args.warmup)
+                   for c in args.configurations]
     results = [r for r in results if r is not None]
+    where = (f"{args.hosts} emulated hosts, links {args.mbps:g} Mbit/s, servers on h1" if
+             args.hosts else "one machine")
     print(f"\nResNet-18, 32x32, batch {BATCH} per rank, {args.ranks} ranks, {SERVERS} servers "
-          f"(groups of {args.ranks // 2}), OMP_NUM_THREADS={args.threads}; medians of "
-          f"{args.steps} steps, rank 0")
-    print(f"{'configuration':>14} {'compute ms':>11} {'step ms':>9} {'whole ms':>9} {'PS MiB/step':>12}")
+          f"({where}), OMP_NUM_THREADS={args.threads}; medians of {args.steps} steps, rank 0")
+    print(f"{'configuration':>14} {'compute ms':>11} {'step ms':>9} {'whole ms':>9} "
+          f"{'PS MiB/step':>12} {'limit ms':>9} {'step / limit':>13}")
     for r in results:
+        limit = (f"{r['limit_ms']:9.0f} {r['step_ms'] / r['limit_ms']:12.2f}x" if r["limit_ms"]
+                 else "")
         print(f"{r['configuration']:>14} {r['compute_ms']:11.1f} {r['step_ms']:9.1f} "
-              f"{r['total_ms']:9.1f} {r['ps_mb_per_step']:12.1f}")
+              f"{r['total_ms']:9.1f} {r['ps_mb_per_step']:12.1f} {limit}")
     by_name = {r["configuration"]: r for r in results}
     if "allreduce" in by_name and "overlap" in by_name:
         print(f"\noverlap on / off, whole step: "
               f"{by_name['overlap']['total_ms'] / by_name['allreduce']['total_ms']:.3f}")
+    if "sync" in by_name and "dist_sync" in by_name:
+        print(f"sync / dist_sync, whole step: "
+              f"{by_name['sync']['total_ms'] / by_name['dist_sync']['total_ms']:.3f}")
     os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "training_step.json"), "w") as f:
+    name = f"training_step_{args.hosts}_hosts" if args.hosts else "training_step"
+    with open(os.path.join(args.out, f"{name}.json"), "w") as f:
         json.dump({"batch_per_rank": BATCH, "servers": SERVERS, "omp_num_threads": args.threads,
+                   "hosts": args.hosts, "mbps": args.mbps if args.hosts else None,
                    "results": results}, f, indent=1)
-    plot(results, os.path.join(args.out, "training_step.png"))
-    print(f"\nwrote {args.out}/training_step.json and training_step.png")
+    plot(results, os.path.join(args.out, f"{name}.png"))
+    print(f"\nwrote {args.out}/{name}.json and {name}.png")
 
 
 if __name__ == "__main__":
