@@ -104,8 +104,7 @@ def start_job(num_ranks: int, script: Optional[str], *args: str,
     command = [sys.executable, "-m", "mxkv_hybrid.launch", "-n", str(num_ranks),
                "--timeout", str(timeout), *launcher_options, *program]
     tag = uuid.uuid4().hex
-    full_env = {k: v for k, v in os.environ.items()
-                if not k.startswith(("MXKV_", "DMLC_", "PS_"))}
+    full_env = job_environment()
     full_env.update(env or {})
     full_env[JOB_TAG] = tag
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -126,6 +125,16 @@ def finish_job(job: RunningJob) -> Job:
             os.kill(pid, 9)
     assert not leftovers, f"processes left behind: {leftovers}"
     return Job(job.process.returncode, output)
+
+
+# what a test's job must not inherit: other jobs' knobs, and a batch scheduler's hosts
+# (mxkv-launch takes SLURM_* / PBS_NODEFILE as its host list when it gets no -H)
+JOB_VARIABLES = ("MXKV_", "DMLC_", "PS_", "SLURM_", "PBS_")
+
+
+def job_environment() -> Dict[str, str]:
+    """This process's environment without JOB_VARIABLES."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(JOB_VARIABLES)}
 
 
 def launch(num_ranks: int, script: Optional[str], *args: str, **options) -> Job:

@@ -9,7 +9,7 @@ from typing import Callable, Dict, Iterator, List, Optional, Sequence
 
 import pytest
 
-from conftest import WORKERS, Job, OutputLines
+from conftest import WORKERS, Job, OutputLines, job_environment
 from mxkv_hybrid.testing.cluster import Cluster, unavailable_reason
 
 JOB_TIMEOUT = 150  # seconds: --timeout of a job on emulated hosts; the test waits 30 s more
@@ -39,7 +39,7 @@ def make_cluster() -> Iterator[Callable[..., Cluster]]:
 
 def launcher_environment(env: Optional[Dict[str, str]]) -> Dict[str, str]:
     """This environment without the knobs of other tests, with this venv's bin on PATH."""
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("MXKV_", "DMLC_", "PS_"))}
+    clean = job_environment()
     clean["PATH"] = os.path.dirname(sys.executable) + os.pathsep + clean.get("PATH", "")
     clean.setdefault("OMP_NUM_THREADS", "1")
     return dict(clean, **(env or {}))

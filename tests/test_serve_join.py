@@ -10,7 +10,7 @@ import uuid
 
 import numpy as np
 
-from conftest import JOB_TAG, WORKERS, OutputLines, processes_of
+from conftest import JOB_TAG, WORKERS, OutputLines, job_environment, processes_of
 from mxkv_hybrid.launch.processes import free_port
 
 TIMEOUT = 150
@@ -20,7 +20,7 @@ class Launcher(OutputLines):
     """An mxkv-launch process whose output lines are collected as they come."""
 
     def __init__(self, tag: str, mode: str, *options: str, **settings: str):
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("MXKV_", "DMLC_", "PS_"))}
+        env = job_environment()
         super().__init__(subprocess.Popen(
             [sys.executable, "-m", "mxkv_hybrid.launch", "--timeout", str(TIMEOUT), *options],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

@@ -27,6 +27,7 @@ from ..comm.network import describe_address
 from ..config import read_knob, separate_groups_refusal
 from .group_jobs import (GroupPlan, GroupRun, Restarts, plan_groups, plan_groups_by_host,
                          start_group, supervise_groups)
+from .host_sources import MalformedHosts, hosts_from_environment, read_mpi_hostfile
 from .lost_hosts import LostRanks
 from .ps_address import LOOPBACK, PsHostRefused, choose_ps_host, remote_hosts
 from .processes import (GRACE_SECONDS, Node, Terminated, end_process_group, free_port, start,
@@ -63,10 +64,11 @@ def mpi_arguments(flavour: str, args: argparse.Namespace) -> List[str]:
         out = ["-n", str(args.num_ranks), "--tag-output", "--oversubscribe"]
         out += ["-H", args.hosts] if args.hosts else []
         out += ["--hostfile", args.hostfile] if args.hostfile else []
-    else:
+    else:  # Hydra's -f takes no Open MPI `slots=N` lines: the host file read, as -hosts
+        hosts = args.hosts or (",".join(f"{host}:{slots}" for host, slots in host_slots(args))
+                               if args.hostfile else None)
         out = ["-n", str(args.num_ranks), "-prepend-rank"]
-        out += ["-hosts", args.hosts] if args.hosts else []
-        out += ["-f", args.hostfile] if args.hostfile else []
+        out += ["-hosts", hosts] if hosts else []
     return out
 
 
@@ -188,12 +190,8 @@ def count_groups(args: argparse.Namespace) -> int:
     """Groups of --group-size ranks, else one per host (-H / --hostfile, else one host)."""
     if args.group_size:
         return math.ceil(args.num_ranks / args.group_size)
-    if args.hosts:
-        return len({entry.split(":")[0] for entry in args.hosts.split(",") if entry})
-    if args.hostfile:
-        with open(args.hostfile) as f:
-            return len({line.split()[0].split(":")[0] for line in f
-                        if line.strip() and not line.startswith("#")})
+    if args.hosts or args.hostfile:
+        return len({host for host, _ in host_slots(args)})
     return 1
 
 
@@ -201,9 +199,14 @@ def parse_arguments(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="mxkv-launch", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-n", "--num-ranks", type=int,
-                        help="number of ranks (with --join: of this group)")
-    parser.add_argument("-H", "--hosts", help="host1:slots,host2:slots (passed to mpiexec)")
-    parser.add_argument("--hostfile", help="MPI host file (passed to mpiexec)")
+                        help="number of ranks (with --join: of this group; default under "
+                             "Slurm or PBS: every slot of the allocation)")
+    parser.add_argument("-H", "--hosts", help="host1:slots,host2:slots (passed to mpiexec); "
+                                               "without it or --hostfile, the hosts of the "
+                                               "Slurm (SLURM_JOB_NODELIST) or PBS "
+                                               "(PBS_NODEFILE) job this runs in")
+    parser.add_argument("--hostfile", help="MPI host file: host, host:slots or host slots=N "
+                                           "lines")
     parser.add_argument("--timeout", type=float, help="stop every rank after this many seconds")
     ps = parser.add_argument_group("parameter server (MXKV_MODE=sync, async or easgd)")
     ps.add_argument("--servers", type=int, default=0,
@@ -270,6 +273,17 @@ def parse_arguments(argv: Optional[List[str]] = None) -> argparse.Namespace:
         check_serve(parser, args, mode)
         place_scheduler(parser, args)
         return args
+    try:  # without -H/--hostfile, the batch scheduler's hosts (and slots as -n by default)
+        scheduled = None if args.hosts or args.hostfile else hosts_from_environment(os.environ)
+        if args.hostfile:
+            host_slots(args)  # a host file it cannot read is refused before anything starts
+    except MalformedHosts as malformed:
+        parser.error(str(malformed))
+    if scheduled:
+        args.hosts = scheduled.as_hosts_option()
+        if args.num_ranks is None:
+            args.num_ranks = scheduled.total_slots
+        print(f"mxkv-launch: {scheduled.describe()}", file=sys.stderr, flush=True)
     if not args.command:
         parser.error("no command given: mxkv-launch -n 2 -- python train.py")
     if args.num_ranks is None or args.num_ranks < 1:
@@ -410,14 +424,13 @@ def check_group_jobs(parser: argparse.ArgumentParser, args: argparse.Namespace, 
 
 
 def host_slots(args: argparse.Namespace) -> List[Tuple[str, int]]:
-    """(host, slots) of each -H entry or --hostfile line (host[:slots], 1 slot if none)."""
+    """(host, slots) of each -H entry (host[:slots], 1 slot if none) or --hostfile line
+    (host_sources.read_mpi_hostfile: host[:slots] or host slots=N)."""
     if args.hosts:
         entries = [entry for entry in args.hosts.split(",") if entry]
-    else:
-        with open(args.hostfile) as f:
-            entries = [line.split()[0] for line in f if line.strip() and not line.startswith("#")]
-    return [(entry.split(":")[0], int(entry.split(":")[1]) if ":" in entry else 1)
-            for entry in entries]
+        return [(entry.split(":")[0], int(entry.split(":")[1]) if ":" in entry else 1)
+                for entry in entries]
+    return read_mpi_hostfile(args.hostfile)
 
 
 def plan_group_jobs(args: argparse.Namespace) -> List[GroupPlan]:
