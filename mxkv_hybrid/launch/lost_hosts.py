@@ -45,7 +45,8 @@ class LostRanks:
         if lost:
             return f"{lost}: its host is cut off or dead"
         now = time.monotonic()
-        seen = [self.link.ranks().get(rank) for rank in ranks]
+        known_ranks = self.link.ranks()
+        seen = [known_ranks.get(rank) for rank in ranks]
         ended = [known for known in seen if known is not None and known.left]
         silent = [known for known in seen if known is not None and not known.left
                   and known.silent_for(now) > HEARD_SECONDS]

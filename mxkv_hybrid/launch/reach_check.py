@@ -36,7 +36,7 @@ class Listening:
 
 class ReachCheck:
     """The launcher's end: waits for the probes of `hosts`, then collects what each one
-    reached. `lines()` describes the outcome, `ok` says whether everything was reached."""
+    reached. `problems()` names what was not reached (none: every host reached every other)."""
 
     def __init__(self, address: str, hosts: List[str]):
         self.hosts = hosts
