@@ -17,7 +17,8 @@ from mxkv_hybrid import checkpoint
 from mxkv_hybrid.comm.topology import World
 from mxkv_hybrid.config import Config, GroupJob, parse_group_job
 from mxkv_hybrid.errors import ConfigError
-from mxkv_hybrid.launch.group_jobs import GroupPlan, plan_groups, renumbering
+from mxkv_hybrid.launch.group_jobs import GroupPlan, plan_groups, plan_groups_by_host, renumbering, \
+    without
 from mxkv_hybrid.launch import launcher
 from mxkv_hybrid.launch.launcher import parse_arguments
 
@@ -257,6 +258,14 @@ def test_groups_are_planned_by_size_and_numbered_in_the_whole_job():
     assert renumbering("hydra", 4)(b"[1] loss 0.5\n") == b"[5] loss 0.5\n"
     assert renumbering("hydra", 4)(b"no prefix [1] \n") == b"no prefix [1] \n"
     assert renumbering("openmpi", 2)(b"[7,1]<stdout>:x\n") == b"[7,3]<stdout>:x\n"
+
+
+def test_groups_left_out_before_they_met_leave_the_others_numbered_from_zero():
+    by_host = plan_groups_by_host([("h1", 2), ("h2", 3), ("h3", 2)])
+    assert without(by_host, [by_host[1]]) == [GroupPlan(0, 2, 0, 2, 4, "h1"),
+                                              GroupPlan(1, 2, 2, 2, 4, "h3")]
+    assert without(plan_groups(5, 2), [plan_groups(5, 2)[0]])[1].knob == \
+        "group=1:groups=2:first_rank=2:ranks=3:local_first=2:local_ranks=3"
 
 
 @pytest.mark.parametrize("text", ["group=3:groups=3:first_rank=0:ranks=6",

@@ -42,6 +42,50 @@ def test_a_host_cut_mid_training_is_named_and_the_others_finish(make_cluster):
     assert_nothing_left(cluster)
 
 
+def running(cluster, host: str, script: str) -> bool:
+    """Whether a process of `script` runs on `host` (a rank past its MPI start-up)."""
+    for pid in cluster.processes(host):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if script.encode() in f.read():
+                    return True
+        except OSError:
+            continue
+    return False
+
+
+def test_a_host_cut_before_the_groups_meet_is_left_out_and_the_others_train(make_cluster):
+    """h3 is cut once its ranks run, before ps-lite lets any group through its start (which
+    waits for all of them): the launcher names h3's group within MXKV_LOST_SECONDS and
+    starts the other two again without it, and they train to the accuracy two groups reach.
+    Control (the launcher before this): the others waited in ps-lite's start until
+    MXKV_PS_TIMEOUT ended them, every group lost."""
+    cluster = make_cluster(3, rate_mbit=1000)
+    launcher = HostLauncher(cluster, "h1", ["-n", "6", "-H", "h1:2,h2:2,h3:2", "--servers", "1"],
+                            ["examples/train_digits.py", "--epochs", "40"], env=EASGD)
+    deadline = time.monotonic() + 60
+    while not running(cluster, "h3", "train_digits.py") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    cluster.cut("h3")
+    job = launcher.finish()
+    assert job.returncode == 1, job.output
+    named = re.search(r"group 2 \(ranks 4-5\) on h3 was lost before the groups met at the "
+                      r"parameter server: rank [45](, started)? on h3 .*\(MXKV_LOST_SECONDS=10\); "
+                      r"its host is cut off or dead", job.output)
+    assert named, job.output
+    assert ("starting 2 group(s) of 4 rank(s) again: group 0 (ranks 0-1) on h1, group 1 "
+            "(ranks 2-3) on h2") in job.output
+    assert "left out before the groups met: group 2 (ranks 4-5) on h3" in job.output
+    assert "Segmentation fault" not in job.output and "terminate called" not in job.output
+    accuracy = float(re.search(r"^\[0\] final test accuracy ([\d.]+)", job.output,
+                               re.MULTILINE).group(1))
+    assert accuracy >= 0.95, job.output
+    deadline = time.monotonic() + LOST_SECONDS + 15
+    while cluster.processes("h3") and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert_nothing_left(cluster)
+
+
 def test_one_mpi_job_ends_cleanly_naming_the_cut_host(make_cluster):
     """One MPI world (--one-job) cannot go on without a host: it ends, naming the host, and
     no rank crashes. The stall monitor fires 8 s into the finish line's wait, after UCX has

@@ -13,7 +13,10 @@ connection without it is closed unanswered.
 
 A rank may also ask the launcher which ranks it hears from (`ask_launcher`): the stall
 monitor sends MPI messages only to those, since MPICH crashes (SIGSEGV in MPI_Isend) when it
-sends to a peer on a host cut off long enough for UCX to fail the connection.
+sends to a peer on a host cut off long enough for UCX to fail the connection. A group
+leader tells the launcher once it has met the others at the parameter server
+(`tell_launcher_met`): a group lost before that holds every group back, and the launcher
+starts the others again without it.
 """
 import hmac
 import json
@@ -27,12 +30,33 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import Dict, List, Optional
+from typing import Dict, List, NamedTuple, Optional
 
 
 BEAT_SECONDS = 1.0
 HELLO_SECONDS = 5.0  # a connection that has not said who it is by then is closed
 HEARD_SECONDS = 3 * BEAT_SECONDS  # a rank heard from within this long is reachable
+
+
+class JobAddress(NamedTuple):
+    """A launcher's address as ranks and joining groups are given it: TOKEN@HOST:PORT."""
+
+    token: str
+    host: str
+    port: int
+
+    @classmethod
+    def parse(cls, address: str) -> "JobAddress":
+        """Raises ValueError naming the expected form."""
+        token, _, where = address.rpartition("@")
+        host, _, port = where.rpartition(":")
+        if not token or not host or not port.isdigit():
+            raise ValueError(f"{address!r}: expected TOKEN@HOST:PORT")
+        return cls(token, host, int(port))
+
+    @property
+    def where(self) -> str:
+        return f"{self.host}:{self.port}"
 
 
 @dataclass
@@ -71,6 +95,7 @@ class LinkServer:
         self._ranks: Dict[int, RankSeen] = {}
         self._connections: Dict[socket.socket, dict] = {}  # -> {"rank", "buffer", "since"}
         self._to_close: set = set()  # connections of forgotten ranks, closed by _serve
+        self._met = False  # a group leader met the others at the parameter server
         self._closed = False
         self._thread = threading.Thread(target=self._serve, name="mxkv-launcher-link",
                                         daemon=True)
@@ -79,6 +104,17 @@ class LinkServer:
     def ranks(self) -> Dict[int, RankSeen]:
         with self._lock:
             return dict(self._ranks)
+
+    def met(self) -> bool:
+        """Whether a group leader said it met the others at the parameter server (ps-lite
+        lets every node through at once, when all have registered)."""
+        with self._lock:
+            return self._met
+
+    def forget_meeting(self) -> None:
+        """The parameter server is started again: its groups have not met yet."""
+        with self._lock:
+            self._met = False
 
     def forget(self, ranks: List[int]) -> None:
         """Drops what is known of `ranks` (their job was ended, or is started again) and
@@ -147,6 +183,12 @@ class LinkServer:
                 if message.get("ask") == "ranks":
                     self._answer(connection, now)
                     return
+                if message.get("met"):
+                    with self._lock:
+                        self._met = True
+                    self._connections.pop(connection, None)
+                    connection.close()
+                    return
                 state["rank"] = int(message["rank"])
                 with self._lock:
                     self._ranks[state["rank"]] = RankSeen(state["rank"], str(message["host"]),
@@ -193,9 +235,8 @@ class LinkKeeper:
     `lost_seconds`, closed the link, or cannot be reached that long; ends when the rank does."""
 
     def __init__(self, address: str, rank: int, lost_seconds: float, rank_pid: int):
-        token, _, where = address.rpartition("@")
-        host, _, port = where.rpartition(":")
-        self._token, self._where, self._rank = token, (host, int(port)), rank
+        job = JobAddress.parse(address)
+        self._token, self._where, self._rank = job.token, (job.host, job.port), rank
         self._lost_seconds = lost_seconds
         self._rank_pid = rank_pid
         self._rank_ended = os.pidfd_open(rank_pid)
@@ -265,11 +306,10 @@ class LinkKeeper:
 def ask_launcher(address: str, timeout: float = 2 * BEAT_SECONDS) -> Optional[Dict[int, RankSeen]]:
     """What the launcher at `address` (MXKV_LAUNCHER_LINK) knows of every rank, as seen now
     on this clock; None when it cannot be asked within `timeout` seconds."""
-    token, _, where = address.rpartition("@")
-    host, _, port = where.rpartition(":")
     try:
-        with socket.create_connection((host, int(port)), timeout=timeout) as connection:
-            connection.sendall(json.dumps({"token": token, "ask": "ranks"}).encode() + b"\n")
+        job = JobAddress.parse(address)
+        with socket.create_connection((job.host, job.port), timeout=timeout) as connection:
+            connection.sendall(json.dumps({"token": job.token, "ask": "ranks"}).encode() + b"\n")
             reply = connection.makefile("rb").readline()
         ranks = json.loads(reply)["ranks"]
     except (OSError, ValueError, KeyError):
@@ -278,6 +318,20 @@ def ask_launcher(address: str, timeout: float = 2 * BEAT_SECONDS) -> Optional[Di
     return {int(rank): RankSeen(int(rank), seen["host"], seen["address"],
                                 now - float(seen["silent"]), bool(seen["left"]))
             for rank, seen in ranks.items()}
+
+
+def tell_launcher_met(address: str, timeout: float = 2 * BEAT_SECONDS) -> None:
+    """A group leader past ps-lite's start tells the launcher at `address`
+    (MXKV_LAUNCHER_LINK; "" without one) that the groups met; a launcher it cannot reach
+    is its keeper's business."""
+    if not address:
+        return
+    try:
+        job = JobAddress.parse(address)
+        with socket.create_connection((job.host, job.port), timeout=timeout) as connection:
+            connection.sendall(json.dumps({"token": job.token, "met": True}).encode() + b"\n")
+    except (OSError, ValueError):
+        pass
 
 
 def start_for_this_rank(environ=os.environ) -> None:

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import BinaryIO, Callable, Dict, List, Optional, Tuple
 
 from .lost_hosts import LostRanks
@@ -81,8 +81,10 @@ def renumbering(flavour: str, offset: int) -> Callable[[bytes], bytes]:
 
 
 def _relay(source: BinaryIO, target: BinaryIO, rewrite: Callable[[bytes], bytes],
-           lock: threading.Lock) -> None:
+           lock: threading.Lock, muted: threading.Event) -> None:
     for line in iter(source.readline, b""):
+        if muted.is_set():
+            continue
         with lock:
             target.write(rewrite(line))
             target.flush()
@@ -102,6 +104,7 @@ class GroupRun:
     process: subprocess.Popen
     relays: List[threading.Thread]
     watch: RankWatch
+    muted: threading.Event  # set: its output is dropped (a job the launcher ends on purpose)
     code: Optional[int] = None
     restart_at: Optional[float] = None  # lost, to be started again at this time
     started: float = field(default_factory=time.monotonic)
@@ -128,14 +131,15 @@ def start_group(plan: GroupPlan, command: List[str], env: Dict[str, str], flavou
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                start_new_session=True)
     rewrite = renumbering(flavour, plan.first_rank)
-    relays = [threading.Thread(target=_relay, args=(source, target, rewrite, _OUTPUT_LOCK),
+    muted = threading.Event()
+    relays = [threading.Thread(target=_relay, args=(source, target, rewrite, _OUTPUT_LOCK, muted),
                                daemon=True)
               for source, target in ((process.stdout, sys.stdout.buffer),
                                      (process.stderr, sys.stderr.buffer))]
     for relay in relays:
         relay.start()
     return GroupRun(plan, command, env, flavour, attempt, process, relays,
-                    RankWatch(process.pid, plan.size, plan.first_rank))
+                    RankWatch(process.pid, plan.size, plan.first_rank), muted)
 
 
 def say(line: str) -> None:
@@ -188,22 +192,55 @@ def _cut_off(run: GroupRun, lost_ranks: Optional[LostRanks]) -> Optional[str]:
     return lost_ranks.first_lost(range(first, first + run.plan.size), run.started)
 
 
+@dataclass(frozen=True)
+class GroupsEnded:
+    """How supervise_groups ended: the exit status, or the groups lost before the groups
+    met at the parameter server (to start the others again without them)."""
+
+    code: int
+    left_out: List[GroupPlan] = field(default_factory=list)
+
+
+def without(plans: List[GroupPlan], left_out: List[GroupPlan]) -> List[GroupPlan]:
+    """`plans` less `left_out`, numbered again: groups 0.., their ranks from 0 on."""
+    kept = [plan for plan in plans if plan not in left_out]
+    firsts = [sum(plan.size for plan in kept[:g]) for g in range(len(kept))]
+    total = sum(plan.size for plan in kept)
+    return [replace(plan, group=g, groups=len(kept), first_rank=first, ranks=total)
+            for g, (plan, first) in enumerate(zip(kept, firsts))]
+
+
+def _left_out(run: GroupRun, cut_off: Optional[str]) -> None:
+    first = run.watch.describe_first_ended(socket.gethostname())
+    say(f"{run.plan.describe()}{' on ' + run.plan.host if run.plan.host else ''} was lost "
+        "before the groups met at the parameter server: "
+        + (f"{cut_off}; its host is cut off or dead" if cut_off
+           else f"its MPI job exited with status {run.code}" + (f"; {first}" if first else ""))
+        + ". ps-lite holds every group at its start until all have registered, so the "
+        "others go on without it: they start again, with fresh servers, as a job of one "
+        "group less (no restart for it)")
+
+
 def supervise_groups(runs: List[GroupRun], helpers: List[Node], timeout: Optional[float],
                      restarts: Restarts, together: bool = False,
                      stop_order: Callable[[], Optional[str]] = lambda: None,
-                     lost_ranks: Optional[LostRanks] = None) -> int:
+                     lost_ranks: Optional[LostRanks] = None,
+                     met: Callable[[], bool] = lambda: True) -> GroupsEnded:
     """Waits for every group job; a failed group ends alone, and is started again while
     `restarts` allows; `together` (mode sync, where the servers wait for every group's
-    gradients) ends the others when a group is lost. Ends everything on timeout, a dead
-    parameter-server process, a signal or a `stop_order` (the reason a serving launcher
-    gave, mode sync: a joined group of elsewhere was lost). Returns the exit status: 0 when
-    every group finished (restarted or not), 1 when a group was lost for good or stopped
-    by order, 124 timeout, 130 stopped."""
+    gradients) ends the others when a group is lost. A group lost before the groups `met`
+    at the parameter server (and not `together`) ends every job, to start the others again
+    without it (GroupsEnded.left_out). Ends everything on timeout, a dead parameter-server
+    process, a signal or a `stop_order` (the reason a serving launcher gave, mode sync: a
+    joined group of elsewhere was lost). The exit status: 0 when every group finished
+    (restarted or not), 1 when a group was lost for good or stopped by order, 124 timeout,
+    130 stopped."""
     stop_on_signals()
     deadline = None if timeout is None else time.monotonic() + timeout
     code = None
+    left_out: List[GroupPlan] = []
     try:
-        while code is None and not all(run.over for run in runs):
+        while code is None and not left_out and not all(run.over for run in runs):
             running = [run for run in runs if run.code is None]
             for index, run in enumerate(runs):
                 if run.restart_at is not None and time.monotonic() >= run.restart_at:
@@ -218,7 +255,11 @@ def supervise_groups(runs: List[GroupRun], helpers: List[Node], timeout: Optiona
                         if lost_ranks is not None:
                             lost_ranks.link.forget(list(range(run.plan.first_rank,
                                                               run.plan.first_rank + run.plan.size)))
-                    if run.code not in (None, 0):
+                    if run.code not in (None, 0) and not together and len(runs) > 1 \
+                            and not met():
+                        _left_out(run, cut_off)
+                        left_out.append(run.plan)
+                    elif run.code not in (None, 0):
                         _lost(run, restarts, any(r.code is None for r in runs) and not together,
                               cut_off)
                         if together and run.restart_at is None:
@@ -226,7 +267,7 @@ def supervise_groups(runs: List[GroupRun], helpers: List[Node], timeout: Optiona
                                 "gradients, so the other groups cannot go on: stopping them")
                             code = 1
                             break
-            if code is not None:
+            if code is not None or left_out:
                 break
             if not running:
                 time.sleep(POLL_SECONDS)
@@ -247,11 +288,15 @@ def supervise_groups(runs: List[GroupRun], helpers: List[Node], timeout: Optiona
         say(f"{stop.__class__.__name__} {stop}; stopping every group")
         code = 130
     for run in runs:
+        if left_out and code is None:
+            run.muted.set()  # mpiexec's banner about the ranks ended here says nothing new
         end_process_group(run.process)
     for helper in helpers:  # servers of separate group jobs are never told to stop
         end_process_group(helper.process)
     for run in runs:
         run.release()
+    if left_out and code is None:
+        return GroupsEnded(1, left_out)
     lost = [run.plan.describe() for run in runs if run.code not in (None, 0)]
     restarted = [f"{run.plan.describe()} ({run.attempt} restart(s))" for run in runs
                  if run.attempt and run.code == 0]
@@ -261,4 +306,4 @@ def supervise_groups(runs: List[GroupRun], helpers: List[Node], timeout: Optiona
         say(f"restarted and finished: {', '.join(restarted)}")
     if lost:
         say(f"{len(lost)} of {len(runs)} groups lost: {', '.join(lost)}")
-    return code
+    return GroupsEnded(code)

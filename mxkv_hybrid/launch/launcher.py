@@ -25,8 +25,8 @@ from ..comm import timeline
 from ..comm.launcher_link import LinkServer
 from ..comm.network import describe_address
 from ..config import read_knob, separate_groups_refusal
-from .group_jobs import (GroupPlan, GroupRun, Restarts, plan_groups, plan_groups_by_host,
-                         start_group, supervise_groups)
+from .group_jobs import (GroupPlan, GroupRun, Restarts, plan_groups, plan_groups_by_host, say,
+                         start_group, supervise_groups, without)
 from .host_sources import MalformedHosts, hosts_from_environment, read_mpi_hostfile
 from .lost_hosts import LostRanks
 from .ps_address import LOOPBACK, PsHostRefused, choose_ps_host, remote_hosts
@@ -440,10 +440,12 @@ def plan_group_jobs(args: argparse.Namespace) -> List[GroupPlan]:
     return plan_groups_by_host(host_slots(args))
 
 
-def start_group_jobs(args: argparse.Namespace, mpiexec: str, flavour: str) -> List[GroupRun]:
-    """One MPI job per group (or, with --dry-run, their commands)."""
+def start_group_jobs(args: argparse.Namespace, mpiexec: str, flavour: str,
+                     plans: Optional[List[GroupPlan]] = None) -> List[GroupRun]:
+    """One MPI job per group of `plans` (default: plan_group_jobs), or, with --dry-run,
+    their commands."""
     runs = []
-    for plan in plan_group_jobs(args):
+    for plan in plans or plan_group_jobs(args):
         sized = argparse.Namespace(**dict(vars(args), num_ranks=plan.size, hostfile=None,
                                           hosts=f"{plan.host}:{plan.size}" if plan.host else None))
         command = [mpiexec, *mpi_arguments(flavour, sized), *wrap_command(args.command)]
@@ -495,10 +497,7 @@ def main(argv: Optional[List[str]] = None) -> None:
                   "runs as its own MPI job, joined to the others through the parameter server "
                   "(--one-job: one MPI job)", file=sys.stderr, flush=True)
         lost_ranks = open_link(args)
-        helpers = start_servers_or_exit(args, mpiexec, flavour, len(plan_group_jobs(args)))
-        restarts = Restarts(args.restarts, float(os.environ.get("PS_HEARTBEAT_TIMEOUT", 0)) + 2)
-        code = supervise_groups(start_group_jobs(args, mpiexec, flavour), helpers, args.timeout,
-                                restarts, together=mode == "sync", lost_ranks=lost_ranks)
+        code = run_group_jobs(args, mpiexec, flavour, mode, lost_ranks)
         lost_ranks.link.close()
         merge_timeline()
         sys.exit(code)
@@ -506,6 +505,38 @@ def main(argv: Optional[List[str]] = None) -> None:
     code = run_with_restarts(args, command, mpiexec, flavour, lost_ranks)
     lost_ranks.link.close()
     sys.exit(code)
+
+
+def run_group_jobs(args: argparse.Namespace, mpiexec: str, flavour: str, mode: str,
+                   lost_ranks: LostRanks) -> int:
+    """The servers and one MPI job per group until they are over; a group lost before the
+    groups met at the servers is left out, and the others are started again without it
+    (with fresh servers: ps-lite cannot lower its count of workers). Returns the exit
+    status."""
+    plans = plan_group_jobs(args)
+    restarts = Restarts(args.restarts, float(os.environ.get("PS_HEARTBEAT_TIMEOUT", 0)) + 2)
+    deadline = None if args.timeout is None else time.monotonic() + args.timeout
+    left_out: List[str] = []
+    while True:
+        helpers = start_servers_or_exit(args, mpiexec, flavour, len(plans))
+        lost_ranks.link.forget_meeting()
+        lost_ranks.link.forget(list(range(args.num_ranks)))
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        ended = supervise_groups(start_group_jobs(args, mpiexec, flavour, plans), helpers, left,
+                                 restarts, together=mode == "sync", lost_ranks=lost_ranks,
+                                 met=lost_ranks.link.met)
+        if not ended.left_out:
+            if left_out:
+                say(f"left out before the groups met: {', '.join(left_out)}")
+            return ended.code or (1 if left_out else 0)
+        left_out += [f"{plan.describe()}{' on ' + plan.host if plan.host else ''}"
+                     for plan in ended.left_out]
+        plans = without(plans, ended.left_out)
+        lost_ranks.expect_only({rank: plan.host for plan in plans
+                                for rank in range(plan.first_rank, plan.first_rank + plan.size)})
+        say(f"starting {len(plans)} group(s) of {plans[0].ranks} rank(s) again: "
+            + ", ".join(f"{plan.describe()}{' on ' + plan.host if plan.host else ''}"
+                        for plan in plans))
 
 
 def check_reachability(args: argparse.Namespace, mpiexec: str, flavour: str) -> bool:

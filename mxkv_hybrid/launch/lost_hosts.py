@@ -17,6 +17,12 @@ class LostRanks:
         self.bound = bound
         self._remote = remote_ranks
 
+    def expect_only(self, hosts: Dict[int, Optional[str]]) -> None:
+        """The job's ranks are numbered again ({rank: host}, after groups were left out):
+        those on other hosts are expected to call."""
+        remote = set(self._remote.values())
+        self._remote = {rank: host for rank, host in hosts.items() if host in remote}
+
     def first_lost(self, ranks: Iterable[int], started: float) -> Optional[str]:
         """How the first lost rank of `ranks` (a job started at `started`) was lost, with
         the bound, or None."""

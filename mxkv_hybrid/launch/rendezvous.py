@@ -30,6 +30,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
+from ..comm.launcher_link import JobAddress
+
 HELLO_SECONDS = 10.0  # how long a connected launcher may take to say who it is
 BEAT_SECONDS = 1.0  # each end says something at least this often
 
@@ -263,11 +265,10 @@ class Joined:
 def join(address: str, ranks: int, mode: str, timeout: float, lost_seconds: float) -> Joined:
     """Connects to a serving launcher and returns this group's place in the job. Waits as
     long as the other groups take to join; raises JoinRefused with the reason."""
-    token, _, where = address.rpartition("@")
-    host, _, port = where.rpartition(":")
-    if not token or not host or not port.isdigit():
-        raise JoinRefused(f"--join {address}: expected TOKEN@HOST:PORT as mxkv-launch --serve "
-                          "printed it")
+    try:
+        token, host, port = JobAddress.parse(address)
+    except ValueError as err:
+        raise JoinRefused(f"--join {err}, as mxkv-launch --serve printed it") from None
     try:
         connection = socket.create_connection((host, int(port)), timeout=timeout)
     except OSError as err:

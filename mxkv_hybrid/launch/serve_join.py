@@ -90,7 +90,7 @@ def join_group(address: str, ranks: int, mode: str, command: List[str], flavour:
     code = 1
     try:
         code = supervise_groups([start_group(plan, command, env, flavour)], [], timeout,
-                                Restarts(restarts, delay), stop_order=joined.why_stop)
+                                Restarts(restarts, delay), stop_order=joined.why_stop).code
     finally:
         joined.report(code)
     return code

@@ -9,8 +9,10 @@ import numpy as np
 from mxnet.base import _LIB, check_call
 
 from ..comm import timeline
+from ..comm.launcher_link import tell_launcher_met
 from ..comm.link_throttle import LinkThrottle, link_throttle
 from ..comm.topology import end_job
+from ..config import read_knob
 from ..errors import ConfigError
 from ..safety.watchdog import Watchdog
 from .keys import ServerKeys
@@ -185,6 +187,7 @@ def acquire(kind: str, num_servers: int, timeout: float, who: str,
     if _shared["server"] is None:
         _shared["server"] = ParameterServer(kind, num_servers, timeout, Watchdog(on_timeout, who),
                                             throttle, separate_groups, rejoining)
+        tell_launcher_met(read_knob("MXKV_LAUNCHER_LINK"))
     elif _shared["server"].kind != kind:
         raise ConfigError(f"this process is connected to a {_shared['server'].kind} parameter "
                           f"server and cannot open a {kind} one (one ps-lite store per process)")
