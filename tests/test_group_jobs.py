@@ -60,6 +60,20 @@ def test_a_lost_easgd_group_ends_alone_and_the_others_finish(job_dir):
     assert float(found[0]["accuracy"]) >= 0.95, job.output
 
 
+def test_a_group_that_fails_before_the_groups_meet_stops_the_others_at_once():
+    """Group 1 exits before its store exists: the others, held at ps-lite's start (which
+    waits for every group), are stopped at once. Control (the launcher before this): they
+    waited there until MXKV_PS_TIMEOUT ended them, each naming its own timeout."""
+    job = launch(4, "fail.py", "leave", env={"MXKV_MODE": "easgd", "MXKV_PS_TIMEOUT": "60"},
+                 launcher_options=["--group-size", "2", "--servers", "1"], timeout=120)
+    assert job.returncode == 1, job.output
+    assert re.search(r"group 1 \(ranks 2-3\) was lost: its MPI job exited with status 1; ",
+                     job.output), job.output
+    assert ("it was lost before the groups met at the parameter server, whose start waits for "
+            "all, so the other groups cannot go on: stopping them") in job.output
+    assert "MXKV_PS_TIMEOUT" not in job.output
+
+
 def test_async_groups_start_from_and_end_on_the_servers_weights(job_dir):
     """2 groups of 2, ranks seeded apart: every rank starts from the weights the servers
     kept and ends on the servers' weights after both groups' last update; the lines, the

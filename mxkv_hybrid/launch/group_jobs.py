@@ -210,13 +210,11 @@ def without(plans: List[GroupPlan], left_out: List[GroupPlan]) -> List[GroupPlan
             for g, (plan, first) in enumerate(zip(kept, firsts))]
 
 
-def _left_out(run: GroupRun, cut_off: Optional[str]) -> None:
-    first = run.watch.describe_first_ended(socket.gethostname())
+def _left_out(run: GroupRun, cut_off: str) -> None:
+    """Reports a group whose host was lost (`cut_off`: how) before the groups met."""
     say(f"{run.plan.describe()}{' on ' + run.plan.host if run.plan.host else ''} was lost "
-        "before the groups met at the parameter server: "
-        + (f"{cut_off}; its host is cut off or dead" if cut_off
-           else f"its MPI job exited with status {run.code}" + (f"; {first}" if first else ""))
-        + ". ps-lite holds every group at its start until all have registered, so the "
+        f"before the groups met at the parameter server: {cut_off}; its host is cut off or "
+        "dead. ps-lite holds every group at its start until all have registered, so the "
         "others go on without it: they start again, with fresh servers, as a job of one "
         "group less (no restart for it)")
 
@@ -228,9 +226,9 @@ def supervise_groups(runs: List[GroupRun], helpers: List[Node], timeout: Optiona
                      met: Callable[[], bool] = lambda: True) -> GroupsEnded:
     """Waits for every group job; a failed group ends alone, and is started again while
     `restarts` allows; `together` (mode sync, where the servers wait for every group's
-    gradients) ends the others when a group is lost. A group lost before the groups `met`
-    at the parameter server (and not `together`) ends every job, to start the others again
-    without it (GroupsEnded.left_out). Ends everything on timeout, a dead parameter-server
+    gradients) ends the others when a group is lost. A group whose host is lost before the
+    groups `met` at the parameter server (and not `together`) ends every job, to start the
+    others again without it (GroupsEnded.left_out); one that failed then ends them all. Ends everything on timeout, a dead parameter-server
     process, a signal or a `stop_order` (the reason a serving launcher gave, mode sync: a
     joined group of elsewhere was lost). The exit status: 0 when every group finished
     (restarted or not), 1 when a group was lost for good or stopped by order, 124 timeout,
@@ -255,18 +253,22 @@ def supervise_groups(runs: List[GroupRun], helpers: List[Node], timeout: Optiona
                         if lost_ranks is not None:
                             lost_ranks.link.forget(list(range(run.plan.first_rank,
                                                               run.plan.first_rank + run.plan.size)))
-                    if run.code not in (None, 0) and not together and len(runs) > 1 \
-                            and not met():
+                    if run.code in (None, 0):
+                        continue
+                    before_meeting = len(runs) > 1 and not met()
+                    if cut_off and before_meeting and not together:
                         _left_out(run, cut_off)
                         left_out.append(run.plan)
-                    elif run.code not in (None, 0):
-                        _lost(run, restarts, any(r.code is None for r in runs) and not together,
-                              cut_off)
-                        if together and run.restart_at is None:
-                            say("in MXKV_MODE=sync the servers wait for every group's "
-                                "gradients, so the other groups cannot go on: stopping them")
-                            code = 1
-                            break
+                        continue
+                    _lost(run, restarts, any(r.code is None for r in runs) and not together
+                          and not before_meeting, cut_off)
+                    if run.restart_at is None and (together or before_meeting):
+                        why = ("in MXKV_MODE=sync the servers wait for every group's "
+                               "gradients" if together else "it was lost before the groups "
+                               "met at the parameter server, whose start waits for all")
+                        say(f"{why}, so the other groups cannot go on: stopping them")
+                        code = 1
+                        break
             if code is not None or left_out:
                 break
             if not running:

@@ -1,10 +1,16 @@
 """Failure rehearsals for the launcher: `raise` (rank 1 raises while the others wait in a
-collective) or `hang` (rank 1 never joins the collective)."""
+collective), `hang` (rank 1 never joins the collective) or `leave` (a group job's group 1
+exits before it creates its store, so before the groups meet at the parameter server)."""
+import os
 import sys
 import time
 
 import mxnet as mx
 
+from mxkv_hybrid.config import parse_group_job
+
+if sys.argv[1] == "leave" and parse_group_job(os.environ["MXKV_GROUP_JOB"]).group == 1:
+    raise SystemExit("group 1 cannot read its data")
 kv = mx.kv.create("hybrid")
 if kv.rank == 1:
     if sys.argv[1] == "raise":
