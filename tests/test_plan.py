@@ -148,6 +148,19 @@ def test_a_slow_parameter_server_connection_bounds_the_leaders_transfers():
     assert steps["async"] - steps["sync"] == pytest.approx(0.01 * 2 / 2 - 0.01 / 2)
 
 
+def test_servers_beside_the_ranks_of_a_host_share_its_link_with_only_the_others_crossing():
+    """3 hosts of 1 rank, 1 server: on a host of its own its link carries every leader's
+    push and pull (2 G n = 6 n); beside the ranks of h1 only the other two leaders' (2 (G-1)
+    n = 4 n), unless ps-lite's own throughput is the slower."""
+    workload = Workload([N], 0.05, 0.0)
+    apart = Cluster(3, 1, INSIDE, BETWEEN, servers=1)
+    beside = replace(apart, servers_beside=True)
+    slow_server = replace(beside, server_link=Link(0.0, 1e7))
+    assert _steps(workload, apart)["sync"] - 0.05 == pytest.approx(2 * (1e-3 + 3 * N / 1e8))
+    assert _steps(workload, beside)["sync"] - 0.05 == pytest.approx(2 * (1e-3 + 2 * N / 1e8))
+    assert _steps(workload, slow_server)["sync"] - 0.05 == pytest.approx(2 * 3 * N / 1e7)
+
+
 def test_on_shared_cores_a_rank_waiting_in_ps_lite_is_bound_by_the_cpu_work_not_stretched():
     """3 hosts of one rank sharing 2 cores (2/3 of a core each): ranks in an MPI collective
     spin, so their compute stretches 1.5x; easgd over ps waits in ps-lite, so its step is

@@ -20,13 +20,19 @@ allreduce over every rank or over its group (the wait terms: stragglers and spin
 shared cores), and when every rank meets only once every tau steps (the drift: the share
 of the wait that adds up between meetings, as ranks progress at unequal rates). Each of
 those is the median of 3 jobs. The servers are not behind the emulated link (it charges
-the leaders). A configuration whose first job took longer than --long runs once. Prints
+the leaders). With --hosts (root), the jobs of each setting run instead on emulated hosts
+(one per group, its ranks sharing one tbf-shaped link of --mbps, MPI over TCP, the
+servers and scheduler on h1) and the planner is given what a real cluster's user would
+give it: a host's link shared by its ranks (shared_nic) as an MPI ping-pong between two
+such hosts measured it, and the servers behind h1's link (servers_beside); compute and ps-lite's own
+throughput are calibrated on loopback as without --hosts, so no term is fitted on these
+runs. A configuration whose first job took longer than --long runs once. Prints
 a table, the share of configurations within 20 %, whether the predicted best is the
 measured best (or within 10 % of it); writes planner_validation.json and .png (predicted
 against measured) to --out.
 
     python examples/benchmarks/planner_validation.py [--models cnn resnet18] [--ranks 2 3 4]
-        [--mbps 0 1000 100] [--rounds 3] [--seconds 2]
+        [--mbps 0 1000 100] [--rounds 3] [--seconds 2] [--hosts]
 """
 import argparse
 import json
@@ -34,6 +40,7 @@ import os
 import subprocess
 import sys
 import time
+from contextlib import nullcontext
 from functools import lru_cache
 from typing import Dict, List, Optional, Tuple
 
@@ -42,6 +49,8 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
+from emulated_hosts import launch_on_hosts, require_emulated_hosts  # noqa: E402
+from mxkv_hybrid.testing.cluster import Cluster  # noqa: E402
 from job_output import json_lines  # noqa: E402
 from ps_job import run_ps_job  # noqa: E402
 
@@ -211,10 +220,17 @@ def link_of(small_seconds: float, large_seconds: float, large_bytes: int) -> dic
             "bandwidth": large_bytes / max(large_seconds - small_seconds, 1e-9)}
 
 
-def launch(ranks: int, options: List[str], worker_args: List[str], env: dict) -> List[dict]:
-    done = subprocess.run([sys.executable, "-m", "mxkv_hybrid.launch", "-n", str(ranks),
-                           "--timeout", "900", *options, "--", "python", __file__, *worker_args],
-                          capture_output=True, text=True, env=env)
+def launch(ranks: int, options: List[str], worker_args: List[str], env: dict,
+           cluster=None) -> List[dict]:
+    """The JSON lines of a job of this script's workers: on this machine, or on every host
+    of an emulated `cluster` (ranks / its size on each)."""
+    if cluster is not None:
+        done = launch_on_hosts(cluster, ranks // cluster.size, ["python", __file__, *worker_args],
+                               env, options, timeout=900)
+    else:
+        done = subprocess.run([sys.executable, "-m", "mxkv_hybrid.launch", "-n", str(ranks),
+                               "--timeout", "900", *options, "--", "python", __file__,
+                               *worker_args], capture_output=True, text=True, env=env)
     if done.returncode != 0:
         sys.exit(f"job failed ({options} {worker_args}):\n{done.stdout}\n{done.stderr}")
     return json_lines(done.stdout)
@@ -227,7 +243,7 @@ def layout(ranks: int) -> Tuple[int, int]:
 
 
 def measure_step(name: str, model: str, ranks: int, mbps: float, windows: int, args,
-                 env: dict) -> float:
+                 env: dict, cluster=None) -> float:
     mode, knobs = CONFIGURATIONS[name]
     size = layout(ranks)[1]
     options: List[str] = []
@@ -235,9 +251,9 @@ def measure_step(name: str, model: str, ranks: int, mbps: float, windows: int, a
         options = ["--group-size", str(size), "--servers", "1"]
         options += ["--one-job"] if mode in ("async", "easgd") else []
     environment = dict(env, MXKV_MODE=mode, MXKV_GROUP_SIZE=str(size), **knobs,
-                       MXKV_THROTTLE_MBPS=str(mbps))
+                       MXKV_THROTTLE_MBPS=str(0 if cluster else mbps))
     rows = launch(ranks, options, ["--worker", "step", "--model", model, "--batch", str(args.batch),
-                                   "--windows", str(windows)], environment)
+                                   "--windows", str(windows)], environment, cluster)
     return job_step(rows, ranks)
 
 
@@ -313,24 +329,29 @@ def ps_links(model: str) -> dict:
 
 
 def predict(model_bytes: List[int], measured: dict, link: dict, ps_link: dict, ranks: int,
-            mbps: float) -> Dict[str, float]:
+            mbps: float, host_link: Optional[dict] = None) -> Dict[str, float]:
+    """The planner's step of every configuration; `host_link`: on emulated hosts, their
+    link as measured (shared by a host's ranks, and in front of the servers on h1)."""
     from mxkv_hybrid.comm import algorithm_table
     from mxkv_hybrid.plan.cluster import Cluster, Link
     from mxkv_hybrid.plan.mode_costs import Planner, Workload
 
     groups, size = layout(ranks)
     inside = Link(link["latency"], link["bandwidth"])
-    between = Link(0.0, mbps * 1e6 / 8) if mbps else inside
-    cluster = Cluster(groups, size, inside, between, servers=1, shared_nic=False,
-                      server_link=Link(**ps_link["server"]), connection=Link(**ps_link["leader"]),
-                      cores_per_host=share_of_cores(ranks))
+    if host_link:
+        between = Link(**host_link)
+    else:
+        between = Link(0.0, mbps * 1e6 / 8) if mbps else inside
+    cluster = Cluster(groups, size, inside, between, servers=1, shared_nic=bool(host_link),
+                      servers_beside=bool(host_link), server_link=Link(**ps_link["server"]),
+                      connection=Link(**ps_link["leader"]), cores_per_host=share_of_cores(ranks))
     workload = Workload(model_bytes, **measured)
     table = algorithm_table.load(algorithm_table.default_path())
     return {r.configuration: r.step_seconds
             for r in Planner(workload, cluster, table).predictions(taus=(TAU,))}
 
 
-def plot(rows: List[dict], path: str) -> None:
+def plot(rows: List[dict], path: str, where: str) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -357,10 +378,48 @@ def plot(rows: List[dict], path: str) -> None:
     ax.set_ylim(low, top)
     ax.set_xlabel("measured ms per step")
     ax.set_ylabel("predicted ms per step (shaded: within 20 %)")
-    ax.set_title("the planner against measured steps (2-4 ranks, one machine)")
+    ax.set_title(f"the planner against measured steps (2-4 ranks, {where})")
     ax.legend(fontsize=8, loc="upper left")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+
+
+def measure_setting(model: str, ranks: int, mbps: float, names: List[str],
+                    predicted: Dict[str, float], args: argparse.Namespace, env: dict,
+                    random: np.random.Generator, cluster=None) -> Dict[str, List[float]]:
+    """The steps of each configuration of `names` in --rounds jobs, in shuffled order (one
+    job only for a configuration whose first took longer than --long)."""
+    measured: Dict[str, List[float]] = {n: [] for n in names}
+    once = set()
+    for round_ in range(args.rounds):
+        for name in random.permutation(names):
+            if name in once:
+                continue
+            print(f"-- {model}, {ranks} ranks, link {mbps:g} Mbit/s"
+                  f"{' (emulated hosts)' if cluster else ''}, {name}, round "
+                  f"{round_ + 1}/{args.rounds} ...", flush=True)
+            started = time.perf_counter()
+            measured[name].append(measure_step(name, model, ranks, mbps,
+                                               windows_for(predicted[name], args), args, env,
+                                               cluster))
+            if time.perf_counter() - started > args.long:
+                once.add(name)
+    return measured
+
+
+def measure_host_links(args: argparse.Namespace, env: dict) -> Dict[float, dict]:
+    """{mbps: the link between two emulated hosts shaped at mbps}, by MPI ping-pong."""
+    require_emulated_hosts()
+    if 0 in args.mbps:
+        sys.exit("--hosts: every --mbps must be a rate (0, no link, means loopback)")
+    links = {}
+    for mbps in args.mbps:
+        with Cluster(2, mbps) as cluster:
+            links[mbps] = launch(2, [], ["--worker", "ping-pong"], env, cluster)[0]
+        print(f"link between two emulated hosts at {mbps:g} Mbit/s: latency "
+              f"{1e6 * links[mbps]['latency']:.1f} us, bandwidth "
+              f"{8 * links[mbps]['bandwidth'] / 1e6:.0f} Mbit/s", flush=True)
+    return links
 
 
 def windows_for(predicted: float, args: argparse.Namespace) -> int:
@@ -385,6 +444,9 @@ def main() -> None:
                         help="a configuration whose first job took longer (s) runs once")
     parser.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS everywhere")
     parser.add_argument("--seed", type=int, default=0, help="of the shuffled order")
+    parser.add_argument("--hosts", action="store_true",
+                        help="run the jobs on emulated hosts (root), one per group, each behind "
+                             "a link of --mbps that its ranks share")
     parser.add_argument("--merge", help="an earlier planner_validation.json: its rows for "
                                         "the configurations not measured now are kept, "
                                         "predicted with this run's calibration")
@@ -407,6 +469,9 @@ def main() -> None:
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
     print(f"link between two ranks: latency {1e6 * link['latency']:.1f} us, bandwidth "
           f"{link['bandwidth'] / 1e9:.2f} GB/s", flush=True)
+    if args.hosts and args.merge:
+        sys.exit("--merge re-predicts rows on one machine: not with --hosts")
+    host_links = measure_host_links(args, env) if args.hosts else {}
     random = np.random.default_rng(args.seed)
     rows, calibrations = [], {}
     for model in args.models:
@@ -424,21 +489,13 @@ def main() -> None:
                           for n, c in calibration.items()), flush=True)
         for ranks in args.ranks:
             for mbps in args.mbps:
-                predicted = predict(sizes, calibration[ranks], link, ps_link, ranks, mbps)
-                names = [n for n in args.configurations if n in predicted]  # (hierarchical
-                measured: Dict[str, List[float]] = {n: [] for n in names}  # needs groups of 2)
-                once = set()
-                for round_ in range(args.rounds):
-                    for name in random.permutation(names):
-                        if name in once:
-                            continue
-                        print(f"-- {model}, {ranks} ranks, link {mbps:g} Mbit/s, {name}, round "
-                              f"{round_ + 1}/{args.rounds} ...", flush=True)
-                        started = time.perf_counter()
-                        measured[name].append(measure_step(
-                            name, model, ranks, mbps, windows_for(predicted[name], args), args, env))
-                        if time.perf_counter() - started > args.long:
-                            once.add(name)
+                predicted = predict(sizes, calibration[ranks], link, ps_link, ranks, mbps,
+                                    host_links.get(mbps))
+                # (hierarchical needs groups of 2)
+                names = [n for n in args.configurations if n in predicted]
+                with (Cluster(layout(ranks)[0], mbps) if args.hosts else nullcontext()) as cluster:
+                    measured = measure_setting(model, ranks, mbps, names, predicted, args, env,
+                                               random, cluster)
                 for name in names:
                     median = float(np.median(measured[name]))
                     rows.append({"model": model, "ranks": ranks, "mbps": mbps,
@@ -455,7 +512,7 @@ def main() -> None:
         rows = [predicted_again(r, calibrations, link) for r in kept
                 ] + [dict(r, run="this") for r in rows]
         rows.sort(key=lambda r: (r["model"], r["ranks"], r["mbps"]))
-    report(rows, args, link, calibrations, earlier)
+    report(rows, args, link, host_links, calibrations, earlier)
 
 
 def predicted_again(row: dict, calibrations: dict, link: dict) -> dict:
@@ -470,7 +527,7 @@ def predicted_again(row: dict, calibrations: dict, link: dict) -> dict:
                 error=predicted / row["measured"] - 1)
 
 
-def report(rows: List[dict], args: argparse.Namespace, link: dict,
+def report(rows: List[dict], args: argparse.Namespace, link: dict, host_links: dict,
            calibrations: dict, earlier: Optional[dict] = None) -> None:
     print(f"\n{'model':>8} {'ranks':>5} {'link':>5} {'configuration':>24} {'predicted':>10} "
           f"{'measured':>9} {'error':>6}  jobs (ms)")
@@ -493,16 +550,18 @@ def report(rows: List[dict], args: argparse.Namespace, link: dict,
     print(f"\nwithin 20 %: {100 * within:.0f}% of {len(rows)} configurations; the predicted best "
           f"is the measured best or within 10 % of it in {best_ok} of {len(settings)} settings")
     os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "planner_validation.json"), "w") as f:
+    name = "planner_validation_hosts" if args.hosts else "planner_validation"
+    with open(os.path.join(args.out, f"{name}.json"), "w") as f:
         json.dump({"settings": {k: v for k, v in vars(args).items()
                                 if k not in ("worker", "model", "windows")},
-                   "link": link, "calibration": calibrations,
+                   "link": link, "host_links": host_links, "calibration": calibrations,
                    "within_20_percent": within, "best_within_10_percent": best_ok,
                    "settings_compared": len(settings), "results": rows,
                    "merged_with": earlier and {k: v for k, v in earlier.items() if k != "results"}},
                   f, indent=1)
-    plot(rows, os.path.join(args.out, "planner_validation.png"))
-    print(f"wrote {args.out}/planner_validation.json and planner_validation.png")
+    plot(rows, os.path.join(args.out, f"{name}.png"),
+         "emulated hosts, shared links" if args.hosts else "one machine")
+    print(f"wrote {args.out}/{name}.json and {name}.png")
 
 
 if __name__ == "__main__":

@@ -74,6 +74,10 @@ def parse_arguments(argv: List[str]) -> argparse.Namespace:
                               "own throughput when lower (default: as --between-gbps)")
     cluster.add_argument("--server-latency-us", type=float, default=50.0,
                          help="with --server-gbps: a push's or pull's latency")
+    cluster.add_argument("--servers-beside-ranks", action="store_true",
+                         help="the servers run on one of the hosts, behind its link, as "
+                              "mxkv-launch starts them (on its own host); --server-gbps is then "
+                              "ps-lite's own throughput (default: each server a link of its own)")
     plan = parser.add_argument_group("what to compare")
     plan.add_argument("--taus", type=int, nargs="+", default=[4, 16],
                       help="averaging periods of easgd and lasgd")
@@ -147,7 +151,8 @@ def cluster_of(args: argparse.Namespace) -> Cluster:
                if args.server_gbps else None)
     return Cluster(args.hosts, args.ranks_per_host, inside, between,
                    servers=args.servers, shared_nic=not args.emulated_mbps,
-                   server_link=servers, cores_per_host=args.cores_per_host)
+                   servers_beside=args.servers_beside_ranks, server_link=servers,
+                   cores_per_host=args.cores_per_host)
 
 
 def main(argv: List[str] = None) -> None:

@@ -22,7 +22,9 @@ class Cluster:
     `shared_nic` (a real host's network card), one per rank otherwise (the emulated link,
     MXKV_THROTTLE_*). `servers` parameter-server processes (0: one per host), each with a
     link of its own: `server_link`, or `between` when None (the emulated link charges the
-    leaders only, so a rehearsal on one machine gives its servers the inside link).
+    leaders only, so a rehearsal on one machine gives its servers the inside link); or,
+    `servers_beside`, all on one of the hosts (where mxkv-launch starts them), behind its
+    link, with `server_link` (when given) their own throughput.
     `cores_per_host` < ranks_per_host: ranks share cores, so compute stretches."""
 
     hosts: int
@@ -31,6 +33,7 @@ class Cluster:
     between: Link
     servers: int = 0
     shared_nic: bool = True
+    servers_beside: bool = False
     server_link: Optional[Link] = None
     connection: Optional[Link] = None  # one worker's ps-lite connection to a server, when its
     #                                    own throughput (TCP, copies) is below the links'

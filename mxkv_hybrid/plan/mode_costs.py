@@ -138,12 +138,19 @@ class Planner:
     def _servers(self, nbytes: float) -> Cost:
         """The leaders push and pull `nbytes` at once: each leader's transfer is bound by its
         link, a server's and its connection's (2 n over the slowest), each server's link
-        carries 2 G n / S; the slower of the two."""
+        carries 2 G n / S; the slower of the two. Servers beside the ranks of one host share
+        its link, which carries the other G - 1 leaders' pushes, then their pulls."""
         cluster = self.cluster
-        links = [cluster.between, cluster.link_of_servers] + [
-            link for link in (cluster.connection,) if link]
+        if cluster.servers_beside:
+            own = [cluster.server_link] if cluster.server_link else []
+            server = 2 * cluster.between.seconds(nbytes * (cluster.hosts - 1))
+        else:
+            own = [cluster.link_of_servers]
+            server = 0.0
+        links = [cluster.between, *own] + [link for link in (cluster.connection,) if link]
         leader = 2 * max(link.seconds(nbytes) for link in links)
-        server = 2 * cluster.link_of_servers.seconds(nbytes * cluster.hosts / cluster.server_count)
+        for link in own:
+            server = max(server, 2 * link.seconds(nbytes * cluster.hosts / cluster.server_count))
         return Cost(max(leader, server), 0.0, 2 * nbytes)
 
     def _stretch(self, spinning: bool = True) -> float:
