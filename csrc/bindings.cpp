@@ -4,6 +4,7 @@
 #include <pybind11/buffer_info.h>
 #include <pybind11/stl.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <iostream>
@@ -15,6 +16,7 @@
 #include "bucket_plan.h"
 #include "dtype.h"
 #include "elastic_step.h"
+#include "shared_link_clock.h"
 #include "tensor_collectives.h"
 
 namespace py = pybind11;
@@ -116,6 +118,22 @@ PYBIND11_MODULE(_C, m) {
   }, "C stdio's stderr (and std::cerr, which writes through it) is written once per line "
      "instead of once per piece, so MXNet's C++ log lines reach mpiexec whole.");
 
+  py::class_<mxkv::SharedLinkClock>(m, "SharedLinkClock",
+                                    "A group's emulated link shared by its ranks (tests).")
+      .def(py::init<const std::string&>(), py::arg("name"))
+      .def(
+          "reserve",
+          [](mxkv::SharedLinkClock& self, int direction, double from_seconds, double seconds) {
+            using Clock = mxkv::SharedLinkClock::Clock;
+            const auto from = Clock::time_point(std::chrono::duration_cast<Clock::duration>(
+                std::chrono::duration<double>(from_seconds)));
+            const auto end = self.reserve(static_cast<mxkv::SharedLinkClock::Direction>(direction),
+                                          from, seconds);
+            return std::chrono::duration<double>(end.time_since_epoch()).count();
+          },
+          py::arg("direction"), py::arg("from_seconds"), py::arg("seconds"),
+          "Books `seconds` of direction 0 (out) or 1 (in) from `from_seconds` (steady clock) "
+          "or when the link is free; returns when the booking ends.");
   py::class_<mxkv::TensorCollectives>(m, "TensorCollectives")
       .def(py::init([](int64_t fortran_comm, size_t bucket_bytes, const std::string& algorithm,
                        const std::vector<std::pair<int64_t, std::string>>& table, int compress,
@@ -151,9 +169,12 @@ PYBIND11_MODULE(_C, m) {
                              "Bytes sent (as they travel) to ranks of other groups so far.")
       .def_property_readonly("hierarchical", &mxkv::TensorCollectives::hierarchical)
       .def("span_groups", &mxkv::TensorCollectives::span_groups, py::arg("group_of_rank"),
-           py::arg("megabits_per_second"), py::arg("latency_seconds"),
+           py::arg("megabits_per_second"), py::arg("latency_seconds"), py::arg("shared_link"),
            "Names the group of every rank (bytes across groups are counted apart) and the "
-           "emulated link between groups (0 megabits per second: none).")
+           "emulated link between groups (0 megabits per second: none), shared by a group's "
+           "ranks through the shared-memory segment `shared_link` ('': one per rank).")
+      .def_static("unlink_shared_link", &mxkv::SharedLinkClock::unlink, py::arg("name"),
+                  "Removes a shared link's segment name once every rank has opened it.")
       .def("set_hierarchy",
            [](mxkv::TensorCollectives& self, int64_t local, int64_t cross,
               const std::vector<std::pair<int64_t, std::string>>& cross_table) {

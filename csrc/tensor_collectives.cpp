@@ -112,11 +112,12 @@ void TensorCollectives::run_bucket(const Bucket& bucket, const std::vector<Tenso
 }
 
 void TensorCollectives::span_groups(std::vector<int> group_of_rank, double megabits_per_second,
-                                    double latency_seconds) {
+                                    double latency_seconds, const std::string& shared_link) {
   if (static_cast<int>(group_of_rank.size()) != size())
     throw std::invalid_argument("span_groups: one group per rank of the communicator is needed");
   comm_.link().set_groups(std::move(group_of_rank), rank());
   comm_.link().emulate(megabits_per_second, latency_seconds);
+  if (!shared_link.empty()) comm_.link().share(shared_link);
 }
 
 void TensorCollectives::set_hierarchy(MPI_Comm local, MPI_Comm cross,

@@ -58,9 +58,11 @@ class TensorCollectives {
 
   // The communicator's ranks belong to groups (group_of_rank[i] for rank i): bytes
   // sent to other groups are counted apart, and go through an emulated link of
-  // `megabits_per_second` (0: none) and `latency_seconds` per step (group_link.h).
+  // `megabits_per_second` (0: none) and `latency_seconds` per step (group_link.h),
+  // shared by the group's ranks through the shared segment `shared_link` ("": one
+  // link per rank).
   void span_groups(std::vector<int> group_of_rank, double megabits_per_second,
-                   double latency_seconds);
+                   double latency_seconds, const std::string& shared_link);
 
   // From now on every allreduce is hierarchical (allreduce_hierarchical.h): `local` is
   // this rank's group, `cross` the ranks with its index in every group; `cross_table`

@@ -227,12 +227,13 @@ KNOBS: Dict[str, Knob] = {
                            "size. on refuses groups of unequal size."),
     "MXKV_THROTTLE_MBPS": Knob(_non_negative, "0",
                                "Emulates a slow link between groups (benchmarks, rehearsals on "
-                               "one machine): each rank has its own link to the other groups, "
-                               "and every transfer step across groups (an algorithm's exchange "
-                               "with a rank of another group, a parameter-server push and pull) "
-                               "takes at least latency + bytes / this many megabits per second, "
-                               "for the bytes that step really sends (or receives, if more). "
-                               "0: no throttle."),
+                               "one machine): each group has one full-duplex link to the other "
+                               "groups, shared by its ranks as a host's network card is, and "
+                               "every transfer step across groups (an algorithm's exchange with "
+                               "a rank of another group, a parameter-server push and pull) takes "
+                               "at least latency + bytes / this many megabits per second, for "
+                               "the bytes that step really sends and receives, queued after "
+                               "what the group's other ranks put on the link. 0: no throttle."),
     "MXKV_THROTTLE_LATENCY_MS": Knob(_non_negative, "0",
                                      "The emulated link's latency per transfer step in "
                                      "milliseconds (only with MXKV_THROTTLE_MBPS > 0)."),

@@ -1,7 +1,8 @@
 """Hierarchical vs flat allreduce across groups: the ResNet-50 v1 gradient set (193 arrays,
 97.6 MiB) reduced by the tensor collectives (fused buckets, as Hybrid.pushpull) on --ranks
 ranks in groups of --group-size, with the emulated link between groups (MXKV_THROTTLE_MBPS,
-per rank, charged for the bytes each algorithm really sends across) at each --mbps (0: no
+one per group shared by its ranks, charged for the bytes each algorithm really sends
+across) at each --mbps (0: no
 emulation, the machine's own speed), and flat with MXKV_ALGO=ring as well as auto:
   flat           one allreduce over all ranks (MXKV_HIERARCHY=off; auto: the algorithm table),
   flat_ring      the same, forced ring (what a ring over hosts sends across),

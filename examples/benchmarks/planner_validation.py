@@ -23,7 +23,7 @@ those is the median of 3 jobs. The servers are not behind the emulated link (it 
 the leaders). With --hosts (root), the jobs of each setting run instead on emulated hosts
 (one per group, its ranks sharing one tbf-shaped link of --mbps, MPI over TCP, the
 servers and scheduler on h1) and the planner is given what a real cluster's user would
-give it: a host's link shared by its ranks (shared_nic) as an MPI ping-pong between two
+give it: a host's link shared by its ranks (as the throttle's is) as an MPI ping-pong between two
 such hosts measured it, and the servers behind h1's link (servers_beside); compute and ps-lite's own
 throughput are calibrated on loopback as without --hosts, so no term is fitted on these
 runs. A configuration whose first job took longer than --long runs once. Prints
@@ -342,8 +342,7 @@ def predict(model_bytes: List[int], measured: dict, link: dict, ps_link: dict, r
         between = Link(**host_link)
     else:
         between = Link(0.0, mbps * 1e6 / 8) if mbps else inside
-    cluster = Cluster(groups, size, inside, between, servers=1, shared_nic=bool(host_link),
-                      servers_beside=bool(host_link), server_link=Link(**ps_link["server"]),
+    cluster = Cluster(groups, size, inside, between, servers=1, servers_beside=bool(host_link), server_link=Link(**ps_link["server"]),
                       connection=Link(**ps_link["leader"]), cores_per_host=share_of_cores(ranks))
     workload = Workload(model_bytes, **measured)
     table = algorithm_table.load(algorithm_table.default_path())

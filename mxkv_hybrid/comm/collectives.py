@@ -2,6 +2,7 @@
 import atexit
 import ctypes
 import hashlib
+import secrets
 import weakref
 from functools import lru_cache
 from typing import Hashable, List, Optional, Sequence
@@ -156,8 +157,16 @@ class TensorCollectives:
 
     def _span_groups(self, config: Config, groups: Groups, hierarchy: str) -> None:
         group_of_rank = self._comm.allgather(groups.group_index)
+        shared_link = ""
+        if config.throttle_mbps and len(set(group_of_rank)) > 1:
+            # the emulated link is the group's, shared by its ranks as a host's card is
+            shared_link = (f"/mxkv-link-{self._comm.bcast(secrets.token_hex(6))}-"
+                           f"{groups.group_index}")
         self._impl.span_groups(group_of_rank, config.throttle_mbps,
-                               config.throttle_latency_ms / 1000)
+                               config.throttle_latency_ms / 1000, shared_link)
+        if shared_link:
+            self._comm.Barrier()  # every rank has it open: its name can go
+            _extension().TensorCollectives.unlink_shared_link(shared_link)
         if use_hierarchy(hierarchy, group_of_rank):
             # the ranks holding the same slice: this rank's index in every group
             cross = self._comm.Split(color=groups.group_comm.Get_rank(), key=groups.group_index)

@@ -1,10 +1,12 @@
 """An emulated slow link between groups (MXKV_THROTTLE_MBPS, MXKV_THROTTLE_LATENCY_MS),
 for rehearsing on one machine the multi-host setting the hybrid modes exist for.
 
-Each rank has its own link to the other groups. Every transfer that crosses groups takes
-at least latency + bytes / bandwidth for the bytes it really moves: here, what a group
-leader pushes to and pulls from the parameter server; in the C++ collectives
-(csrc/group_link.h), every exchange step of an allreduce algorithm with a rank of
+Each group has one link to the other groups, shared by its ranks as a host's are by its
+network card. Every transfer that crosses groups takes at least latency + bytes /
+bandwidth for the bytes it really moves, after what the group's other ranks already put
+on the link: here, what a group leader (its group's only rank on this path) pushes to and
+pulls from the parameter server; in the C++ collectives (csrc/group_link.h,
+csrc/shared_link_clock.h), every exchange step of an allreduce algorithm with a rank of
 another group (mode allreduce, flat or hierarchical; lasgd's model average), so each
 algorithm is charged for its own traffic. A transfer that overlaps computation (lasgd's
 average in flight) is only waited for when its result is needed."""

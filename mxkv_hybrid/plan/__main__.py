@@ -63,8 +63,8 @@ def parse_arguments(argv: List[str]) -> argparse.Namespace:
                          help="a host's network link, Gbit/s, shared by its ranks")
     cluster.add_argument("--between-latency-us", type=float, default=20.0)
     cluster.add_argument("--emulated-mbps", type=float,
-                         help="instead of --between-*: the emulated link of MXKV_THROTTLE_MBPS "
-                              "(one per rank, not shared), Mbit/s")
+                         help="instead of --between-*: the emulated link of MXKV_THROTTLE_MBPS, "
+                              "Mbit/s (a group's, shared by its ranks as a host's card is)")
     cluster.add_argument("--emulated-latency-ms", type=float, default=0.0,
                          help="with --emulated-mbps: MXKV_THROTTLE_LATENCY_MS")
     cluster.add_argument("--servers", type=int, default=0,
@@ -150,8 +150,8 @@ def cluster_of(args: argparse.Namespace) -> Cluster:
     servers = (Link(args.server_latency_us * 1e-6, args.server_gbps * 1e9 / 8)
                if args.server_gbps else None)
     return Cluster(args.hosts, args.ranks_per_host, inside, between,
-                   servers=args.servers, shared_nic=not args.emulated_mbps,
-                   servers_beside=args.servers_beside_ranks, server_link=servers,
+                   servers=args.servers, servers_beside=args.servers_beside_ranks,
+                   server_link=servers,
                    cores_per_host=args.cores_per_host)
 
 

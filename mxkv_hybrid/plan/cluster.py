@@ -19,8 +19,8 @@ class Link:
 class Cluster:
     """`hosts` x `ranks_per_host` ranks; a group is a host. `inside`: between two ranks of a
     host; `between`: a host's link to the other hosts, shared by its ranks when
-    `shared_nic` (a real host's network card), one per rank otherwise (the emulated link,
-    MXKV_THROTTLE_*). `servers` parameter-server processes (0: one per host), each with a
+    `shared_nic` (a host's network card, and the emulated link of MXKV_THROTTLE_*), one per
+    rank otherwise (a card per rank). `servers` parameter-server processes (0: one per host), each with a
     link of its own: `server_link`, or `between` when None (the emulated link charges the
     leaders only, so a rehearsal on one machine gives its servers the inside link); or,
     `servers_beside`, all on one of the hosts (where mxkv-launch starts them), behind its
