@@ -161,6 +161,19 @@ def test_servers_beside_the_ranks_of_a_host_share_its_link_with_only_the_others_
     assert _steps(workload, slow_server)["sync"] - 0.05 == pytest.approx(2 * 3 * N / 1e7)
 
 
+def test_groups_apart_beside_the_servers_run_ahead_and_the_step_is_the_harmonic_mean():
+    """async and easgd over ps, the servers beside h1's ranks: h1's group reaches them
+    without its link (here: at no cost), h2's pays it; the job's step a rank is the harmonic
+    mean of the two groups' (2 / (1/c + 1/(c + 2 (l + n / B)))). Sync waits for h2."""
+    c = 0.05
+    beside = Cluster(2, 1, INSIDE, BETWEEN, servers=1, servers_beside=True)
+    steps = _steps(Workload([N], c, 0.0), beside)
+    across = c + 2 * (1e-3 + N / 1e8)
+    assert steps["async"] == pytest.approx(2 / (1 / c + 1 / across))
+    assert steps["easgd tau=4 (ps)"] == pytest.approx(2 / (1 / c + 1 / (c + (across - c) / 4)))
+    assert steps["sync"] == pytest.approx(across)
+
+
 def test_on_shared_cores_a_rank_waiting_in_ps_lite_is_bound_by_the_cpu_work_not_stretched():
     """3 hosts of one rank sharing 2 cores (2/3 of a core each): ranks in an MPI collective
     spin, so their compute stretches 1.5x; easgd over ps waits in ps-lite, so its step is

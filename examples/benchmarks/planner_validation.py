@@ -377,7 +377,7 @@ def plot(rows: List[dict], path: str, where: str) -> None:
     ax.set_ylim(low, top)
     ax.set_xlabel("measured ms per step")
     ax.set_ylabel("predicted ms per step (shaded: within 20 %)")
-    ax.set_title(f"the planner against measured steps (2-4 ranks, {where})")
+    ax.set_title(f"the planner against measured steps ({where})")
     ax.legend(fontsize=8, loc="upper left")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -559,7 +559,7 @@ def report(rows: List[dict], args: argparse.Namespace, link: dict, host_links: d
                    "merged_with": earlier and {k: v for k, v in earlier.items() if k != "results"}},
                   f, indent=1)
     plot(rows, os.path.join(args.out, f"{name}.png"),
-         "emulated hosts, shared links" if args.hosts else "one machine")
+         "emulated hosts" if args.hosts else "2-4 ranks, one machine")
     print(f"wrote {args.out}/{name}.json and {name}.png")
 
 

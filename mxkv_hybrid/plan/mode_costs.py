@@ -42,7 +42,7 @@ connection's rate (copies through TCP are CPU work).
 With overlap (MXKV_OVERLAP=1, mode allreduce) the allreduce hides behind backward, taken
 as 2/3 of c. Scaling efficiency: (compute + update of one rank alone) / step."""
 from dataclasses import dataclass, replace
-from typing import Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 from ..comm import algorithm_table
 from ..comm.dtype_codes import DTYPE_CODES
@@ -135,19 +135,23 @@ class Planner:
             return NOTHING
         return Cost(self.cluster.inside.seconds(nbytes), nbytes, 0.0)
 
-    def _servers(self, nbytes: float) -> Cost:
+    def _servers(self, nbytes: float, beside: bool = False) -> Cost:
         """The leaders push and pull `nbytes` at once: each leader's transfer is bound by its
         link, a server's and its connection's (2 n over the slowest), each server's link
         carries 2 G n / S; the slower of the two. Servers beside the ranks of one host share
-        its link, which carries the other G - 1 leaders' pushes, then their pulls."""
+        its link, which carries the other G - 1 leaders' pushes, then their pulls; `beside`:
+        the leader of that host, which reaches them without crossing it."""
         cluster = self.cluster
         if cluster.servers_beside:
             own = [cluster.server_link] if cluster.server_link else []
-            server = 2 * cluster.between.seconds(nbytes * (cluster.hosts - 1))
+            server = 0.0 if beside else 2 * cluster.between.seconds(nbytes * (cluster.hosts - 1))
         else:
             own = [cluster.link_of_servers]
             server = 0.0
-        links = [cluster.between, *own] + [link for link in (cluster.connection,) if link]
+        links = ([] if beside else [cluster.between]) + own + [
+            link for link in (cluster.connection,) if link]
+        if not links:
+            return Cost(0.0, 0.0, 0.0)
         leader = 2 * max(link.seconds(nbytes) for link in links)
         for link in own:
             server = max(server, 2 * link.seconds(nbytes * cluster.hosts / cluster.server_count))
@@ -217,24 +221,44 @@ class Planner:
                 per_server, wait=everyone, spinning=False,
                 cpu_bound=self._cpu_bound(0.0, update, 2 * n)))
             async_update = update * cluster.hosts / cluster.server_count  # one per push
-            rows.append(self._prediction(
-                "async", "async", async_update, through_servers, False, per_server,
-                wait=group, spinning=False,
-                cpu_bound=self._cpu_bound(0.0, update * cluster.hosts, 2 * n)))
+
+            def asynchronous(beside: bool) -> Prediction:
+                path = inside + self._servers(n, beside) + self._broadcast_inside(n)
+                return self._prediction(
+                    "async", "async", async_update, path, False, per_server, wait=group,
+                    spinning=False, cpu_bound=self._cpu_bound(0.0, update * cluster.hosts, 2 * n))
+            rows.append(self._apart(asynchronous))
             remote = n * (cluster.hosts - 1) / cluster.hosts  # what the other leaders hold
-            exchanges = {"ps": self._servers(n) + self._broadcast_inside(n),
-                         "rma": Cost(2 * cluster.between.seconds(remote), 0.0, 2 * remote)
-                         + self._broadcast_inside(n)}
+            rma = Cost(2 * cluster.between.seconds(remote), 0.0, 2 * remote) + \
+                self._broadcast_inside(n)
             for tau in taus:
-                for transport, exchange in exchanges.items():
-                    per_step = inside + _every(exchange, tau)
-                    ps = transport == "ps"
-                    rows.append(self._prediction(
-                        f"easgd tau={tau} ({transport})", "easgd", update, per_step, False,
-                        per_server / tau if ps else 0.0, wait=group, spinning=not ps,
-                        cpu_bound=self._cpu_bound(update, 0.0, 2 * n / tau) if ps else 0.0))
+                def elastic(beside: bool, tau: int = tau) -> Prediction:
+                    exchange = self._servers(n, beside) + self._broadcast_inside(n)
+                    return self._prediction(
+                        f"easgd tau={tau} (ps)", "easgd", update, inside + _every(exchange, tau),
+                        False, per_server / tau, wait=group, spinning=False,
+                        cpu_bound=self._cpu_bound(update, 0.0, 2 * n / tau))
+                rows.append(self._apart(elastic))
+                rows.append(self._prediction(
+                    f"easgd tau={tau} (rma)", "easgd", update, inside + _every(rma, tau), False,
+                    0.0, wait=group))
         rows += self._local_sgd(taus, flat, world)
         return rows
+
+    def _apart(self, predict: Callable[[bool], Prediction]) -> Prediction:
+        """A mode whose groups progress apart, each at its own rate, through the servers:
+        `predict(beside)` for a group beside the servers or not. With the servers beside one
+        host's ranks, that host's group does not cross its link and runs ahead: a step is
+        then the harmonic mean of the groups' (the job's steps a second, per rank)."""
+        across = predict(False)
+        if not self.cluster.servers_beside:
+            return across
+        hosts = self.cluster.hosts
+        step = hosts / (1 / predict(True).step_seconds + (hosts - 1) / across.step_seconds)
+        alone = self.workload.compute_seconds + self.workload.update_seconds
+        return replace(across, step_seconds=step,
+                       communication_seconds=step - across.compute_seconds,
+                       efficiency=alone / step)
 
     def _local_sgd(self, taus: Sequence[int], average: Cost, world: Span) -> List[Prediction]:
         """lasgd: the weights' allreduce (the model's bytes, as flat moves them over `world`)
