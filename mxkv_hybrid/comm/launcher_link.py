@@ -351,4 +351,8 @@ def start_for_this_rank(environ=os.environ) -> None:
 
 
 if __name__ == "__main__":
-    LinkKeeper(sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])).run()
+    try:
+        keeper = LinkKeeper(sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]))
+    except ProcessLookupError:
+        sys.exit(0)  # the rank ended before its keeper started (it failed at start-up)
+    keeper.run()
