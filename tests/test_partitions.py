@@ -19,6 +19,19 @@ FAST_UCX_FAILURE = {"UCX_TCP_KEEPIDLE": "1s", "UCX_TCP_KEEPINTVL": "1s", "UCX_TC
                     "UCX_KEEPALIVE_INTERVAL": "1s"}
 
 
+def assert_the_others_finished_and_h3_emptied(job, cluster) -> None:
+    """No rank crashed, the groups left finished at >= 0.95, and the cut host's ranks ended
+    themselves once their keepers missed the launcher: nothing is left anywhere."""
+    assert "Segmentation fault" not in job.output and "terminate called" not in job.output
+    accuracy = float(re.search(r"^\[0\] final test accuracy ([\d.]+)", job.output,
+                               re.MULTILINE).group(1))
+    assert accuracy >= 0.95, job.output
+    deadline = time.monotonic() + LOST_SECONDS + 15
+    while cluster.processes("h3") and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert_nothing_left(cluster)
+
+
 def test_a_host_cut_mid_training_is_named_and_the_others_finish(make_cluster):
     cluster = make_cluster(3, rate_mbit=1000)
     launcher = HostLauncher(cluster, "h1", ["-n", "6", "-H", "h1:2,h2:2,h3:2", "--servers", "1"],
@@ -31,15 +44,7 @@ def test_a_host_cut_mid_training_is_named_and_the_others_finish(make_cluster):
                       r"last heard from (\d+) s ago \(MXKV_LOST_SECONDS=10\)", job.output)
     assert named and named.group(1) == cluster.address("h3"), job.output
     assert "1 of 3 groups lost: group 2 (ranks 4-5)" in job.output
-    assert "Segmentation fault" not in job.output and "terminate called" not in job.output
-    accuracy = float(re.search(r"^\[0\] final test accuracy ([\d.]+)", job.output,
-                               re.MULTILINE).group(1))
-    assert accuracy >= 0.95, job.output
-    # the cut host's ranks end themselves once their keepers miss the launcher
-    deadline = time.monotonic() + LOST_SECONDS + 15
-    while cluster.processes("h3") and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert_nothing_left(cluster)
+    assert_the_others_finished_and_h3_emptied(job, cluster)
 
 
 def running(cluster, host: str, script: str) -> bool:
@@ -76,14 +81,7 @@ def test_a_host_cut_before_the_groups_meet_is_left_out_and_the_others_train(make
     assert ("starting 2 group(s) of 4 rank(s) again: group 0 (ranks 0-1) on h1, group 1 "
             "(ranks 2-3) on h2") in job.output
     assert "left out before the groups met: group 2 (ranks 4-5) on h3" in job.output
-    assert "Segmentation fault" not in job.output and "terminate called" not in job.output
-    accuracy = float(re.search(r"^\[0\] final test accuracy ([\d.]+)", job.output,
-                               re.MULTILINE).group(1))
-    assert accuracy >= 0.95, job.output
-    deadline = time.monotonic() + LOST_SECONDS + 15
-    while cluster.processes("h3") and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert_nothing_left(cluster)
+    assert_the_others_finished_and_h3_emptied(job, cluster)
 
 
 def test_one_mpi_job_ends_cleanly_naming_the_cut_host(make_cluster):
