@@ -27,19 +27,35 @@ def main(argv=None) -> None:
 
     import mxkv_hybrid  # noqa: F401  (registers the store, installs the hooks)
     from mxkv_hybrid.comm._C import line_buffer_stderr
+    from mxkv_hybrid.comm.launcher_link import tell_launcher_exit
     from mxkv_hybrid.integration.auto import script_arguments
 
     line_buffer_stderr()
     program = 2 if argv[0] == "-m" else 1  # the script's own arguments follow
     argv = argv[:program] + script_arguments(argv[program:])  # --auto: this rank's --gpus
 
-    if argv[0] == "-m":
-        sys.argv = [argv[1], *argv[2:]]
-        runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
-    else:
-        sys.argv = argv
-        sys.path.insert(0, os.path.dirname(os.path.abspath(argv[0])))
-        runpy.run_path(argv[0], run_name="__main__")
+    try:
+        if argv[0] == "-m":
+            sys.argv = [argv[1], *argv[2:]]
+            runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+        else:
+            sys.argv = argv
+            sys.path.insert(0, os.path.dirname(os.path.abspath(argv[0])))
+            runpy.run_path(argv[0], run_name="__main__")
+    except SystemExit as stop:
+        tell_launcher_exit(exit_status(stop.code))
+        raise
+    except BaseException:
+        tell_launcher_exit(1)  # Python prints the traceback and exits with 1
+        raise
+    tell_launcher_exit(0)
+
+
+def exit_status(code) -> int:
+    """The status a SystemExit's code gives: None 0, a number itself, anything else 1."""
+    if code is None:
+        return 0
+    return code if isinstance(code, int) else 1
 
 
 if __name__ == "__main__":

@@ -81,6 +81,33 @@ def test_a_failing_rank_ends_the_job():
                      job.output), job.output
 
 
+def test_a_rank_that_fails_before_its_store_ends_the_job_at_once():
+    """Rank 1's script exits 1 before mx.kv.create while rank 0 waits in its own: the
+    launcher, told the status by mxkv_hybrid.run, ends the job EXIT_GRACE_SECONDS (2 s)
+    later, naming rank 1. Control (the launcher before this): rank 0 waited at full CPU
+    until --timeout ended the job with 124."""
+    job = launch(2, "fail.py", "early", "1", timeout=60)
+    assert job.returncode == 1, job.output
+    assert "rank 1 cannot read its data" in "\n".join(job.lines_of(1)), job.output
+    assert re.search(r"mxkv-launch: rank 1's script exited with status 1 \d+ s ago, and the "
+                     r"other ranks went on", job.output), job.output
+    assert "timed out" not in job.output
+
+
+def test_a_rank_that_fails_before_its_store_ends_its_group_job_and_the_others():
+    """Group jobs (easgd, 2 groups of 2): rank 3 exits 1 before its store; its group's job
+    is ended, and, the groups not having met at the servers, the other group is stopped."""
+    job = launch(4, "fail.py", "early", "3", timeout=60,
+                 env={"MXKV_MODE": "easgd", "MXKV_PS_TIMEOUT": "50"},
+                 launcher_options=["--group-size", "2", "--servers", "1"])
+    assert job.returncode == 1, job.output
+    assert ("group 1 (ranks 2-3): rank 3's script exited with status 1, and its group's other "
+            "ranks went on: ending its MPI job") in job.output
+    assert "whose start waits for all, so the other groups cannot go on: stopping them" in \
+        job.output
+    assert "timed out" not in job.output and "MXKV_PS_TIMEOUT" not in job.output
+
+
 def test_a_hung_job_is_stopped_by_the_launcher_timeout():
     job = launch(2, "fail.py", "hang", timeout=6, env={"MXKV_STALL_TIMEOUT": "0"})  # no report
     assert job.returncode == 124

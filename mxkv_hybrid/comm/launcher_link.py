@@ -16,7 +16,9 @@ monitor sends MPI messages only to those, since MPICH crashes (SIGSEGV in MPI_Is
 sends to a peer on a host cut off long enough for UCX to fail the connection. A group
 leader tells the launcher once it has met the others at the parameter server
 (`tell_launcher_met`): a group lost before that holds every group back, and the launcher
-starts the others again without it.
+starts the others again without it. A rank whose script ends says with which status
+(`tell_launcher_exit`, from mxkv_hybrid.run): one that fails while the others go on would
+hold them in their next collective, and mpiexec does not end them.
 """
 import hmac
 import json
@@ -59,6 +61,15 @@ class JobAddress(NamedTuple):
         return f"{self.host}:{self.port}"
 
 
+@dataclass(frozen=True)
+class RankExit:
+    """A rank's script ended with `status` at `when` (the launcher's clock)."""
+
+    rank: int
+    status: int
+    when: float
+
+
 @dataclass
 class RankSeen:
     """What the launcher knows of one rank: its host and address, when it was last heard
@@ -96,6 +107,7 @@ class LinkServer:
         self._connections: Dict[socket.socket, dict] = {}  # -> {"rank", "buffer", "since"}
         self._to_close: set = set()  # connections of forgotten ranks, closed by _serve
         self._met = False  # a group leader met the others at the parameter server
+        self._exits: Dict[int, RankExit] = {}  # the ranks whose script ended, as they said
         self._closed = False
         self._thread = threading.Thread(target=self._serve, name="mxkv-launcher-link",
                                         daemon=True)
@@ -111,6 +123,11 @@ class LinkServer:
         with self._lock:
             return self._met
 
+    def exits(self) -> Dict[int, "RankExit"]:
+        """The ranks whose script ended (tell_launcher_exit), by rank."""
+        with self._lock:
+            return dict(self._exits)
+
     def forget_meeting(self) -> None:
         """The parameter server is started again: its groups have not met yet."""
         with self._lock:
@@ -124,6 +141,7 @@ class LinkServer:
         with self._lock:
             for rank in ranks:
                 self._ranks.pop(rank, None)
+                self._exits.pop(rank, None)
             self._to_close.update(connection for connection, state
                                   in list(self._connections.items()) if state["rank"] in ranks)
 
@@ -183,9 +201,13 @@ class LinkServer:
                 if message.get("ask") == "ranks":
                     self._answer(connection, now)
                     return
-                if message.get("met"):
+                if message.get("met") or "exited" in message:
                     with self._lock:
-                        self._met = True
+                        if message.get("met"):
+                            self._met = True
+                        else:
+                            rank = int(message["exited"])
+                            self._exits[rank] = RankExit(rank, int(message["status"]), now)
                     self._connections.pop(connection, None)
                     connection.close()
                     return
@@ -320,31 +342,52 @@ def ask_launcher(address: str, timeout: float = 2 * BEAT_SECONDS) -> Optional[Di
             for rank, seen in ranks.items()}
 
 
-def tell_launcher_met(address: str, timeout: float = 2 * BEAT_SECONDS) -> None:
-    """A group leader past ps-lite's start tells the launcher at `address`
-    (MXKV_LAUNCHER_LINK; "" without one) that the groups met; a launcher it cannot reach
-    is its keeper's business."""
+def _tell_launcher(address: str, message: dict, timeout: float = 2 * BEAT_SECONDS) -> None:
+    """Sends `message` to the launcher at `address` (MXKV_LAUNCHER_LINK; "" without one);
+    a launcher it cannot reach is the keeper's business."""
     if not address:
         return
     try:
         job = JobAddress.parse(address)
         with socket.create_connection((job.host, job.port), timeout=timeout) as connection:
-            connection.sendall(json.dumps({"token": job.token, "met": True}).encode() + b"\n")
+            connection.sendall(json.dumps(dict(message, token=job.token)).encode() + b"\n")
     except (OSError, ValueError):
         pass
+
+
+def tell_launcher_met(address: str) -> None:
+    """A group leader past ps-lite's start tells the launcher that the groups met."""
+    _tell_launcher(address, {"met": True})
+
+
+def tell_launcher_exit(status: int, environ=os.environ) -> None:
+    """This rank's script ended with `status`: tells its launcher, if it has one."""
+    rank = rank_in_job(environ)
+    if rank is not None:
+        _tell_launcher(environ.get("MXKV_LAUNCHER_LINK", ""), {"exited": rank, "status": status})
+
+
+def rank_in_job(environ=os.environ) -> Optional[int]:
+    """This process's rank, numbered as in the whole job (a group job's first_rank added),
+    or None outside an MPI job."""
+    local = environ.get("PMI_RANK", environ.get("OMPI_COMM_WORLD_RANK"))
+    if local is None:
+        return None
+    from ..config import read_knob  # not at the top: the keeper runs this file as a script
+
+    job = read_knob("MXKV_GROUP_JOB", environ)
+    return (job.first_rank if job is not None else 0) + int(local)
 
 
 def start_for_this_rank(environ=os.environ) -> None:
     """A rank started by mxkv-launch (MXKV_LAUNCHER_LINK and an MPI rank set): starts its
     keeper, the rank numbered as in the whole job (a group job's first_rank added)."""
     address = environ.get("MXKV_LAUNCHER_LINK")
-    local = environ.get("PMI_RANK", environ.get("OMPI_COMM_WORLD_RANK"))
-    if not address or local is None:
+    rank = rank_in_job(environ)
+    if not address or rank is None:
         return
     from ..config import read_knob  # not at the top: the keeper runs this file as a script
 
-    job = read_knob("MXKV_GROUP_JOB", environ)
-    rank = (job.first_rank if job is not None else 0) + int(local)
     subprocess.Popen([sys.executable, __file__, address, str(rank),
                       str(read_knob("MXKV_LOST_SECONDS", environ)), str(os.getpid())],
                      stdin=subprocess.DEVNULL)

@@ -246,15 +246,23 @@ def supervise_groups(runs: List[GroupRun], helpers: List[Node], timeout: Optiona
                 elif run.code is None:
                     run.watch.wait(POLL_SECONDS / len(running))
                     run.code = run.process.poll()
+                    ranks = list(range(run.plan.first_rank, run.plan.first_rank + run.plan.size))
                     cut_off = _cut_off(run, lost_ranks)
+                    failed = lost_ranks.failed_alone(ranks) \
+                        if lost_ranks is not None and run.code is None else None
                     if cut_off:
                         end_process_group(run.process)
                         run.code = LOST_STATUS
-                        if lost_ranks is not None:
-                            lost_ranks.link.forget(list(range(run.plan.first_rank,
-                                                              run.plan.first_rank + run.plan.size)))
+                    elif failed:
+                        say(f"{run.plan.describe()}: rank {failed.rank}'s script exited with "
+                            f"status {failed.status}, and its group's other ranks went on: "
+                            "ending its MPI job")
+                        end_process_group(run.process)
+                        run.code = failed.status
                     if run.code in (None, 0):
                         continue
+                    if lost_ranks is not None:  # a restarted job's ranks start afresh
+                        lost_ranks.link.forget(ranks)
                     before_meeting = len(runs) > 1 and not met()
                     if cut_off and before_meeting and not together:
                         _left_out(run, cut_off)

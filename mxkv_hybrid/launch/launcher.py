@@ -22,7 +22,7 @@ import time
 from typing import List, Optional, Tuple
 
 from ..comm import timeline
-from ..comm.launcher_link import LinkServer
+from ..comm.launcher_link import LinkServer, RankExit
 from ..comm.network import describe_address
 from ..config import read_knob, separate_groups_refusal
 from .group_jobs import (GroupPlan, GroupRun, Restarts, plan_groups, plan_groups_by_host, say,
@@ -121,6 +121,8 @@ def supervise(job: Node, helpers: List[Node], timeout: Optional[float], num_rank
             code = job.process.poll()
             lost = lost_ranks.one_world_lost(range(num_ranks), started) \
                 if lost_ranks is not None and code is None else None
+            failed = lost_ranks.failed_alone(range(num_ranks)) \
+                if lost_ranks is not None and code is None else None
             if dead:
                 print(f"mxkv-launch: the {dead[0].name} (pid {dead[0].process.pid}) exited with "
                       f"status {dead[0].process.returncode} while the ranks were running; "
@@ -130,6 +132,10 @@ def supervise(job: Node, helpers: List[Node], timeout: Optional[float], num_rank
                 print(f"mxkv-launch: {lost}, and a job that is one MPI world cannot go on "
                       "without it; stopping all ranks", file=sys.stderr, flush=True)
                 code = 1
+            elif failed:
+                print(f"mxkv-launch: {describe_failed(failed)}; stopping all ranks",
+                      file=sys.stderr, flush=True)
+                code = failed.status
             elif code is None and deadline is not None and time.monotonic() > deadline:
                 print(f"mxkv-launch: timed out after {timeout:g} s; stopping all ranks",
                       file=sys.stderr, flush=True)
@@ -153,6 +159,14 @@ def supervise(job: Node, helpers: List[Node], timeout: Optional[float], num_rank
                  "; the first rank-prefixed error above names the failing rank"),
               file=sys.stderr, flush=True)
     return code
+
+
+def describe_failed(failed: RankExit) -> str:
+    """A rank whose script failed while its job went on, and why that ends the job."""
+    return (f"rank {failed.rank}'s script exited with status {failed.status} "
+            f"{time.monotonic() - failed.when:.0f} s ago, and the other ranks went on: they "
+            "would wait for it in their next collective (mpiexec ends a job when a rank is "
+            "killed, not when its script exits)")
 
 
 def start_parameter_servers(args: argparse.Namespace, num_groups: int, mpiexec: str,

@@ -1,11 +1,15 @@
 """Which ranks of a job are lost to the launcher: not heard from on their link for
 MXKV_LOST_SECONDS (a host cut off, or dead with its connection never closed), or, for ranks
 started on another host, never heard from that long after their job started (a partition
-before they registered). Ranks of this host are mpiexec's to report."""
+before they registered); and which failed alone: their script ended with a non-zero status
+while their job went on (mpiexec ends a job when a rank is killed or aborts, not when its
+script exits: the others would wait for it in their next collective)."""
 import time
 from typing import Dict, Iterable, Optional
 
-from ..comm.launcher_link import HEARD_SECONDS, LinkServer
+from ..comm.launcher_link import HEARD_SECONDS, LinkServer, RankExit
+
+EXIT_GRACE_SECONDS = 2.0  # a job still running this long after a rank's script failed
 
 
 class LostRanks:
@@ -22,6 +26,15 @@ class LostRanks:
         those on other hosts are expected to call."""
         remote = set(self._remote.values())
         self._remote = {rank: host for rank, host in hosts.items() if host in remote}
+
+    def failed_alone(self, ranks: Iterable[int]) -> Optional[RankExit]:
+        """The first rank of `ranks` whose script ended with a non-zero status more than
+        EXIT_GRACE_SECONDS ago (its job still running: the caller's to know), or None."""
+        now = time.monotonic()
+        failed = [ended for rank, ended in sorted(self.link.exits().items())
+                  if rank in set(ranks) and ended.status != 0
+                  and now - ended.when > EXIT_GRACE_SECONDS]
+        return min(failed, key=lambda ended: ended.when) if failed else None
 
     def first_lost(self, ranks: Iterable[int], started: float) -> Optional[str]:
         """How the first lost rank of `ranks` (a job started at `started`) was lost, with
