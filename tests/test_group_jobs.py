@@ -340,6 +340,21 @@ def test_async_and_easgd_groups_run_apart_by_default(monkeypatch, capsys, mode, 
     assert not said or said in err, err
 
 
+@pytest.mark.parametrize("mode", ["allreduce", "lasgd"])
+def test_group_size_sets_the_groups_without_servers_where_none_are_needed(monkeypatch, mode):
+    monkeypatch.setenv("MXKV_MODE", mode)
+    monkeypatch.delenv("MXKV_GROUP_SIZE", raising=False)
+    args = parse_arguments(["-n", "4", "--group-size", "2", "--dry-run", "--", "python", "x.py"])
+    assert args.group_size == 2 and not args.servers and not args.group_jobs
+
+
+def test_group_size_without_servers_is_refused_where_they_join_the_groups(monkeypatch, capsys):
+    monkeypatch.setenv("MXKV_MODE", "sync")
+    with pytest.raises(SystemExit):
+        parse_arguments(["-n", "4", "--group-size", "2", "--", "python", "x.py"])
+    assert "need --servers in MXKV_MODE=sync" in capsys.readouterr().err
+
+
 def test_synchronous_easgd_stays_one_mpi_job(monkeypatch):
     monkeypatch.setenv("MXKV_MODE", "easgd")
     monkeypatch.setenv("MXKV_EASGD_SYNC", "1")

@@ -109,7 +109,7 @@ def test_launcher_runs_python_scripts_through_the_runner():
         [sys.executable, "-m", "mxkv_hybrid.run", "-m", "pkg.train"]
     assert wrap_command(["python", "-u", "-W", "ignore", "t.py", "a"]) == \
         [sys.executable, "-u", "-W", "ignore", "-m", "mxkv_hybrid.run", "t.py", "a"]
-    assert wrap_command(["python", "-c", "print(1)"]) == ["python", "-c", "print(1)"]
+    assert wrap_command(["python", "-c", "print(1)"]) == [sys.executable, "-c", "print(1)"]
     assert wrap_command(["./train.sh", "x"]) == ["./train.sh", "x"]
     args = parse_arguments(["-n", "4", "-H", "a:2,b:2", "--", "python", "t.py"])
     assert (args.num_ranks, args.hosts, args.command) == (4, "a:2,b:2", ["python", "t.py"])
@@ -185,3 +185,13 @@ def test_a_save_that_fails_midway_leaves_the_last_checkpoint(tmp_path, monkeypat
     net.weight.set_data(mx.nd.zeros((2, 3)))
     mxkv_hybrid.checkpoint.load(str(tmp_path), net, trainer)
     assert (net.weight.data().asnumpy() == 7.0).all()
+
+
+def test_broadcasting_parameters_of_unknown_shape_says_to_run_a_batch_first():
+    net = gluon.nn.Dense(3)  # no in_units: its weight's shape waits for the first batch
+    net.initialize()
+    with pytest.raises(MXKVError, match=r"1 parameter\(s\) have no shape yet .*dense\d+_weight"
+                                        r".*run one batch through the network first"):
+        mxkv_hybrid.broadcast_parameters(net.collect_params())
+    net(mx.nd.ones((2, 4)))
+    mxkv_hybrid.broadcast_parameters(net.collect_params())  # shapes known: one rank keeps its own

@@ -77,17 +77,18 @@ PYTHON_OPTIONS_WITH_VALUE = ("-W", "-X", "--check-hash-based-pycs")
 
 def wrap_command(command: List[str]) -> List[str]:
     """`python [options] x.py ...` -> `<this python> [options] -m mxkv_hybrid.run x.py ...`,
-    the same for `-m module`; anything else (`-c`, other programs) is left unchanged."""
+    the same for `-m module`; `python -c ...` -> `<this python> -c ...` (the interpreter
+    that has MXNet, whatever PATH finds); other programs are left unchanged."""
     if not os.path.basename(command[0]).startswith("python"):
         return command
     position = 1
     while position < len(command) and command[position].startswith("-") \
             and command[position] != "-m":
         if command[position] == "-c":
-            return command
+            return [sys.executable, *command[1:]]
         position += 2 if command[position] in PYTHON_OPTIONS_WITH_VALUE else 1
     if position >= len(command):
-        return command
+        return [sys.executable, *command[1:]]
     options, target = command[1:position], command[position:]
     if target[:2] == ["-m", "mxkv_hybrid.run"]:
         target = target[2:]
@@ -226,7 +227,8 @@ def parse_arguments(argv: Optional[List[str]] = None) -> argparse.Namespace:
     ps.add_argument("--servers", type=int, default=0,
                     help="start a ps-lite scheduler and this many servers")
     ps.add_argument("--group-size", type=int, default=0,
-                    help="ranks per group (sets MXKV_GROUP_SIZE; default: one group per host)")
+                    help="ranks per group, in every mode (sets MXKV_GROUP_SIZE; default: one "
+                         "group per host)")
     ps.add_argument("--ps-host",
                     help="address of this machine that the ranks and servers reach the "
                          "scheduler at (DMLC_PS_ROOT_URI; default: 127.0.0.1 when every "
@@ -267,7 +269,7 @@ def parse_arguments(argv: Optional[List[str]] = None) -> argparse.Namespace:
                         help="for scripts with no kvstore flag: the default stores become "
                              "'hybrid', shuffled training data is sharded by rank and the "
                              "script's --gpus LIST becomes the rank's share "
-                             "(sets MXKV_AUTO=1; see README.md, '--auto')")
+                             "(sets MXKV_AUTO=1; see README.md, 'Unmodified scripts')")
     parser.add_argument("--check", action="store_true",
                         help="run a self-test of the installation and the topology on the ranks "
                              "(and servers) instead of a program, and print a report")
@@ -314,10 +316,12 @@ def parse_arguments(argv: Optional[List[str]] = None) -> argparse.Namespace:
         parser.error("MXKV_TRANSPORT=rma keeps easgd's centre variable in MPI windows of the "
                      "group leaders, in one MPI job: drop --servers, --server-hosts and "
                      "--group-jobs (--group-size sets the groups)")
-    if (args.server_hosts or args.group_jobs or (args.group_size and not remote_centre)) \
+    groups_without_servers = remote_centre or mode in ("allreduce", "lasgd")
+    if (args.server_hosts or args.group_jobs or (args.group_size and not groups_without_servers)) \
             and not args.servers:
-        parser.error("--group-size, --server-hosts and --group-jobs need --servers (--group-size "
-                     "without servers: easgd with MXKV_TRANSPORT=rma)")
+        parser.error(f"--group-size, --server-hosts and --group-jobs need --servers in "
+                     f"MXKV_MODE={mode} (--group-size without servers: modes allreduce and "
+                     "lasgd, and easgd with MXKV_TRANSPORT=rma)")
     if args.groups:
         parser.error("--groups declares the groups of --serve")
     if args.one_job and mode not in GROUP_JOB_MODES:
@@ -598,8 +602,7 @@ def open_link(args: argparse.Namespace) -> LostRanks:
     link = LinkServer(address)
     os.environ["MXKV_LAUNCHER_LINK"] = link.address
     placed = [host for host, slots in entries for _ in range(slots)]
-    runs_the_plugin = wrap_command(args.command) != args.command or any(
-        "mxkv_hybrid" in part for part in args.command)
+    runs_the_plugin = any("mxkv_hybrid" in part for part in wrap_command(args.command))
     expected = {rank: placed[rank % len(placed)] for rank in range(args.num_ranks)} \
         if placed and runs_the_plugin else {}
     return LostRanks(link, float(read_knob("MXKV_LOST_SECONDS")),

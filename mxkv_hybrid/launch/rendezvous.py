@@ -271,10 +271,14 @@ def join(address: str, ranks: int, mode: str, timeout: float, lost_seconds: floa
         raise JoinRefused(f"--join {err}, as mxkv-launch --serve printed it") from None
     try:
         connection = socket.create_connection((host, int(port)), timeout=timeout)
+    except socket.timeout:
+        raise JoinRefused(f"could not reach the job at {host}:{port}: no answer within "
+                          f"{timeout:g} s (MXKV_PS_TIMEOUT); is the port reachable from here?"
+                          ) from None
     except OSError as err:
-        raise JoinRefused(f"could not reach the job at {host}:{port} within {timeout:g} s "
-                          f"(MXKV_PS_TIMEOUT): {err}; is mxkv-launch --serve running there, "
-                          "and is the port reachable from here?") from None
+        raise JoinRefused(f"could not reach the job at {host}:{port}: {err}; is mxkv-launch "
+                          "--serve running there, and is the port reachable from here?"
+                          ) from None
     connection.settimeout(None)
     stream = connection.makefile("r")
     try:

@@ -22,6 +22,7 @@ from mxnet import gluon
 from ..comm.collectives import TensorCollectives
 from ..comm.topology import world
 from ..config import Config
+from ..errors import MXKVError
 from .local_sgd import LocalSGD
 
 Parameters = Union[gluon.ParameterDict, Iterable[gluon.Parameter]]
@@ -37,8 +38,16 @@ def _keys_and_weights(params: Parameters) -> Tuple[List[str], List[List[mx.nd.ND
 
 
 def broadcast_parameters(params: Parameters, root: int = 0) -> None:
-    """Collective: every rank's parameters (all of them) become rank `root`'s."""
+    """Collective: every rank's parameters (all of them) become rank `root`'s. Raises
+    MXKVError naming the parameters whose shapes are not known yet (deferred)."""
     items = _as_list(params)
+    deferred = [p.name for p in items if p._deferred_init]
+    if deferred:
+        raise MXKVError(
+            f"broadcast_parameters: {len(deferred)} parameter(s) have no shape yet (deferred "
+            f"initialization: {', '.join(deferred[:3])}{', ...' if len(deferred) > 3 else ''}): "
+            "run one batch through the network first (net(x)), or give the layers their input "
+            "sizes (in_units / in_channels), then broadcast")
     data = [p.list_data() for p in items]
     TensorCollectives(world().comm, Config.from_environment()).broadcast(
         "broadcast_parameters", [p.name for p in items], [d[:1] for d in data], data, root)
