@@ -117,7 +117,7 @@ def main() -> None:
 
     if isinstance(kv, mxkv_hybrid.Hybrid):
         mxkv_hybrid.consensus(trainer)  # easgd: the centre; lasgd: the average
-    identical = replicas_identical(kv, net)
+    identical = replicas_identical(net)
     if rank == 0:
         print(f"final test accuracy {accuracy(net, test_x, test_y, contexts[0]):.4f} "
               f"({len(test_y)} held-out images); weights identical on {replica_scope()}: "

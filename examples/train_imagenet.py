@@ -330,7 +330,7 @@ def main() -> None:
     if isinstance(kv, mxkv_hybrid.Hybrid):
         mxkv_hybrid.consensus(trainer)
     top1, top5, images = validate(net, val_data, contexts, kv, classes)
-    identical = replicas_identical(kv, net) if kv.num_workers > 1 else True
+    identical = replicas_identical(net)
     say(f"final validation top-1 {top1:.4f} top-5 {top5:.4f} on {images} images; weights "
         f"identical on {replica_scope()}: {identical}", flush=True)
     if not identical:
