@@ -195,3 +195,19 @@ def test_broadcasting_parameters_of_unknown_shape_says_to_run_a_batch_first():
         mxkv_hybrid.broadcast_parameters(net.collect_params())
     net(mx.nd.ones((2, 4)))
     mxkv_hybrid.broadcast_parameters(net.collect_params())  # shapes known: one rank keeps its own
+
+
+def test_sparse_arrays_and_row_sparse_pull_are_refused_saying_what_to_use():
+    """README, "Errors": sparse arrays, row_sparse_pull and MXNet's gradient compression
+    raise MXKVError naming the alternative (until #32 brings them)."""
+    kv = mx.kv.create("hybrid")
+    sparse = mx.nd.ones((4, 3)).tostype("row_sparse")
+    for call in (lambda: kv.init(0, sparse), lambda: kv.pushpull(1, sparse)):
+        with pytest.raises(MXKVError, match=r"sparse \(row_sparse/csr\) arrays are not "
+                                            r"supported .* use dense gradients"):
+            call()
+    with pytest.raises(MXKVError, match="row_sparse_pull: sparse arrays are not supported .* "
+                                        "use dense parameters"):
+        kv.row_sparse_pull(0, out=sparse, row_ids=mx.nd.array([0]))
+    with pytest.raises(MXKVError, match="set MXKV_COMPRESS=fp16 or bf16"):
+        kv.set_gradient_compression({"type": "2bit", "threshold": 0.5})

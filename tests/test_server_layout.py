@@ -1,0 +1,27 @@
+"""The README's claim on the servers' load ("Balanced servers"): the fused chunks put the
+same bytes on every server, where MXNet's one key per array does not; the ResNet-50 rows
+of its table, computed from MXNet's placement rule (ps/layout.py)."""
+import pytest
+
+from mxkv_hybrid.plan.model_sizes import array_bytes
+from mxkv_hybrid.ps.layout import (MXNET_BIGARRAY_BOUND, balanced_chunks, server_bytes_of_chunks,
+                                   server_bytes_per_key, server_of)
+
+
+@pytest.mark.parametrize("servers, per_key, chunks", [(2, 1.005, 26), (3, 1.035, 27),
+                                                      (4, 1.025, 28)])
+def test_fused_chunks_load_every_server_alike_where_keys_per_array_do_not(servers, per_key,
+                                                                         chunks):
+    sizes = [n // 4 for n in array_bytes("resnet50_v1")]  # float32 elements per array
+    total = sum(sizes)
+    layout = balanced_chunks(total, servers, 0, MXNET_BIGARRAY_BOUND)
+    assert len(layout) == chunks
+    assert [c.start for c in layout[1:]] == [c.stop for c in layout[:-1]]  # contiguous
+    assert layout[0].start == 0 and layout[-1].stop == total
+    assert all(c.stop - c.start < MXNET_BIGARRAY_BOUND for c in layout)
+    assert all(server_of(c.key, servers) == c.server for c in layout)  # where MXNet sends it
+    loads = server_bytes_of_chunks(layout, servers, 4)
+    assert max(loads) - min(loads) <= 4 * len(layout) / servers  # an element per chunk
+    assert max(loads) / (sum(loads) / servers) == pytest.approx(1.0, abs=1e-5)
+    mxnet = server_bytes_per_key(sizes, servers, 4, MXNET_BIGARRAY_BOUND)
+    assert max(mxnet) / (sum(mxnet) / servers) == pytest.approx(per_key, abs=5e-4)
