@@ -236,6 +236,18 @@ def test_a_lost_sync_group_stops_the_others(job_dir):
     assert not list(job_dir.glob("rank*.npz"))
 
 
+def test_sync_group_jobs_refuse_checkpoints(job_dir):
+    """README ("mxkv-launch"): a sync group job cannot commit a checkpoint with the other
+    groups, so the checkpoint calls (load_latest, the script's first) refuse it, naming the
+    layout that can."""
+    job = train(job_dir, 4, "sync", 1, 0.1, checkpoint=(job_dir / "checkpoints", 1))
+    assert job.returncode == 1, job.output
+    assert "ConfigError: checkpoint.load_latest: in MXKV_MODE=sync every group must save and " \
+           "resume the same step, which only one MPI job commits together: start the job " \
+           "without --group-jobs / --join" in job.output, job.output
+    assert not (job_dir / "checkpoints").exists() or not any((job_dir / "checkpoints").iterdir())
+
+
 @pytest.mark.parametrize("options", [["--group-size", "2", "--servers", "1", "--group-jobs"],
                                      ["--join", "token@127.0.0.1:1"]])
 def test_sync_group_jobs_refuse_restarts(monkeypatch, capsys, options):
