@@ -58,6 +58,16 @@ def test_a_hung_rank_is_reported_by_a_waiting_rank():
                          report), report
 
 
+def test_a_rank_stuck_with_the_gil_held_is_reported_as_not_answering():
+    """Rank 1 sleeps in C with Python's lock held: its monitor thread cannot answer the
+    waiting ranks, and the report says so (README, the stall report's "no answer")."""
+    job = launch(2, "train_steps.py", "--hold-gil", "1:3", env=STALL, timeout=LAUNCH_TIMEOUT)
+    report = stall_report(job, culprit=1, ranks=2)
+    assert re.search(r"rank 1: no answer within \d+ s \(dead, exiting, or stuck with Python's "
+                     r"GIL held\)", report), report
+    assert re.search(r"rank 0 on \S+: waiting in #\d+", report), report
+
+
 def test_a_bucket_stuck_behind_the_engine_is_reported():
     """MXKV_OVERLAP=1: rank 1's backward never ends, so its bucket never becomes ready; rank
     0's communication thread waits in that bucket's allreduce, its own thread in MXNet's

@@ -4,9 +4,11 @@ uneven data without even_batches would; --nan-at RANK:STEP feeds one rank NaN da
 step and, on the NonFiniteError every rank should raise, prints the weight before that
 step and after it; --compute-ms RANK:MS makes one rank compute MS longer each step;
 --hang-in-backward RANK:STEP makes that rank's backward never end at that step (an engine
-operation that hangs, so its gradient bucket never becomes ready). Prints the steps taken
-and the final weight."""
+operation that hangs, so its gradient bucket never becomes ready); --hold-gil RANK:STEP
+makes that rank sleep in C with Python's lock held before that step (its stall monitor
+cannot answer). Prints the steps taken and the final weight."""
 import argparse
+import ctypes
 import time
 
 import mxnet as mx
@@ -20,6 +22,7 @@ parser.add_argument("--short", default="", help="RANK:STEPS")
 parser.add_argument("--nan-at", default="", help="RANK:STEP: that rank's data is NaN at that step")
 parser.add_argument("--compute-ms", default="", help="RANK:MS: that rank sleeps MS a step")
 parser.add_argument("--hang-in-backward", default="", help="RANK:STEP")
+parser.add_argument("--hold-gil", default="", help="RANK:STEP")
 args = parser.parse_args()
 
 rank = mxkv_hybrid.world().rank
@@ -33,6 +36,7 @@ x, y = mx.nd.ones((8, 3)) * (rank + 1), mx.nd.ones((8, 1))
 nan_rank, nan_step = map(int, args.nan_at.split(":")) if args.nan_at else (-1, -1)
 slow_rank, slow_ms = map(int, args.compute_ms.split(":")) if args.compute_ms else (-1, 0)
 hang_rank, hang_step = map(int, args.hang_in_backward.split(":")) if args.hang_in_backward else (-1, -1)
+gil_rank, gil_step = map(int, args.hold_gil.split(":")) if args.hold_gil else (-1, -1)
 
 
 class HangInBackward(mx.operator.CustomOp):
@@ -63,6 +67,8 @@ def weight() -> list:
 
 
 for step in range(steps):
+    if (rank, step) == (gil_rank, gil_step):
+        ctypes.PyDLL(None).sleep(3600)  # libc's sleep; a PyDLL call keeps the GIL
     before = weight()
     with autograd.record():
         out = dense(x * float("nan") if (rank, step) == (nan_rank, nan_step) else x)
