@@ -6,13 +6,16 @@ over the ranks of the job.
     python examples/train_digits.py --kv-store local               # one process
     MXKV_MODE=lasgd mxkv-launch -n 4 -- python examples/train_digits.py
     MXKV_MODE=easgd mxkv-launch -n 4 --group-size 2 --servers 1 -- python examples/train_digits.py
+    mxkv-launch -n 2 -- python examples/train_digits.py --classes split  # even / odd digits
 
 Each rank trains on its own shard of the training set; with the default averaging of
 the hybrid store this is the same training as one process with a batch of
 (batch-size x ranks). Rank 0 prints one progress line per epoch (the accuracy of its
 own model: in the averaging modes easgd and lasgd the ranks' models differ between
 averagings) and, after mxkv_hybrid.consensus gave every rank the one final model, the
-final accuracy.
+final accuracy. With --classes split the first half of the ranks trains on the even
+digits only and the second half on the odd ones (--classes even / odd: one process on
+those): the model learns all ten only if what the halves learn crosses between them.
 """
 import argparse
 import time
@@ -39,6 +42,10 @@ def parse_arguments() -> argparse.Namespace:
     parser.add_argument("--epochs", type=int, default=12)
     parser.add_argument("--batch-size", type=int, default=32, help="images per rank and step")
     parser.add_argument("--lr", type=float, default=0.1)
+    parser.add_argument("--momentum", type=float, default=0.9)
+    parser.add_argument("--classes", choices=["all", "even", "odd", "split"], default="all",
+                        help="train on every digit, the even or odd ones, or (split) the even "
+                             "ones on the first half of the ranks and the odd on the second")
     parser.add_argument("--devices", type=int, default=1, help="CPU contexts per process")
     parser.add_argument("--seed", type=int, default=42)
     return parser.parse_args()
@@ -52,6 +59,22 @@ def load_data(seed: int):
     order = np.random.RandomState(seed).permutation(len(labels))
     cut = int(len(labels) * (1 - TEST_FRACTION))
     return images[order[:cut]], labels[order[:cut]], images[order[cut:]], labels[order[cut:]]
+
+
+def shard(images, labels, classes: str, rank: int, workers: int, batch_size: int):
+    """This rank's images and labels, and the steps an epoch (the same on every rank): a
+    slice of every `workers`-th image of its classes (--classes)."""
+    if classes == "split":
+        if workers % 2:
+            raise SystemExit(f"--classes split needs an even number of ranks, not {workers}")
+        per_half = workers // 2
+        kept = np.flatnonzero(labels % 2 == rank // per_half)[rank % per_half::per_half]
+        smaller = min(int((labels % 2 == half).sum()) for half in (0, 1)) // per_half
+        return images[kept], labels[kept], smaller // batch_size
+    if classes in ("even", "odd"):
+        keep = labels % 2 == (0 if classes == "even" else 1)
+        images, labels = images[keep], labels[keep]
+    return images[rank::workers], labels[rank::workers], len(images) // workers // batch_size
 
 
 def build_network() -> gluon.nn.HybridSequential:
@@ -77,15 +100,15 @@ def main() -> None:
     rank, workers = kv.rank, kv.num_workers
     contexts = [mx.cpu(i) for i in range(args.devices)]
     train_x, train_y, test_x, test_y = load_data(args.seed)
-    shard_x, shard_y = train_x[rank::workers], train_y[rank::workers]
-    steps = len(train_x) // workers // args.batch_size  # the same on every rank
+    shard_x, shard_y, steps = shard(train_x, train_y, args.classes, rank, workers,
+                                    args.batch_size)
 
     mx.random.seed(args.seed)
     net = build_network()
     net.initialize(mx.init.Xavier(magnitude=2.0), ctx=contexts)
     net.hybridize()
     trainer = gluon.Trainer(net.collect_params(), "sgd",
-                            {"learning_rate": args.lr, "momentum": 0.9}, kvstore=kv)
+                            {"learning_rate": args.lr, "momentum": args.momentum}, kvstore=kv)
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
     mode = f" (MXKV_MODE={kv.config.mode})" if isinstance(kv, mxkv_hybrid.Hybrid) else ""
     if rank == 0:
