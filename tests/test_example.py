@@ -17,9 +17,10 @@ from conftest import JOB_TIMEOUT
 EXAMPLE = Path(__file__).parent.parent / "examples" / "train_digits.py"
 TWO_GROUPS = ["--group-size", "1", "--servers", "1"]
 EPOCHS = "8"
-# A model that learned one half's five digits scores about the share of the test set they
-# make (0.5: the control below reads it) and can only pass this by learning the other five.
-BOUND = 0.8
+# A model that learned one half's five digits scores at most the share of the test set they
+# make (about 0.52: the control reads 0.517, every even digit right); 0.7 needs at least 18 %
+# of the test set, a third of the other half's digits, learned through the exchange.
+BOUND = 0.7
 
 
 def final_accuracy(output: str) -> re.Match:
@@ -31,10 +32,11 @@ def final_accuracy(output: str) -> re.Match:
 
 @pytest.fixture(scope="module")
 def one_half_alone() -> float:
-    """The control: one process, no exchange, on the even digits (the first half's)."""
+    """The control: one process, no exchange, on the even digits (the first half's), at a
+    learning rate where one process is stable (at 0.1 it reached 0.50, then diverged)."""
     done = subprocess.run([sys.executable, str(EXAMPLE), "--kv-store", "local", "--classes",
-                           "even", "--epochs", EPOCHS], capture_output=True, text=True,
-                          timeout=JOB_TIMEOUT)
+                           "even", "--epochs", EPOCHS, "--lr", "0.05"], capture_output=True,
+                          text=True, timeout=JOB_TIMEOUT)
     assert done.returncode == 0, done.stdout + done.stderr
     return float(re.search(r"final test accuracy ([0-9.]+)", done.stdout).group(1))
 
@@ -67,4 +69,5 @@ def test_digits_split_by_class_are_learned_only_through_the_exchange(
         one_half_alone, mode, ranks, launcher_options, env, example_options):
     final = final_accuracy(train_digits(mode, ranks, launcher_options, env, *example_options))
     assert float(final.group(1)) >= BOUND and final.group(3) == "True", final.group(0)
-    assert one_half_alone < BOUND, one_half_alone  # the control fails the same bound
+    # the control learned its half (far above chance, 0.1) and fails the same bound
+    assert 0.4 < one_half_alone < BOUND, one_half_alone
