@@ -17,8 +17,8 @@ from mxkv_hybrid import checkpoint
 from mxkv_hybrid.comm.topology import World
 from mxkv_hybrid.config import Config, GroupJob, parse_group_job
 from mxkv_hybrid.errors import ConfigError
-from mxkv_hybrid.launch.group_jobs import GroupPlan, plan_groups, plan_groups_by_host, renumbering, \
-    without
+from mxkv_hybrid.launch.group_jobs import (GroupPlan, plan_groups, plan_groups_by_host,
+                                           renumbering, without)
 from mxkv_hybrid.launch import launcher
 from mxkv_hybrid.launch.launcher import parse_arguments
 

@@ -342,7 +342,8 @@ def predict(model_bytes: List[int], measured: dict, link: dict, ps_link: dict, r
         between = Link(**host_link)
     else:
         between = Link(0.0, mbps * 1e6 / 8) if mbps else inside
-    cluster = Cluster(groups, size, inside, between, servers=1, servers_beside=bool(host_link), server_link=Link(**ps_link["server"]),
+    cluster = Cluster(groups, size, inside, between, servers=1, servers_beside=bool(host_link),
+                      server_link=Link(**ps_link["server"]),
                       connection=Link(**ps_link["leader"]), cores_per_host=share_of_cores(ranks))
     workload = Workload(model_bytes, **measured)
     table = algorithm_table.load(algorithm_table.default_path())

@@ -46,10 +46,19 @@ class GroupPlan:
             knob += f":local_first={self.first_rank}:local_ranks={self.ranks}"
         return knob
 
+    @property
+    def members(self) -> range:
+        """Its ranks' numbers in the whole job."""
+        return range(self.first_rank, self.first_rank + self.size)
+
     def describe(self) -> str:
         last = self.first_rank + self.size - 1
         ranks = f"rank {last}" if self.size == 1 else f"ranks {self.first_rank}-{last}"
         return f"group {self.group} ({ranks})"
+
+    def describe_where(self) -> str:
+        """describe(), with the host when the group has one: 'group 2 (ranks 4-5) on h3'."""
+        return self.describe() + (f" on {self.host}" if self.host else "")
 
 
 def plan_groups(num_ranks: int, group_size: int) -> List[GroupPlan]:
@@ -163,7 +172,7 @@ def _lost(run: GroupRun, restarts: Restarts, others_running: bool,
     """Reports a lost group (`cut_off`: how its host was lost) and, while restarts are
     left, schedules its restart."""
     first = run.watch.describe_first_ended(socket.gethostname())
-    line = (f"{run.plan.describe()}{' on ' + run.plan.host if run.plan.host else ''} was lost: "
+    line = (f"{run.plan.describe_where()} was lost: "
             + (f"{cut_off}; its host is cut off or dead, and its MPI job was ended" if cut_off
                else f"its MPI job exited with status {run.code}"
                + (f"; {first}" if first else "")))
@@ -188,8 +197,7 @@ def _cut_off(run: GroupRun, lost_ranks: Optional[LostRanks]) -> Optional[str]:
     """How a running group's host was lost to the launcher's link, or None."""
     if lost_ranks is None or run.code is not None:
         return None
-    first = run.plan.first_rank
-    return lost_ranks.first_lost(range(first, first + run.plan.size), run.started)
+    return lost_ranks.first_lost(run.plan.members, run.started)
 
 
 @dataclass(frozen=True)
@@ -212,11 +220,10 @@ def without(plans: List[GroupPlan], left_out: List[GroupPlan]) -> List[GroupPlan
 
 def _left_out(run: GroupRun, cut_off: str) -> None:
     """Reports a group whose host was lost (`cut_off`: how) before the groups met."""
-    say(f"{run.plan.describe()}{' on ' + run.plan.host if run.plan.host else ''} was lost "
-        f"before the groups met at the parameter server: {cut_off}; its host is cut off or "
-        "dead. ps-lite holds every group at its start until all have registered, so the "
-        "others go on without it: they start again, with fresh servers, as a job of one "
-        "group less (no restart for it)")
+    say(f"{run.plan.describe_where()} was lost before the groups met at the parameter "
+        f"server: {cut_off}; its host is cut off or dead. ps-lite holds every group at its "
+        "start until all have registered, so the others go on without it: they start again, "
+        "with fresh servers, as a job of one group less (no restart for it)")
 
 
 def supervise_groups(runs: List[GroupRun], helpers: List[Node], timeout: Optional[float],
@@ -228,11 +235,11 @@ def supervise_groups(runs: List[GroupRun], helpers: List[Node], timeout: Optiona
     `restarts` allows; `together` (mode sync, where the servers wait for every group's
     gradients) ends the others when a group is lost. A group whose host is lost before the
     groups `met` at the parameter server (and not `together`) ends every job, to start the
-    others again without it (GroupsEnded.left_out); one that failed then ends them all. Ends everything on timeout, a dead parameter-server
-    process, a signal or a `stop_order` (the reason a serving launcher gave, mode sync: a
-    joined group of elsewhere was lost). The exit status: 0 when every group finished
-    (restarted or not), 1 when a group was lost for good or stopped by order, 124 timeout,
-    130 stopped."""
+    others again without it (GroupsEnded.left_out); one that failed then ends them all.
+    Ends everything on timeout, a dead parameter-server process, a signal or a
+    `stop_order` (the reason a serving launcher gave, mode sync: a joined group of
+    elsewhere was lost). The exit status: 0 when every group finished (restarted or not),
+    1 when a group was lost for good or stopped by order, 124 timeout, 130 stopped."""
     stop_on_signals()
     deadline = None if timeout is None else time.monotonic() + timeout
     code = None
@@ -246,9 +253,8 @@ def supervise_groups(runs: List[GroupRun], helpers: List[Node], timeout: Optiona
                 elif run.code is None:
                     run.watch.wait(POLL_SECONDS / len(running))
                     run.code = run.process.poll()
-                    ranks = list(range(run.plan.first_rank, run.plan.first_rank + run.plan.size))
                     cut_off = _cut_off(run, lost_ranks)
-                    failed = lost_ranks.failed_alone(ranks) \
+                    failed = lost_ranks.failed_alone(run.plan.members) \
                         if lost_ranks is not None and run.code is None else None
                     if cut_off:
                         end_process_group(run.process)
@@ -262,7 +268,7 @@ def supervise_groups(runs: List[GroupRun], helpers: List[Node], timeout: Optiona
                     if run.code in (None, 0):
                         continue
                     if lost_ranks is not None:  # a restarted job's ranks start afresh
-                        lost_ranks.link.forget(ranks)
+                        lost_ranks.link.forget(list(run.plan.members))
                     before_meeting = len(runs) > 1 and not met()
                     if cut_off and before_meeting and not together:
                         _left_out(run, cut_off)

@@ -547,14 +547,11 @@ def run_group_jobs(args: argparse.Namespace, mpiexec: str, flavour: str, mode: s
             if left_out:
                 say(f"left out before the groups met: {', '.join(left_out)}")
             return ended.code or (1 if left_out else 0)
-        left_out += [f"{plan.describe()}{' on ' + plan.host if plan.host else ''}"
-                     for plan in ended.left_out]
+        left_out += [plan.describe_where() for plan in ended.left_out]
         plans = without(plans, ended.left_out)
-        lost_ranks.expect_only({rank: plan.host for plan in plans
-                                for rank in range(plan.first_rank, plan.first_rank + plan.size)})
+        lost_ranks.expect_only({rank: plan.host for plan in plans for rank in plan.members})
         say(f"starting {len(plans)} group(s) of {plans[0].ranks} rank(s) again: "
-            + ", ".join(f"{plan.describe()}{' on ' + plan.host if plan.host else ''}"
-                        for plan in plans))
+            + ", ".join(plan.describe_where() for plan in plans))
 
 
 def check_reachability(args: argparse.Namespace, mpiexec: str, flavour: str) -> bool:

@@ -30,10 +30,9 @@ class LostRanks:
     def failed_alone(self, ranks: Iterable[int]) -> Optional[RankExit]:
         """The first rank of `ranks` whose script ended with a non-zero status more than
         EXIT_GRACE_SECONDS ago (its job still running: the caller's to know), or None."""
-        now = time.monotonic()
-        failed = [ended for rank, ended in sorted(self.link.exits().items())
-                  if rank in set(ranks) and ended.status != 0
-                  and now - ended.when > EXIT_GRACE_SECONDS]
+        now, ranks = time.monotonic(), set(ranks)
+        failed = [ended for rank, ended in self.link.exits().items()
+                  if rank in ranks and ended.status != 0 and now - ended.when > EXIT_GRACE_SECONDS]
         return min(failed, key=lambda ended: ended.when) if failed else None
 
     def first_lost(self, ranks: Iterable[int], started: float) -> Optional[str]:

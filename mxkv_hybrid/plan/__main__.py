@@ -151,8 +151,7 @@ def cluster_of(args: argparse.Namespace) -> Cluster:
                if args.server_gbps else None)
     return Cluster(args.hosts, args.ranks_per_host, inside, between,
                    servers=args.servers, servers_beside=args.servers_beside_ranks,
-                   server_link=servers,
-                   cores_per_host=args.cores_per_host)
+                   server_link=servers, cores_per_host=args.cores_per_host)
 
 
 def main(argv: List[str] = None) -> None:

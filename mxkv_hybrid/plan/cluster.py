@@ -20,11 +20,12 @@ class Cluster:
     """`hosts` x `ranks_per_host` ranks; a group is a host. `inside`: between two ranks of a
     host; `between`: a host's link to the other hosts, shared by its ranks when
     `shared_nic` (a host's network card, and the emulated link of MXKV_THROTTLE_*), one per
-    rank otherwise (a card per rank). `servers` parameter-server processes (0: one per host), each with a
-    link of its own: `server_link`, or `between` when None (the emulated link charges the
-    leaders only, so a rehearsal on one machine gives its servers the inside link); or,
-    `servers_beside`, all on one of the hosts (where mxkv-launch starts them), behind its
-    link, with `server_link` (when given) their own throughput.
+    rank otherwise (a card per rank). `servers` parameter-server processes (0: one per
+    host), each with a link of its own: `server_link`, or `between` when None (the
+    emulated link charges the leaders only, so a rehearsal on one machine gives its
+    servers the inside link); or, `servers_beside`, all on one of the hosts (where
+    mxkv-launch starts them), behind its link, with `server_link` (when given) their own
+    throughput.
     `cores_per_host` < ranks_per_host: ranks share cores, so compute stretches."""
 
     hosts: int

@@ -151,7 +151,7 @@ class Planner:
         links = ([] if beside else [cluster.between]) + own + [
             link for link in (cluster.connection,) if link]
         if not links:
-            return Cost(0.0, 0.0, 0.0)
+            return NOTHING
         leader = 2 * max(link.seconds(nbytes) for link in links)
         for link in own:
             server = max(server, 2 * link.seconds(nbytes * cluster.hosts / cluster.server_count))
