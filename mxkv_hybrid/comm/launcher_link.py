@@ -109,6 +109,7 @@ class LinkServer:
         self._met = False  # a group leader met the others at the parameter server
         self._exits: Dict[int, RankExit] = {}  # the ranks whose script ended, as they said
         self._closed = False
+        self._wake, self._waker = socket.socketpair()  # close() ends the wait at once
         self._thread = threading.Thread(target=self._serve, name="mxkv-launcher-link",
                                         daemon=True)
         self._thread.start()
@@ -148,10 +149,12 @@ class LinkServer:
     def _serve(self) -> None:
         last_beat = 0.0
         while not self._closed:
-            ready, _, _ = select.select([self._listener, *self._connections], [], [],
-                                        BEAT_SECONDS / 2)
+            ready, _, _ = select.select([self._listener, self._wake, *self._connections], [],
+                                        [], BEAT_SECONDS / 2)
             now = time.monotonic()
             for source in ready:
+                if source is self._wake:
+                    continue
                 if source is self._listener:
                     try:
                         connection, _ = self._listener.accept()
@@ -245,10 +248,12 @@ class LinkServer:
 
     def close(self) -> None:
         self._closed = True
+        self._waker.send(b"x")
         self._thread.join(timeout=5)
         for connection in list(self._connections):
             self._drop(connection)
-        self._listener.close()
+        for end in (self._listener, self._wake, self._waker):
+            end.close()
 
 
 class LinkKeeper:

@@ -25,6 +25,7 @@ from ..comm import timeline
 from ..comm.launcher_link import LinkServer, RankExit
 from ..comm.network import describe_address
 from ..config import read_knob, separate_groups_refusal
+from ..ps import scheduler as scheduler_script
 from .group_jobs import (GroupPlan, GroupRun, Restarts, plan_groups, plan_groups_by_host, say,
                          start_group, supervise_groups, without)
 from .host_sources import MalformedHosts, hosts_from_environment, read_mpi_hostfile
@@ -183,7 +184,8 @@ def start_parameter_servers(args: argparse.Namespace, num_groups: int, mpiexec: 
     # otherwise every ps-lite node announces the address its host reaches the scheduler
     # from (comm/network.py, at the package's import): loopback when it runs here
     node = [sys.executable, "-m", "mxkv_hybrid.ps.server"]
-    scheduler = start("parameter-server scheduler", node, dict(os.environ, DMLC_ROLE="scheduler"))
+    scheduler = start("parameter-server scheduler", [sys.executable, scheduler_script.__file__],
+                      dict(os.environ, DMLC_ROLE="scheduler"))
     nodes = [scheduler]
     try:
         wait_until_listening(scheduler, args.ps_host, port, timeout=60)

@@ -66,6 +66,10 @@ class RankWatch:
         self._watched: Dict[int, Tuple[int, int]] = {}  # pidfd -> (rank, pid)
         self._ranks_seen: Dict[int, int] = {}  # rank -> pid
         self._last_search = float("-inf")
+        try:  # its end also ends a wait, so the launcher notices the job's end at once
+            self._root_ended: Optional[int] = os.pidfd_open(launcher_pid)
+        except OSError:  # already gone
+            self._root_ended = None
         self.first_ended: List[Tuple[int, int]] = []  # (rank, pid) of the first to end
 
     def _search(self) -> None:
@@ -91,14 +95,18 @@ class RankWatch:
             self._watched[descriptor] = (rank, pid)
 
     def wait(self, seconds: float) -> None:
-        """Sleeps up to `seconds`, noting the first watched rank that ends."""
+        """Sleeps up to `seconds` or until the job's root process ends, noting the first
+        watched rank that ends."""
         self._search()
-        if not self._watched:
+        waited_on = [*self._watched, *([self._root_ended] if self._root_ended is not None else [])]
+        if not waited_on:
             time.sleep(seconds)
             return
-        ended, _, _ = select.select(list(self._watched), [], [], seconds)
+        ended, _, _ = select.select(waited_on, [], [], seconds)
         gone = []
         for descriptor in ended:
+            if descriptor == self._root_ended:
+                continue
             gone.append(self._watched.pop(descriptor))
             os.close(descriptor)
         if gone and not self.first_ended:  # several only if they ended within one wake-up
@@ -120,3 +128,6 @@ class RankWatch:
         for descriptor in self._watched:
             os.close(descriptor)
         self._watched.clear()
+        if self._root_ended is not None:
+            os.close(self._root_ended)
+            self._root_ended = None

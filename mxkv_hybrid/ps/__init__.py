@@ -3,8 +3,9 @@ leaders' client (`client`: one dist kvstore per process, its traffic counted, it
 under a watchdog), where bytes land on the servers and a layout that balances them
 (`layout`), the int keys a store's keys get on the servers (`keys`), the optimizers that
 run inside the servers (`optimizers`), where separate group jobs meet at the end
-(`finish_line`), and the server and scheduler process itself (`server`, started by
-`mxkv-launch` as `python -m mxkv_hybrid.ps.server`).
+(`finish_line`), and the server and scheduler processes themselves (`server`, started by
+`mxkv-launch` as `python -m mxkv_hybrid.ps.server`; `scheduler`, run as a script on
+libmxnet alone).
 
 May import `safety/`, `comm/` and the root's `config`, `errors` and `atomic_file`.
 """

@@ -1,6 +1,7 @@
-"""A parameter-server process, as mxkv-launch starts them:
+"""A parameter-server process, as mxkv-launch starts them (its scheduler runs
+`scheduler.py`, which needs no MXNet Python):
 
-    DMLC_ROLE=server|scheduler python -m mxkv_hybrid.ps.server
+    DMLC_ROLE=server python -m mxkv_hybrid.ps.server
 
 MXNet becomes a ps-lite server or scheduler when it is imported with DMLC_ROLE set, serves
 until every worker has left, then exits the process. Running this module imports its
