@@ -82,17 +82,19 @@ PYBIND11_MODULE(_C, m) {
   }, "Binds the MXNet C API functions, given {name: address} of the loaded libmxnet.");
 
   m.def("elastic_step",
-        [](double alpha, const std::vector<std::tuple<uintptr_t, uintptr_t, uintptr_t>>& entries) {
+        [](double alpha, const std::vector<std::tuple<uintptr_t, uintptr_t, uintptr_t>>& entries,
+           bool ready) {
           std::vector<mxkv::ElasticArrays> arrays;
           for (const auto& [x, c, e] : entries)
             arrays.push_back({reinterpret_cast<NDArrayHandle>(x), reinterpret_cast<NDArrayHandle>(c),
                               reinterpret_cast<NDArrayHandle>(e)});
           py::gil_scoped_release release;
-          mxkv::elastic_step(alpha, arrays);
+          mxkv::elastic_step(alpha, arrays, ready);
         },
-        py::arg("alpha"), py::arg("entries"),
+        py::arg("alpha"), py::arg("entries"), py::arg("ready") = false,
         "[(weight, centre, elastic) NDArray handles] (float32/float64): elastic = alpha "
-        "(weight - centre); weight -= elastic, fused, one pass (EASGD's elastic step).");
+        "(weight - centre); weight -= elastic, fused, one pass (EASGD's elastic step). First "
+        "waits for all of MXNet's engine, unless `ready`: no operation is pending on them.");
 
   m.def("bucket_elements",
         [](const std::vector<std::pair<int, int64_t>>& tensors, size_t bucket_bytes) {

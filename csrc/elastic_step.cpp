@@ -19,8 +19,8 @@ void step(T alpha, T* weight, const T* centre, T* elastic, int64_t count) {
 
 }  // namespace
 
-void elastic_step(double alpha, const std::vector<ElasticArrays>& entries) {
-  wait_for_engine();
+void elastic_step(double alpha, const std::vector<ElasticArrays>& entries, bool ready) {
+  if (!ready) wait_for_engine();
   for (size_t i = 0; i < entries.size(); ++i) {
     const ArrayView x = resolve_array(entries[i].weight);
     const ArrayView c = resolve_array(entries[i].centre);

@@ -3,7 +3,8 @@ with the centre variable over ps-lite (MXKV_TRANSPORT=ps, 1 and 2 servers) and o
 remote memory (MXKV_TRANSPORT=rma: MPI windows on the group leaders, one-sided reads and
 accumulates), for 2 and 4 groups of 1 rank, each configuration its own job (the ps ones
 with --one-job, so all groups are in one MPI job and start together):
-  alone     one group exchanges while the others wait (latency of one exchange),
+  alone     the last group exchanges while the others wait (latency of one exchange;
+            with --hosts its link to the servers on h1 is crossed),
   together  every group exchanges at once (the slowest group's time: contention).
 Ranks done with their part sleep in a polled barrier instead of spinning in MPI.
 An exchange is what the Trainer hook runs every MXKV_TAU steps: read c, e = alpha (x - c),
@@ -64,7 +65,8 @@ def worker(reps: int) -> None:
     for _ in range(reps):
         for kind in ("alone", "together"):
             comm.Barrier()
-            exchanges = kind == "together" or comm.rank == 0
+            # alone: the last group, whose host (--hosts) is not the servers' (h1)
+            exchanges = kind == "together" or comm.rank == comm.size - 1
             mine = seconds(exchange) if exchanges else 0.0
             # ranks without an exchange left sleep (2 cores: spinning ones would slow the rest)
             wait_for_leader(comm, is_leader=False)

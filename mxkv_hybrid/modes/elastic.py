@@ -140,25 +140,31 @@ class ElasticAveraging:
                 if self._sync:  # every group's difference is in c before the next read
                     self._remote.barrier()
             elif self._ps is not None:
-                server_keys = [self._server_keys[k] for k in keys]
                 centres = [self._centre[k] for k in keys]
-                self._ps.push_pull(server_keys, [], centres)
-                elastic = self._elastic_step(keys, weights, centres)
+
+                def elastic_of(batch: List[int]) -> List[mx.nd.NDArray]:
+                    return self._elastic_step([keys[i] for i in batch],
+                                              [weights[i] for i in batch],
+                                              [centres[i] for i in batch], ready=True)
+
+                self._ps.pull_then_push([self._server_keys[k] for k in keys], centres,
+                                        elastic_of)
                 if self._finish is not None:
-                    server_keys, elastic = server_keys + [FINISH_KEY], elastic + [
-                        self._finish.progress(self.steps - self._steps_reported)]
+                    self._ps.push_pull([FINISH_KEY], [self._finish.progress(
+                        self.steps - self._steps_reported)], [])
                     self._steps_reported = self.steps
-                self._ps.push_pull(server_keys, elastic, [])
             wait_for_leader(self._group_comm, is_leader=self._leads)
             self.group.broadcast("elastic exchange", keys, weights, weights, root=0)
         self.rounds += 1
 
     def _elastic_step(self, keys: Sequence[Key], weights: Sequence[Arrays],
-                      centres: Sequence[mx.nd.NDArray]) -> List[mx.nd.NDArray]:
+                      centres: Sequence[mx.nd.NDArray], ready: bool = False
+                      ) -> List[mx.nd.NDArray]:
         """e = alpha (x - c) per key; x -= e (the leader's copy); returns e, computed in
-        buffers kept per key (fresh arrays cost a page fault per 4 KiB every exchange)."""
+        buffers kept per key (fresh arrays cost a page fault per 4 KiB every exchange).
+        `ready`: no operation is pending on these arrays (kernels.elastic_step)."""
         elastic = [self._elastic[k] for k in keys]
-        elastic_step(self.alpha, [w[0] for w in weights], centres, elastic)
+        elastic_step(self.alpha, [w[0] for w in weights], centres, elastic, ready)
         return elastic
 
     def centre(self, keys: Sequence[Key], outs: Sequence[mx.nd.NDArray]) -> None:

@@ -2,7 +2,8 @@
 import ctypes
 import os
 import time
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from contextlib import contextmanager
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import mxnet as mx
 import numpy as np
@@ -154,19 +155,44 @@ class ParameterServer:
         `values` then arrays of their own, not views of one buffer, whose engine variable
         would make each push wait for every pull before it)."""
         what = " and ".join(w for w, arrays in (("push", values), ("pull", outs)) if arrays)
-        started = time.monotonic()
-        with self._watchdog.guard(f"{what} of {len(keys)} keys through the parameter server",
-                                  self._timeout), \
-                timeline.span(f"parameter server {what}", "parameter server", keys=len(keys)):
+        with self._exchange(what, len(keys), _bytes(values), _bytes(outs)):
             if values and outs:
                 self._push_then_pull_paced(keys, values, outs)
             elif values:
                 self._store.push(list(keys), list(values))
             elif outs:
                 self._store.pull(list(keys), out=list(outs))
+
+    def pull_then_push(self, keys: Sequence, outs: Sequence[mx.nd.NDArray],
+                       pushes: Callable[[List[int]], List[mx.nd.NDArray]]) -> None:
+        """Pulls the keys into `outs` and pushes, key for key, what `pushes(indices)` makes
+        of a pulled batch (arrays shaped as `outs`), in batches of about PACE_BYTES: each
+        batch's pushes cross the link while the next batch's pulls do (that batch's pull
+        requests go out first, or they would wait behind the pushes)."""
+        size = _bytes(outs)
+        with self._exchange("pull and push", len(keys), size, size):
+            batches = pace_batches([_bytes([o]) for o in outs], PACE_BYTES)
+            for i in batches[0] if batches else []:
+                self._store.pull(keys[i], out=outs[i])
+            mx.nd.waitall()  # the first batch, and whatever else `pushes` may read
+            for b, batch in enumerate(batches):
+                for i in batch:
+                    outs[i].wait_to_read()
+                for i in batches[b + 1] if b + 1 < len(batches) else []:
+                    self._store.pull(keys[i], out=outs[i])
+                for i, value in zip(batch, pushes(batch)):
+                    self._store.push(keys[i], value)
+
+    @contextmanager
+    def _exchange(self, what: str, num_keys: int, pushed: int, pulled: int) -> Iterator[None]:
+        """Bounds an exchange with the servers by the timeout, records it in the timeline
+        and the traffic counters, and waits until its arrays are done."""
+        started = time.monotonic()
+        with self._watchdog.guard(f"{what} of {num_keys} keys through the parameter server",
+                                  self._timeout), \
+                timeline.span(f"parameter server {what}", "parameter server", keys=num_keys):
+            yield
             mx.nd.waitall()
-        pushed = sum(v.size * np.dtype(v.dtype).itemsize for v in values)
-        pulled = sum(o.size * np.dtype(o.dtype).itemsize for o in outs)
         self.bytes_pushed += pushed
         self.bytes_pulled += pulled
         if self._throttle is not None:
@@ -184,8 +210,7 @@ class ParameterServer:
         if len(values) != len(outs):
             raise ValueError(f"push_pull of {len(keys)} keys: {len(values)} values pushed "
                              f"but {len(outs)} pulled; give both for every key, or one of them")
-        sizes = [v.size * np.dtype(v.dtype).itemsize for v in values]
-        for batch in pace_batches(sizes, PACE_BYTES):
+        for batch in pace_batches([_bytes([v]) for v in values], PACE_BYTES):
             for i in batch:
                 self._store.push(keys[i], values[i])
             for i in batch:  # a CPU push ends when the servers acknowledge it
@@ -203,6 +228,10 @@ class ParameterServer:
         groups are separate jobs)."""
         with self._watchdog.guard("closing the parameter-server connection", self._timeout):
             del self._store
+
+
+def _bytes(arrays: Sequence[mx.nd.NDArray]) -> int:
+    return sum(a.size * np.dtype(a.dtype).itemsize for a in arrays)
 
 
 def pace_batches(sizes: Sequence[int], at_least: int) -> List[List[int]]:
