@@ -1,11 +1,16 @@
 """The launcher's link (comm/launcher_link.py) on loopback: its address form, the groups'
-meeting notice, and a caller without the token answered nothing."""
+meeting notice, a caller without the token answered nothing, and the failing rank named
+first from its report on the link."""
+import os
+import subprocess
+import sys
 import time
 
 import pytest
 
 from mxkv_hybrid.comm.launcher_link import JobAddress, LinkServer, ask_launcher, \
     tell_launcher_met
+from mxkv_hybrid.launch.rank_watch import RankWatch
 
 
 def wait_until(condition, seconds: float = 5.0) -> bool:
@@ -42,3 +47,30 @@ def test_a_leader_that_met_the_others_is_heard_once_the_token_matches():
         assert ask_launcher(f"wrong@{job.where}", timeout=1.0) is None
     finally:
         link.close()
+
+
+def test_a_script_that_reported_its_failure_is_named_before_the_rank_killed_for_it():
+    """Two 'ranks' (children with PMI_RANK set); rank 0 is killed and seen to end first, as
+    under load, when mpiexec's kill of rank 0 ended it before the failing rank 1, a big
+    process, finished ending. Rank 1's report on the link came before that end: it is
+    named; a report that came after the end is not."""
+    ranks = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                              env=dict(os.environ, PMI_RANK=str(r))) for r in (0, 1)]
+    watch = RankWatch(os.getpid(), 2)
+    try:
+        deadline = time.monotonic() + 10
+        while len(watch._ranks_seen) < 2 and time.monotonic() < deadline:
+            watch.wait(0.05)
+        reported = time.monotonic()  # rank 1's script says it failed
+        ranks[0].kill()
+        while not watch.first_ended and time.monotonic() < deadline:
+            watch.wait(0.05)
+        assert watch.describe_first_ended("h").startswith(f"rank 0 (pid {ranks[0].pid} on h)")
+        assert watch.describe_first_ended("h", (1, reported)) == (
+            f"rank 1 (pid {ranks[1].pid} on h) was the first rank to end (its script failed)")
+        assert watch.describe_first_ended("h", (1, time.monotonic())).startswith("rank 0 ")
+    finally:
+        for rank in ranks:
+            rank.kill()
+            rank.wait()
+        watch.close()

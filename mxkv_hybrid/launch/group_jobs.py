@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import BinaryIO, Callable, Dict, List, Optional, Tuple
 
+from ..comm.launcher_link import RankExit
 from .lost_hosts import LostRanks
 from .processes import Node, Terminated, end_process_group, stop_on_signals
 from .rank_watch import RankWatch
@@ -168,10 +169,11 @@ class Restarts:
 
 
 def _lost(run: GroupRun, restarts: Restarts, others_running: bool,
-          cut_off: Optional[str] = None) -> None:
-    """Reports a lost group (`cut_off`: how its host was lost) and, while restarts are
-    left, schedules its restart."""
-    first = run.watch.describe_first_ended(socket.gethostname())
+          cut_off: Optional[str] = None, failed: Optional[RankExit] = None) -> None:
+    """Reports a lost group (`cut_off`: how its host was lost; `failed`: its first rank
+    whose script reported a failure) and, while restarts are left, schedules its restart."""
+    first = run.watch.describe_first_ended(socket.gethostname(),
+                                           (failed.rank, failed.when) if failed else None)
     line = (f"{run.plan.describe_where()} was lost: "
             + (f"{cut_off}; its host is cut off or dead, and its MPI job was ended" if cut_off
                else f"its MPI job exited with status {run.code}"
@@ -267,6 +269,8 @@ def supervise_groups(runs: List[GroupRun], helpers: List[Node], timeout: Optiona
                         run.code = failed.status
                     if run.code in (None, 0):
                         continue
+                    first_failed = lost_ranks.first_failed(run.plan.members) \
+                        if lost_ranks is not None else None
                     if lost_ranks is not None:  # a restarted job's ranks start afresh
                         lost_ranks.link.forget(list(run.plan.members))
                     before_meeting = len(runs) > 1 and not met()
@@ -275,7 +279,7 @@ def supervise_groups(runs: List[GroupRun], helpers: List[Node], timeout: Optiona
                         left_out.append(run.plan)
                         continue
                     _lost(run, restarts, any(r.code is None for r in runs) and not together
-                          and not before_meeting, cut_off)
+                          and not before_meeting, cut_off, first_failed)
                     if run.restart_at is None and (together or before_meeting):
                         why = ("in MXKV_MODE=sync the servers wait for every group's "
                                "gradients" if together else "it was lost before the groups "

@@ -30,9 +30,14 @@ class LostRanks:
     def failed_alone(self, ranks: Iterable[int]) -> Optional[RankExit]:
         """The first rank of `ranks` whose script ended with a non-zero status more than
         EXIT_GRACE_SECONDS ago (its job still running: the caller's to know), or None."""
+        return self.first_failed(ranks, EXIT_GRACE_SECONDS)
+
+    def first_failed(self, ranks: Iterable[int], ago: float = 0.0) -> Optional[RankExit]:
+        """The first rank of `ranks` whose script said it ended with a non-zero status,
+        more than `ago` seconds ago, or None."""
         now, ranks = time.monotonic(), set(ranks)
         failed = [ended for rank, ended in self.link.exits().items()
-                  if rank in ranks and ended.status != 0 and now - ended.when > EXIT_GRACE_SECONDS]
+                  if rank in ranks and ended.status != 0 and now - ended.when > ago]
         return min(failed, key=lambda ended: ended.when) if failed else None
 
     def first_lost(self, ranks: Iterable[int], started: float) -> Optional[str]:

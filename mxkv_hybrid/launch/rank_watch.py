@@ -71,6 +71,7 @@ class RankWatch:
         except OSError:  # already gone
             self._root_ended = None
         self.first_ended: List[Tuple[int, int]] = []  # (rank, pid) of the first to end
+        self._first_ended_at = float("inf")  # when they were noticed (time.monotonic())
 
     def _search(self) -> None:
         """Looks for rank processes not yet watched (every SEARCH_SECONDS until all ranks
@@ -111,9 +112,21 @@ class RankWatch:
             os.close(descriptor)
         if gone and not self.first_ended:  # several only if they ended within one wake-up
             self.first_ended = sorted(gone)
+            self._first_ended_at = time.monotonic()
 
-    def describe_first_ended(self, host: str) -> Optional[str]:
-        """'rank 1 (pid 6872)' or 'ranks 0 (pid ..) and 2 (pid ..), together', or None."""
+    def describe_first_ended(self, host: str, failed: Optional[Tuple[int, float]] = None
+                             ) -> Optional[str]:
+        """'rank 1 (pid 6872)' or 'ranks 0 (pid ..) and 2 (pid ..), together', or None.
+        `failed`: (rank in the whole job, when) of the first script that reported a
+        non-zero exit on the launcher's link: before it ends, so before mpiexec stops the
+        others; it is named first if that was before any watched rank was seen to end (a
+        big process takes a while to end, and under load the ranks mpiexec killed for it
+        were seen to end first)."""
+        if failed is not None and failed[1] <= self._first_ended_at:
+            pid = self._ranks_seen.get(failed[0] - self._first_rank)
+            if pid is not None:
+                return (f"rank {failed[0]} (pid {pid} on {host}) was the first rank to end (its "
+                        "script failed)")
         if not self.first_ended:
             return None
         names = [f"{self._first_rank + rank} (pid {pid} on {host})"
