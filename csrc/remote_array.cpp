@@ -66,22 +66,29 @@ RemoteArray::~RemoteArray() {
 void RemoteArray::barrier() const { check(MPI_Barrier(comm_), "MPI_Barrier"); }
 
 void RemoteArray::read(const Ranges& ranges, const Counts& counts) {
-  transfer(Kind::kRead, ranges, counts);
+  transfer(Kind::kRead, ranges, counts, true);
 }
 
+void RemoteArray::start_read(const Ranges& ranges, const Counts& counts) {
+  transfer(Kind::kRead, ranges, counts, false);
+}
+
+void RemoteArray::complete() { check(MPI_Win_flush_all(window_), "MPI_Win_flush_all"); }
+
 void RemoteArray::copy_out(const Ranges& ranges, const Counts& counts) {
-  transfer(Kind::kCopyOut, ranges, counts);
+  transfer(Kind::kCopyOut, ranges, counts, true);
 }
 
 void RemoteArray::accumulate(const Ranges& ranges, const Counts& counts) {
-  transfer(Kind::kAccumulate, ranges, counts);
+  transfer(Kind::kAccumulate, ranges, counts, true);
 }
 
 void RemoteArray::write(const Ranges& ranges, const Counts& counts) {
-  transfer(Kind::kWrite, ranges, counts);
+  transfer(Kind::kWrite, ranges, counts, true);
 }
 
-void RemoteArray::transfer(Kind kind, const Ranges& ranges, const Counts& counts) {
+void RemoteArray::transfer(Kind kind, const Ranges& ranges, const Counts& counts,
+                           bool wait_until_done) {
   if (ranges.size() != counts.size()) throw std::invalid_argument("ranges and counts differ in length");
   for (size_t r = 0; r < ranges.size(); ++r) {
     const int64_t start = ranges[r].first, count = counts[r];
@@ -116,7 +123,7 @@ void RemoteArray::transfer(Kind kind, const Ranges& ranges, const Counts& counts
       }
     }
   }
-  check(MPI_Win_flush_all(window_), "MPI_Win_flush_all");  // complete here and at the holders
+  if (wait_until_done) complete();  // here and at the holders
 }
 
 }  // namespace mxkv

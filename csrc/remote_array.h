@@ -42,6 +42,12 @@ class RemoteArray {
   using Counts = std::vector<int64_t>;
   // memory = array[start:start+count], every range, complete on return.
   void read(const Ranges& ranges, const Counts& counts);
+  // The same reads, started only: they complete with complete() or with the next transfer
+  // of this array (every transfer ends in MPI_Win_flush_all); the memory is not to be
+  // touched before. Another transfer meanwhile overlaps them (a pipelined exchange).
+  void start_read(const Ranges& ranges, const Counts& counts);
+  // Every transfer of this rank on the array is complete, here and at the holders.
+  void complete();
   // The same, not atomic against accumulates (MPI_Get: a plain copy, several times
   // faster), for ranges nobody writes meanwhile.
   void copy_out(const Ranges& ranges, const Counts& counts);
@@ -61,7 +67,8 @@ class RemoteArray {
 
  private:
   enum class Kind { kRead, kCopyOut, kAccumulate, kWrite };
-  void transfer(Kind kind, const Ranges& ranges, const Counts& counts);
+  // Starts the operations; waits until they are done if `wait_until_done`.
+  void transfer(Kind kind, const Ranges& ranges, const Counts& counts, bool wait_until_done);
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0;

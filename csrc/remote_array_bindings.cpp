@@ -64,6 +64,8 @@ void bind_remote_array(py::module& m) {
            "Collective over the communicator (mpi4py: comm.py2f()): `total` zeros of MXNet dtype "
            "code `dtype` (float32/float64) in balanced chunks, chunk i in a window on rank holders[i].")
       .def("barrier", &mxkv::RemoteArray::barrier, py::call_guard<py::gil_scoped_release>())
+      .def("complete", &mxkv::RemoteArray::complete, py::call_guard<py::gil_scoped_release>(),
+           "Every transfer this rank started on the array is done, here and at the holders.")
       .def_property_readonly("total", &mxkv::RemoteArray::total)
       .def_property_readonly("bytes_read", &mxkv::RemoteArray::bytes_read)
       .def_property_readonly("bytes_accumulated", &mxkv::RemoteArray::bytes_accumulated)
@@ -75,6 +77,9 @@ void bind_remote_array(py::module& m) {
   bind_transfer(cls, "read", &mxkv::RemoteArray::read,
                 "[(start, NDArray handle)]: each array = remote[start:start+its size] (atomic "
                 "per element).");
+  bind_transfer(cls, "start_read", &mxkv::RemoteArray::start_read,
+                "As read, started only: done at complete() or the array's next transfer; the "
+                "arrays are not to be touched before.");
   bind_transfer(cls, "copy_out", &mxkv::RemoteArray::copy_out,
                 "[(start, NDArray handle)]: as read, not atomic against accumulates (MPI_Get), "
                 "for ranges nobody writes meanwhile.");

@@ -30,7 +30,7 @@ def test_fused_chunks_load_every_server_alike_where_keys_per_array_do_not(server
 def test_push_pull_paces_the_keys_in_consecutive_batches_of_at_least_the_pace():
     """push_pull pulls a batch once its pushes are acknowledged, before the next batch is
     pushed: every key once, in order, each batch but the last at least PACE_BYTES."""
-    from mxkv_hybrid.ps.client import pace_batches
+    from mxkv_hybrid.comm.pacing import pace_batches
 
     assert pace_batches([10, 3, 3, 3, 1, 9], 6) == [[0], [1, 2], [3, 4, 5]]
     assert pace_batches([1, 1, 1], 6) == [[0, 1, 2]]

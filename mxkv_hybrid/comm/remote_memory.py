@@ -64,6 +64,18 @@ class RemoteArray:
         (then computation on other arrays goes on beside the transfer)."""
         return self._moving(lambda: self._impl.read(self._handles(pieces), ready))
 
+    def start_read(self, pieces: Pieces, ready: bool = False) -> int:
+        """As read, started only: done at complete() or at this array's next transfer
+        (another transfer overlaps it meanwhile); the local arrays are not to be touched
+        before."""
+        return self._moving(lambda: self._impl.start_read(self._handles(pieces), ready))
+
+    def complete(self) -> None:
+        """Every transfer this rank started on the array is done, here and at the holders."""
+        if self._impl is None:
+            raise MXKVError("this remote array was closed")
+        self._impl.complete()
+
     def copy_out(self, pieces: Pieces, ready: bool = False) -> int:
         """As read, but not atomic against accumulates (a plain MPI_Get, several times
         faster): for ranges no rank writes meanwhile."""

@@ -129,24 +129,21 @@ class ElasticAveraging:
 
     def exchange(self, keys: Sequence[Key], weights: Sequence[Arrays]) -> None:
         """One elastic exchange of this group's weights (every device's copy) with c."""
+        centres = [self._centre[k] for k in keys] if self._leads else []
+
+        def elastic_of(batch: List[int]) -> List[mx.nd.NDArray]:  # a batch just read
+            return self._elastic_step([keys[i] for i in batch], [weights[i] for i in batch],
+                                      [centres[i] for i in batch], ready=True)
+
         with timeline.span("elastic exchange", "averaging", round=self.rounds + 1):
-            if self._remote is not None and self._leads:
-                centres = [self._centre[k] for k in keys]
+            if self._remote is not None and self._leads and self._sync:
                 self._remote.read(keys, centres)
-                if self._sync:  # every group reads c before any group moves it
-                    self._remote.barrier()
-                elastic = self._elastic_step(keys, weights, centres)
-                self._remote.add(keys, elastic)
-                if self._sync:  # every group's difference is in c before the next read
-                    self._remote.barrier()
+                self._remote.barrier()  # every group reads c before any group moves it
+                self._remote.add(keys, self._elastic_step(keys, weights, centres))
+                self._remote.barrier()  # every group's difference is in c before the next read
+            elif self._remote is not None and self._leads:
+                self._remote.read_then_add(keys, centres, elastic_of)
             elif self._ps is not None:
-                centres = [self._centre[k] for k in keys]
-
-                def elastic_of(batch: List[int]) -> List[mx.nd.NDArray]:
-                    return self._elastic_step([keys[i] for i in batch],
-                                              [weights[i] for i in batch],
-                                              [centres[i] for i in batch], ready=True)
-
                 self._ps.pull_then_push([self._server_keys[k] for k in keys], centres,
                                         elastic_of)
                 if self._finish is not None:

@@ -10,6 +10,7 @@ import numpy as np
 
 from ..comm.collectives import HOST_DEVICES, Key
 from ..comm.link_throttle import LinkThrottle
+from ..comm.pacing import PACE_BYTES, pace_batches
 from ..comm.remote_memory import RemoteArray
 from ..comm.topology import Groups, World
 from ..errors import MXKVError
@@ -54,6 +55,32 @@ class RemoteCentre:
     def read(self, keys: Sequence[Key], outs: Sequence[mx.nd.NDArray]) -> None:
         """outs = the centre of each key (each element as it is now)."""
         self._charged(lambda: sum(a.read(p) for a, p in self._pieces(keys, outs)))
+
+    def read_then_add(self, keys: Sequence[Key], outs: Sequence[mx.nd.NDArray],
+                      differences: Callable[[List[int]], List[mx.nd.NDArray]]) -> None:
+        """outs = the centre of each key, then the centre += what `differences(indices)`
+        makes of each read batch (about PACE_BYTES, arrays shaped as `outs`): the next
+        batch's reads are in flight while this batch's differences go out. For
+        asynchronous EASGD (another group may move a key between its read and its add,
+        pipelined or not); the differences are computed on arrays nothing else touches."""
+        batches = pace_batches([o.size * np.dtype(o.dtype).itemsize for o in outs], PACE_BYTES)
+
+        def of(batch: List[int], arrays: Sequence[mx.nd.NDArray]):
+            return self._pieces([keys[i] for i in batch], [arrays[i] for i in batch])
+
+        def transfers() -> int:
+            moved = sum(a.read(p) for a, p in of(batches[0], outs)) if batches else 0
+            for b, batch in enumerate(batches):
+                reading = of(batches[b + 1], outs) if b + 1 < len(batches) else []
+                moved += sum(a.start_read(p, ready=True) for a, p in reading)
+                added = differences(batch)
+                moved += sum(a.accumulate(p, ready=True)
+                             for a, p in self._pieces([keys[i] for i in batch], added))
+                for array, _ in reading:
+                    array.complete()
+            return moved
+
+        self._charged(transfers)
 
     def add(self, keys: Sequence[Key], values: Sequence[mx.nd.NDArray]) -> None:
         """The centre of each key += values (element-wise atomic)."""

@@ -11,6 +11,7 @@ from mxnet.base import _LIB, check_call
 
 from ..comm import timeline
 from ..comm.launcher_link import tell_launcher_met
+from ..comm.pacing import PACE_BYTES, pace_batches
 from ..comm.link_throttle import LinkThrottle, link_throttle
 from ..comm.topology import end_job
 from ..config import read_knob
@@ -21,8 +22,6 @@ from .layout import Chunk, balanced_chunks, bigarray_bound
 from .optimizers import AGREE_KEY, CHUNK_KEYS
 from .scheduler_reach import wait_for_scheduler
 
-# push_pull: the bytes pushed before their pulls go out (measured alike from 2 to 16 MiB)
-PACE_BYTES = 8 * 2**20
 REQUIRED = ("DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT", "DMLC_NUM_SERVER", "DMLC_NUM_WORKER")
 
 
@@ -232,19 +231,6 @@ class ParameterServer:
 
 def _bytes(arrays: Sequence[mx.nd.NDArray]) -> int:
     return sum(a.size * np.dtype(a.dtype).itemsize for a in arrays)
-
-
-def pace_batches(sizes: Sequence[int], at_least: int) -> List[List[int]]:
-    """Consecutive indices of `sizes` in batches that reach `at_least` (the last may not)."""
-    batches: List[List[int]] = [[]]
-    total = 0
-    for i, size in enumerate(sizes):
-        if total >= at_least:
-            batches.append([])
-            total = 0
-        batches[-1].append(i)
-        total += size
-    return [b for b in batches if b]
 
 
 _shared: Dict[str, object] = {"server": None, "users": 0, "closed": False}

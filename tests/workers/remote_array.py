@@ -85,6 +85,24 @@ check("accumulates during reads all land", np.all(seen.asnumpy() == rounds * (si
 remote.barrier()
 remote.close()
 
+# a pipelined exchange: reads started, then accumulates elsewhere, then complete()
+remote = RemoteArray(comm, 3000, "float32", list(range(size)))
+if rank == 0:
+    remote.write([(0, mx.nd.arange(3000))])
+remote.barrier()
+started, later = mx.nd.zeros((1500,)), mx.nd.zeros((1500,))
+remote.start_read([(0, started)])
+remote.accumulate([(1500, mx.nd.ones((1500,)))])
+remote.complete()
+check("started reads are complete after complete()",
+      np.array_equal(started.asnumpy(), np.arange(1500, dtype=np.float32)))
+remote.barrier()
+remote.read([(1500, later)])
+check("accumulates beside started reads all land",
+      np.array_equal(later.asnumpy(), np.arange(1500, 3000, dtype=np.float32) + size))
+remote.barrier()
+remote.close()
+
 try:
     RemoteArray(comm, 8, "float16", [0])
     check("float16 refused", False)

@@ -1,0 +1,23 @@
+"""Exchanges across a link in batches, so that both of its directions carry data at once:
+one batch's pulls (or reads) cross while the next batch's pushes (or adds) do. ps-lite
+sends a request down the one connection to a server that carries the pushes, behind all
+of them, so without batches nothing comes back until everything went out."""
+from typing import List, Sequence
+
+# bytes a batch holds at the least. Measured on 2 emulated hosts at 1000 Mbit/s: a sync
+# training step alike from 2 to 16 MiB; easgd's exchange over ps-lite 1150, 1116, 1061
+# and 1095 ms at 2, 4, 8 and 16 MiB.
+PACE_BYTES = 8 * 2**20
+
+
+def pace_batches(sizes: Sequence[int], at_least: int) -> List[List[int]]:
+    """Consecutive indices of `sizes` in batches that reach `at_least` (the last may not)."""
+    batches: List[List[int]] = [[]]
+    total = 0
+    for i, size in enumerate(sizes):
+        if total >= at_least:
+            batches.append([])
+            total = 0
+        batches[-1].append(i)
+        total += size
+    return [b for b in batches if b]
