@@ -9,6 +9,7 @@ import time
 import pytest
 
 from conftest import JOB_TAG, WORKERS, launch, processes_of
+from mxkv_hybrid.launch import shm_leftovers
 
 
 @pytest.mark.parametrize("case, rank0_says, rank1_says", [
@@ -70,7 +71,12 @@ def test_a_second_model_in_one_process_is_refused_in_server_modes(job_dir, mode)
 
 
 def test_a_failing_rank_ends_the_job():
+    """Rank 1 raises: the job ends, rank 1 is named, and MPICH's shared memory goes with
+    the job (mpiexec kills the other ranks, which left a segment in /dev/shm: one per
+    failed job before the launcher removed them; a job that ends normally leaves none)."""
+    segments_before = shm_leftovers.segments()
     job = launch(3, "fail.py", "raise", timeout=90)
+    assert not shm_leftovers.segments() - segments_before
     assert job.returncode != 0
     assert "RuntimeError: rank 1 fails on purpose" in "\n".join(job.lines_of(1))
     assert "the job failed" in job.output, job.output

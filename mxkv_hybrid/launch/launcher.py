@@ -34,6 +34,7 @@ from .ps_address import LOOPBACK, PsHostRefused, choose_ps_host, remote_hosts
 from .processes import (GRACE_SECONDS, Node, Terminated, end_process_group, free_port, start,
                         stop_on_signals, wait_until_listening)
 from .rank_watch import RankWatch
+from . import shm_leftovers
 from .reach_check import ReachCheck, probe_command
 from .serve_join import join_group, serve
 
@@ -480,6 +481,15 @@ def start_group_jobs(args: argparse.Namespace, mpiexec: str, flavour: str,
 
 def main(argv: Optional[List[str]] = None) -> None:
     args = parse_arguments(argv)
+    segments_before = shm_leftovers.segments()
+    try:
+        launch(args)
+    finally:  # a failed job's ranks, killed, leave MPICH's shared memory behind
+        shm_leftovers.remove_left(segments_before)
+
+
+def launch(args: argparse.Namespace) -> None:
+    """Runs what the arguments ask for; exits with the job's status."""
     mpiexec = find_mpiexec()
     flavour = _flavour(mpiexec)
     mode = os.environ.get("MXKV_MODE", "allreduce").strip().lower()
