@@ -57,7 +57,11 @@ def test_a_lost_easgd_group_ends_alone_and_the_others_finish(job_dir):
     assert all(int(f["steps"]) == epochs * steps_per_epoch for f in found.values())
     assert_same_on_every_rank(found, "initial/")  # every group started from the centre
     assert_same_on_every_rank(found, "final/")  # consensus: the centre
-    assert float(found[0]["accuracy"]) >= 0.95, job.output
+    # the centre's accuracy on the 360 held-out digits: 0.964-0.978 in 4 quiet runs (mean
+    # 0.970); a 360-image estimate of p = 0.97 has a std of sqrt(p (1 - p) / 360) = 0.009,
+    # and 4 of them below the mean is 0.934 (0.95, 2.2 std below, failed at 0.947 in a suite
+    # run under load): a centre the groups did not train scores about 0.1
+    assert float(found[0]["accuracy"]) >= 0.93, job.output
 
 
 def test_a_group_that_fails_before_the_groups_meet_stops_the_others_at_once():
