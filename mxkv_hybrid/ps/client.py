@@ -204,8 +204,8 @@ class ParameterServer:
         while the next batch's pushes do. ps-lite sends a pull request down the connection
         that carries the pushes, behind every push issued before it: with every push
         issued first, no pull started before the last push had crossed (on 2 emulated
-        hosts at 1000 Mbit/s, ResNet-18: 684 ms a step, the link one way at a time;
-        paced: 512-558 ms)."""
+        hosts at 1000 Mbit/s, ResNet-18: the exchange took 684 ms, the link carrying one
+        way at a time; paced: 512-558 ms)."""
         if len(values) != len(outs):
             raise ValueError(f"push_pull of {len(keys)} keys: {len(values)} values pushed "
                              f"but {len(outs)} pulled; give both for every key, or one of them")
