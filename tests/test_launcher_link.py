@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from mxkv_hybrid.comm.launcher_link import JobAddress, LinkServer, ask_launcher, \
+from mxkv_hybrid.comm.launcher_link import JobAddress, LinkServer, RankExit, ask_launcher, \
     tell_launcher_met
 from mxkv_hybrid.launch.rank_watch import RankWatch
 
@@ -66,9 +66,9 @@ def test_a_script_that_reported_its_failure_is_named_before_the_rank_killed_for_
         while not watch.first_ended and time.monotonic() < deadline:
             watch.wait(0.05)
         assert watch.describe_first_ended("h").startswith(f"rank 0 (pid {ranks[0].pid} on h)")
-        assert watch.describe_first_ended("h", (1, reported)) == (
+        assert watch.describe_first_ended("h", RankExit(1, 1, reported)) == (
             f"rank 1 (pid {ranks[1].pid} on h) was the first rank to end (its script failed)")
-        assert watch.describe_first_ended("h", (1, time.monotonic())).startswith("rank 0 ")
+        assert watch.describe_first_ended("h", RankExit(1, 1, time.monotonic())).startswith("rank 0 ")
     finally:
         for rank in ranks:
             rank.kill()

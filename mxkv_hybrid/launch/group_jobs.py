@@ -172,8 +172,7 @@ def _lost(run: GroupRun, restarts: Restarts, others_running: bool,
           cut_off: Optional[str] = None, failed: Optional[RankExit] = None) -> None:
     """Reports a lost group (`cut_off`: how its host was lost; `failed`: its first rank
     whose script reported a failure) and, while restarts are left, schedules its restart."""
-    first = run.watch.describe_first_ended(socket.gethostname(),
-                                           (failed.rank, failed.when) if failed else None)
+    first = run.watch.describe_first_ended(socket.gethostname(), failed)
     line = (f"{run.plan.describe_where()} was lost: "
             + (f"{cut_off}; its host is cut off or dead, and its MPI job was ended" if cut_off
                else f"its MPI job exited with status {run.code}"

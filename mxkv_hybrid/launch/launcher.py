@@ -156,8 +156,7 @@ def supervise(job: Node, helpers: List[Node], timeout: Optional[float], num_rank
     merge_timeline()
     if code not in (0, 124, 130):
         failed = lost_ranks.first_failed(range(num_ranks)) if lost_ranks is not None else None
-        first = ranks.describe_first_ended(socket.gethostname(),
-                                           (failed.rank, failed.when) if failed else None)
+        first = ranks.describe_first_ended(socket.gethostname(), failed)
         print(f"mxkv-launch: the job failed with exit status {code}"
               + (f"; {first} (the PID in mpiexec's report, if it printed one, can be a rank it "
                  "stopped itself)" if first else

@@ -10,7 +10,7 @@ import numpy as np
 
 from ..comm.collectives import HOST_DEVICES, Key
 from ..comm.link_throttle import LinkThrottle
-from ..comm.pacing import PACE_BYTES, pace_batches
+from ..comm.pacing import paced
 from ..comm.remote_memory import RemoteArray
 from ..comm.topology import Groups, World
 from ..errors import MXKVError
@@ -63,7 +63,7 @@ class RemoteCentre:
         batch's reads are in flight while this batch's differences go out. For
         asynchronous EASGD (another group may move a key between its read and its add,
         pipelined or not); the differences are computed on arrays nothing else touches."""
-        batches = pace_batches([o.size * np.dtype(o.dtype).itemsize for o in outs], PACE_BYTES)
+        batches = paced(outs)
 
         def of(batch: List[int], arrays: Sequence[mx.nd.NDArray]):
             return self._pieces([keys[i] for i in batch], [arrays[i] for i in batch])

@@ -11,7 +11,7 @@ from mxnet.base import _LIB, check_call
 
 from ..comm import timeline
 from ..comm.launcher_link import tell_launcher_met
-from ..comm.pacing import PACE_BYTES, pace_batches
+from ..comm.pacing import paced
 from ..comm.link_throttle import LinkThrottle, link_throttle
 from ..comm.topology import end_job
 from ..config import read_knob
@@ -170,7 +170,7 @@ class ParameterServer:
         requests go out first, or they would wait behind the pushes)."""
         size = _bytes(outs)
         with self._exchange("pull and push", len(keys), size, size):
-            batches = pace_batches([_bytes([o]) for o in outs], PACE_BYTES)
+            batches = paced(outs)
             for i in batches[0] if batches else []:
                 self._store.pull(keys[i], out=outs[i])
             mx.nd.waitall()  # the first batch, and whatever else `pushes` may read
@@ -209,7 +209,7 @@ class ParameterServer:
         if len(values) != len(outs):
             raise ValueError(f"push_pull of {len(keys)} keys: {len(values)} values pushed "
                              f"but {len(outs)} pulled; give both for every key, or one of them")
-        for batch in pace_batches([_bytes([v]) for v in values], PACE_BYTES):
+        for batch in paced(values):
             for i in batch:
                 self._store.push(keys[i], values[i])
             for i in batch:  # a CPU push ends when the servers acknowledge it
