@@ -3,6 +3,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <chrono>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "dtype.h"
+#include "holder_progress.h"
 #include "mxnet_api.h"
 #include "remote_array.h"
 
@@ -54,6 +56,20 @@ void bind_transfer(py::class_<mxkv::RemoteArray>& cls, const char* name, Transfe
 }  // namespace
 
 void bind_remote_array(py::module& m) {
+  py::class_<mxkv::HolderProgress>(m, "HolderProgress")
+      .def(py::init([](int64_t fortran_comm, double period_us) {
+             py::gil_scoped_release release;
+             return new mxkv::HolderProgress(MPI_Comm_f2c(static_cast<MPI_Fint>(fortran_comm)),
+                                             std::chrono::microseconds(static_cast<int64_t>(period_us)));
+           }),
+           py::arg("fortran_comm"), py::arg("period_us"),
+           "Collective over the communicator: a thread that enters MPI every `period_us` "
+           "microseconds, so one-sided operations on this rank's windows move on while it "
+           "computes (needs MPI_THREAD_MULTIPLE).")
+      .def("stop", &mxkv::HolderProgress::stop, py::call_guard<py::gil_scoped_release>(),
+           "Ends the thread (collective over the communicator); once.")
+      .def_property_readonly("polls", &mxkv::HolderProgress::polls,
+                             "How many times the thread entered MPI so far.");
   py::class_<mxkv::RemoteArray> cls(m, "RemoteArray");
   cls
       .def(py::init([](int64_t fortran_comm, int64_t total, int dtype, const std::vector<int>& holders) {

@@ -187,6 +187,12 @@ KNOBS: Dict[str, Knob] = {
                            "no servers), read with MPI_Get_accumulate and moved with "
                            "MPI_Accumulate, one-sided: the leaders that hold it take no part. rma "
                            "needs every group in one MPI job (mxkv-launch without --servers)."),
+    "MXKV_RMA_PROGRESS_US": Knob(_whole_number(0, None, "a whole number of microseconds >= 0"),
+                                 "500",
+                                 "easgd over rma, leaders on more than one host: a thread of each "
+                                 "leader enters MPI this often, so the other leaders' reads and adds "
+                                 "of the centre it holds move on while it computes (over TCP, MPICH "
+                                 "serves them only inside MPI); 0: no thread."),
     "MXKV_WARMUP_STEPS": Knob(_whole_number(0, None, "a whole number >= 0"), "0",
                               "easgd, lasgd: steps of synchronous SGD (easgd: inside each group; "
                               "lasgd: over all ranks) before the first elastic exchange / model "
@@ -356,6 +362,7 @@ class Config:
     warmup_steps: int
     easgd_sync: bool
     transport: str
+    rma_progress_us: int
     lasgd_overlap: bool
     hierarchy: str
     throttle_mbps: float
@@ -409,6 +416,7 @@ class Config:
                    tau=values["MXKV_TAU"], easgd_beta=values["MXKV_EASGD_BETA"],
                    easgd_alpha=values["MXKV_EASGD_ALPHA"], warmup_steps=values["MXKV_WARMUP_STEPS"],
                    easgd_sync=values["MXKV_EASGD_SYNC"], transport=values["MXKV_TRANSPORT"],
+                   rma_progress_us=values["MXKV_RMA_PROGRESS_US"],
                    lasgd_overlap=values["MXKV_LASGD_OVERLAP"],
                    hierarchy=values["MXKV_HIERARCHY"],
                    throttle_mbps=values["MXKV_THROTTLE_MBPS"],

@@ -98,3 +98,20 @@ def test_async_group_jobs_across_hosts_end_on_the_servers_model(make_cluster, jo
     assert_same_on_every_rank(found, "initial/")
     assert_same_on_every_rank(found, "final/")
     assert float(found[0]["accuracy"]) > 0.93, job.output
+
+
+@pytest.mark.parametrize("period_us, woke", [("500", "signalled"), ("0", "at its limit")])
+def test_remote_memory_across_hosts_moves_while_its_holder_computes(make_cluster, job_dir,
+                                                                    period_us, woke):
+    """A read of a chunk whose holder (on the other host) sleeps outside MPI completes while
+    it sleeps with the progress thread (MXKV_RMA_PROGRESS_US); control, with none (0): it
+    waits until the holder enters MPI again (over TCP MPICH serves one-sided operations
+    only there; in easgd over rma a leader held up the others' exchanges for its tau steps)."""
+    cluster = make_cluster(2, rate_mbit=1000)
+    job = launch_on(cluster, "h1", ONE_RANK_EACH, ["holder_progress.py", str(job_dir)],
+                    env={"MXKV_RMA_PROGRESS_US": period_us})
+    assert job.returncode == 0, job.output
+    assert "CHECK read values ok" in job.output and "FAILED" not in job.output, job.output
+    started = "none" if period_us == "0" else "started"
+    assert job.output.count(f"CHECK progress thread {started}") == 2, job.output
+    assert f"HOLDER woke {woke}" in job.output, job.output

@@ -7,9 +7,11 @@ What is atomic: each element of a read and of an accumulate, against every other
 accumulate (MPI_Get_accumulate with MPI_NO_OP, MPI_Accumulate with MPI_SUM). A read that
 overlaps another rank's accumulate sees, element by element, the value before or after
 it. Over TCP between hosts MPICH moves one-sided operations forward only while the holder
-is inside MPI, unless its progress thread runs (MPIR_CVAR_ASYNC_PROGRESS=1); on one host
-(shared memory) and on RDMA fabrics the holder does nothing."""
-from typing import Callable, List, Sequence, Tuple
+is inside MPI: `holder_progress` starts a thread that enters MPI every few hundred
+microseconds (MPICH's own progress thread, MPIR_CVAR_ASYNC_PROGRESS=1, spins a core); on
+one host (shared memory) and on RDMA fabrics the holder does nothing."""
+import warnings
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import mxnet as mx
 
@@ -18,6 +20,25 @@ from ..errors import MXKVError
 
 Pieces = Sequence[Tuple[int, mx.nd.NDArray]]  # (first element in the remote array, local array)
 _moved = [0]  # bytes every RemoteArray of this process moved to or from other ranks
+
+
+def holder_progress(comm, period_us: int) -> Optional[object]:
+    """Collective over `comm`: where its ranks are on more than one host, a thread on this
+    rank that enters MPI every `period_us` microseconds (0: none), so other ranks' reads
+    and adds of the windows it holds move on while it computes; stop() it before the
+    windows are freed (collective). None where not needed, or where MPI was initialised
+    without MPI_THREAD_MULTIPLE (with a warning)."""
+    from mpi4py import MPI
+
+    hosts = set(comm.allgather(MPI.Get_processor_name()))
+    if period_us <= 0 or len(hosts) < 2:
+        return None
+    if MPI.Query_thread() < MPI.THREAD_MULTIPLE:
+        warnings.warn("remote memory across hosts: MPI was initialised without "
+                      "MPI_THREAD_MULTIPLE, so no progress thread; reads and adds of this "
+                      "rank's windows wait until it enters MPI")
+        return None
+    return _extension().HolderProgress(comm.py2f(), float(period_us))
 
 
 def traffic() -> int:

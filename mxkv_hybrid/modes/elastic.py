@@ -66,7 +66,8 @@ class ElasticAveraging:
         self._attempt = config.attempt
         self._rank = world.rank  # in the whole job
         self._leads = groups.is_leader  # the group's leader exchanges with the centre
-        self._remote = (RemoteCentre(world, groups, link_throttle(config))
+        self._remote = (RemoteCentre(world, groups, link_throttle(config),
+                                     config.rma_progress_us)
                         if config.transport == "rma" else None)
         self._ps = None
         if self._remote is None:

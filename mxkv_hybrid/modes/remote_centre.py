@@ -11,7 +11,7 @@ import numpy as np
 from ..comm.collectives import HOST_DEVICES, Key
 from ..comm.link_throttle import LinkThrottle
 from ..comm.pacing import paced
-from ..comm.remote_memory import RemoteArray
+from ..comm.remote_memory import RemoteArray, holder_progress
 from ..comm.topology import Groups, World
 from ..errors import MXKVError
 
@@ -20,13 +20,16 @@ class RemoteCentre:
     """Created on every rank (it splits the world into the leaders' communicator); used on
     the group leaders, collectively where noted."""
 
-    def __init__(self, world: World, groups: Groups, throttle: Optional[LinkThrottle] = None):
+    def __init__(self, world: World, groups: Groups, throttle: Optional[LinkThrottle] = None,
+                 progress_us: int = 0):
         """throttle: the emulated link between groups (every chunk another leader holds is
-        across it), charged for the bytes each read, add or write moves."""
+        across it), charged for the bytes each read, add or write moves; progress_us: a
+        leader's progress thread's period where the leaders span hosts (0: none)."""
         from mpi4py import MPI
 
         self._throttle = throttle
         self._leaders = world.comm.Split(0 if groups.is_leader else MPI.UNDEFINED, key=world.rank)
+        self._progress = holder_progress(self._leaders, progress_us) if groups.is_leader else None
         self._arrays: List[RemoteArray] = []
         self._places: Dict[Key, Tuple[RemoteArray, int]] = {}  # key -> (array, first element)
 
@@ -103,7 +106,10 @@ class RemoteCentre:
             self._throttle.wait_since(started, moved)
 
     def close(self) -> None:
-        """Leaders, collectively: frees the windows."""
+        """Leaders, collectively: frees the windows (after the progress thread ended)."""
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
         for array in self._arrays:
             array.close()
         self._arrays, self._places = [], {}
