@@ -136,39 +136,54 @@ def test_lasgd_hides_its_average_behind_the_next_steps_but_not_its_cpu_work_with
 
 
 def test_a_slow_parameter_server_connection_bounds_the_leaders_transfers():
-    """A leader pushes and pulls n over the slowest of its link, the server's and its
-    ps-lite connection; async's servers update once per push (G u / S a step)."""
+    """A leader pushes and pulls n over the slowest of its link and the server's (one
+    batch here: pushed, then pulled, 2 n at one latency) and 2 n over its ps-lite
+    connection; async's servers update once per push (G u / S a step)."""
     workload = Workload([N], 0.05, 0.01)
     slow = Cluster(2, 2, INSIDE, BETWEEN, shared_nic=False, servers=2,
                    connection=Link(0.0, 1e7))
     fast = Cluster(2, 2, INSIDE, BETWEEN, shared_nic=False, servers=2)
     delay = _steps(workload, slow)["sync"] - _steps(workload, fast)["sync"]
-    assert delay == pytest.approx(2 * (N / 1e7 - (1e-3 + N / 1e8)))
+    assert delay == pytest.approx(2 * N / 1e7 - (1e-3 + 2 * N / 1e8))
     steps = _steps(workload, fast)
     assert steps["async"] - steps["sync"] == pytest.approx(0.01 * 2 / 2 - 0.01 / 2)
 
 
+def test_pushes_and_pulls_in_batches_cross_a_link_both_ways_at_once():
+    """Ten arrays of 4 MiB travel in batches of 8 MiB (PACE_BYTES), a batch's pulls crossing
+    while the next is pushed: a leader's link carries n and one batch, l + (n + 8 MiB) / B,
+    not a push then a pull, 2 (l + n / B); easgd over rma reads and adds its (G - 1) / G of
+    both alike, once every tau steps."""
+    mib = 2 ** 20
+    workload = Workload([4 * mib] * 10, 0.05, 0.0)
+    steps = _steps(workload, Cluster(2, 1, INSIDE, BETWEEN, servers=2))
+    assert steps["sync"] - 0.05 == pytest.approx(1e-3 + 48 * mib / 1e8)
+    assert steps["easgd tau=4 (rma)"] - 0.05 == pytest.approx((1e-3 + 24 * mib / 1e8) / 4)
+
+
 def test_servers_beside_the_ranks_of_a_host_share_its_link_with_only_the_others_crossing():
-    """3 hosts of 1 rank, 1 server: on a host of its own its link carries every leader's
-    push and pull (2 G n = 6 n); beside the ranks of h1 only the other two leaders' (2 (G-1)
-    n = 4 n), unless ps-lite's own throughput is the slower."""
+    """3 hosts of 1 rank, 1 server, a model of one batch (pushed, then pulled): on a host
+    of its own the server's link carries every leader's push and pull (2 G n = 6 n);
+    beside the ranks of h1 only the other two leaders' (2 (G-1) n = 4 n), unless ps-lite's
+    own throughput is the slower."""
     workload = Workload([N], 0.05, 0.0)
     apart = Cluster(3, 1, INSIDE, BETWEEN, servers=1)
     beside = replace(apart, servers_beside=True)
     slow_server = replace(beside, server_link=Link(0.0, 1e7))
-    assert _steps(workload, apart)["sync"] - 0.05 == pytest.approx(2 * (1e-3 + 3 * N / 1e8))
-    assert _steps(workload, beside)["sync"] - 0.05 == pytest.approx(2 * (1e-3 + 2 * N / 1e8))
+    assert _steps(workload, apart)["sync"] - 0.05 == pytest.approx(1e-3 + 6 * N / 1e8)
+    assert _steps(workload, beside)["sync"] - 0.05 == pytest.approx(1e-3 + 4 * N / 1e8)
     assert _steps(workload, slow_server)["sync"] - 0.05 == pytest.approx(2 * 3 * N / 1e7)
 
 
 def test_groups_apart_beside_the_servers_run_ahead_and_the_step_is_the_harmonic_mean():
     """async and easgd over ps, the servers beside h1's ranks: h1's group reaches them
     without its link (here: at no cost), h2's pays it; the job's step a rank is the harmonic
-    mean of the two groups' (2 / (1/c + 1/(c + 2 (l + n / B)))). Sync waits for h2."""
+    mean of the two groups' (2 / (1/c + 1/(c + l + 2 n / B)): one batch, pushed then
+    pulled). Sync waits for h2."""
     c = 0.05
     beside = Cluster(2, 1, INSIDE, BETWEEN, servers=1, servers_beside=True)
     steps = _steps(Workload([N], c, 0.0), beside)
-    across = c + 2 * (1e-3 + N / 1e8)
+    across = c + 1e-3 + 2 * N / 1e8
     assert steps["async"] == pytest.approx(2 / (1 / c + 1 / across))
     assert steps["easgd tau=4 (ps)"] == pytest.approx(2 / (1 / c + 1 / (c + (across - c) / 4)))
     assert steps["sync"] == pytest.approx(across)

@@ -10,14 +10,16 @@ and o (every mode) the store's own cost a step (calls, hooks; CPU work, so it st
 with oversubscription like compute), if known:
   allreduce      c + sum over buckets of the allreduce (flat, or hierarchical) + u
   sync           c + the allreduce inside the host + the leader's push and pull of n to the
-                 servers (2 n over the slowest of its link, a server's and its ps-lite
-                 connection; each server's link: 2 G n / S) + u / S on the servers
-                 + a broadcast of n inside the host
+                 servers, in batches whose pulls cross while the next batch is pushed
+                 (n + one batch f over the slowest of its link and a server's, 2 n over
+                 its ps-lite connection; each server's link: G (n + f) / S each way)
+                 + u / S on the servers + a broadcast of n inside the host
   async          as sync, but the servers update once per push: G u / S (groups do not wait
                  for each other, but share the servers' links and time)
   easgd tau      c + the allreduce inside the host + u + one elastic exchange every tau steps:
-                 ps: the leader pulls n and pushes n (servers' links 2 G n / S); rma: it reads
-                 and adds the (G-1)/G of n the other leaders hold; then a broadcast inside
+                 ps: the leader pulls n and pushes n, pipelined as sync's; rma: it reads
+                 and adds the (G-1)/G of n (and of f) the other leaders hold, pipelined
+                 alike; then a broadcast inside
   lasgd tau      c + u + o + an allreduce A of the weights over all ranks every tau steps,
                  which runs beside the next tau steps, in the rank's share of the cores:
                  only what exceeds tau (c + u + o) as on a core of its own shows. On a
@@ -46,6 +48,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 from ..comm import algorithm_table
 from ..comm.dtype_codes import DTYPE_CODES
+from ..comm.pacing import PACE_BYTES, pace_batches
 from .cluster import Cluster
 from .collective_costs import ALGORITHMS, NOTHING, Cost, Span, hierarchical
 
@@ -70,6 +73,13 @@ class Workload:
     @property
     def model_bytes(self) -> int:
         return int(sum(self.array_bytes))
+
+    def fill_bytes(self, nbytes: float) -> float:
+        """Of an exchange of `nbytes` in paced batches (comm/pacing.py), what crosses one
+        direction of a link while the other is idle: the largest batch (all of it when
+        the model is one batch: its reads, then its writes)."""
+        batches = pace_batches(self.array_bytes, PACE_BYTES)
+        return min(nbytes, max(sum(self.array_bytes[i] for i in b) for b in batches))
 
     def buckets(self) -> List[int]:
         """Sizes in bytes of the fused buckets the collectives make of the float32 arrays
@@ -136,25 +146,29 @@ class Planner:
         return Cost(self.cluster.inside.seconds(nbytes), nbytes, 0.0)
 
     def _servers(self, nbytes: float, beside: bool = False) -> Cost:
-        """The leaders push and pull `nbytes` at once: each leader's transfer is bound by its
-        link, a server's and its connection's (2 n over the slowest), each server's link
-        carries 2 G n / S; the slower of the two. Servers beside the ranks of one host share
-        its link, which carries the other G - 1 leaders' pushes, then their pulls; `beside`:
-        the leader of that host, which reaches them without crossing it."""
+        """The leaders push and pull `nbytes` in paced batches (comm/pacing.py), a batch's
+        pulls crossing while the next batch is pushed: on a link, n and one batch (the
+        pipeline's fill and drain) over the slowest of the leader's link and a server's;
+        2 n over its ps-lite connection (copies through TCP: CPU work both ways); each
+        server's link carries the G leaders' n and batch each way, over S. Servers beside
+        the ranks of one host share its link, which carries the other G - 1 leaders'
+        pushes in and their pulls out; `beside`: the leader of that host, which reaches
+        them without crossing it."""
         cluster = self.cluster
+        piped = nbytes + self.workload.fill_bytes(nbytes)  # a leader's, on a link
         if cluster.servers_beside:
             own = [cluster.server_link] if cluster.server_link else []
-            server = 0.0 if beside else 2 * cluster.between.seconds(nbytes * (cluster.hosts - 1))
+            server = 0.0 if beside else cluster.between.seconds(piped * (cluster.hosts - 1))
         else:
             own = [cluster.link_of_servers]
             server = 0.0
-        links = ([] if beside else [cluster.between]) + own + [
-            link for link in (cluster.connection,) if link]
-        if not links:
+        links = ([] if beside else [cluster.between]) + own
+        if not links and not cluster.connection:
             return NOTHING
-        leader = 2 * max(link.seconds(nbytes) for link in links)
+        leader = max([link.seconds(piped) for link in links]
+                     + ([2 * cluster.connection.seconds(nbytes)] if cluster.connection else []))
         for link in own:
-            server = max(server, 2 * link.seconds(nbytes * cluster.hosts / cluster.server_count))
+            server = max(server, link.seconds(piped * cluster.hosts / cluster.server_count))
         return Cost(max(leader, server), 0.0, 2 * nbytes)
 
     def _stretch(self, spinning: bool = True) -> float:
@@ -228,9 +242,10 @@ class Planner:
                     "async", "async", async_update, path, False, per_server, wait=group,
                     spinning=False, cpu_bound=self._cpu_bound(0.0, update * cluster.hosts, 2 * n))
             rows.append(self._apart(asynchronous))
-            remote = n * (cluster.hosts - 1) / cluster.hosts  # what the other leaders hold
-            rma = Cost(2 * cluster.between.seconds(remote), 0.0, 2 * remote) + \
-                self._broadcast_inside(n)
+            share = (cluster.hosts - 1) / cluster.hosts  # of the centre, the other leaders'
+            remote = n * share
+            rma = Cost(cluster.between.seconds(remote + share * self.workload.fill_bytes(n)),
+                       0.0, 2 * remote) + self._broadcast_inside(n)
             for tau in taus:
                 def elastic(beside: bool, tau: int = tau) -> Prediction:
                     exchange = self._servers(n, beside) + self._broadcast_inside(n)
