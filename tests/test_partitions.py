@@ -170,3 +170,47 @@ def test_a_joined_group_cut_off_is_named_by_both_launchers(make_cluster):
     accuracy = re.search(r"^\[0\] final test accuracy ([\d.]+)", jobs["h1"].output, re.MULTILINE)
     assert accuracy and float(accuracy.group(1)) >= 0.95, jobs["h1"].output
     assert_nothing_left(cluster)
+
+
+def test_a_joined_group_cut_before_the_groups_meet_is_left_out_and_the_others_train(
+        make_cluster):
+    """--serve on h1, a group --join-ed from each host; h3 is cut once its ranks run, before
+    ps-lite lets any group through its start (which waits for all): the serving launcher
+    names h3's group from its silence within MXKV_LOST_SECONDS, leaves it out and starts
+    fresh servers for two groups; the groups on h1 and h2 start again in their new places
+    and train to the accuracy two groups reach; h3's launcher stops its group. Control (the
+    launchers before this, this test): h1's and h2's groups ended with status 1 once
+    MXKV_PS_TIMEOUT (15 s) passed in ps-lite's start, every group lost.
+    cluster = make_cluster(3, rate_mbit=1000)
+    serving = HostLauncher(cluster, "h1", ["--servers", "1", "--groups", "3", "--serve",
+                                           "--ps-host", cluster.address("h1")], env=EASGD)
+    address = serving.wait_for(r"--join (\S+@[\d.]+:\d+) -n RANKS").group(1)
+    groups = {}
+    for host in ("h1", "h2", "h3"):
+        groups[host] = HostLauncher(cluster, host, ["--join", address, "-n", "2"],
+                                    ["examples/train_digits.py", "--epochs", "40"], env=EASGD)
+        serving.wait_for(rf"group {len(groups) - 1} joined")
+    deadline = time.monotonic() + 60
+    while not running(cluster, "h3", "train_digits.py") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    cluster.cut("h3")
+    jobs = {host: group.finish() for host, group in groups.items()}
+    served = serving.finish()
+    everything = served.output + "".join(job.output for job in jobs.values())
+    assert "Segmentation fault" not in everything and "terminate called" not in everything
+    h1, h2, h3 = (re.escape(cluster.address(host)) for host in ("h1", "h2", "h3"))
+    assert re.search(rf"group 2 \(2 rank\(s\), joined from {h3}\) was last heard from \d+ s ago "
+                     r"\(MXKV_LOST_SECONDS=10\)", served.output), served.output
+    assert re.search(rf"group 2 \(2 rank\(s\), joined from {h3}\) went away without reporting "
+                     "before the groups met at the parameter server", served.output), served.output
+    assert re.search(rf"2 group\(s\) start again: group 0 \(2 rank\(s\), joined from {h1}\), "
+                     rf"group 1 \(2 rank\(s\), joined from {h2}\)", served.output), served.output
+    assert served.returncode == 1, served.output  # a group was left out
+    for host, group in (("h1", 0), ("h2", 1)):
+        assert jobs[host].returncode == 0, jobs[host].output
+        assert f"joined as group {group} (ranks {2 * group}-{2 * group + 1}) of 2 group(s)" \
+            in jobs[host].output, jobs[host].output
+    assert jobs["h3"].returncode == 1, jobs["h3"].output
+    accuracy = re.search(r"^\[0\] final test accuracy ([\d.]+)", jobs["h1"].output, re.MULTILINE)
+    assert accuracy and float(accuracy.group(1)) >= 0.95, jobs["h1"].output
+    assert_nothing_left(cluster)

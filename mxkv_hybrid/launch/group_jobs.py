@@ -18,10 +18,10 @@ from typing import BinaryIO, Callable, Dict, List, Optional, Tuple
 
 from ..comm.launcher_link import RankExit
 from .lost_hosts import LostRanks
-from .processes import Node, Terminated, end_process_group, stop_on_signals
+from .processes import Node, end_process_group
 from .rank_watch import RankWatch
+from .supervisor import OUTPUT_LOCK, say, supervise
 
-POLL_SECONDS = 0.2
 LOST_STATUS = 1  # a group job ended because its host was lost (the same on every host)
 
 
@@ -130,9 +130,6 @@ class GroupRun:
             relay.join()
 
 
-_OUTPUT_LOCK = threading.Lock()
-
-
 def start_group(plan: GroupPlan, command: List[str], env: Dict[str, str], flavour: str,
                 attempt: int = 0) -> GroupRun:
     """Starts one group's MPI job (in its own session) and the relays of its output."""
@@ -142,7 +139,7 @@ def start_group(plan: GroupPlan, command: List[str], env: Dict[str, str], flavou
                                start_new_session=True)
     rewrite = renumbering(flavour, plan.first_rank)
     muted = threading.Event()
-    relays = [threading.Thread(target=_relay, args=(source, target, rewrite, _OUTPUT_LOCK, muted),
+    relays = [threading.Thread(target=_relay, args=(source, target, rewrite, OUTPUT_LOCK, muted),
                                daemon=True)
               for source, target in ((process.stdout, sys.stdout.buffer),
                                      (process.stderr, sys.stderr.buffer))]
@@ -150,12 +147,6 @@ def start_group(plan: GroupPlan, command: List[str], env: Dict[str, str], flavou
         relay.start()
     return GroupRun(plan, command, env, flavour, attempt, process, relays,
                     RankWatch(process.pid, plan.size, plan.first_rank), muted)
-
-
-def say(line: str) -> None:
-    """One launcher line on stderr, never inside a relayed line."""
-    with _OUTPUT_LOCK:
-        print(f"mxkv-launch: {line}", file=sys.stderr, flush=True)
 
 
 @dataclass(frozen=True)
@@ -227,100 +218,114 @@ def _left_out(run: GroupRun, cut_off: str) -> None:
         "with fresh servers, as a job of one group less (no restart for it)")
 
 
+class GroupJobs:
+    """The group jobs (a Work): each failed group ends alone and is started again while
+    `restarts` allows; `together` (mode sync, where the servers wait for every group's
+    gradients) ends the others when a group is lost. A group whose host is lost before the
+    groups `met` at the parameter server (and not `together`) ends every job, to start
+    the others again without it (`left_out`); one that failed then ends them all. A
+    `stop_order` (the reason a serving launcher gave) ends every group."""
+
+    running, stopping = "groups", "stopping every group"
+
+    def __init__(self, runs: List[GroupRun], restarts: Restarts, together: bool,
+                 stop_order: Callable[[], Optional[str]], lost_ranks: Optional[LostRanks],
+                 met: Callable[[], bool]):
+        self.runs, self.restarts, self.together = runs, restarts, together
+        self.stop_order, self.lost_ranks, self.met = stop_order, lost_ranks, met
+        self.left_out: List[GroupPlan] = []
+
+    def poll(self) -> Optional[int]:
+        for index, run in enumerate(self.runs):
+            if run.restart_at is not None and time.monotonic() >= run.restart_at:
+                self.runs[index] = _restart(run)
+            elif run.code is None:
+                code = self._check(run)
+                if code is not None:
+                    self.left_out = []  # the others cannot go on either way
+                    return code
+        if self.left_out:
+            return 1
+        if all(run.over for run in self.runs):
+            return 1 if any(run.code not in (None, 0) for run in self.runs) else 0
+        ordered = self.stop_order()
+        if ordered:
+            say(f"{ordered}: stopping {'this group' if len(self.runs) == 1 else 'every group'}")
+            return 1
+        return None
+
+    def _check(self, run: GroupRun) -> Optional[int]:
+        """Looks at one running group: lost (reported, restarted or left out), or not.
+        Returns 1 when the other groups cannot go on, else None."""
+        lost_ranks = self.lost_ranks
+        run.code = run.process.poll()
+        cut_off = _cut_off(run, lost_ranks)
+        failed = lost_ranks.failed_alone(run.plan.members) \
+            if lost_ranks is not None and run.code is None else None
+        if cut_off:
+            end_process_group(run.process)
+            run.code = LOST_STATUS
+        elif failed:
+            say(f"{run.plan.describe()}: rank {failed.rank}'s script exited with status "
+                f"{failed.status}, and its group's other ranks went on: ending its MPI job")
+            end_process_group(run.process)
+            run.code = failed.status
+        if run.code in (None, 0):
+            return None
+        first_failed = lost_ranks.first_failed(run.plan.members) if lost_ranks is not None else None
+        if lost_ranks is not None:  # a restarted job's ranks start afresh
+            lost_ranks.link.forget(list(run.plan.members))
+        before_meeting = len(self.runs) > 1 and not self.met()
+        if cut_off and before_meeting and not self.together:
+            _left_out(run, cut_off)
+            self.left_out.append(run.plan)
+            return None
+        _lost(run, self.restarts, any(r.code is None for r in self.runs) and not self.together
+              and not before_meeting, cut_off, first_failed)
+        if run.restart_at is None and (self.together or before_meeting):
+            why = ("in MXKV_MODE=sync the servers wait for every group's gradients"
+                   if self.together else "it was lost before the groups met at the parameter "
+                   "server, whose start waits for all")
+            say(f"{why}, so the other groups cannot go on: stopping them")
+            return 1
+        return None
+
+    def wait(self, seconds: float) -> None:
+        running = [run for run in self.runs if run.code is None]
+        for run in running:
+            run.watch.wait(seconds / len(running))
+        if not running:
+            time.sleep(seconds)
+
+
 def supervise_groups(runs: List[GroupRun], helpers: List[Node], timeout: Optional[float],
                      restarts: Restarts, together: bool = False,
                      stop_order: Callable[[], Optional[str]] = lambda: None,
                      lost_ranks: Optional[LostRanks] = None,
                      met: Callable[[], bool] = lambda: True) -> GroupsEnded:
-    """Waits for every group job; a failed group ends alone, and is started again while
-    `restarts` allows; `together` (mode sync, where the servers wait for every group's
-    gradients) ends the others when a group is lost. A group whose host is lost before the
-    groups `met` at the parameter server (and not `together`) ends every job, to start the
-    others again without it (GroupsEnded.left_out); one that failed then ends them all.
-    Ends everything on timeout, a dead parameter-server process, a signal or a
-    `stop_order` (the reason a serving launcher gave, mode sync: a joined group of
-    elsewhere was lost). The exit status: 0 when every group finished (restarted or not),
-    1 when a group was lost for good or stopped by order, 124 timeout, 130 stopped."""
-    stop_on_signals()
+    """Watches the group jobs (GroupJobs, supervisor.supervise) until every one is over, or
+    a timeout, a dead parameter-server process, a signal or a stop order ends them all;
+    ends what is left. The exit status: 0 when every group finished (restarted or not), 1
+    when a group was lost for good or stopped by order, 124 timeout, 130 stopped; or the
+    groups lost before the groups met (GroupsEnded.left_out: to start the others again
+    without them)."""
     deadline = None if timeout is None else time.monotonic() + timeout
-    code = None
-    left_out: List[GroupPlan] = []
-    try:
-        while code is None and not left_out and not all(run.over for run in runs):
-            running = [run for run in runs if run.code is None]
-            for index, run in enumerate(runs):
-                if run.restart_at is not None and time.monotonic() >= run.restart_at:
-                    runs[index] = _restart(run)
-                elif run.code is None:
-                    run.watch.wait(POLL_SECONDS / len(running))
-                    run.code = run.process.poll()
-                    cut_off = _cut_off(run, lost_ranks)
-                    failed = lost_ranks.failed_alone(run.plan.members) \
-                        if lost_ranks is not None and run.code is None else None
-                    if cut_off:
-                        end_process_group(run.process)
-                        run.code = LOST_STATUS
-                    elif failed:
-                        say(f"{run.plan.describe()}: rank {failed.rank}'s script exited with "
-                            f"status {failed.status}, and its group's other ranks went on: "
-                            "ending its MPI job")
-                        end_process_group(run.process)
-                        run.code = failed.status
-                    if run.code in (None, 0):
-                        continue
-                    first_failed = lost_ranks.first_failed(run.plan.members) \
-                        if lost_ranks is not None else None
-                    if lost_ranks is not None:  # a restarted job's ranks start afresh
-                        lost_ranks.link.forget(list(run.plan.members))
-                    before_meeting = len(runs) > 1 and not met()
-                    if cut_off and before_meeting and not together:
-                        _left_out(run, cut_off)
-                        left_out.append(run.plan)
-                        continue
-                    _lost(run, restarts, any(r.code is None for r in runs) and not together
-                          and not before_meeting, cut_off, first_failed)
-                    if run.restart_at is None and (together or before_meeting):
-                        why = ("in MXKV_MODE=sync the servers wait for every group's "
-                               "gradients" if together else "it was lost before the groups "
-                               "met at the parameter server, whose start waits for all")
-                        say(f"{why}, so the other groups cannot go on: stopping them")
-                        code = 1
-                        break
-            if code is not None or left_out:
-                break
-            if not running:
-                time.sleep(POLL_SECONDS)
-            dead = [h for h in helpers if h.process.poll() not in (None, 0)]
-            ordered = stop_order()
-            if ordered:
-                say(f"{ordered}: stopping {'this group' if len(runs) == 1 else 'every group'}")
-                code = 1
-            elif dead:
-                say(f"the {dead[0].name} (pid {dead[0].process.pid}) exited with status "
-                    f"{dead[0].process.returncode} while the groups were running; stopping "
-                    "every group")
-                code = 1
-            elif deadline is not None and time.monotonic() > deadline:
-                say(f"timed out after {timeout:g} s; stopping every group")
-                code = 124
-    except (KeyboardInterrupt, Terminated) as stop:
-        say(f"{stop.__class__.__name__} {stop}; stopping every group")
-        code = 130
+    work = GroupJobs(runs, restarts, together, stop_order, lost_ranks, met)
+    code = supervise(work, helpers, deadline, timeout)
+    left_out = bool(work.left_out) and code == 1
     for run in runs:
-        if left_out and code is None:
+        if left_out:
             run.muted.set()  # mpiexec's banner about the ranks ended here says nothing new
         end_process_group(run.process)
     for helper in helpers:  # servers of separate group jobs are never told to stop
         end_process_group(helper.process)
     for run in runs:
         run.release()
-    if left_out and code is None:
-        return GroupsEnded(1, left_out)
+    if left_out:
+        return GroupsEnded(1, work.left_out)
     lost = [run.plan.describe() for run in runs if run.code not in (None, 0)]
     restarted = [f"{run.plan.describe()} ({run.attempt} restart(s))" for run in runs
                  if run.attempt and run.code == 0]
-    if code is None:
-        code = 1 if lost else 0
     if restarted:
         say(f"restarted and finished: {', '.join(restarted)}")
     if lost:

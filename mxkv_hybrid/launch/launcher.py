@@ -26,17 +26,18 @@ from ..comm.launcher_link import LinkServer, RankExit
 from ..comm.network import describe_address
 from ..config import read_knob, separate_groups_refusal
 from ..ps import scheduler as scheduler_script
-from .group_jobs import (GroupPlan, GroupRun, Restarts, plan_groups, plan_groups_by_host, say,
+from .group_jobs import (GroupPlan, GroupRun, Restarts, plan_groups, plan_groups_by_host,
                          start_group, supervise_groups, without)
 from .host_sources import MalformedHosts, hosts_from_environment, read_mpi_hostfile
 from .lost_hosts import LostRanks
 from .ps_address import LOOPBACK, PsHostRefused, choose_ps_host, remote_hosts
-from .processes import (GRACE_SECONDS, Node, Terminated, end_process_group, free_port, start,
-                        stop_on_signals, wait_until_listening)
+from .processes import GRACE_SECONDS, Node, end_process_group, free_port, start, \
+    wait_until_listening
 from .rank_watch import RankWatch
-from . import shm_leftovers
+from . import shm_leftovers, supervisor
 from .reach_check import ReachCheck, probe_command
 from .serve_join import join_group, serve
+from .supervisor import say
 
 CHECK_TIMEOUT = 60.0  # seconds; --check's default --timeout
 # --restarts: ps-lite's heartbeats, so that the scheduler notices a dead leader and gives its
@@ -105,63 +106,58 @@ def merge_timeline() -> None:
         print(f"mxkv-launch: {recorded}", file=sys.stderr, flush=True)
 
 
+class OneJob:
+    """One MPI job of `num_ranks` ranks (a Work): over when mpiexec exits; ended for a lost
+    host (`lost_ranks`: one MPI world cannot go on without it) or a rank whose script
+    failed while the others went on."""
+
+    running, stopping = "ranks", "stopping all ranks"
+
+    def __init__(self, job: Node, num_ranks: int, lost_ranks: Optional[LostRanks]):
+        self.job, self.ranks, self.lost_ranks = job, range(num_ranks), lost_ranks
+        self.watch = RankWatch(job.process.pid, num_ranks)
+        self.started = time.monotonic()
+
+    def poll(self) -> Optional[int]:
+        code = self.job.process.poll()
+        if code is not None or self.lost_ranks is None:
+            return code
+        lost = self.lost_ranks.one_world_lost(self.ranks, self.started)
+        if lost:
+            say(f"{lost}, and a job that is one MPI world cannot go on without it; "
+                f"{self.stopping}")
+            return 1
+        failed = self.lost_ranks.failed_alone(self.ranks)
+        if failed:
+            say(f"{describe_failed(failed)}; {self.stopping}")
+            return failed.status
+        return None
+
+    def wait(self, seconds: float) -> None:
+        self.watch.wait(seconds)
+
+
 def supervise(job: Node, helpers: List[Node], timeout: Optional[float], num_ranks: int,
               deadline: Optional[float] = None, lost_ranks: Optional[LostRanks] = None) -> int:
-    """Waits for the job; ends everything on failure, timeout, a dead helper, a lost
-    host (`lost_ranks`: one MPI world cannot go on without it) or a signal (`deadline`, a
-    time.monotonic(), ends the --timeout seconds begun before this job). Returns the exit
-    status (124 timeout, 130 stopped)."""
-    ranks = RankWatch(job.process.pid, num_ranks)
-    started = time.monotonic()
-    stop_on_signals()
+    """Watches the job (supervisor.supervise); ends everything once it is over (`deadline`,
+    a time.monotonic(), ends the --timeout seconds begun before this job) and names the
+    first rank to end when it failed. Returns the exit status (124 timeout, 130 stopped)."""
     if deadline is None and timeout is not None:
         deadline = time.monotonic() + timeout
-    code = None
-    try:
-        while code is None:
-            # a dead helper is named even when the ranks it served fail first
-            dead = [h for h in helpers if h.process.poll() not in (None, 0)]
-            code = job.process.poll()
-            lost = lost_ranks.one_world_lost(range(num_ranks), started) \
-                if lost_ranks is not None and code is None else None
-            failed = lost_ranks.failed_alone(range(num_ranks)) \
-                if lost_ranks is not None and code is None else None
-            if dead:
-                print(f"mxkv-launch: the {dead[0].name} (pid {dead[0].process.pid}) exited with "
-                      f"status {dead[0].process.returncode} while the ranks were running; "
-                      "stopping all ranks", file=sys.stderr, flush=True)
-                code = code or 1
-            elif lost:
-                print(f"mxkv-launch: {lost}, and a job that is one MPI world cannot go on "
-                      "without it; stopping all ranks", file=sys.stderr, flush=True)
-                code = 1
-            elif failed:
-                print(f"mxkv-launch: {describe_failed(failed)}; stopping all ranks",
-                      file=sys.stderr, flush=True)
-                code = failed.status
-            elif code is None and deadline is not None and time.monotonic() > deadline:
-                print(f"mxkv-launch: timed out after {timeout:g} s; stopping all ranks",
-                      file=sys.stderr, flush=True)
-                code = 124
-            elif code is None:
-                ranks.wait(0.2)
-    except (KeyboardInterrupt, Terminated) as stop:
-        print(f"mxkv-launch: {stop.__class__.__name__} {stop}; stopping all ranks",
-              file=sys.stderr, flush=True)
-        code = 130
+    work = OneJob(job, num_ranks, lost_ranks)
+    code = supervisor.supervise(work, helpers, deadline, timeout)
     end_process_group(job.process)
     for helper in helpers:  # servers leave by themselves once the workers are gone
         end_process_group(helper.process, grace=GRACE_SECONDS if code == 0 else 0)
-    ranks.close()
+    work.watch.close()
     merge_timeline()
     if code not in (0, 124, 130):
-        failed = lost_ranks.first_failed(range(num_ranks)) if lost_ranks is not None else None
-        first = ranks.describe_first_ended(socket.gethostname(), failed)
-        print(f"mxkv-launch: the job failed with exit status {code}"
-              + (f"; {first} (the PID in mpiexec's report, if it printed one, can be a rank it "
-                 "stopped itself)" if first else
-                 "; the first rank-prefixed error above names the failing rank"),
-              file=sys.stderr, flush=True)
+        failed = lost_ranks.first_failed(work.ranks) if lost_ranks is not None else None
+        first = work.watch.describe_first_ended(socket.gethostname(), failed)
+        say(f"the job failed with exit status {code}"
+            + (f"; {first} (the PID in mpiexec's report, if it printed one, can be a rank it "
+               "stopped itself)" if first else
+               "; the first rank-prefixed error above names the failing rank"))
     return code
 
 
@@ -495,11 +491,9 @@ def launch(args: argparse.Namespace) -> None:
     if args.serve:
         for name, value in HEARTBEAT.items():  # a joined group may be restarted
             os.environ.setdefault(name, value)
-        try:
-            servers = start_parameter_servers(args, args.groups, mpiexec, flavour)
-        except RuntimeError as err:
-            sys.exit(f"mxkv-launch: could not start the parameter server: {err}")
-        sys.exit(serve(args.groups, mode, args.ps_host, servers, args.timeout))
+        sys.exit(serve(args.groups, mode, args.ps_host,
+                       lambda groups: start_servers_or_exit(args, mpiexec, flavour, groups),
+                       args.timeout))
     if args.check and not args.dry_run and not check_reachability(args, mpiexec, flavour):
         sys.exit(1)
     if args.group_size:
@@ -520,8 +514,11 @@ def launch(args: argparse.Namespace) -> None:
         for name, value in HEARTBEAT.items():
             os.environ.setdefault(name, value)
     if args.join:
-        sys.exit(join_group(args.join, args.num_ranks, mode, command, flavour, args.timeout,
-                            args.restarts, read_knob("MXKV_PS_TIMEOUT")))
+        lost_ranks = open_link(args)
+        code = join_group(args.join, args.num_ranks, mode, command, flavour, args.timeout,
+                          args.restarts, read_knob("MXKV_PS_TIMEOUT"), lost_ranks)
+        lost_ranks.link.close()
+        sys.exit(code)
     if args.group_jobs:
         if args.group_jobs_by_default:
             print(f"mxkv-launch: MXKV_MODE={mode}: each of the {len(plan_group_jobs(args))} groups "

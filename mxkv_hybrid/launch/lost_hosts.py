@@ -21,6 +21,11 @@ class LostRanks:
         self.bound = bound
         self._remote = remote_ranks
 
+    @property
+    def remote_ranks(self) -> Dict[int, str]:
+        """{rank: host} of the ranks expected to call from other hosts."""
+        return dict(self._remote)
+
     def expect_only(self, hosts: Dict[int, Optional[str]]) -> None:
         """The job's ranks are numbered again ({rank: host}, after groups were left out):
         those on other hosts are expected to call."""

@@ -8,7 +8,12 @@ servers; a group more than declared, a wrong token or another mode is refused wi
 message. When a group's job is over its launcher reports the exit status; the serving
 launcher ends the servers once every group has reported or gone away. In mode sync, where
 the servers wait for every group's gradients, a group that failed or went away makes the
-serving launcher order the other groups to stop, naming it. One JSON object per line.
+serving launcher order the other groups to stop, naming it. A joined launcher says when
+its group met the others at the parameter server (its leader passed ps-lite's start,
+which waits for every group): before that, a group that went away holds every group
+back, so (async, easgd) the serving launcher leaves it out and tells the others their
+places in a job of one group less, with fresh servers (`again`); a group that failed
+then stops them all. One JSON object per line.
 
 Both ends beat on the connection every BEAT_SECONDS: a group whose launcher the serving
 launcher has not heard from for `lost_seconds` (MXKV_LOST_SECONDS: its host cut off or
@@ -28,7 +33,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 from ..comm.launcher_link import JobAddress
 
@@ -83,6 +88,8 @@ class Rendezvous:
     lost_seconds: float  # a group not heard from this long is lost (MXKV_LOST_SECONDS)
     token: str = field(default_factory=lambda: secrets.token_hex(8))
     members: List[Member] = field(default_factory=list)
+    met: bool = False  # a group said it met the others at the parameter server
+    left_out: List[Member] = field(default_factory=list)  # lost before they met
     last_beat: float = field(default=0.0, init=False)
 
     def __post_init__(self):
@@ -126,48 +133,74 @@ class Rendezvous:
                 self.members.append(Member(len(self.members), greeted[2], greeted[0], greeted[1]))
                 print(f"mxkv-launch: group {len(self.members) - 1} joined with {greeted[2]} "
                       f"rank(s) ({len(self.members)} of {self.groups})", flush=True)
+        self._assign(None)
+
+    def _assign(self, heading: Optional[str]) -> None:
+        """Tells every member its group, its ranks' numbers and the servers' settings (under
+        `heading`, "again": a place in a job started again)."""
         total = sum(m.ranks for m in self.members)
         first = 0
         for member in self.members:
-            _send(member.connection, {"group": member.group, "groups": self.groups,
-                                      "first_rank": first, "ranks": total,
-                                      "environment": self.settings})
+            assignment = {"group": member.group, "groups": self.groups, "first_rank": first,
+                          "ranks": total, "environment": self.settings}
+            try:
+                _send(member.connection, {heading: assignment} if heading else assignment)
+            except OSError:
+                pass  # gone: its silence names it
             first += member.ranks
 
-    def wait(self, deadline: Optional[float]) -> bool:
-        """Collects the groups' exit statuses (refusing late joiners meanwhile) until every
-        group reported or went away; False when `deadline` passed first."""
-        while not all(m.status is not None or m.gone for m in self.members):
-            if deadline is not None and time.monotonic() > deadline:
-                return False
-            waiting = {m.connection: m for m in self.members if m.status is None and not m.gone}
-            self._beat(waiting.values())
-            ready, _, _ = select.select([self._listener, *waiting], [], [], BEAT_SECONDS / 2)
-            for source in ready:
-                if source is self._listener:
-                    self._greet()  # a group more than declared: refused
-                    continue
-                member = waiting[source]
-                try:
-                    report = _receive(member.stream)
-                except (OSError, ValueError):
-                    report = None
-                member.last_heard = time.monotonic()
-                if report is None:
-                    member.gone = True
-                elif "status" in report:
-                    member.status = int(report["status"])
-                if member.gone or member.status:
-                    self._lost(member)
-            for member in waiting.values():
-                silent = time.monotonic() - member.last_heard
-                if not member.gone and member.status is None and silent > self.lost_seconds:
-                    print(f"mxkv-launch: {member.describe()} was last heard from {silent:.0f} s "
-                          f"ago (MXKV_LOST_SECONDS={self.lost_seconds:g}): its host is cut off "
-                          "or dead", file=sys.stderr, flush=True)
-                    member.gone = True
-                    self._lost(member)
-        return True
+    def regroup(self, settings: Dict[str, str]) -> None:
+        """After groups were left out (lost before the groups met): the others, numbered
+        again, are told their places in a job of one group less on servers reached with
+        `settings`."""
+        for member in self.left_out:
+            member.connection.close()
+        self.members = [m for m in self.members if m not in self.left_out]
+        self.left_out = []
+        for number, member in enumerate(self.members):
+            member.group = number
+        self.groups, self.settings, self.met = len(self.members), settings, False
+        self._assign("again")
+
+    @property
+    def over(self) -> bool:
+        """Every group reported or went away."""
+        return all(m.status is not None or m.gone for m in self.members)
+
+    def listen(self, seconds: float) -> None:
+        """Collects, for up to `seconds`, the groups' reports (exit statuses, that they
+        met; late joiners are refused) and silences: a group lost is named, and stops the
+        others or is left out (`left_out`: to regroup), as _lost says."""
+        waiting = {m.connection: m for m in self.members if m.status is None and not m.gone}
+        self._beat(waiting.values())
+        ready, _, _ = select.select([self._listener, *waiting], [], [],
+                                    min(seconds, BEAT_SECONDS / 2))
+        for source in ready:
+            if source is self._listener:
+                self._greet()  # a group more than declared: refused
+                continue
+            member = waiting[source]
+            try:
+                report = _receive(member.stream)
+            except (OSError, ValueError):
+                report = None
+            member.last_heard = time.monotonic()
+            if report is None:
+                member.gone = True
+            elif "status" in report:
+                member.status = int(report["status"])
+            elif report.get("met"):
+                self.met = True
+            if member.gone or member.status:
+                self._lost(member)
+        for member in waiting.values():
+            silent = time.monotonic() - member.last_heard
+            if not member.gone and member.status is None and silent > self.lost_seconds:
+                print(f"mxkv-launch: {member.describe()} was last heard from {silent:.0f} s "
+                      f"ago (MXKV_LOST_SECONDS={self.lost_seconds:g}): its host is cut off "
+                      "or dead", file=sys.stderr, flush=True)
+                member.gone = True
+                self._lost(member)
 
     def _beat(self, members) -> None:
         """Says something to every running group, at most every BEAT_SECONDS."""
@@ -182,16 +215,31 @@ class Rendezvous:
                 pass  # a full buffer: the group is silent, and its silence counts
 
     def _lost(self, member: Member) -> None:
-        """Mode sync: the servers wait for every group's gradients, so a lost group stops
-        the others; each running group's launcher is told which group was lost."""
+        """A group that went away or failed. Before the groups met, every other group waits
+        for it in ps-lite's start: one that went away (its host cut off or dead) is left
+        out (async, easgd: the job goes on without it), one that failed stops the others.
+        Mode sync: the servers wait for every group's gradients, so a lost group stops the
+        others. Each running group's launcher is told which group was lost."""
         running = [other for other in self.members
                    if other is not member and other.status is None and not other.gone]
-        if self.mode != "sync" or not running:
+        if not running:
             return
         how = ("went away without reporting" if member.gone else
                f"ended with status {member.status}")
-        reason = (f"{member.describe()} {how}, and in MXKV_MODE=sync "
-                  "the servers wait for every group's gradients, so the other groups cannot go on")
+        if not self.met and member.gone and self.mode != "sync":
+            print(f"mxkv-launch: {member.describe()} {how} before the groups met at the "
+                  "parameter server, whose start waits for all: leaving it out; the other "
+                  "groups start again, with fresh servers, as a job of one group less",
+                  file=sys.stderr, flush=True)
+            self.left_out.append(member)
+            return
+        if self.mode == "sync":
+            why = "in MXKV_MODE=sync the servers wait for every group's gradients"
+        elif not self.met:
+            why = "before the groups met at the parameter server, whose start waits for all"
+        else:
+            return
+        reason = f"{member.describe()} {how}, and {why}, so the other groups cannot go on"
         print(f"mxkv-launch: {reason}: stopping them", file=sys.stderr, flush=True)
         for other in running:
             try:
@@ -210,10 +258,15 @@ class Joined:
     the exit status on), its assignment, and the serving launcher's order to stop (mode
     sync: another group was lost), read as it comes."""
 
-    def __init__(self, connection: socket.socket, stream, assignment: dict, lost_seconds: float):
+    def __init__(self, connection: socket.socket, stream, assignment: dict, lost_seconds: float,
+                 met: Callable[[], bool] = lambda: False):
+        """met: whether this group met the others at the parameter server (said once)."""
         self.connection = connection
         self.assignment = assignment
         self.stop_order: Optional[str] = None
+        self.again: Optional[dict] = None  # this group's place in the job started again
+        self._met = met
+        self._said_met = False
         self._lost_seconds = lost_seconds
         self._server = "{}:{}".format(*connection.getpeername()[:2])
         self._last_heard = time.monotonic()
@@ -229,16 +282,33 @@ class Joined:
                 order = json.loads(line)
                 if "stop" in order:
                     self.stop_order = order["stop"]
+                elif "again" in order:
+                    self.again = order["again"]
+                    self.stop_order = ("a group was lost before the groups met at the parameter "
+                                       "server: the job starts again without it, this group as "
+                                       f"group {self.again['group']} of {self.again['groups']}")
         except (OSError, ValueError):
             pass  # the connection closed: nothing more will come
 
     def _beat(self) -> None:
+        """Says something every BEAT_SECONDS: that the group met the others, once, or {}."""
         while not self._over.wait(BEAT_SECONDS):
+            say_met = not self._said_met and self._met()
             with self._sending:
                 try:
-                    self.connection.send(b"{}\n", socket.MSG_DONTWAIT)
+                    self.connection.send(b'{"met": true}\n' if say_met else b"{}\n",
+                                         socket.MSG_DONTWAIT)
+                    self._said_met = self._said_met or say_met
                 except OSError:
                     pass  # a full buffer: the serving launcher is not reading
+
+    def start_again(self) -> Optional[dict]:
+        """The group's place in the job started again without a lost group (then the order
+        to stop is forgotten, and the group has not met the others yet), or None."""
+        again, self.again = self.again, None
+        if again is not None:
+            self.assignment, self.stop_order, self._said_met = again, None, False
+        return again
 
     def why_stop(self) -> Optional[str]:
         """The serving launcher's order to stop, or its silence for MXKV_LOST_SECONDS."""
@@ -262,8 +332,10 @@ class Joined:
             self.connection.close()
 
 
-def join(address: str, ranks: int, mode: str, timeout: float, lost_seconds: float) -> Joined:
-    """Connects to a serving launcher and returns this group's place in the job. Waits as
+def join(address: str, ranks: int, mode: str, timeout: float, lost_seconds: float,
+         met: Callable[[], bool] = lambda: False) -> Joined:
+    """Connects to a serving launcher and returns this group's place in the job (`met`:
+    whether the group met the others at the parameter server, told as it comes). Waits as
     long as the other groups take to join; raises JoinRefused with the reason."""
     try:
         token, host, port = JobAddress.parse(address)
@@ -290,4 +362,4 @@ def join(address: str, ranks: int, mode: str, timeout: float, lost_seconds: floa
         connection.close()
         raise JoinRefused(answer["error"] if answer else "the serving launcher closed the "
                           "connection without an answer")
-    return Joined(connection, stream, answer, lost_seconds)
+    return Joined(connection, stream, answer, lost_seconds, met)

@@ -9,12 +9,14 @@
 import os
 import sys
 import time
-from typing import List, Optional
+from typing import Callable, Dict, List, Optional
 
 from ..config import read_knob
 from .group_jobs import GroupPlan, Restarts, start_group, supervise_groups
+from .lost_hosts import LostRanks
 from .processes import Node, Terminated, end_process_group, stop_on_signals
 from .rendezvous import JoinRefused, Rendezvous, join
+from .supervisor import say, supervise
 
 # what a joining group's ranks need to reach the servers; never the serving machine's own
 # DMLC_NODE_HOST / DMLC_INTERFACE: each host announces its own address (comm/network.py)
@@ -22,12 +24,46 @@ SETTINGS = ("DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT", "DMLC_NUM_SERVER", "DMLC_NU
             "PS_HEARTBEAT_INTERVAL", "PS_HEARTBEAT_TIMEOUT")
 
 
-def serve(groups: int, mode: str, host: str, servers: List[Node], timeout: Optional[float]) -> int:
-    """Waits for `groups` groups to join, then until every group's job is over (or the
-    servers die, `timeout` passes, or a signal comes); ends the servers. Returns the exit
-    status: 0 when every group finished, 1 otherwise (124 timeout, 130 stopped)."""
-    settings = {name: os.environ[name] for name in SETTINGS if os.environ.get(name)}
-    rendezvous = Rendezvous(groups, mode, dict(settings, DMLC_ROLE="worker"), host,
+class ServedGroups:
+    """The groups joined to a served job (a Work): over when every group reported or went
+    away; a group lost before the groups met is left out, and the others start again on
+    fresh servers (`start_servers`, which replace `servers` in place)."""
+
+    running, stopping = "groups", "ending the servers"
+
+    def __init__(self, rendezvous: Rendezvous, servers: List[Node],
+                 start_servers: Callable[[int], List[Node]]):
+        self.rendezvous, self.servers, self.start_servers = rendezvous, servers, start_servers
+        self.left_out: List[str] = []
+
+    def poll(self) -> Optional[int]:
+        rendezvous = self.rendezvous
+        if rendezvous.left_out:
+            self.left_out += [member.describe() for member in rendezvous.left_out]
+            for server in self.servers:
+                end_process_group(server.process)
+            self.servers[:] = self.start_servers(len(rendezvous.members)
+                                                 - len(rendezvous.left_out))
+            rendezvous.regroup(_settings())
+            print(f"mxkv-launch: {rendezvous.groups} group(s) start again: "
+                  + ", ".join(member.describe() for member in rendezvous.members), flush=True)
+        if not rendezvous.over:
+            return None
+        return 0 if all(m.status == 0 for m in rendezvous.members) and not self.left_out else 1
+
+    def wait(self, seconds: float) -> None:
+        self.rendezvous.listen(seconds)
+
+
+def serve(groups: int, mode: str, host: str, start_servers: Callable[[int], List[Node]],
+          timeout: Optional[float]) -> int:
+    """Starts the parameter server (`start_servers(groups)`), waits for `groups` groups to
+    join, then watches them (ServedGroups, supervisor.supervise) until every group's job
+    is over, or the servers die, `timeout` passes, or a signal comes; ends the servers.
+    Returns the exit status: 0 when every group finished, 1 otherwise (124 timeout, 130
+    stopped)."""
+    servers = start_servers(groups)
+    rendezvous = Rendezvous(groups, mode, _settings(), host,
                             float(read_knob("MXKV_LOST_SECONDS")))
     print(f"mxkv-launch: serving a job of {groups} group(s) in MXKV_MODE={mode}; start each "
           f"group with\n    MXKV_MODE={mode} mxkv-launch --join {rendezvous.address} -n RANKS "
@@ -37,25 +73,16 @@ def serve(groups: int, mode: str, host: str, servers: List[Node], timeout: Optio
               "launchers out; ps-lite authenticates nothing, so the scheduler's and the "
               "servers' ports must be reachable only from this job's machines (a firewall, "
               "a private network)", file=sys.stderr, flush=True)
-    stop_on_signals()
     deadline = None if timeout is None else time.monotonic() + timeout
-    code = None
+    work = ServedGroups(rendezvous, servers, start_servers)
     try:
+        stop_on_signals()
         rendezvous.gather()
-        while code is None and not rendezvous.wait(time.monotonic() + 1.0):
-            dead = [s for s in servers if s.process.poll() not in (None, 0)]
-            if dead:
-                print(f"mxkv-launch: the {dead[0].name} (pid {dead[0].process.pid}) exited with "
-                      f"status {dead[0].process.returncode} while the groups were running",
-                      file=sys.stderr, flush=True)
-                code = 1
-            elif deadline is not None and time.monotonic() > deadline:
-                print(f"mxkv-launch: timed out after {timeout:g} s", file=sys.stderr, flush=True)
-                code = 124
     except (KeyboardInterrupt, Terminated) as stop:
-        print(f"mxkv-launch: {stop.__class__.__name__} {stop}; ending the servers",
-              file=sys.stderr, flush=True)
+        say(f"{stop.__class__.__name__} {stop}; {work.stopping}")
         code = 130
+    else:
+        code = supervise(work, servers, deadline, timeout)
     for server in servers:
         end_process_group(server.process)
     for member in rendezvous.members:
@@ -63,34 +90,56 @@ def serve(groups: int, mode: str, host: str, servers: List[Node], timeout: Optio
                    "is still running" if member.status is None else
                    f"ended with status {member.status}")
         print(f"mxkv-launch: {member.describe()} {outcome}", flush=True)
+    if work.left_out:
+        print(f"mxkv-launch: left out before the groups met: {', '.join(work.left_out)}",
+              flush=True)
     rendezvous.close()
-    if code is None:
-        code = 0 if all(m.status == 0 for m in rendezvous.members) else 1
     return code
 
 
+def _settings() -> Dict[str, str]:
+    """What a joining group's ranks need to reach the servers now started (SETTINGS)."""
+    settings = {name: os.environ[name] for name in SETTINGS if os.environ.get(name)}
+    return dict(settings, DMLC_ROLE="worker")
+
+
 def join_group(address: str, ranks: int, mode: str, command: List[str], flavour: str,
-               timeout: Optional[float], restarts: int, wait_seconds: float) -> int:
+               timeout: Optional[float], restarts: int, wait_seconds: float,
+               lost_ranks: LostRanks) -> int:
     """Joins the served job, runs this group's MPI job (restarting it up to `restarts`
-    times), and reports how it ended. Returns its exit status (2: refused)."""
+    times; started again in its new place when the job regroups without a group lost
+    before the groups met), and reports how it ended. `lost_ranks`: the launcher's link
+    with the group's ranks. Returns its exit status (2: refused)."""
     print(f"mxkv-launch: joining the job at {address.rpartition('@')[2]} with {ranks} rank(s); "
           "waiting for the other groups to join", flush=True)
     try:
-        joined = join(address, ranks, mode, wait_seconds, float(read_knob("MXKV_LOST_SECONDS")))
+        joined = join(address, ranks, mode, wait_seconds, float(read_knob("MXKV_LOST_SECONDS")),
+                      lost_ranks.link.met)
     except JoinRefused as refused:
         print(f"mxkv-launch: not joined: {refused}", file=sys.stderr, flush=True)
         return 2
+    deadline = None if timeout is None else time.monotonic() + timeout
     assigned = joined.assignment
-    plan = GroupPlan(assigned["group"], assigned["groups"], assigned["first_rank"], ranks,
-                     assigned["ranks"])
-    print(f"mxkv-launch: joined as {plan.describe()} of {plan.groups} group(s), "
-          f"{plan.ranks} rank(s) in all", flush=True)
-    env = dict(os.environ, **assigned["environment"])
-    delay = float(env.get("PS_HEARTBEAT_TIMEOUT", 0)) + 2
+    remote = lost_ranks.remote_ranks  # numbered from 0 here, from first_rank in the job
     code = 1
     try:
-        code = supervise_groups([start_group(plan, command, env, flavour)], [], timeout,
-                                Restarts(restarts, delay), stop_order=joined.why_stop).code
+        while True:
+            plan = GroupPlan(assigned["group"], assigned["groups"], assigned["first_rank"],
+                             ranks, assigned["ranks"])
+            print(f"mxkv-launch: joined as {plan.describe()} of {plan.groups} group(s), "
+                  f"{plan.ranks} rank(s) in all", flush=True)
+            env = dict(os.environ, **assigned["environment"])
+            lost_ranks.expect_only({plan.first_rank + rank: host for rank, host in remote.items()})
+            lost_ranks.link.forget_meeting()
+            lost_ranks.link.forget(list(plan.members))
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            delay = float(env.get("PS_HEARTBEAT_TIMEOUT", 0)) + 2
+            code = supervise_groups([start_group(plan, command, env, flavour)], [], left,
+                                    Restarts(restarts, delay), stop_order=joined.why_stop,
+                                    lost_ranks=lost_ranks).code
+            assigned = joined.start_again()
+            if assigned is None:
+                break
     finally:
         joined.report(code)
     return code
