@@ -14,18 +14,22 @@ with oversubscription like compute), if known:
                  (n + one batch f over the slowest of its link and a server's, 2 n over
                  its ps-lite connection; each server's link: G (n + f) / S each way)
                  + u / S on the servers + a broadcast of n inside the host
-  async          as sync, but the servers update once per push: G u / S (groups do not wait
-                 for each other, but share the servers' links and time)
+  async          as sync, the servers applying its own push on its path (u / S); groups do
+                 not wait for each other, but share the servers' links and time (the
+                 servers update once per push: G u / S, in the CPU bound)
   easgd tau      c + the allreduce inside the host + u + one elastic exchange every tau steps:
                  ps: the leader pulls n and pushes n, pipelined as sync's; rma: it reads
                  and adds the (G-1)/G of n (and of f) the other leaders hold, pipelined
-                 alike; then a broadcast inside
+                 alike, and, on a host with no spare core, serves the others' reads and adds
+                 of its chunk (the same bytes through TCP, CPU work); then a broadcast inside
   lasgd tau      c + u + o + an allreduce A of the weights over all ranks every tau steps,
                  which runs beside the next tau steps, in the rank's share of the cores:
                  only what exceeds tau (c + u + o) as on a core of its own shows. On a
                  host with no spare core (cores given, not more than its ranks) A's CPU
-                 work (the same allreduce on the inside link: copies and sums) cannot
-                 hide and is paid in full; only its wait on slower links hides.
+                 work (the same allreduce on the inside link: copies and sums; and the
+                 bytes it moves across hosts, in and out through TCP) cannot hide and is
+                 paid in full; only its wait on slower links hides.
+TCP's CPU work (the kernel's copies) is taken at the ps-lite connection's rate, when given.
 Waiting: a step whose collective waits for every rank (allreduce, sync) pays w_world, one
 that waits for its group only (async, easgd) w_group: the slowest rank's lateness beyond
 the compute above (stragglers; on a host with fewer cores than ranks, the waiting ranks'
@@ -171,6 +175,17 @@ class Planner:
             server = max(server, link.seconds(piped * cluster.hosts / cluster.server_count))
         return Cost(max(leader, server), 0.0, 2 * nbytes)
 
+    def _spare_core(self) -> bool:
+        """Whether a host has a core beyond its ranks' (or cores were not given)."""
+        cluster = self.cluster
+        return cluster.cores_per_host <= 0 or cluster.cores_per_host > cluster.ranks_per_host
+
+    def _tcp_work(self, nbytes: float) -> float:
+        """The CPU time of moving `nbytes` in and out through TCP (the kernel's copies), at
+        the ps-lite connection's rate (0 when not given)."""
+        connection = self.cluster.connection
+        return nbytes / connection.bandwidth if connection else 0.0
+
     def _stretch(self, spinning: bool = True) -> float:
         """How much slower a rank computes: the oversubscription when its host's ranks wait
         for each other spinning in MPI (or are not alone), 1 for a host's only rank that
@@ -234,7 +249,7 @@ class Planner:
                 "sync", "sync", update / cluster.server_count, through_servers, True,
                 per_server, wait=everyone, spinning=False,
                 cpu_bound=self._cpu_bound(0.0, update, 2 * n)))
-            async_update = update * cluster.hosts / cluster.server_count  # one per push
+            async_update = update / cluster.server_count  # its own push's, on its path
 
             def asynchronous(beside: bool) -> Prediction:
                 path = inside + self._servers(n, beside) + self._broadcast_inside(n)
@@ -244,8 +259,11 @@ class Planner:
             rows.append(self._apart(asynchronous))
             share = (cluster.hosts - 1) / cluster.hosts  # of the centre, the other leaders'
             remote = n * share
-            rma = Cost(cluster.between.seconds(remote + share * self.workload.fill_bytes(n)),
-                       0.0, 2 * remote) + self._broadcast_inside(n)
+            # a holder serves the others' reads and adds of its chunk (2 (G-1)/G n through
+            # TCP, in MPI's progress), with no spare core in its rank's time
+            serving = 0.0 if self._spare_core() else self._tcp_work(2 * remote)
+            rma = Cost(cluster.between.seconds(remote + share * self.workload.fill_bytes(n))
+                       + serving, 0.0, 2 * remote) + self._broadcast_inside(n)
             for tau in taus:
                 def elastic(beside: bool, tau: int = tau) -> Prediction:
                     exchange = self._servers(n, beside) + self._broadcast_inside(n)
@@ -282,10 +300,9 @@ class Planner:
         no spare core; the drift is paid every step, the rest of the world wait once every tau."""
         cluster, workload = self.cluster, self.workload
         step_alone = workload.compute_seconds + workload.update_seconds + workload.overhead_seconds
-        spare_core = cluster.cores_per_host <= 0 or cluster.cores_per_host > cluster.ranks_per_host
-        cpu_work = 0.0 if spare_core else min(average.seconds, Planner(
+        cpu_work = 0.0 if self._spare_core() else min(average.seconds, Planner(
             workload, replace(cluster, between=cluster.inside), self._table).allreduce(
-                world).seconds)
+                world).seconds + self._tcp_work(2 * average.bytes_across))
         drift = min(workload.drift_seconds, workload.world_wait_seconds)
         rows = []
         for tau in taus:
