@@ -180,7 +180,7 @@ def test_a_joined_group_cut_before_the_groups_meet_is_left_out_and_the_others_tr
     fresh servers for two groups; the groups on h1 and h2 start again in their new places
     and train to the accuracy two groups reach; h3's launcher stops its group. Control (the
     launchers before this, this test): h1's and h2's groups ended with status 1 once
-    MXKV_PS_TIMEOUT (15 s) passed in ps-lite's start, every group lost.
+    MXKV_PS_TIMEOUT (15 s) passed in ps-lite's start, every group lost."""
     cluster = make_cluster(3, rate_mbit=1000)
     serving = HostLauncher(cluster, "h1", ["--servers", "1", "--groups", "3", "--serve",
                                            "--ps-host", cluster.address("h1")], env=EASGD)
