@@ -64,8 +64,16 @@ if os.environ.get("MXKV_MODE") == "sync":  # the optimizer runs on the servers
         print(err, flush=True)
         check("optimizer_states_on_servers_refused", not os.path.exists(states))
 else:
+    # saved: the momentum m2; one push moves it to m3 = 0.9 m2 - lr g (w3 = w2 + m3); loaded
+    # back, the next push applies 0.9 m2 - lr g = m3 again: w = w2 + 2 m3. Were the states
+    # not restored, it would apply 0.9 m3 - lr g instead.
     kv.save_optimizer_states(states, dump_optimizer=True)
-    kv.push("w", mx.nd.ones((4,)))
+    kv.push("w", mx.nd.ones((4,)) * (rank + 1))
     kv.load_optimizer_states(states)
-    check("optimizer_states_roundtrip", os.path.getsize(states) > 0 and kv._updater.optimizer.lr == 0.5)
+    kv.push("w", mx.nd.ones((4,)) * (rank + 1))
+    kv.pull("w", out=out4)
+    m2 = 0.9 * m1 - 0.5 * g
+    m3 = 0.9 * m2 - 0.5 * g
+    check("optimizer_states_roundtrip", np.allclose(out4.asnumpy(), 1 + m1 + m2 + 2 * m3)
+          and kv._updater.optimizer.lr == 0.5)
 kv.close()
