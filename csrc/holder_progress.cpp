@@ -28,7 +28,6 @@ void HolderProgress::run() {
   while (!stop_.load(std::memory_order_relaxed)) {
     int flag = 0;
     MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm_, &flag, MPI_STATUS_IGNORE);
-    polls_.fetch_add(1, std::memory_order_relaxed);
     std::this_thread::sleep_for(period_);
   }
 }

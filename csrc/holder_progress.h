@@ -26,16 +26,12 @@ class HolderProgress {
   HolderProgress(const HolderProgress&) = delete;
   HolderProgress& operator=(const HolderProgress&) = delete;
 
-  // How many times the thread entered MPI so far.
-  long long polls() const { return polls_.load(std::memory_order_relaxed); }
-
  private:
   void run();
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   std::chrono::microseconds period_;
   std::atomic<bool> stop_{false};
-  std::atomic<long long> polls_{0};
   std::thread thread_;
 };
 

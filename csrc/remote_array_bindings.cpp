@@ -67,9 +67,7 @@ void bind_remote_array(py::module& m) {
            "microseconds, so one-sided operations on this rank's windows move on while it "
            "computes (needs MPI_THREAD_MULTIPLE).")
       .def("stop", &mxkv::HolderProgress::stop, py::call_guard<py::gil_scoped_release>(),
-           "Ends the thread (collective over the communicator); once.")
-      .def_property_readonly("polls", &mxkv::HolderProgress::polls,
-                             "How many times the thread entered MPI so far.");
+           "Ends the thread (collective over the communicator); once.");
   py::class_<mxkv::RemoteArray> cls(m, "RemoteArray");
   cls
       .def(py::init([](int64_t fortran_comm, int64_t total, int dtype, const std::vector<int>& holders) {

@@ -203,9 +203,8 @@ class Planner:
         cluster, workload = self.cluster, self.workload
         if cluster.cores_per_host <= 0:
             return 0.0
-        traffic = ps_bytes / cluster.connection.bandwidth if cluster.connection else 0.0
         work = (cluster.ranks_per_host * (workload.compute_seconds + local_update)
-                + server_update / cluster.hosts + traffic)
+                + server_update / cluster.hosts + self._tcp_work(ps_bytes))
         return work / cluster.cores_per_host
 
     def _prediction(self, configuration: str, mode: str, update: float,
