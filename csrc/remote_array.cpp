@@ -1,7 +1,6 @@
 #include "remote_array.h"
 
 #include <algorithm>
-#include <climits>
 #include <cstring>
 #include <map>
 #include <stdexcept>
@@ -12,8 +11,11 @@
 namespace mxkv {
 namespace {
 
-// MPI counts are ints: larger pieces go in several calls.
-constexpr int64_t kMaxPiece = INT_MAX / 8;
+// Bytes one operation moves at the most; larger pieces go in several. Over TCP a one-sided
+// operation is an active message, which UCX sends eagerly up to UCX_RNDV_THRESH (set above
+// this for easgd over rma, comm/remote_memory.py) and beyond it by rendezvous: a round trip
+// through link queues full of the other direction's data before any byte moves.
+constexpr int64_t kMaxPieceBytes = 8 << 20;
 
 void check(int rc, const char* what) {
   if (rc != MPI_SUCCESS) {
@@ -56,6 +58,9 @@ RemoteArray::RemoteArray(MPI_Comm comm, int64_t total, int dtype, const std::vec
 }
 
 RemoteArray::~RemoteArray() {
+  for (std::vector<MPI_Request>& requests : started_reads_) {  // (no throwing here)
+    MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE);
+  }
   if (window_ != MPI_WIN_NULL) {
     MPI_Win_unlock_all(window_);
     MPI_Win_free(&window_);
@@ -70,10 +75,22 @@ void RemoteArray::read(const Ranges& ranges, const Counts& counts) {
 }
 
 void RemoteArray::start_read(const Ranges& ranges, const Counts& counts) {
-  transfer(Kind::kRead, ranges, counts, false);
+  started_reads_.emplace_back();
+  transfer(Kind::kRead, ranges, counts, false, &started_reads_.back());
 }
 
-void RemoteArray::complete() { check(MPI_Win_flush_all(window_), "MPI_Win_flush_all"); }
+void RemoteArray::finish_read() {
+  if (started_reads_.empty()) throw std::logic_error("finish_read() with no read started");
+  std::vector<MPI_Request>& requests = started_reads_.front();
+  check(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE),
+        "MPI_Waitall");
+  started_reads_.pop_front();
+}
+
+void RemoteArray::complete() {
+  while (!started_reads_.empty()) finish_read();
+  check(MPI_Win_flush_all(window_), "MPI_Win_flush_all");
+}
 
 void RemoteArray::copy_out(const Ranges& ranges, const Counts& counts) {
   transfer(Kind::kCopyOut, ranges, counts, true);
@@ -83,12 +100,16 @@ void RemoteArray::accumulate(const Ranges& ranges, const Counts& counts) {
   transfer(Kind::kAccumulate, ranges, counts, true);
 }
 
+void RemoteArray::start_accumulate(const Ranges& ranges, const Counts& counts) {
+  transfer(Kind::kAccumulate, ranges, counts, false);
+}
+
 void RemoteArray::write(const Ranges& ranges, const Counts& counts) {
   transfer(Kind::kWrite, ranges, counts, true);
 }
 
 void RemoteArray::transfer(Kind kind, const Ranges& ranges, const Counts& counts,
-                           bool wait_until_done) {
+                           bool wait_until_done, std::vector<MPI_Request>* requests) {
   if (ranges.size() != counts.size()) throw std::invalid_argument("ranges and counts differ in length");
   for (size_t r = 0; r < ranges.size(); ++r) {
     const int64_t start = ranges[r].first, count = counts[r];
@@ -101,11 +122,17 @@ void RemoteArray::transfer(Kind kind, const Ranges& ranges, const Counts& counts
     for (const RemoteChunk& chunk : chunks_) {
       int64_t from = std::max(start, chunk.start);
       const int64_t to = std::min(start + count, chunk.start + chunk.count);
-      for (; from < to; from += kMaxPiece) {
-        const int n = static_cast<int>(std::min(kMaxPiece, to - from));
+      const int64_t most = kMaxPieceBytes / static_cast<int64_t>(itemsize_);
+      for (; from < to; from += most) {
+        const int n = static_cast<int>(std::min(most, to - from));
         char* origin = memory + (from - start) * itemsize_;
         const MPI_Aint where = chunk.offset + (from - chunk.start);
-        if (kind == Kind::kRead) {
+        if (kind == Kind::kRead && requests != nullptr) {
+          requests->emplace_back();
+          check(MPI_Rget_accumulate(nullptr, 0, type_, origin, n, type_, chunk.holder, where, n,
+                                    type_, MPI_NO_OP, window_, &requests->back()),
+                "MPI_Rget_accumulate");
+        } else if (kind == Kind::kRead) {
           check(MPI_Get_accumulate(nullptr, 0, type_, origin, n, type_, chunk.holder, where, n,
                                    type_, MPI_NO_OP, window_), "MPI_Get_accumulate");
         } else if (kind == Kind::kCopyOut) {

@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <utility>
 #include <vector>
 
@@ -42,10 +43,11 @@ class RemoteArray {
   using Counts = std::vector<int64_t>;
   // memory = array[start:start+count], every range, complete on return.
   void read(const Ranges& ranges, const Counts& counts);
-  // The same reads, started only: they complete with complete() or with the next transfer
-  // of this array (every transfer ends in MPI_Win_flush_all); the memory is not to be
-  // touched before. Another transfer meanwhile overlaps them (a pipelined exchange).
+  // The same reads, started only (MPI_Rget_accumulate): finish_read() waits for those of
+  // the earliest start_read() not yet finished, complete() for all; the memory is not to
+  // be touched before. Several may be in flight at once, beside other transfers.
   void start_read(const Ranges& ranges, const Counts& counts);
+  void finish_read();
   // Every transfer of this rank on the array is complete, here and at the holders.
   void complete();
   // The same, not atomic against accumulates (MPI_Get: a plain copy, several times
@@ -53,6 +55,9 @@ class RemoteArray {
   void copy_out(const Ranges& ranges, const Counts& counts);
   // array[start:start+count] += memory, every range, complete at the holders on return.
   void accumulate(const Ranges& ranges, const Counts& counts);
+  // The same accumulates, started only: done at the holders at complete(); the memory is
+  // not to be touched before.
+  void start_accumulate(const Ranges& ranges, const Counts& counts);
   // array[start:start+count] = memory (not atomic against accumulates: for set-up and
   // restore, when nobody else touches the array).
   void write(const Ranges& ranges, const Counts& counts);
@@ -67,8 +72,10 @@ class RemoteArray {
 
  private:
   enum class Kind { kRead, kCopyOut, kAccumulate, kWrite };
-  // Starts the operations; waits until they are done if `wait_until_done`.
-  void transfer(Kind kind, const Ranges& ranges, const Counts& counts, bool wait_until_done);
+  // Starts the operations (reads with a request each in `requests`, if given); waits until
+  // they are done if `wait_until_done`.
+  void transfer(Kind kind, const Ranges& ranges, const Counts& counts, bool wait_until_done,
+                std::vector<MPI_Request>* requests = nullptr);
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0;
@@ -80,6 +87,7 @@ class RemoteArray {
   std::vector<RemoteChunk> chunks_;
   int64_t bytes_read_ = 0;
   int64_t bytes_accumulated_ = 0;
+  std::deque<std::vector<MPI_Request>> started_reads_;  // per start_read() not yet finished
 };
 
 }  // namespace mxkv

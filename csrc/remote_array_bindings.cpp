@@ -78,6 +78,9 @@ void bind_remote_array(py::module& m) {
            "Collective over the communicator (mpi4py: comm.py2f()): `total` zeros of MXNet dtype "
            "code `dtype` (float32/float64) in balanced chunks, chunk i in a window on rank holders[i].")
       .def("barrier", &mxkv::RemoteArray::barrier, py::call_guard<py::gil_scoped_release>())
+      .def("finish_read", &mxkv::RemoteArray::finish_read,
+           py::call_guard<py::gil_scoped_release>(),
+           "The reads of the earliest start_read() not yet finished are complete.")
       .def("complete", &mxkv::RemoteArray::complete, py::call_guard<py::gil_scoped_release>(),
            "Every transfer this rank started on the array is done, here and at the holders.")
       .def_property_readonly("total", &mxkv::RemoteArray::total)
@@ -92,14 +95,17 @@ void bind_remote_array(py::module& m) {
                 "[(start, NDArray handle)]: each array = remote[start:start+its size] (atomic "
                 "per element).");
   bind_transfer(cls, "start_read", &mxkv::RemoteArray::start_read,
-                "As read, started only: done at complete() or the array's next transfer; the "
-                "arrays are not to be touched before.");
+                "As read, started only: done at finish_read() (the earliest started first) or "
+                "complete(); the arrays are not to be touched before.");
   bind_transfer(cls, "copy_out", &mxkv::RemoteArray::copy_out,
                 "[(start, NDArray handle)]: as read, not atomic against accumulates (MPI_Get), "
                 "for ranges nobody writes meanwhile.");
   bind_transfer(cls, "accumulate", &mxkv::RemoteArray::accumulate,
                 "[(start, NDArray handle)]: remote[start:start+its size] += each array (atomic "
                 "per element).");
+  bind_transfer(cls, "start_accumulate", &mxkv::RemoteArray::start_accumulate,
+                "As accumulate, started only: done at complete(); the arrays are not to be "
+                "touched before.");
   bind_transfer(cls, "write", &mxkv::RemoteArray::write,
                 "[(start, NDArray handle)]: remote[start:start+its size] = each array (set-up, "
                 "restore).");

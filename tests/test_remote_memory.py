@@ -3,7 +3,7 @@ every fact the worker checks against numpy holds on every rank."""
 from conftest import launch
 
 LAYOUTS, SIZES, DTYPES = 3, 4, 2
-EXPECTED_CHECKS = DTYPES * SIZES * LAYOUTS * 4 + 2 + 2 + 3
+EXPECTED_CHECKS = DTYPES * SIZES * LAYOUTS * 4 + 2 + 2 + 5 + 3
 
 
 def test_remote_arrays_read_write_and_accumulate_exactly(job_dir):

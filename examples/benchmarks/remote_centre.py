@@ -12,8 +12,8 @@ x -= e, c += e. Rounds of all configurations in shuffled order (--rounds), --rep
 exchanges per job and kind; OMP_NUM_THREADS=--threads everywhere; medians over all.
 With --hosts (root): each group on an emulated host of its own (emulated_hosts.py), every
 host's link shaped to --mbps, the ps-lite servers on h1; each figure beside the link's
-limit: the weights' bytes over the rate (the centre read one way and the elastic
-difference sent the other, at once on a full-duplex link).
+limit: the bytes the busiest link carries each way over the rate (limit_bytes: the centre
+read one way and the elastic difference sent the other, at once on a full-duplex link).
 Prints a table and writes remote_centre.json and remote_centre.png to --out.
 
     python examples/benchmarks/remote_centre.py [--groups 2 4] [--rounds 2] [--reps 5]
@@ -100,6 +100,17 @@ def run_job(transport: str, servers: int, groups: int, reps: int, env: dict,
     return json_lines(done.stdout)
 
 
+def limit_bytes(transport: str, groups: int, kind: str, weight_bytes: int) -> float:
+    """The bytes the busiest host link carries each way in one exchange (--hosts).
+    ps-lite, servers on h1: a group elsewhere pulls the weights and pushes as much; with
+    every group at once, h1's link carries every other group's. rma: a group reads and
+    adds the (groups - 1) / groups of the centre that other hosts hold; at once, each host
+    also serves the others' reads of its share and receives their adds: twice that."""
+    if transport == "rma":
+        return weight_bytes * (groups - 1) / groups * (2 if kind == "together" else 1)
+    return weight_bytes * ((groups - 1) if kind == "together" else 1)
+
+
 def plot(rows: List[dict], path: str) -> None:
     import matplotlib
     matplotlib.use("Agg")
@@ -156,9 +167,10 @@ def main() -> None:
                                args.mbps if args.hosts else 0):
                 times.setdefault((name, groups, row["kind"]), []).extend(row["times"])
                 weight_bytes = row["weight_bytes"]
-    limit_ms = 1e3 * weight_bytes * 8 / (args.mbps * 1e6) if args.hosts else None
     rows = [{"transport": name, "groups": groups, "kind": kind, "times": values,
-             "median_ms": 1e3 * float(np.median(values)), "limit_ms": limit_ms}
+             "median_ms": 1e3 * float(np.median(values)),
+             "limit_ms": (1e3 * limit_bytes(TRANSPORTS[name][0], groups, kind, weight_bytes)
+                          * 8 / (args.mbps * 1e6) if args.hosts else None)}
             for (name, groups, kind), values in sorted(times.items())]
     where = (f"each group on an emulated host, links {args.mbps:g} Mbit/s, servers on h1" if
              args.hosts else "one machine")
@@ -172,7 +184,8 @@ def main() -> None:
                       and o["kind"] == r["kind"] and o["transport"].startswith("ps"))
         print(f"{r['groups']:>6} {r['kind']:>9} {r['transport']:>14} {r['median_ms']:9.1f} "
               f"{best_ps / r['median_ms']:14.2f}x"
-              + (f" {limit_ms:9.0f} {r['median_ms'] / limit_ms:7.2f}x" if args.hosts else ""))
+              + (f" {r['limit_ms']:9.0f} {r['median_ms'] / r['limit_ms']:7.2f}x"
+                 if args.hosts else ""))
     os.makedirs(args.out, exist_ok=True)
     name = "remote_centre_hosts" if args.hosts else "remote_centre"
     with open(os.path.join(args.out, f"{name}.json"), "w") as f:

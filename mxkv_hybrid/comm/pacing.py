@@ -11,6 +11,14 @@ import numpy as np
 # and 1095 ms at 2, 4, 8 and 16 MiB.
 PACE_BYTES = 8 * 2**20
 
+# batches whose pulls (or reads) are in flight at once: the requests for a batch go down
+# the connection that carries the earlier batches' pushes, behind them, and must come
+# back before that batch is needed. Measured with examples/benchmarks/remote_centre.py
+# --hosts (2 hosts at 1000 Mbit/s, ResNet-50 weights, easgd over ps-lite, 2 servers, one
+# group / every group at once): 1 ahead 1058 / 1060 ms, 2 ahead 1007 / 1033, 4 ahead
+# 1102 / 1155.
+BATCHES_AHEAD = 2
+
 
 def pace_batches(sizes: Sequence[int], at_least: int) -> List[List[int]]:
     """Consecutive indices of `sizes` in batches that reach `at_least` (the last may not)."""

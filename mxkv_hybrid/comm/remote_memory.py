@@ -15,6 +15,7 @@ from typing import Callable, List, Optional, Sequence, Tuple
 
 import mxnet as mx
 
+from . import mpi_settings
 from .collectives import DTYPE_CODES, HOST_DEVICES, _extension
 from ..errors import MXKVError
 
@@ -31,6 +32,11 @@ def holder_progress(comm, period_us: int) -> Optional[object]:
     from mpi4py import MPI
 
     hosts = set(comm.allgather(MPI.Get_processor_name()))
+    if len(hosts) > 1 and mpi_settings.eager_limit_missing():
+        warnings.warn(f"remote memory across hosts: MPI started before mxkv_hybrid could set "
+                      f"UCX_RNDV_THRESH (mpi4py imported first?), so large reads and adds "
+                      f"wait for a rendezvous: set UCX_RNDV_THRESH={mpi_settings.EAGER_LIMIT} "
+                      "for every rank")
     if period_us <= 0 or len(hosts) < 2:
         return None
     if MPI.Query_thread() < MPI.THREAD_MULTIPLE:
@@ -86,10 +92,16 @@ class RemoteArray:
         return self._moving(lambda: self._impl.read(self._handles(pieces), ready))
 
     def start_read(self, pieces: Pieces, ready: bool = False) -> int:
-        """As read, started only: done at complete() or at this array's next transfer
-        (another transfer overlaps it meanwhile); the local arrays are not to be touched
-        before."""
+        """As read, started only: done at finish_read() (the earliest started first) or
+        complete(); several may be in flight, beside other transfers; the local arrays
+        are not to be touched before."""
         return self._moving(lambda: self._impl.start_read(self._handles(pieces), ready))
+
+    def finish_read(self) -> None:
+        """The reads of the earliest start_read() not yet finished are complete."""
+        if self._impl is None:
+            raise MXKVError("this remote array was closed")
+        self._impl.finish_read()
 
     def complete(self) -> None:
         """Every transfer this rank started on the array is done, here and at the holders."""
@@ -106,6 +118,11 @@ class RemoteArray:
         """The remote elements from each start += the local array (done at the holders on
         return). Returns the bytes moved to other ranks. `ready`: as for read."""
         return self._moving(lambda: self._impl.accumulate(self._handles(pieces), ready))
+
+    def start_accumulate(self, pieces: Pieces, ready: bool = False) -> int:
+        """As accumulate, started only: done at the holders at complete(); the local
+        arrays are not to be touched before."""
+        return self._moving(lambda: self._impl.start_accumulate(self._handles(pieces), ready))
 
     def write(self, pieces: Pieces, ready: bool = False) -> int:
         """The remote elements from each start = the local array; not atomic against

@@ -9,7 +9,7 @@ from typing import Any, Optional
 
 from ..config import GroupJob, read_knob
 from ..errors import ConfigError, MXKVError
-from . import stall
+from . import mpi_settings, stall
 
 
 @dataclass(frozen=True)
@@ -34,6 +34,8 @@ class World:
 def world() -> World:
     """Initialises MPI (once) and describes the job: COMM_WORLD, which is every rank or,
     when each group is its own MPI job (MXKV_GROUP_JOB), this group's ranks."""
+    if "mpi4py.MPI" not in sys.modules:  # (else MPI may have started: too late)
+        mpi_settings.choose(read_knob("MXKV_TRANSPORT"))
     from mpi4py import MPI  # initialises MPI on import
 
     comm = MPI.COMM_WORLD

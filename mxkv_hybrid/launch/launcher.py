@@ -21,7 +21,7 @@ import sys
 import time
 from typing import List, Optional, Tuple
 
-from ..comm import timeline
+from ..comm import mpi_settings, timeline
 from ..comm.launcher_link import LinkServer, RankExit
 from ..comm.network import describe_address
 from ..config import read_knob, separate_groups_refusal
@@ -498,6 +498,7 @@ def launch(args: argparse.Namespace) -> None:
         sys.exit(1)
     if args.group_size:
         os.environ["MXKV_GROUP_SIZE"] = str(args.group_size)
+    mpi_settings.choose(read_knob("MXKV_TRANSPORT"))  # for every rank this starts
     if args.auto:
         os.environ["MXKV_AUTO"] = "1"
         print("mxkv-launch --auto: MXKV_AUTO=1 for every rank: stores 'local'/'device' -> "

@@ -3,6 +3,7 @@ leaders, each holding 1/groups of every dtype's flat centre, read and moved by o
 MPI (comm/remote_memory.py) instead of ps-lite's push and pull: no server processes, no
 messages, and a leader holding a chunk does nothing while another group exchanges."""
 import time
+from collections import deque
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import mxnet as mx
@@ -10,7 +11,7 @@ import numpy as np
 
 from ..comm.collectives import HOST_DEVICES, Key
 from ..comm.link_throttle import LinkThrottle
-from ..comm.pacing import paced
+from ..comm.pacing import BATCHES_AHEAD, paced
 from ..comm.remote_memory import RemoteArray, holder_progress
 from ..comm.topology import Groups, World
 from ..errors import MXKVError
@@ -62,8 +63,11 @@ class RemoteCentre:
     def read_then_add(self, keys: Sequence[Key], outs: Sequence[mx.nd.NDArray],
                       differences: Callable[[List[int]], List[mx.nd.NDArray]]) -> None:
         """outs = the centre of each key, then the centre += what `differences(indices)`
-        makes of each read batch (about PACE_BYTES, arrays shaped as `outs`): the next
-        batch's reads are in flight while this batch's differences go out. For
+        makes of each read batch (about PACE_BYTES, arrays shaped as `outs`, not touched
+        again until this returns). A stream both ways: BATCHES_AHEAD batches' reads are in
+        flight while the differences of the batches read so far go out, and nothing waits
+        for the holders before the end (waiting after each batch cost a round trip through
+        the link's queue, full of the other direction's data, every batch). For
         asynchronous EASGD (another group may move a key between its read and its add,
         pipelined or not); the differences are computed on arrays nothing else touches."""
         batches = paced(outs)
@@ -72,15 +76,25 @@ class RemoteCentre:
             return self._pieces([keys[i] for i in batch], [arrays[i] for i in batch])
 
         def transfers() -> int:
-            moved = sum(a.read(p) for a, p in of(batches[0], outs)) if batches else 0
+            reading = deque()  # the remote arrays of each batch whose reads are in flight
+
+            def start_reading(b: int) -> int:
+                pieces = of(batches[b], outs)
+                reading.append([a for a, _ in pieces])
+                # the first waits for MXNet's engine; later ones overlap the differences
+                return sum(a.start_read(p, ready=b > 0) for a, p in pieces)
+
+            moved = sum(start_reading(b) for b in range(min(BATCHES_AHEAD, len(batches))))
             for b, batch in enumerate(batches):
-                reading = of(batches[b + 1], outs) if b + 1 < len(batches) else []
-                moved += sum(a.start_read(p, ready=True) for a, p in reading)
+                for array in reading.popleft():
+                    array.finish_read()
+                if b + BATCHES_AHEAD < len(batches):
+                    moved += start_reading(b + BATCHES_AHEAD)
                 added = differences(batch)
-                moved += sum(a.accumulate(p, ready=True)
+                moved += sum(a.start_accumulate(p, ready=True)
                              for a, p in self._pieces([keys[i] for i in batch], added))
-                for array, _ in reading:
-                    array.complete()
+            for array in self._arrays:
+                array.complete()
             return moved
 
         self._charged(transfers)

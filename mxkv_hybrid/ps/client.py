@@ -11,7 +11,7 @@ from mxnet.base import _LIB, check_call
 
 from ..comm import timeline
 from ..comm.launcher_link import tell_launcher_met
-from ..comm.pacing import paced
+from ..comm.pacing import BATCHES_AHEAD, paced
 from ..comm.link_throttle import LinkThrottle, link_throttle
 from ..comm.topology import end_job
 from ..config import read_knob
@@ -166,19 +166,23 @@ class ParameterServer:
                        pushes: Callable[[List[int]], List[mx.nd.NDArray]]) -> None:
         """Pulls the keys into `outs` and pushes, key for key, what `pushes(indices)` makes
         of a pulled batch (arrays shaped as `outs`), in batches of about PACE_BYTES: each
-        batch's pushes cross the link while the next batch's pulls do (that batch's pull
-        requests go out first, or they would wait behind the pushes)."""
+        batch's pushes cross the link while the pulls of the next BATCHES_AHEAD batches do
+        (their requests went out before those pushes, or they would wait behind them)."""
         size = _bytes(outs)
         with self._exchange("pull and push", len(keys), size, size):
             batches = paced(outs)
-            for i in batches[0] if batches else []:
-                self._store.pull(keys[i], out=outs[i])
-            mx.nd.waitall()  # the first batch, and whatever else `pushes` may read
+            mx.nd.waitall()  # whatever `pushes` may read
+
+            def pull(b: int) -> None:
+                for i in batches[b] if b < len(batches) else []:
+                    self._store.pull(keys[i], out=outs[i])
+
+            for b in range(BATCHES_AHEAD):
+                pull(b)
             for b, batch in enumerate(batches):
                 for i in batch:
                     outs[i].wait_to_read()
-                for i in batches[b + 1] if b + 1 < len(batches) else []:
-                    self._store.pull(keys[i], out=outs[i])
+                pull(b + BATCHES_AHEAD)
                 for i, value in zip(batch, pushes(batch)):
                     self._store.push(keys[i], value)
 

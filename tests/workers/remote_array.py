@@ -103,6 +103,39 @@ check("accumulates beside started reads all land",
 remote.barrier()
 remote.close()
 
+# a stream: several reads in flight, finished oldest first, and accumulates started only,
+# landing at complete()
+remote = RemoteArray(comm, 4000, "float32", list(range(size)))
+if rank == 0:
+    remote.write([(0, mx.nd.arange(4000))])
+remote.barrier()
+quarters = [mx.nd.zeros((1000,)) for _ in range(4)]
+for q in range(3):
+    remote.start_read([(1000 * q, quarters[q])])
+remote.finish_read()
+check("the oldest started read is complete after finish_read()",
+      np.array_equal(quarters[0].asnumpy(), np.arange(1000, dtype=np.float32)))
+remote.start_accumulate([(3000, mx.nd.ones((1000,)))])
+remote.start_read([(3000, quarters[3])])  # ordered after this rank's accumulate (MPI)
+remote.complete()
+check("every started read is complete after complete()",
+      all(np.array_equal(quarters[q].asnumpy(), np.arange(1000 * q, 1000 * (q + 1),
+                                                          dtype=np.float32)) for q in (1, 2)))
+seen_mine = quarters[3].asnumpy() - np.arange(3000, 4000, dtype=np.float32)
+check("a read started after this rank's accumulate sees it (and whole values of others')",
+      np.all(seen_mine >= 1) and np.all(seen_mine <= size) and np.all(seen_mine % 1 == 0))
+remote.barrier()
+remote.read([(3000, quarters[3])])
+check("started accumulates all land at complete()",
+      np.array_equal(quarters[3].asnumpy(), np.arange(3000, 4000, dtype=np.float32) + size))
+try:
+    remote.finish_read()
+    check("finish_read() with no read started refused", False)
+except RuntimeError as err:
+    check("finish_read() with no read started refused", "no read started" in str(err))
+remote.barrier()
+remote.close()
+
 try:
     RemoteArray(comm, 8, "float16", [0])
     check("float16 refused", False)
