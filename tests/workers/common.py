@@ -43,14 +43,18 @@ def averaging_rounds(store) -> int:
 
 REGRESSION_FEATURES = 3
 REGRESSION_WEIGHT = np.array([[1.0, -2.0, 0.5]], dtype=np.float32)  # y = x W^T + 0.3 + noise
+REGRESSION_HALVES = ([0], [1, 2])  # the features of the first and the second half of the ranks
 
 
-def regression_batches(rank: int, count: int):
-    """`count` batches of a linear regression problem for one rank: x (BATCH x 3), y (BATCH x 1)."""
+def regression_batches(rank: int, count: int, features=None):
+    """`count` batches of a linear regression problem for one rank: x (BATCH x 3), y (BATCH x 1);
+    with `features` (indices), the others are 0 in x (and so take no part in y)."""
     batches = []
     for step in range(count):
         rng = np.random.RandomState(100 * rank + step)
         x = rng.randn(BATCH, REGRESSION_FEATURES).astype(np.float32)
+        if features is not None:
+            x[:, [f for f in range(REGRESSION_FEATURES) if f not in features]] = 0
         y = x @ REGRESSION_WEIGHT.T + 0.3 + 0.1 * rng.randn(BATCH, 1).astype(np.float32)
         batches.append((x, y.astype(np.float32)))
     return batches

@@ -11,7 +11,7 @@ import numpy as np
 from mxnet import autograd, gluon
 
 import mxkv_hybrid
-from common import BATCH, regression_batches
+from common import BATCH, REGRESSION_HALVES, regression_batches
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--out", required=True)
@@ -19,12 +19,17 @@ parser.add_argument("--batches", required=True, help="batches per rank, e.g. 3,4
 parser.add_argument("--epochs", type=int, default=3)
 parser.add_argument("--lr", type=float, default=0.1)
 parser.add_argument("--apis", default="module,gluon")
+parser.add_argument("--halves", action="store_true",
+                    help="the features split between the two halves of the ranks "
+                         "(REGRESSION_HALVES); Module's model then saved after consensus too")
 args = parser.parse_args()
 apis = args.apis.split(",")
 
-rank = mxkv_hybrid.world().rank
+world = mxkv_hybrid.world()
+rank = world.rank
 counts = [int(c) for c in args.batches.split(",")]
-batches = regression_batches(rank, counts[rank])
+features = REGRESSION_HALVES[rank >= world.size // 2] if args.halves else None
+batches = regression_batches(rank, counts[rank], features)
 x = np.concatenate([b[0] for b in batches])
 y = np.concatenate([b[1] for b in batches])
 
@@ -51,6 +56,11 @@ def train_module() -> None:
     arg_params, _ = module.get_params()
     save("module", {"weight": arg_params["fc_weight"].asnumpy(),
                     "bias": arg_params["fc_bias"].asnumpy()})
+    if args.halves:  # the model the mode delivers (async: the servers', after every update)
+        mxkv_hybrid.consensus(module)
+        arg_params, _ = module.get_params()
+        save("module-consensus", {"weight": arg_params["fc_weight"].asnumpy(),
+                                  "bias": arg_params["fc_bias"].asnumpy()})
 
 
 def train_gluon() -> None:
