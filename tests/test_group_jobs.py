@@ -103,9 +103,13 @@ def test_async_groups_start_from_and_end_on_the_servers_weights(job_dir):
 
 @pytest.mark.parametrize("mode, ranks, epochs, lr, start, recorded, accuracy", [
     ("easgd", 6, 20, 0.1, "the centre", 16, 0.95),  # tau 4: its last exchange, at step 16
-    # every step is pushed; the servers' model depends on how the groups' pushes
-    # interleave around the restart (seen: 0.95-0.97 in 6 quiet runs, 0.925 in a CI run)
-    ("async", 4, 12, 0.03, "the servers' weights", 19, 0.9),
+    # every step is pushed; the servers' model depends on how the groups' pushes interleave
+    # around the restart, which timing decides (seen: 0.95-0.97 in 6 quiet runs, 0.925 in a
+    # CI run). Where the restarted group starts and which steps it trains are asserted
+    # exactly above; the accuracy only tells a trained model from one the restart undid:
+    # the servers' first weights score about 0.1 (chance), and 0.5 is more than 25 standard
+    # deviations of a 360-image estimate from both that (0.016) and 0.925 (0.014)
+    ("async", 4, 12, 0.03, "the servers' weights", 19, 0.5),
 ])
 def test_a_lost_group_is_restarted_and_rejoins_the_servers_model(job_dir, mode, ranks, epochs,
                                                                    lr, start, recorded,

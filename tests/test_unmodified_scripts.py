@@ -17,6 +17,11 @@ CLASSES = TINY_IMAGENET_CLASSES  # chance: 0.1
 RANKS = 2
 EPOCHS = 3
 TRAIN_IMAGES = CLASSES * 64
+# The last epoch's validation accuracy of a model that learned the classes: seen 0.927-0.969
+# (96 or 160 validation images, whose estimate has a std of at most 0.05 at any accuracy);
+# 0.6 is more than 10 std from chance (0.1) and from the lowest seen. That the ranks
+# trained one model through the store is the weights' identity (and its control below).
+LEARNED = 0.6
 
 
 def trained_weights(prefix: Path, epoch: int) -> dict:
@@ -48,7 +53,7 @@ def test_module_script_with_kv_store_hybrid(tiny_imagenet, job_dir):
         assert any("samples/sec" in line for line in lines), job.output
         last = re.compile(rf"Epoch\[{EPOCHS - 1}\] Validation-accuracy=([0-9.]+)")
         accuracy = [float(m.group(1)) for line in lines if (m := last.search(line))]
-        assert accuracy and accuracy[0] > 2.5 / CLASSES, job.output
+        assert accuracy and accuracy[0] > LEARNED, job.output
     assert_checkpoints_identical(job_dir / "model", EPOCHS)
 
 
@@ -85,7 +90,7 @@ def test_no_flag_script_under_auto(tiny_imagenet, data_format):
         batches_per_epoch = [batches for batches, _, _ in per_rank[rank]]
         assert batches_per_epoch == [TRAIN_IMAGES // RANKS // 32] * EPOCHS
         assert [digest for _, _, digest in per_rank[rank]] == [d for _, _, d in per_rank[0]]
-        assert per_rank[rank][-1][1] > 2.5 / CLASSES, job.output
+        assert per_rank[rank][-1][1] > LEARNED, job.output
     said = "\n".join(job.lines_of(0))
     assert "mxkv_hybrid --auto: kvstore 'device' -> 'hybrid' (2 ranks)" in said
     reader = "ImageRecordIter(shuffle=True" if data_format == "rec" else "DataLoader(shuffle=True)"
