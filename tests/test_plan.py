@@ -298,3 +298,42 @@ def test_measure_times_the_model_here():
     header = next(line for line in done.stdout.splitlines() if line.startswith("resnet18_v1:"))
     compute = float(header.split("compute ")[1].split(" ms")[0])
     assert compute > 0 and "measuring resnet18_v1: 4/4" in done.stderr
+
+
+def test_lasgd_without_a_spare_core_gives_half_the_core_to_the_average_while_it_lasts():
+    """2 hosts of 2 ranks on 2 cores each: the thread averaging beside the next tau steps
+    waits in MPI, which spins, so for as long as the average lasts (A, when longer than
+    twice its CPU work K) the steps run at half speed: A / 2 shows (A < 2 W); with a third
+    core it all hides."""
+    c, u, o, tau = 0.05, 0.01, 0.002, 4
+    workload = Workload([N], c, u, overhead_seconds=o)
+    between = Link(0.0, 5e7)
+    average = Planner(workload, Cluster(2, 2, INSIDE, between, shared_nic=False)
+                      ).allreduce(Span(4, 2)).seconds
+    cpu_work = Planner(workload, Cluster(2, 2, INSIDE, INSIDE, shared_nic=False)
+                       ).allreduce(Span(4, 2)).seconds
+    assert 2 * cpu_work < average < 2 * tau * (c + u + o)
+
+    def lasgd(cores: float) -> float:
+        return _steps(workload, Cluster(2, 2, INSIDE, between, shared_nic=False,
+                                        cores_per_host=cores))["lasgd tau=4"]
+
+    assert lasgd(2) == pytest.approx(c + u + o + average / 2 / tau)
+    assert lasgd(3) == pytest.approx(c + u + o)
+
+
+def test_groups_apart_are_bound_by_what_the_shared_link_carries_not_charged_it_each():
+    """async, 3 hosts of 1 rank, the server beside h1's: ten 4 MiB arrays (n = 40 MiB,
+    batches of 8 MiB). A group on h2 or h3 crosses its link with its own exchange only
+    (l + (n + 8 MiB) / B, the groups exchanging at their own times), but h1's link carries
+    both of theirs, 2 n each way, so neither can step faster than l + 2 n / B; h1's group
+    reaches the server without a link. The job's step: the harmonic mean. Sync exchanges
+    at once: its path carries both, l + 2 (n + 8 MiB) / B."""
+    mib, c = 2 ** 20, 0.01
+    workload = Workload([4 * mib] * 10, c, 0.0)
+    cluster = Cluster(3, 1, INSIDE, BETWEEN, servers=1, servers_beside=True)
+    steps = _steps(workload, cluster)
+    own, shared = c + 1e-3 + 48 * mib / 1e8, 1e-3 + 80 * mib / 1e8
+    assert shared > own
+    assert steps["async"] == pytest.approx(3 / (1 / c + 2 / shared))
+    assert steps["sync"] == pytest.approx(c + 1e-3 + 96 * mib / 1e8)

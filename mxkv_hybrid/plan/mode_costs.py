@@ -12,23 +12,30 @@ with oversubscription like compute), if known:
   sync           c + the allreduce inside the host + the leader's push and pull of n to the
                  servers, in batches whose pulls cross while the next batch is pushed
                  (n + one batch f over the slowest of its link and a server's, 2 n over
-                 its ps-lite connection; each server's link: G (n + f) / S each way)
+                 its ps-lite connection), every group's at once: at least as long as the
+                 links they share carry all of them (each server's link G (n + f) / S each
+                 way; servers beside one host's ranks, its link the other G - 1 leaders')
                  + u / S on the servers + a broadcast of n inside the host
   async          as sync, the servers applying its own push on its path (u / S); groups do
-                 not wait for each other, but share the servers' links and time (the
-                 servers update once per push: G u / S, in the CPU bound)
+                 not wait for each other and exchange at their own times, so a leader's
+                 path has its own exchange only, and the links they share bound the step
+                 by what they carry of every group (n each way a leader: one's pipeline
+                 fill is another's data); the servers update once per push (G u / S, in
+                 the CPU bound)
   easgd tau      c + the allreduce inside the host + u + one elastic exchange every tau steps:
-                 ps: the leader pulls n and pushes n, pipelined as sync's; rma: it reads
-                 and adds the (G-1)/G of n (and of f) the other leaders hold, pipelined
-                 alike, and, on a host with no spare core, serves the others' reads and adds
-                 of its chunk (the same bytes through TCP, CPU work); then a broadcast inside
-  lasgd tau      c + u + o + an allreduce A of the weights over all ranks every tau steps,
-                 which runs beside the next tau steps, in the rank's share of the cores:
-                 only what exceeds tau (c + u + o) as on a core of its own shows. On a
-                 host with no spare core (cores given, not more than its ranks) A's CPU
-                 work (the same allreduce on the inside link: copies and sums; and the
-                 bytes it moves across hosts, in and out through TCP) cannot hide and is
-                 paid in full; only its wait on slower links hides.
+                 ps: the leader pulls n and pushes n, pipelined and bound as async's; rma:
+                 it reads and adds the (G-1)/G of n (and of f) the other leaders hold,
+                 pipelined alike, and, on a host with no spare core, serves the others'
+                 reads and adds of its chunk (the same bytes through TCP, CPU work); then a
+                 broadcast inside
+  lasgd tau      c + u + o + an allreduce A of the weights over all ranks every tau steps, on
+                 a communication thread beside the next tau steps (W = tau (c + u + o)).
+                 With a core to spare for it, only what exceeds W shows. On a host with no
+                 spare core (cores given, not more than its ranks) the thread, waiting in
+                 MPI (which spins), takes half of the rank's share of the cores for as long
+                 as the average lasts, D: A, or its CPU work at that half share if longer
+                 (the same allreduce on the inside link: copies and sums; and the bytes it
+                 moves across hosts, in and out through TCP); D / 2 shows, or D - W if more.
 TCP's CPU work (the kernel's copies) is taken at the ps-lite connection's rate, when given.
 Waiting: a step whose collective waits for every rank (allreduce, sync) pays w_world, one
 that waits for its group only (async, easgd) w_group: the slowest rank's lateness beyond
@@ -53,7 +60,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 from ..comm import algorithm_table
 from ..comm.dtype_codes import DTYPE_CODES
 from ..comm.pacing import PACE_BYTES, pace_batches
-from .cluster import Cluster
+from .cluster import Cluster, Link
 from .collective_costs import ALGORITHMS, NOTHING, Cost, Span, hierarchical
 
 BACKWARD_SHARE = 2 / 3  # of forward + backward: what overlap can hide behind
@@ -149,31 +156,45 @@ class Planner:
             return NOTHING
         return Cost(self.cluster.inside.seconds(nbytes), nbytes, 0.0)
 
-    def _servers(self, nbytes: float, beside: bool = False) -> Cost:
-        """The leaders push and pull `nbytes` in paced batches (comm/pacing.py), a batch's
+    def _servers(self, nbytes: float, beside: bool = False, together: bool = True) -> Cost:
+        """A leader pushes and pulls `nbytes` in paced batches (comm/pacing.py), a batch's
         pulls crossing while the next batch is pushed: on a link, n and one batch (the
         pipeline's fill and drain) over the slowest of the leader's link and a server's;
-        2 n over its ps-lite connection (copies through TCP: CPU work both ways); each
-        server's link carries the G leaders' n and batch each way, over S. Servers beside
-        the ranks of one host share its link, which carries the other G - 1 leaders'
-        pushes in and their pulls out; `beside`: the leader of that host, which reaches
-        them without crossing it."""
+        2 n over its ps-lite connection (copies through TCP: CPU work both ways).
+        `together`: every group's exchange at once (sync), so it lasts as long as the
+        links the groups share carry all of them (_shared_links of n and a batch); apart
+        (async, easgd), what they carry is a bound on the cycle instead. `beside`: the
+        leader of the host beside the servers, which reaches them without its link."""
         cluster = self.cluster
         piped = nbytes + self.workload.fill_bytes(nbytes)  # a leader's, on a link
-        if cluster.servers_beside:
-            own = [cluster.server_link] if cluster.server_link else []
-            server = 0.0 if beside else cluster.between.seconds(piped * (cluster.hosts - 1))
-        else:
-            own = [cluster.link_of_servers]
-            server = 0.0
-        links = ([] if beside else [cluster.between]) + own
+        links = ([] if beside else [cluster.between]) + self._server_links()
         if not links and not cluster.connection:
             return NOTHING
         leader = max([link.seconds(piped) for link in links]
                      + ([2 * cluster.connection.seconds(nbytes)] if cluster.connection else []))
-        for link in own:
-            server = max(server, link.seconds(piped * cluster.hosts / cluster.server_count))
-        return Cost(max(leader, server), 0.0, 2 * nbytes)
+        if together:
+            leader = max(leader, self._shared_links(piped, beside))
+        return Cost(leader, 0.0, 2 * nbytes)
+
+    def _server_links(self) -> List[Link]:
+        """The servers' own links: server_link, or `between` for servers on hosts of their
+        own; none known for servers beside ranks without server_link."""
+        cluster = self.cluster
+        if cluster.servers_beside:
+            return [cluster.server_link] if cluster.server_link else []
+        return [cluster.link_of_servers]
+
+    def _shared_links(self, nbytes: float, beside: bool = False) -> float:
+        """How long the busiest link the groups share takes to carry `nbytes` each way for
+        every leader crossing it: each server's link, the G leaders' over S; servers beside
+        one host's ranks, that host's link, the other G - 1 leaders' (not on the path of
+        `beside`, that host's own leader)."""
+        cluster = self.cluster
+        busy = [link.seconds(nbytes * cluster.hosts / cluster.server_count)
+                for link in self._server_links()]
+        if cluster.servers_beside and not beside:
+            busy.append(cluster.between.seconds(nbytes * (cluster.hosts - 1)))
+        return max(busy, default=0.0)
 
     def _spare_core(self) -> bool:
         """Whether a host has a core beyond its ranks' (or cores were not given)."""
@@ -210,14 +231,15 @@ class Planner:
     def _prediction(self, configuration: str, mode: str, update: float,
                     communication: Cost, synchronous: bool, server_bytes: float = 0.0,
                     hidden: float = 0.0, wait: float = 0.0, spinning: bool = True,
-                    cpu_bound: float = 0.0) -> Prediction:
-        """update: a rank's share of the optimizer's work on its step's path, alone."""
+                    bound: float = 0.0) -> Prediction:
+        """update: a rank's share of the optimizer's work on its step's path, alone; bound:
+        the step's throughput bound (a host's cores, the links the groups share)."""
         stretch = self._stretch(spinning)
         compute = self.workload.compute_seconds * stretch
         update *= stretch
         overhead = self.workload.overhead_seconds * stretch
         exposed = max(0.0, communication.seconds - hidden) + overhead + wait
-        step = max(compute + update + exposed, cpu_bound)
+        step = max(compute + update + exposed, bound)
         alone = self.workload.compute_seconds + self.workload.update_seconds
         return Prediction(configuration, mode, step, compute + update, step - compute - update,
                           communication.bytes_inside, communication.bytes_across, server_bytes,
@@ -247,14 +269,19 @@ class Planner:
             rows.append(self._prediction(
                 "sync", "sync", update / cluster.server_count, through_servers, True,
                 per_server, wait=everyone, spinning=False,
-                cpu_bound=self._cpu_bound(0.0, update, 2 * n)))
+                bound=self._cpu_bound(0.0, update, 2 * n)))
             async_update = update / cluster.server_count  # its own push's, on its path
 
+            def own(beside: bool) -> Cost:
+                """A group's exchange through the servers, alone (groups apart)."""
+                return self._servers(n, beside, together=False) + self._broadcast_inside(n)
+
             def asynchronous(beside: bool) -> Prediction:
-                path = inside + self._servers(n, beside) + self._broadcast_inside(n)
                 return self._prediction(
-                    "async", "async", async_update, path, False, per_server, wait=group,
-                    spinning=False, cpu_bound=self._cpu_bound(0.0, update * cluster.hosts, 2 * n))
+                    "async", "async", async_update, inside + own(beside), False, per_server,
+                    wait=group, spinning=False,
+                    bound=max(self._cpu_bound(0.0, update * cluster.hosts, 2 * n),
+                              self._shared_links(n, beside)))
             rows.append(self._apart(asynchronous))
             share = (cluster.hosts - 1) / cluster.hosts  # of the centre, the other leaders'
             remote = n * share
@@ -265,11 +292,12 @@ class Planner:
                        + serving, 0.0, 2 * remote) + self._broadcast_inside(n)
             for tau in taus:
                 def elastic(beside: bool, tau: int = tau) -> Prediction:
-                    exchange = self._servers(n, beside) + self._broadcast_inside(n)
+                    exchange = _every(own(beside), tau)
                     return self._prediction(
-                        f"easgd tau={tau} (ps)", "easgd", update, inside + _every(exchange, tau),
-                        False, per_server / tau, wait=group, spinning=False,
-                        cpu_bound=self._cpu_bound(update, 0.0, 2 * n / tau))
+                        f"easgd tau={tau} (ps)", "easgd", update, inside + exchange, False,
+                        per_server / tau, wait=group, spinning=False,
+                        bound=max(self._cpu_bound(update, 0.0, 2 * n / tau),
+                                  self._shared_links(n, beside) / tau))
                 rows.append(self._apart(elastic))
                 rows.append(self._prediction(
                     f"easgd tau={tau} (rma)", "easgd", update, inside + _every(rma, tau), False,
@@ -294,18 +322,27 @@ class Planner:
 
     def _local_sgd(self, taus: Sequence[int], average: Cost, world: Span) -> List[Prediction]:
         """lasgd: the weights' allreduce (the model's bytes, as flat moves them over `world`)
-        every tau steps beside the next tau steps, in the rank's share of the cores (as long
-        as tau of its steps on a core of its own); its CPU work shows in full on a host with
-        no spare core; the drift is paid every step, the rest of the world wait once every tau."""
+        every tau steps, on a communication thread beside the next tau steps (W: tau
+        (c + u + o), stretched). With a spare core it runs there: what exceeds W shows.
+        Without one its thread, waiting in MPI (which spins), takes half of the rank's
+        share of the cores for as long as it lasts (D: the allreduce, or its CPU work at
+        that half share if longer): D / 2 shows, or D - W when longer. The drift is paid
+        every step, the rest of the world wait once every tau."""
         cluster, workload = self.cluster, self.workload
-        step_alone = workload.compute_seconds + workload.update_seconds + workload.overhead_seconds
-        cpu_work = 0.0 if self._spare_core() else min(average.seconds, Planner(
-            workload, replace(cluster, between=cluster.inside), self._table).allreduce(
-                world).seconds + self._tcp_work(2 * average.bytes_across))
+        stretch = self._stretch()
+        step = (workload.compute_seconds + workload.update_seconds
+                + workload.overhead_seconds) * stretch
+        duration, taken = average.seconds, 0.0
+        if not self._spare_core():
+            on_inside = Planner(workload, replace(cluster, between=cluster.inside), self._table)
+            cpu_work = (on_inside.allreduce(world).seconds
+                        + self._tcp_work(2 * average.bytes_across))
+            duration = max(duration, 2 * stretch * cpu_work)
+            taken = duration / 2
         drift = min(workload.drift_seconds, workload.world_wait_seconds)
         rows = []
         for tau in taus:
-            shown = Cost(max(0.0, average.seconds - cpu_work - tau * step_alone) + cpu_work,
+            shown = Cost(max(taken, duration - tau * step),
                          average.bytes_inside, average.bytes_across)
             wait = drift + (workload.world_wait_seconds - drift) / tau
             rows.append(self._prediction(f"lasgd tau={tau}", "lasgd", workload.update_seconds,
