@@ -147,7 +147,7 @@ def main() -> None:
               f"{identical}",
               flush=True)
     if not identical:
-        raise SystemExit(f"rank {rank}: weights differ from rank 0")
+        raise SystemExit(f"rank {rank}: the weights differ between the ranks ({replica_scope()})")
 
 
 if __name__ == "__main__":

@@ -334,7 +334,8 @@ def main() -> None:
     say(f"final validation top-1 {top1:.4f} top-5 {top5:.4f} on {images} images; weights "
         f"identical on {replica_scope()}: {identical}", flush=True)
     if not identical:
-        raise SystemExit(f"rank {kv.rank}: weights differ from rank 0")
+        raise SystemExit(f"rank {kv.rank}: the weights differ between the ranks "
+                         f"({replica_scope()})")
 
 
 if __name__ == "__main__":

@@ -94,14 +94,14 @@ def test_many_asynchronous_exchanges_conserve_weights_plus_centre(transport):
 @pytest.mark.parametrize("sync", ["0", "1"])
 def test_easgd_groups_reach_the_optimum_of_a_convex_problem(job_dir, sync, transport,
                                                             convex_halves_alone):
-    """Each group has half of the features (--halves), so it learns the other half's
-    weights only through the centre. Synchronous: the centre, which every rank takes at the
-    end (consensus), and each group's own weights learned every weight to within 3 %
-    (CONVEX_LEARNED). Asynchronous: the groups' timing decides how exchanges interleave. At worst one
-    group (A) ran all its exchanges before the other's (B) first: the centre then holds
-    A's half as A learned it, and B's exchanges move the centre's A-half and B's own A-half
-    (which B's data does not touch, and which starts where every group started) alpha of
-    the way towards each other: their sum is conserved, so they meet halfway, and the
+    """Each group has half of the features (--halves), so it learns the other half's weights
+    only through the centre. Synchronous: the centre, which every rank takes at the end
+    (consensus), and each group's own weights learned every weight to within 3 %
+    (CONVEX_LEARNED). Asynchronous: the groups' timing decides how exchanges interleave. At
+    worst one group (A) ran all its exchanges before the other's (B) first: the centre then
+    holds A's half as A learned it, and B's exchanges move the centre's A-half and B's own
+    A-half (which B's data does not touch, and which starts where every group started) alpha
+    of the way towards each other: their sum is conserved, so they meet halfway, and the
     centre's error on A's half is half of what a group alone leaves there, its loss a
     quarter (the loss is the sum of the halves' squared errors: the features are
     independent). The bound: a quarter of the larger loss of a half alone, plus
