@@ -24,6 +24,11 @@ def test_a_rank_that_dies_ends_the_job_and_is_named(action):
     assert_stopped_by_the_failure(job)
     assert "mxkv_hybrid: MXKV_FAULT: rank 1 will " + action in job.output
     assert re.search(r"rank 1 \(pid \d+ on \S+\) was the first rank to end", job.output), job.output
+    if action == "kill":  # the line the README quotes, word for word
+        assert re.search(r"mxkv-launch: the job failed with exit status \d+; rank 1 \(pid \d+ "
+                         r"on \S+\) was the first rank to end \(the PID in mpiexec's report, if "
+                         r"it printed one, can be a rank it stopped itself\)", job.output), \
+            job.output
     assert "took 10 steps" not in job.output  # nobody finished the training
 
 
