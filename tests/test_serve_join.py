@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 import uuid
 
 import numpy as np
@@ -149,6 +150,31 @@ def test_a_lost_sync_group_joined_separately_stops_the_other(tmp_path):
     assert "mxkv-launch: group 0 (2 rank(s), joined from 127.0.0.1) ended with status 1" \
         in serving.output
     assert not list(tmp_path.glob("rank*.npz"))  # no group got to the end
+
+
+def test_a_rank_that_fails_before_its_store_in_a_joined_group_stops_every_group():
+    """easgd, 2 joined groups; rank 3 (group 1's second) exits 1 before it creates its
+    store, while its group's rank 2 and group 0 wait at ps-lite's start, which waits for
+    every group: its launcher ends its MPI job (the script told it its status), the serving
+    launcher stops group 0, and every launcher exits 1 within 10 s of the failure, naming
+    the rank; nothing is left."""
+    tag = uuid.uuid4().hex
+    program = ["--", "python", str(WORKERS / "fail.py"), "early", "3"]
+    serving = Launcher(tag, "easgd", "--servers", "1", "--groups", "2", "--serve")
+    address = serving.wait_for(r"--join (\S+@127\.0\.0\.1:\d+) -n RANKS").group(1)
+    first = Launcher(tag, "easgd", "--join", address, "-n", "2", *program)
+    serving.wait_for(r"group 0 joined")
+    second = Launcher(tag, "easgd", "--join", address, "-n", "2", *program)
+    second.wait_for(r"rank 3 cannot read its data")
+    failed = time.monotonic()
+    for launcher in (second, first, serving):
+        assert launcher.finish() == 1, launcher.output
+    assert time.monotonic() - failed < 10, (first.output, second.output, serving.output)
+    assert not processes_of(tag)
+    assert re.search(r"group 1 \(ranks 2-3\) was lost: its MPI job exited with status 1; rank 3 "
+                     r"\(pid \d+ on \S+\) was the first rank to end \(its script failed\)",
+                     second.output), second.output
+    assert "so the other groups cannot go on: stopping this group" in first.output, first.output
 
 
 def test_check_reports_on_each_joined_group(tmp_path):
