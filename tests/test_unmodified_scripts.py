@@ -104,3 +104,32 @@ def test_without_auto_each_rank_trains_alone(tiny_imagenet):
     rank0, rank1 = (epochs_of(job.lines_of(rank)) for rank in range(RANKS))
     assert [batches for batches, _, _ in rank0] == [TRAIN_IMAGES // 32]
     assert rank0[-1][2] != rank1[-1][2]
+
+
+FALLBACK = re.compile(r"mxkv_hybrid: this script names kvstore '(\w+)' in a job of (\d+) ranks "
+                      r"started by mxkv-launch, and MXNet's '\w+' store does not reach the other "
+                      r"processes: every rank trains alone\. Name kvstore='hybrid'")
+
+
+@pytest.mark.parametrize("how, name", [("create", "local"), ("create", "hybird"),
+                                       ("trainer", "device"), ("module", "local")])
+def test_a_store_that_does_not_reach_the_other_ranks_is_named_once_by_rank_0(how, name):
+    """MXNet takes any name but 'dist*' for a store of this process alone (a typo too), and
+    with one device Trainer and Module.fit create no store at all: each rank would train
+    alone without a word."""
+    job = launch(RANKS, "store_name.py", how, name)
+    assert job.returncode == 0, job.output
+    said = [FALLBACK.search(line) for line in job.output.splitlines()]
+    said = [found for found in said if found]
+    assert [(found.group(1), found.group(2)) for found in said] == [(name, str(RANKS))], job.output
+    assert all(FALLBACK.search(line) is None for line in job.lines_of(1)), job.output
+
+
+@pytest.mark.parametrize("ranks, name, launcher_options", [(RANKS, "hybrid", ()),
+                                                           (RANKS, "device", ("--auto",)),
+                                                           (1, "local", ())])
+def test_no_word_where_the_store_reaches_every_rank(ranks, name, launcher_options):
+    """The control: 'hybrid', --auto (which makes 'device' 'hybrid'), or one rank alone."""
+    job = launch(ranks, "store_name.py", "trainer", name, launcher_options=launcher_options)
+    assert job.returncode == 0, job.output
+    assert "stepped" in job.output and not FALLBACK.search(job.output), job.output

@@ -384,6 +384,17 @@ def rank_in_job(environ=os.environ) -> Optional[int]:
     return (job.first_rank if job is not None else 0) + int(local)
 
 
+def ranks_in_job(environ=os.environ) -> Optional[int]:
+    """The ranks of the whole job (all group jobs'), or None outside an MPI job."""
+    size = environ.get("PMI_SIZE", environ.get("OMPI_COMM_WORLD_SIZE"))
+    if size is None:
+        return None
+    from ..config import read_knob  # not at the top: the keeper runs this file as a script
+
+    job = read_knob("MXKV_GROUP_JOB", environ)
+    return job.ranks if job is not None else int(size)
+
+
 def start_for_this_rank(environ=os.environ) -> None:
     """A rank started by mxkv-launch (MXKV_LAUNCHER_LINK and an MPI rank set): starts its
     keeper, the rank numbered as in the whole job (a group job's first_rank added)."""

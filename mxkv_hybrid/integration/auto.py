@@ -22,7 +22,6 @@ from typing import List, Set
 import mxnet.gluon.data.dataloader
 import mxnet.io
 import mxnet.io.io
-import mxnet.kvstore
 
 from ..comm.topology import world
 from .even_batches import EvenBatchesIter
@@ -47,11 +46,12 @@ def _log_once(message: str) -> None:
             print(f"mxkv_hybrid --auto: {message}", flush=True)
 
 
-def _create(original, name="local", *args, **kwargs):
+def store_name(name):
+    """The store a script names: 'hybrid' where --auto replaces the name (logged once)."""
     if isinstance(name, str) and replaces_store(name):
         _log_once(f"kvstore '{name.lower()}' -> 'hybrid' ({world().size} ranks)")
-        name = "hybrid"
-    return original(name, *args, **kwargs)
+        return "hybrid"
+    return name
 
 
 def _is_true(value) -> bool:
@@ -111,8 +111,7 @@ def _rank_share(given: str) -> str:
 def install() -> None:
     """Installs the --auto changes (idempotent)."""
     global _installed
-    _installed = True
-    patch(mxnet.kvstore, "create", _create)
+    _installed = True  # mx.kv.create asks store_name (integration/hooks.py)
     for owner in (mxnet.io, mxnet.io.io):
         patch(owner, "ImageRecordIter", _image_record_iter)
     patch(mxnet.gluon.data.dataloader.DataLoader, "__init__", _data_loader_init)

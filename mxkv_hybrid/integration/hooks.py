@@ -20,6 +20,7 @@ import pickle
 import mxnet as mx
 import mxnet.gluon.parameter
 import mxnet.gluon.trainer
+import mxnet.kvstore
 import mxnet.model
 import mxnet.module.base_module
 import mxnet.module.module
@@ -27,7 +28,7 @@ import mxnet.module.module
 from ..atomic_file import write_atomically
 from ..errors import MXKVError
 from ..kvstore import Hybrid
-from . import auto
+from . import auto, store_names
 from .even_batches import EvenBatchesIter
 from .patching import bind_call, patch
 
@@ -54,7 +55,15 @@ def _fit(original, self, *args, **kwargs):
     return original(*call.args, **call.kwargs)
 
 
+def _create(original, name="local", *args, **kwargs):
+    """mx.kv.create: --auto's renaming, then the check that the store reaches other ranks."""
+    name = auto.store_name(name)
+    store_names.check(name)
+    return original(name, *args, **kwargs)
+
+
 def _create_kvstore(original, kvstore, num_device, arg_params):
+    store_names.check(kvstore)  # (with one device MXNet creates no 'local' store at all)
     if _names_hybrid(kvstore):
         kvstore = mx.kv.create(kvstore)
     return original(kvstore, num_device, arg_params)
@@ -227,6 +236,7 @@ def steps_done(owner) -> int:
 
 def install() -> None:
     """Installs the hooks (idempotent)."""
+    patch(mxnet.kvstore, "create", _create)
     for module in _MODULES_USING_CREATE:
         patch(module, "_create_kvstore", _create_kvstore)
     for module in _MODULES_USING_UPDATES:
