@@ -125,11 +125,12 @@ def test_a_store_that_does_not_reach_the_other_ranks_is_named_once_by_rank_0(how
     assert all(FALLBACK.search(line) is None for line in job.lines_of(1)), job.output
 
 
-@pytest.mark.parametrize("ranks, name, launcher_options", [(RANKS, "hybrid", ()),
-                                                           (RANKS, "device", ("--auto",)),
-                                                           (1, "local", ())])
-def test_no_word_where_the_store_reaches_every_rank(ranks, name, launcher_options):
-    """The control: 'hybrid', --auto (which makes 'device' 'hybrid'), or one rank alone."""
-    job = launch(ranks, "store_name.py", "trainer", name, launcher_options=launcher_options)
+@pytest.mark.parametrize("ranks, how, name, launcher_options", [
+    (RANKS, "trainer", "hybrid", ()), (RANKS, "trainer", "device", ("--auto",)),
+    (RANKS, "module", "local", ("--auto",)), (1, "trainer", "local", ())])
+def test_no_word_where_the_store_reaches_every_rank(ranks, how, name, launcher_options):
+    """The control: 'hybrid', --auto (which makes 'local' and 'device' 'hybrid', also where
+    Module.fit hands MXNet the name before --auto renames it), or one rank alone."""
+    job = launch(ranks, "store_name.py", how, name, launcher_options=launcher_options)
     assert job.returncode == 0, job.output
     assert "stepped" in job.output and not FALLBACK.search(job.output), job.output

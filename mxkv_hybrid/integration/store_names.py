@@ -2,24 +2,28 @@
 names a store other than 'hybrid' (MXNet's 'local' or 'device', which never reach the other
 processes, or a typo, which MXNet takes for 'local') trains every rank alone. Rank 0 says
 so, once, at the first store the script names, with the fix. ('dist_*' stores reach the
-other processes through ps-lite, or fail loudly without it.)"""
-from typing import Any, List
+other processes through ps-lite, or fail loudly without it; under --auto 'local' and
+'device' become 'hybrid'.)"""
+from typing import Any
 
 from ..comm.launcher_link import rank_in_job, ranks_in_job
 from ..config import read_knob
+from . import auto
 
-_said: List[str] = []  # the name rank 0 was told about, once
+_said = False  # rank 0 said it (once)
 
 
 def check(name: Any) -> None:
-    """Called with every store name the script gives (mx.kv.create, Trainer, Module.fit)."""
+    """Called with every store name the script gives (mx.kv.create, Trainer, Module.fit),
+    before --auto renames it."""
+    global _said
     if _said or not isinstance(name, str) or name.lower() == "hybrid" \
-            or name.lower().startswith("dist"):
+            or name.lower().startswith("dist") or auto.replaces_store(name):
         return
     ranks = ranks_in_job()
     if not read_knob("MXKV_LAUNCHER_LINK") or ranks is None or ranks < 2:
         return
-    _said.append(name)
+    _said = True
     if rank_in_job() == 0:
         print(f"mxkv_hybrid: this script names kvstore {name!r} in a job of {ranks} ranks "
               f"started by mxkv-launch, and MXNet's {name!r} store does not reach the other "
