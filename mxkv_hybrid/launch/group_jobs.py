@@ -19,7 +19,7 @@ from typing import BinaryIO, Callable, Dict, List, Optional, Tuple
 from ..comm.launcher_link import RankExit
 from .lost_hosts import LostRanks
 from .processes import Node, end_process_group
-from .rank_watch import RankWatch
+from .rank_watch import RankWatch, wait_for_any
 from .supervisor import OUTPUT_LOCK, say, supervise
 
 LOST_STATUS = 1  # a group job ended because its host was lost (the same on every host)
@@ -291,11 +291,7 @@ class GroupJobs:
         return None
 
     def wait(self, seconds: float) -> None:
-        running = [run for run in self.runs if run.code is None]
-        for run in running:
-            run.watch.wait(seconds / len(running))
-        if not running:
-            time.sleep(seconds)
+        wait_for_any([run.watch for run in self.runs if run.code is None], seconds)
 
 
 def supervise_groups(runs: List[GroupRun], helpers: List[Node], timeout: Optional[float],

@@ -100,18 +100,20 @@ class RankWatch:
     def wait(self, seconds: float) -> None:
         """Sleeps up to `seconds` or until the job's root process ends, noting the first
         watched rank that ends."""
+        wait_for_any([self], seconds)
+
+    def _descriptors(self) -> List[int]:
+        """What a wait selects on: the watched ranks, and the job's root while it runs."""
         self._search()
-        waited_on = [*self._watched, *([self._root_ended] if self._root_ended is not None else [])]
-        if not waited_on:
-            time.sleep(seconds)
-            return
-        ended, _, _ = select.select(waited_on, [], [], seconds)
-        gone = []
-        for descriptor in ended:
-            if descriptor == self._root_ended:
-                continue
-            gone.append(self._watched.pop(descriptor))
-            os.close(descriptor)
+        return [*self._watched, *([self._root_ended] if self._root_ended is not None else [])]
+
+    def _note(self, ready: List[int]) -> None:
+        """Notes the watched ranks among `ready` (descriptors select found readable)."""
+        gone = [self._watched.pop(descriptor) for descriptor in ready
+                if descriptor in self._watched]
+        for descriptor in ready:
+            if descriptor != self._root_ended:
+                os.close(descriptor)
         if gone and not self.first_ended:  # several only if they ended within one wake-up
             self.first_ended = sorted(gone)
             self._first_ended_at = time.monotonic()
@@ -145,3 +147,16 @@ class RankWatch:
         if self._root_ended is not None:
             os.close(self._root_ended)
             self._root_ended = None
+
+
+def wait_for_any(watches: List[RankWatch], seconds: float) -> None:
+    """Sleeps up to `seconds` or until a rank or the root of any of the jobs ends, noting
+    each job's first rank to end. One wait for all: a job waited on in turn was seen to
+    end (its mpiexec gone) before its killed rank was noticed, which then went unnamed."""
+    owners = {descriptor: watch for watch in watches for descriptor in watch._descriptors()}
+    if not owners:
+        time.sleep(seconds)
+        return
+    ready, _, _ = select.select(list(owners), [], [], seconds)
+    for watch in watches:
+        watch._note([descriptor for descriptor in ready if owners[descriptor] is watch])
