@@ -2,12 +2,14 @@
 #include <mpi.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/buffer_info.h>
+#include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <iostream>
+#include <memory>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -218,6 +220,37 @@ PYBIND11_MODULE(_C, m) {
            },
            py::arg("spec"), py::arg("key_signature"), py::arg("root"),
            "Broadcast root's inputs[0] into every output; False if ranks disagree on the call.")
+      .def("sparse_row_sum",
+           [](mxkv::TensorCollectives& self, py::array_t<int64_t, py::array::c_style> ids,
+              py::buffer rows, int64_t row_len, int dtype, uint64_t signature,
+              bool average) -> py::object {
+             py::buffer_info info = rows.request();
+             const int64_t count = static_cast<int64_t>(ids.size());
+             if (static_cast<size_t>(info.itemsize) != mxkv::dtype_size(dtype) ||
+                 info.size != count * row_len)
+               throw std::invalid_argument("rows must hold ids.size() * row_len values of dtype");
+             if (info.size > 0 && info.strides.back() != info.itemsize)
+               throw std::invalid_argument("rows must be contiguous");
+             auto result = std::make_unique<mxkv::SparseRows>();
+             if (!run_collective([&] {
+                   return self.sparse_row_sum(ids.data(), info.ptr, count, row_len, dtype,
+                                              signature, average, *result);
+                 }))
+               return py::none();
+             const char* path = mxkv::sparse_path_name(result->path);
+             py::array_t<int64_t> union_ids(static_cast<py::ssize_t>(result->indices.size()),
+                                            result->indices.data());
+             mxkv::SparseRows* owned = result.release();
+             py::capsule keep(owned, [](void* p) { delete static_cast<mxkv::SparseRows*>(p); });
+             py::array bytes(py::dtype("uint8"),
+                             {static_cast<py::ssize_t>(owned->values.size())},
+                             {static_cast<py::ssize_t>(1)}, owned->values.data(), keep);
+             return py::make_tuple(union_ids, bytes, path);
+           },
+           py::arg("ids"), py::arg("rows"), py::arg("row_len"), py::arg("dtype"),
+           py::arg("signature"), py::arg("average"),
+           "The sum (average) over ranks of row_sparse rows: (union ids, their rows as bytes, "
+           "'allgather' or 'union allreduce'); None if ranks disagree on the call.")
       .def("allreduce_vector",
            [](mxkv::TensorCollectives& self, py::buffer array, int dtype,
               const std::string& algorithm, double scale) {

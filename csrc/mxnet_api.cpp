@@ -29,8 +29,8 @@ ArrayView resolve_array(NDArrayHandle handle) {
   api.check(api.get_storage_type(handle, &storage), "MXNDArrayGetStorageType");
   if (storage != kDefaultStorage)
     throw std::invalid_argument(
-        "sparse (row_sparse/csr) arrays are not supported by the hybrid kvstore; "
-        "use dense gradients (e.g. Embedding(sparse_grad=False)) or a native MXNet kvstore");
+        "csr arrays (and row_sparse ones under a key whose other arrays are dense) are not "
+        "supported by the hybrid kvstore; use row_sparse or dense arrays");
 
   int dev_type = 0, dev_id = 0;
   api.check(api.get_context(handle, &dev_type, &dev_id), "MXNDArrayGetContext");

@@ -16,6 +16,7 @@
 #include "communicator.h"
 #include "engine_overlap.h"
 #include "segmented_exchange.h"
+#include "sparse_rows.h"
 #include "tensor_set.h"
 #include "timeline.h"
 
@@ -52,6 +53,12 @@ class TensorCollectives {
 
   // outputs = root's inputs[0], on every rank.
   Status broadcast(const std::vector<TensorRequest>& requests, uint64_t key_signature, int root);
+
+  // result = scale * the sum over ranks of each rank's `count` rows (ids sorted and
+  // distinct, `row_len` values of `dtype` each): sparse_rows.h. `signature` names the
+  // key, its shape and dtype, so that ranks passing different arrays are told.
+  Status sparse_row_sum(const int64_t* ids, const void* rows, int64_t count, int64_t row_len,
+                        int dtype, uint64_t signature, bool average, SparseRows& result);
 
   // One contiguous vector (for tests and benchmarks): data = scale * sum over ranks.
   void allreduce_vector(void* data, int64_t count, int dtype, Algorithm algorithm, double scale);

@@ -5,7 +5,7 @@ from typing import Callable, List, Optional, Sequence, Tuple
 import mxnet as mx
 from mxnet.kvstore import KVStoreBase
 
-from .comm import stall
+from .comm import row_sparse, stall
 from .comm.collectives import Key, TensorCollectives
 from .comm.topology import groups, world
 from .config import Config
@@ -22,6 +22,9 @@ from .modes.worker_weights import WorkerWeights
 from .observe.step_summary import summary_for
 from .safety.fault import FaultInjector
 from .safety.finite_check import check_finite
+
+
+SPARSE_MODES = ("allreduce",)  # the modes whose store takes row_sparse arrays so far
 
 
 def _as_key_lists(key, value) -> Tuple[List[Key], List[List[mx.nd.NDArray]]]:
@@ -154,6 +157,7 @@ class Hybrid(KVStoreBase):
         for k in keys:
             if self._weights.holds(k):
                 raise MXKVError(f"init: key {k!r} is already initialised")
+        self._allow_sparse("init", values)
         self._active()
         self._weights.init("init", keys, values, outs=[[] for _ in keys])
 
@@ -195,15 +199,20 @@ class Hybrid(KVStoreBase):
         the combined value is the gradient that updates the weight."""
         keys, values = _as_key_lists(key, value)
         self._require_initialised("push", keys)
+        self._allow_sparse("push", values)
         self._active()
         self._timed(lambda: self._weights.push("push", keys, values))
 
     def pull(self, key, out=None, priority: int = 0, ignore_sparse: bool = True) -> None:
-        """Copies the kept value of each key into `out`."""
+        """Copies the kept value of each key into `out`; row_sparse outs are skipped
+        when `ignore_sparse` (MXNet's rule: they take row_sparse_pull)."""
         keys, outs = _as_key_lists(key, out)
         self._require_initialised("pull", keys)
         self._active()
-        self._timed(lambda: self._weights.pull(keys, outs))
+        if self._allow_sparse("pull", outs):
+            self._timed(lambda: self._weights.pull(keys, outs, ignore_sparse))
+        else:
+            self._timed(lambda: self._weights.pull(keys, outs))
 
     def pushpull(self, key, value, out=None, priority: int = 0) -> None:
         """out (default: value, in place) = the combined value, in one fused collective.
@@ -224,8 +233,16 @@ class Hybrid(KVStoreBase):
         """pushpull's work: updates the keys that hold a weight, combines the others."""
         if self._config.check_finite:
             check_finite("pushpull", keys, values, self._world.rank)
+        sparse = self._allow_sparse("pushpull", values)
         updated = [i for i, k in enumerate(keys) if self._weights.updates(k)]
-        plain = [i for i, k in enumerate(keys) if not self._weights.updates(k)]
+        plain = [i for i, k in enumerate(keys) if not self._weights.updates(k)
+                 and not (sparse and row_sparse.is_row_sparse(values[i][0]))]
+        for i, k in enumerate(keys):
+            if sparse and i not in updated and row_sparse.is_row_sparse(values[i][0]):
+                summed = row_sparse.sum_over_ranks(self._active(), "pushpull", k, values[i],
+                                                   self._config.average)
+                for target in outs[i]:
+                    row_sparse.write_into(summed, target)
         if plain:
             self._reducer.allreduce("pushpull", [keys[i] for i in plain], [values[i] for i in plain],
                                     [outs[i] for i in plain], self._config.average)
@@ -234,8 +251,24 @@ class Hybrid(KVStoreBase):
                                     [values[i] for i in updated], [outs[i] for i in updated])
 
     def row_sparse_pull(self, key, out=None, priority: int = 0, row_ids=None) -> None:
-        raise MXKVError("row_sparse_pull: sparse arrays are not supported by the hybrid kvstore; "
-                        "use dense parameters or a native MXNet kvstore ('dist_sync')")
+        """Copies the rows `row_ids` (an NDArray of row ids per out, or one for all) of each
+        key's kept value into `out` (row_sparse arrays), as MXNet's stores do."""
+        keys, outs = _as_key_lists(key, out)
+        if row_ids is None:
+            raise MXKVError("row_sparse_pull: row_ids is required (the ids of the rows to pull)")
+        _, ids = _as_key_lists(key, row_ids)
+        ids = [i * len(o) if len(i) == 1 else i for i, o in zip(ids, outs)]
+        dense = [k for k, o in zip(keys, outs) if not all(map(row_sparse.is_row_sparse, o))]
+        if dense:
+            raise MXKVError(f"row_sparse_pull: key(s) {dense!r}: out must be row_sparse "
+                            "NDArrays (pull copies into dense ones)")
+        if any(len(i) != len(o) for i, o in zip(ids, outs)):
+            raise MXKVError("row_sparse_pull: give one row_ids array per out array, or one "
+                            "for all")
+        self._require_initialised("row_sparse_pull", keys)
+        self._allow_sparse("row_sparse_pull", outs)
+        self._active()
+        self._timed(lambda: self._weights.row_sparse_pull(keys, outs, ids))
 
     def set_gradient_compression(self, compression_params) -> None:
         raise MXKVError("MXNet's gradient compression (compression_params) is not supported by "
@@ -308,6 +341,18 @@ class Hybrid(KVStoreBase):
             call()
         else:
             self._summary.timed(call)
+
+    def _allow_sparse(self, op: str, arrays: Sequence[Sequence[mx.nd.NDArray]]) -> bool:
+        """Whether any of `arrays` is row_sparse; refuses them in the modes that cannot
+        take them yet."""
+        if not any(row_sparse.is_row_sparse(a) for copies in arrays for a in copies):
+            return False
+        if self._config.mode not in SPARSE_MODES:
+            raise MXKVError(f"{op}: row_sparse arrays are not supported in MXKV_MODE="
+                            f"{self._config.mode} yet (modes that take them: "
+                            f"{', '.join(SPARSE_MODES)}): set MXKV_MODE=allreduce, or use "
+                            "dense gradients (Embedding(..., sparse_grad=False))")
+        return True
 
     def _require_initialised(self, op: str, keys: Sequence[Key]) -> None:
         missing = [k for k in keys if not self._weights.holds(k)]

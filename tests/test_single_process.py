@@ -197,17 +197,20 @@ def test_broadcasting_parameters_of_unknown_shape_says_to_run_a_batch_first():
     mxkv_hybrid.broadcast_parameters(net.collect_params())  # shapes known: one rank keeps its own
 
 
-def test_sparse_arrays_and_row_sparse_pull_are_refused_saying_what_to_use():
-    """README, "Errors": sparse arrays, row_sparse_pull and MXNet's gradient compression
-    raise MXKVError naming the alternative (until #32 brings them)."""
+def test_csr_arrays_are_refused_and_row_sparse_ones_kept_saying_what_to_use():
+    """README, "Errors": csr arrays and MXNet's gradient compression raise MXKVError naming
+    the alternative; row_sparse arrays are kept and pulled by rows (one rank: the sum is
+    the array itself)."""
     kv = mx.kv.create("hybrid")
-    sparse = mx.nd.ones((4, 3)).tostype("row_sparse")
-    for call in (lambda: kv.init(0, sparse), lambda: kv.pushpull(1, sparse)):
-        with pytest.raises(MXKVError, match=r"sparse \(row_sparse/csr\) arrays are not "
-                                            r"supported .* use dense gradients"):
+    csr = mx.nd.ones((4, 3)).tostype("csr")
+    for call in (lambda: kv.init(0, csr), lambda: kv.pushpull(1, csr)):
+        with pytest.raises(MXKVError, match=r"csr arrays .* are not supported by the hybrid "
+                                            r"kvstore; use row_sparse or dense arrays"):
             call()
-    with pytest.raises(MXKVError, match="row_sparse_pull: sparse arrays are not supported .* "
-                                        "use dense parameters"):
-        kv.row_sparse_pull(0, out=sparse, row_ids=mx.nd.array([0]))
+    rows = mx.nd.sparse.row_sparse_array((np.ones((2, 3)), [1, 3]), shape=(4, 3))
+    kv.init(2, rows)
+    out = mx.nd.sparse.zeros("row_sparse", (4, 3))
+    kv.row_sparse_pull(2, out=out, row_ids=mx.nd.array([3, 0, 3], dtype="int64"))
+    assert out.asnumpy().tolist() == [[0] * 3, [0] * 3, [0] * 3, [1] * 3]  # row 1 not asked for
     with pytest.raises(MXKVError, match="set MXKV_COMPRESS=fp16 or bf16"):
         kv.set_gradient_compression({"type": "2bit", "threshold": 0.5})

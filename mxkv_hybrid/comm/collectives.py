@@ -5,7 +5,7 @@ import hashlib
 import secrets
 import weakref
 from functools import lru_cache
-from typing import Hashable, List, Optional, Sequence
+from typing import Hashable, List, Optional, Sequence, Tuple
 
 import mxnet as mx
 import numpy as np
@@ -205,6 +205,25 @@ class TensorCollectives:
         self._run(op, keys, host_outputs,
                   lambda: self._impl.broadcast(spec, _key_signature(keys), root))
         copy_back()
+
+    def sum_sparse_rows(self, op: str, key: Key, array: mx.nd.NDArray, ids: np.ndarray,
+                        rows: np.ndarray, average: bool) -> Tuple[np.ndarray, np.ndarray, str]:
+        """The sum (average) over ranks of row_sparse values of `key` (`array`: this rank's,
+        whose shape and dtype every rank must share; `ids`: its sorted row ids, int64;
+        `rows`: those rows, C-contiguous): (the union of the ids, their summed rows, the
+        path the rows took: 'allgather' or 'union allreduce'; csrc/sparse_rows.h)."""
+        row_shape = tuple(array.shape[1:])
+        signature = _key_signature([("row_sparse", key, tuple(array.shape),
+                                     np.dtype(array.dtype).name)])
+        with stall.waiting(f"{op} of row_sparse key {key!r}"), \
+                timeline.span(op, "collective", keys=1):
+            result = self._impl.sparse_row_sum(ids, rows, int(np.prod(row_shape)),
+                                               _CODE_OF_NUMPY_CHAR[rows.dtype.char], signature,
+                                               average)
+        if result is None:
+            self._raise_mismatch(op, [key], [[array]])
+        union, summed, path = result
+        return union, summed.view(rows.dtype).reshape((len(union),) + row_shape), path
 
     def finish(self) -> None:
         """Waits until every bucket queued behind MXNet's engine (overlap) is reduced."""

@@ -3,12 +3,15 @@ servers take the optimizer).
 
 Like MXNet's local store: `init` keeps rank 0's value; `push` combines the values of
 all devices and ranks and, with an optimizer set, applies the update to the kept
-weight (the same on every rank, since every rank gets the same combined gradient)."""
+weight (the same on every rank, since every rank gets the same combined gradient).
+row_sparse values (init, push) take the sparse collective (comm/row_sparse.py); a kept
+value is dense or row_sparse as it was given to init."""
 from typing import Callable, Dict, Optional, Sequence
 
 import mxnet as mx
 
 from ..atomic_file import write_atomically
+from ..comm import row_sparse
 from ..comm.collectives import Arrays, Key, TensorCollectives
 from ..errors import MXKVError
 
@@ -46,6 +49,14 @@ class WorkerWeights:
     def init(self, op: str, keys: Sequence[Key], values: Sequence[Arrays],
              outs: Sequence[Arrays]) -> None:
         """Keeps rank 0's values (and copies them into `outs`)."""
+        sparse = [i for i, v in enumerate(values) if row_sparse.is_row_sparse(v[0])]
+        for i in sparse:
+            self._weights[keys[i]] = row_sparse.broadcast(self._world, op, keys[i], values[i][0])
+            for out in outs[i]:
+                row_sparse.write_into(self._weights[keys[i]], out)
+        keys, values, outs = _dense_only(sparse, keys, values, outs)
+        if not keys:
+            return
         for k, v in zip(keys, values):
             if k not in self._weights:
                 self._weights[k] = mx.nd.empty(v[0].shape, ctx=v[0].context, dtype=v[0].dtype)
@@ -55,6 +66,12 @@ class WorkerWeights:
             self._share(op, keys, kept)
 
     def push(self, op: str, keys: Sequence[Key], values: Sequence[Arrays]) -> None:
+        sparse = [i for i, v in enumerate(values) if row_sparse.is_row_sparse(v[0])]
+        for i in sparse:
+            self._push_rows(op, keys[i], values[i])
+        keys, values = _dense_only(sparse, keys, values)
+        if not keys:
+            return
         targets = [[self._reduced_buffer(k)] if self.updates(k) else [self._weights[k]]
                    for k in keys]
         self._reduction.allreduce(op, keys, values, targets, self._average)
@@ -66,10 +83,25 @@ class WorkerWeights:
         """The weights kept, by key (the same on every rank)."""
         return dict(self._weights)
 
-    def pull(self, keys: Sequence[Key], outs: Sequence[Arrays]) -> None:
+    def pull(self, keys: Sequence[Key], outs: Sequence[Arrays], ignore_sparse: bool = True) -> None:
+        """Copies the kept values into `outs`; row_sparse outs are left alone when
+        `ignore_sparse` (as MXNet's stores do: row_sparse_pull is their pull)."""
         for k, targets in zip(keys, outs):
             for target in targets:
-                self._weights[k].copyto(target)
+                if row_sparse.is_row_sparse(target):
+                    if not ignore_sparse:
+                        row_sparse.write_into(self._weights[k], target)
+                elif row_sparse.is_row_sparse(self._weights[k]):
+                    row_sparse.write_into(self._weights[k], target)
+                else:
+                    self._weights[k].copyto(target)
+
+    def row_sparse_pull(self, keys: Sequence[Key], outs: Sequence[Arrays],
+                        row_ids: Sequence[Arrays]) -> None:
+        """outs = the rows `row_ids` of the kept values (row_sparse outs only)."""
+        for k, targets, ids in zip(keys, outs, row_ids):
+            for target, wanted in zip(targets, ids):
+                row_sparse.rows_of(self._weights[k], wanted).copyto(target)
 
     def push_pull(self, op: str, keys: Sequence[Key], values: Sequence[Arrays],
                   outs: Sequence[Arrays]) -> None:
@@ -93,8 +125,26 @@ class WorkerWeights:
         self._weights.clear()
         self._reduced.clear()
 
+    def _push_rows(self, op: str, key: Key, copies: Arrays) -> None:
+        """A row_sparse push: the rows summed over devices and ranks update the kept weight
+        (with an optimizer: lazily, only those rows) or become the kept value."""
+        summed = row_sparse.sum_over_ranks(self._world, op, key, copies, self._average)
+        kept = self._weights[key]
+        if self.updates(key):
+            self.updater(key, summed, kept)
+        elif row_sparse.is_row_sparse(kept):
+            self._weights[key] = summed
+        else:
+            row_sparse.write_into(summed, kept)
+
     def _reduced_buffer(self, key: Key) -> mx.nd.NDArray:
         if key not in self._reduced:
             kept = self._weights[key]
             self._reduced[key] = mx.nd.empty(kept.shape, ctx=kept.context, dtype=kept.dtype)
         return self._reduced[key]
+
+
+def _dense_only(sparse: Sequence[int], *lists: Sequence) -> tuple:
+    """`lists` without the entries at the positions `sparse`."""
+    dropped = set(sparse)
+    return tuple([x for i, x in enumerate(entries) if i not in dropped] for entries in lists)

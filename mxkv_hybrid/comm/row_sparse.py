@@ -1,0 +1,52 @@
+"""row_sparse NDArrays through the sparse collective: a rank's devices summed, the rows
+summed over ranks (TensorCollectives.sum_sparse_rows), and the rows a pull asks for."""
+from typing import Sequence
+
+import mxnet as mx
+import numpy as np
+
+from .collectives import Key, TensorCollectives
+
+ROW_SPARSE = "row_sparse"
+
+
+def is_row_sparse(array: mx.nd.NDArray) -> bool:
+    return array.stype == ROW_SPARSE
+
+
+def sum_over_ranks(collectives: TensorCollectives, op: str, key: Key,
+                   copies: Sequence[mx.nd.NDArray], average: bool) -> mx.nd.NDArray:
+    """The row_sparse sum (average) over ranks of this rank's copies (one per device)."""
+    mine = copies[0] if len(copies) == 1 else mx.nd.add_n(*[c.copyto(mx.cpu()) for c in copies])
+    ids = np.ascontiguousarray(mine.indices.asnumpy(), dtype=np.int64)
+    rows = np.ascontiguousarray(mine.data.asnumpy())
+    union, summed, _ = collectives.sum_sparse_rows(op, key, mine, ids, rows, average)
+    return mx.nd.sparse.row_sparse_array((summed, union), shape=mine.shape, ctx=mine.context,
+                                         dtype=mine.dtype)
+
+
+def broadcast(collectives: TensorCollectives, op: str, key: Key,
+              value: mx.nd.NDArray, root: int = 0) -> mx.nd.NDArray:
+    """Rank `root`'s row_sparse value, on every rank: the sparse collective's sum when
+    only the root sends rows (its rows plus zeros: the same values)."""
+    mine = value if collectives.comm.rank == root else mx.nd.sparse.zeros(
+        ROW_SPARSE, value.shape, ctx=value.context, dtype=value.dtype)
+    return sum_over_ranks(collectives, op, key, [mine], average=False)
+
+
+def write_into(value: mx.nd.NDArray, out: mx.nd.NDArray) -> None:
+    """out = value, whatever either's storage (a dense out gets the rows, zeros elsewhere)."""
+    if out.stype == value.stype:
+        value.copyto(out)
+    else:
+        value.tostype(out.stype).copyto(out)
+
+
+def rows_of(kept: mx.nd.NDArray, row_ids: mx.nd.NDArray) -> mx.nd.NDArray:
+    """The rows `row_ids` (any order, repeats allowed) of a kept value, as row_sparse."""
+    wanted = np.unique(row_ids.asnumpy().astype(np.int64))
+    if is_row_sparse(kept):
+        return mx.nd.sparse.retain(kept, mx.nd.array(wanted, ctx=kept.context, dtype=np.int64))
+    rows = mx.nd.take(kept, mx.nd.array(wanted, ctx=kept.context, dtype=np.int64))
+    return mx.nd.sparse.row_sparse_array((rows, wanted), shape=kept.shape, ctx=kept.context,
+                                         dtype=kept.dtype)
