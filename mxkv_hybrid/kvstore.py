@@ -268,7 +268,8 @@ class Hybrid(KVStoreBase):
         self._require_initialised("row_sparse_pull", keys)
         self._allow_sparse("row_sparse_pull", outs)
         self._active()
-        self._timed(lambda: self._weights.row_sparse_pull(keys, outs, ids))
+        with mx.autograd.pause():  # Parameter.row_sparse_data pulls inside a record section
+            self._timed(lambda: self._weights.row_sparse_pull(keys, outs, ids))
 
     def set_gradient_compression(self, compression_params) -> None:
         raise MXKVError("MXNet's gradient compression (compression_params) is not supported by "

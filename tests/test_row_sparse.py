@@ -1,9 +1,10 @@
-"""row_sparse arrays through the store (tests/workers/row_sparse.py's checks, each against
+"""row_sparse arrays through the store and the Gluon Trainer (tests/workers/row_sparse.py's checks, each against
 numpy sums of every rank's rows: a rank alone has a twentieth of the rows, so no check of
 a sum passes without the exchange), and the refusal in modes that do not take them yet."""
+import numpy as np
 import pytest
 
-from conftest import launch
+from conftest import assert_same_on_every_rank, launch, rank_files, run_reference
 
 EXPECTED_CHECKS = 14
 
@@ -24,3 +25,29 @@ def test_modes_without_row_sparse_refuse_it_naming_the_fix(job_dir):
     assert job.returncode != 0
     assert ("pushpull: row_sparse arrays are not supported in MXKV_MODE=lasgd yet (modes that "
             "take them: allreduce): set MXKV_MODE=allreduce") in job.output, job.output
+
+
+# train_sparse_embedding.py: 6 steps, each weight's gradient a sum of up to 32 samples
+# (4 ranks x 8), weights below 1 in size: summed in another order, a weight moves by at
+# most steps x summands x float32's unit roundoff.
+TRAINED_WITHIN = 6 * 32 * 2.0 ** -24
+
+
+@pytest.mark.parametrize("options", [[], ["--update-on-kvstore", "0"], ["--sparse-weight"]],
+                         ids=["sparse-gradients", "updated-on-the-workers", "sparse-weight"])
+def test_a_sparse_embedding_trains_as_one_process_on_the_union_of_the_batches(job_dir, options):
+    """Embedding(sparse_grad=True) (or a row_sparse weight, pulled by rows each step)
+    through gluon.Trainer on 4 ranks equals one process on the 4 ranks' batches at once;
+    the control, one process on rank 0's batches, is far from it."""
+    for ranks in (4, 1):
+        run_reference("train_sparse_embedding.py", "--out", str(job_dir / f"ref{ranks}"),
+                      "--reference", str(ranks), *options)
+    job = launch(4, "train_sparse_embedding.py", "--out", str(job_dir / "dist"), *options,
+                 env={"MXKV_MODE": "allreduce"})
+    assert job.returncode == 0, job.output
+    found = rank_files(job_dir / "dist", range(4))
+    assert_same_on_every_rank(found, "")
+    union, alone = (rank_files(job_dir / f"ref{n}", [0])[0] for n in (4, 1))
+    for name, reference in union.items():
+        assert np.allclose(found[0][name], reference, rtol=0, atol=TRAINED_WITHIN), name
+    assert max(np.abs(found[0][n] - alone[n]).max() for n in alone) > 100 * TRAINED_WITHIN

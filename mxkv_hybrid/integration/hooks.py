@@ -11,6 +11,9 @@ What changes, only for the hybrid store (every other store runs MXNet's own code
   modes (easgd, lasgd) count the step and, on their schedule, average;
 - `Module.fit` wraps its train_data in an EvenBatchesIter: the epochs end on every rank
   at the same step when the ranks' shards hold different numbers of batches;
+- row_sparse weights and gradients pass MXNet's gates, which admit only its own store
+  class: `_create_sparse_kvstore` takes the hybrid store (updates on the store), and a
+  Trainer with dense weights and row_sparse gradients follows MXNet's dense rules;
 - Trainer `save_states`/`load_states` and Module `save/load_optimizer_states` also
   write/read the averaging state next to the optimizer states.
 """
@@ -69,6 +72,36 @@ def _create_kvstore(original, kvstore, num_device, arg_params):
     return original(kvstore, num_device, arg_params)
 
 
+def _create_sparse_kvstore(original, kvstore):
+    """MXNet's store for row_sparse weights, which it updates on the store: MXNet accepts
+    only its native KVStore class, so the hybrid store is let through here."""
+    if _names_hybrid(kvstore):
+        kvstore = mx.kv.create(kvstore)
+    if not isinstance(kvstore, Hybrid):
+        return original(kvstore)
+    if not kvstore.is_capable(mx.kv.KVStoreBase.OPTIMIZER):
+        raise MXKVError(f"row_sparse weights are updated on the store, which MXKV_MODE="
+                        f"{kvstore.config.mode} does not do (each rank updates its own "
+                        "weights): use MXKV_MODE=allreduce, or a dense weight (stype='default')"
+                        " with sparse gradients")
+    return kvstore, True
+
+
+def _init_trainer_kvstore(original, self):
+    """Trainer._init_kvstore: with the hybrid store, dense weights with row_sparse gradients
+    follow MXNet's rules for dense ones (update_on_kvstore by default where the mode
+    can, either way on request), since the store sums row_sparse gradients in place as
+    well as it updates weights with them; MXNet would refuse any store but its own."""
+    sparse_grad_only = self._contains_sparse_grad and not self._contains_sparse_weight
+    if not (sparse_grad_only and _trainer_store(self) is not None):
+        return original(self)
+    self._contains_sparse_grad = False
+    try:
+        return original(self)
+    finally:
+        self._contains_sparse_grad = True
+
+
 def _initialize_kvstore(original, kvstore, param_arrays, arg_params, param_names,
                         update_on_kvstore):
     if not isinstance(kvstore, Hybrid):
@@ -122,6 +155,8 @@ def _trainer_store(trainer):
 
 
 def _broadcast_parameters(store: Hybrid, trainer, params) -> None:
+    """Dense parameters only: the Trainer itself inits row_sparse ones (rank 0's kept)."""
+    params = [p for p in params if p._stype == "default"]
     keys = [trainer._param2idx[p.name] for p in params]
     data = [p.list_data() for p in params]
     store.broadcast_weights(keys, [d[0] for d in data], out=data)
@@ -150,6 +185,10 @@ def _allreduce_grads(original, self):
     # Last layers first: backward writes their gradients first, so with MXKV_OVERLAP=1
     # their buckets can start while the first layers are still being differentiated.
     params = [(i, p) for i, p in enumerate(self._params) if p.grad_req != "null"][::-1]
+    sparse_weights = [(i, p) for i, p in params if p._stype != "default"]
+    if sparse_weights:  # updated on the store; the script pulls the rows it needs
+        self._kvstore.push([i for i, _ in sparse_weights], [p.list_grad() for _, p in sparse_weights])
+        params = [(i, p) for i, p in params if p._stype == "default"]
     keys = [i for i, _ in params]
     grads = [p.list_grad() for _, p in params]
     if self._update_on_kvstore:
@@ -239,6 +278,9 @@ def install() -> None:
     patch(mxnet.kvstore, "create", _create)
     for module in _MODULES_USING_CREATE:
         patch(module, "_create_kvstore", _create_kvstore)
+    for module in (mxnet.model, mxnet.gluon.trainer):
+        patch(module, "_create_sparse_kvstore", _create_sparse_kvstore)
+    patch(mxnet.gluon.trainer.Trainer, "_init_kvstore", _init_trainer_kvstore)
     for module in _MODULES_USING_UPDATES:
         patch(module, "_initialize_kvstore", _initialize_kvstore)
         patch(module, "_update_params_on_kvstore", _update_params_on_kvstore)
