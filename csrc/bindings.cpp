@@ -251,6 +251,22 @@ PYBIND11_MODULE(_C, m) {
            py::arg("signature"), py::arg("average"),
            "The sum (average) over ranks of row_sparse rows: (union ids, their rows as bytes, "
            "'allgather' or 'union allreduce'); None if ranks disagree on the call.")
+      .def("allreduce_2bit",
+           [](mxkv::TensorCollectives& self, py::array_t<float, py::array::c_style> data,
+              py::array_t<float, py::array::c_style> residual, float threshold, double scale,
+              uint64_t signature) {
+             if (data.size() != residual.size())
+               throw std::invalid_argument("data and residual must have the same size");
+             float* values = data.mutable_data();
+             float* kept = residual.mutable_data();
+             return run_collective([&] {
+               return self.allreduce_2bit(values, kept, data.size(), threshold, scale, signature);
+             });
+           },
+           py::arg("data").noconvert(), py::arg("residual").noconvert(), py::arg("threshold"),
+           py::arg("scale"), py::arg("signature"),
+           "In place: data = scale * sum over ranks of its 2-bit quantisation (MXNet's, "
+           "residual kept: error feedback); float32, C-contiguous. False if ranks disagree.")
       .def("allreduce_vector",
            [](mxkv::TensorCollectives& self, py::buffer array, int dtype,
               const std::string& algorithm, double scale) {

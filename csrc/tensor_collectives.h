@@ -60,6 +60,11 @@ class TensorCollectives {
   Status sparse_row_sum(const int64_t* ids, const void* rows, int64_t count, int64_t row_len,
                         int dtype, uint64_t signature, bool average, SparseRows& result);
 
+  // data = scale * the sum over ranks of 2-bit quantised data, with MXNet's error
+  // feedback: residual (count floats, this rank's, kept by the caller) updated (two_bit.h).
+  Status allreduce_2bit(float* data, float* residual, int64_t count, float threshold,
+                        double scale, uint64_t signature);
+
   // One contiguous vector (for tests and benchmarks): data = scale * sum over ranks.
   void allreduce_vector(void* data, int64_t count, int dtype, Algorithm algorithm, double scale);
 

@@ -8,6 +8,7 @@ from mxnet.kvstore import KVStoreBase
 from .comm import row_sparse, stall
 from .comm.collectives import Key, TensorCollectives
 from .comm.topology import groups, world
+from .comm.two_bit import TwoBitReducer, parse_compression
 from .config import Config
 from .errors import MXKVError
 from .ps.client import barrier_across_groups
@@ -25,6 +26,7 @@ from .safety.finite_check import check_finite
 
 
 SPARSE_MODES = ("allreduce",)  # the modes whose store takes row_sparse arrays so far
+COMPRESSION_MODES = ("allreduce",)  # the modes that take set_gradient_compression so far
 
 
 def _as_key_lists(key, value) -> Tuple[List[Key], List[List[mx.nd.NDArray]]]:
@@ -272,9 +274,19 @@ class Hybrid(KVStoreBase):
             self._timed(lambda: self._weights.row_sparse_pull(keys, outs, ids))
 
     def set_gradient_compression(self, compression_params) -> None:
-        raise MXKVError("MXNet's gradient compression (compression_params) is not supported by "
-                        "the hybrid kvstore: remove compression_params and set MXKV_COMPRESS=fp16 "
-                        "or bf16 (gradients travel in 16 bits, summed in float32)")
+        """MXNet's 2-bit compression, {'type': '2bit', 'threshold': t}: from now on every
+        float32 value pushed is quantised per rank with the residual kept (error feedback)
+        and the ranks' codes summed (comm/two_bit.py): dist_sync's result, in 2 bits a value."""
+        threshold = parse_compression(compression_params)
+        if self._config.mode not in COMPRESSION_MODES:
+            raise MXKVError(f"set_gradient_compression: MXKV_MODE={self._config.mode} does not "
+                            f"take it yet (modes that do: {', '.join(COMPRESSION_MODES)}); set "
+                            "MXKV_MODE=allreduce, or MXKV_COMPRESS=fp16|bf16 for 16-bit values")
+        if self._config.compress != "none":
+            raise MXKVError(f"set_gradient_compression: MXKV_COMPRESS={self._config.compress} "
+                            "already compresses float32 values; use one of the two")
+        self._reducer = TwoBitReducer(self._active(), threshold)
+        self._weights.reduce_with(self._reducer)
 
     def barrier(self) -> None:
         """Waits until every rank gets here (separate group jobs: the group's ranks, and

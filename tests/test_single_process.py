@@ -82,8 +82,8 @@ def test_arrays_that_disagree_on_one_rank_name_the_key():
 
 def test_unsupported_features_say_what_to_use_instead():
     kv = mx.kv.create("hybrid")
-    with pytest.raises(MXKVError, match="gradient compression.*not supported.*MXKV_COMPRESS=fp16"):
-        kv.set_gradient_compression({"type": "2bit"})
+    with pytest.raises(MXKVError, match="threshold -1.0 must be above 0"):
+        kv.set_gradient_compression({"type": "2bit", "threshold": -1})
     with pytest.raises(MXKVError, match="not initialised; call init first"):
         kv.pull("never", out=mx.nd.zeros((1,)))
     kv.close()
@@ -198,8 +198,8 @@ def test_broadcasting_parameters_of_unknown_shape_says_to_run_a_batch_first():
 
 
 def test_csr_arrays_are_refused_and_row_sparse_ones_kept_saying_what_to_use():
-    """README, "Errors": csr arrays and MXNet's gradient compression raise MXKVError naming
-    the alternative; row_sparse arrays are kept and pulled by rows (one rank: the sum is
+    """README, "Errors": csr arrays and compression types other than MXNet's 2bit raise
+    MXKVError naming the alternative; row_sparse arrays are kept and pulled by rows (one rank: the sum is
     the array itself)."""
     kv = mx.kv.create("hybrid")
     csr = mx.nd.ones((4, 3)).tostype("csr")
@@ -212,5 +212,13 @@ def test_csr_arrays_are_refused_and_row_sparse_ones_kept_saying_what_to_use():
     out = mx.nd.sparse.zeros("row_sparse", (4, 3))
     kv.row_sparse_pull(2, out=out, row_ids=mx.nd.array([3, 0, 3], dtype="int64"))
     assert out.asnumpy().tolist() == [[0] * 3, [0] * 3, [0] * 3, [1] * 3]  # row 1 not asked for
-    with pytest.raises(MXKVError, match="set MXKV_COMPRESS=fp16 or bf16"):
+    with pytest.raises(MXKVError, match=r"takes MXNet's \{'type': '2bit', 'threshold': t\}"):
+        kv.set_gradient_compression({"type": "1bit"})
+
+
+def test_two_bit_and_sixteen_bit_compression_are_not_combined(monkeypatch):
+    monkeypatch.setenv("MXKV_COMPRESS", "fp16")
+    kv = mx.kv.create("hybrid")
+    with pytest.raises(MXKVError, match="MXKV_COMPRESS=fp16 already compresses float32 values; "
+                                        "use one of the two"):
         kv.set_gradient_compression({"type": "2bit", "threshold": 0.5})

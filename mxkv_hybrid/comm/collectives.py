@@ -225,6 +225,19 @@ class TensorCollectives:
         union, summed, path = result
         return union, summed.view(rows.dtype).reshape((len(union),) + row_shape), path
 
+    def two_bit_sum(self, op: str, keys: Sequence[Key], flat: np.ndarray, residual: np.ndarray,
+                    threshold: float, scale: float) -> None:
+        """In place: flat = scale * the sum over ranks of its 2-bit quantisation, residual
+        (this rank's error feedback) updated; csrc/two_bit.h. Ranks must pass the same keys."""
+        signature = _key_signature([("2bit", tuple(keys), flat.size, threshold)])
+        with stall.waiting(f"{op} of {len(keys)} key(s), 2-bit compressed"), \
+                timeline.span(op, "collective", keys=len(keys)):
+            agreed = self._impl.allreduce_2bit(flat, residual, threshold, scale, signature)
+        if not agreed:
+            raise MismatchError(f"{op}: ranks disagree on the keys, sizes or threshold of a "
+                                "2-bit compressed call: every rank must push the same keys, "
+                                "with the same shapes, after the same set_gradient_compression")
+
     def finish(self) -> None:
         """Waits until every bucket queued behind MXNet's engine (overlap) is reduced."""
         self._impl.finish_overlapped(False)

@@ -32,6 +32,10 @@ class WorkerWeights:
         self._reduced: Dict[Key, mx.nd.NDArray] = {}  # push buffers, used with an optimizer
         self.updater = None
 
+    def reduce_with(self, reduction) -> None:
+        """Pushes are combined by `reduction` from now on (set_gradient_compression)."""
+        self._reduction = reduction
+
     def holds(self, key: Key) -> bool:
         return key in self._weights
 

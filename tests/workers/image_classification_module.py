@@ -2,7 +2,8 @@
 (train_imagenet.py + common/fit.py + common/data.py), with no mention of mxkv_hybrid:
 `--kv-store` names the store (default 'device'), `--benchmark 1` trains on synthetic
 data, the RecordIO readers take the shard num_parts=kv.num_workers, part_index=kv.rank,
-Speedometer logs throughput and every rank checkpoints with do_checkpoint."""
+Speedometer logs throughput, every rank checkpoints with do_checkpoint, and `--gc-type
+2bit` sets MXNet's gradient compression as fit.py does."""
 import argparse
 import logging
 
@@ -71,6 +72,8 @@ def get_symbol(num_classes):
 
 def fit(args, network, data_loader):
     kv = mx.kvstore.create(args.kv_store)
+    if args.gc_type != "none":  # common/fit.py's gradient compression
+        kv.set_gradient_compression({"type": args.gc_type, "threshold": args.gc_threshold})
     logging.basicConfig(level=logging.DEBUG, format=f"%(asctime)-15s Node[{kv.rank}] %(message)s")
     logging.info("start with arguments %s", args)
     train, val = data_loader(args, kv)
@@ -104,5 +107,7 @@ if __name__ == "__main__":
     parser.add_argument("--benchmark", type=int, default=0)
     parser.add_argument("--model-prefix", type=str, required=True)
     parser.add_argument("--disp-batches", type=int, default=5)
+    parser.add_argument("--gc-type", type=str, default="none")
+    parser.add_argument("--gc-threshold", type=float, default=0.5)
     args = parser.parse_args()
     fit(args, get_symbol(args.num_classes), get_rec_iter)

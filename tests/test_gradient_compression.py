@@ -1,0 +1,27 @@
+"""MXNet's 2-bit gradient compression through the hybrid store (tests/workers/two_bit.py:
+each step's result equal to MXNet's own quantiser summed over every rank's gradients, so
+no check of the sum passes without the exchange; this rank's residuals equal to a numpy
+quantiser's), and its refusal where a mode does not take it yet. MXNet's `--gc-type 2bit`
+script path: tests/test_unmodified_scripts.py."""
+import pytest
+
+from conftest import launch
+
+EXPECTED_CHECKS = 4
+
+
+@pytest.mark.parametrize("num_ranks,average", [(3, "0"), (2, "1")])
+def test_two_bit_equals_mxnets_quantiser_step_by_step(job_dir, num_ranks, average):
+    job = launch(num_ranks, "two_bit.py", env={"MXKV_MODE": "allreduce", "MXKV_AVERAGE": average})
+    assert job.returncode == 0, job.output
+    for rank in range(num_ranks):
+        checks = [line for line in job.lines_of(rank) if line.startswith("CHECK")]
+        assert len(checks) == EXPECTED_CHECKS, job.output
+        assert all(line.endswith(" ok") for line in checks), "\n".join(checks)
+
+
+def test_modes_without_compression_refuse_it_naming_the_fix(job_dir):
+    job = launch(2, "two_bit.py", env={"MXKV_MODE": "lasgd"})
+    assert job.returncode != 0
+    assert ("set_gradient_compression: MXKV_MODE=lasgd does not take it yet (modes that do: "
+            "allreduce)") in job.output, job.output

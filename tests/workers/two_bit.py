@@ -1,0 +1,75 @@
+"""MXNet's 2-bit gradient compression through the hybrid store, step by step against
+MXNet's own quantiser (its 'device' store over one CPU context per rank, compression
+set: what dist_sync's servers sum) and a numpy quantiser (this rank's residuals). Each
+rank pushes its own random gradients; one CHECK line per verified fact."""
+import mxnet as mx
+import numpy as np
+
+from mxkv_hybrid.errors import MXKVError
+
+THRESHOLD = 0.5
+SHAPES = {"a": (300, 7), "b": (1000,)}
+STEPS = 6
+
+kv = mx.kv.create("hybrid")
+rank, size = kv.rank, kv.num_workers
+divisor = size if kv.config.average else 1
+
+
+def check(name, condition):
+    print(f"CHECK {name} {'ok' if condition else 'FAILED'}", flush=True)
+
+
+def gradient(r, step, key):
+    rng = np.random.default_rng([r, step, ord(key)])
+    return (rng.standard_normal(SHAPES[key]) * 0.4).astype(np.float32)
+
+
+def quantise(values, residual):
+    """MXNet's 2-bit quantiser in numpy, float32: (dequantised values, new residual)."""
+    r = residual + values
+    sent = np.where(r >= THRESHOLD, THRESHOLD, np.where(r <= -THRESHOLD, -THRESHOLD, 0))
+    return sent.astype(np.float32), (r - sent).astype(np.float32)
+
+
+try:
+    kv.set_gradient_compression({"type": "1bit"})
+    check("other_types_refused", False)
+except MXKVError as err:
+    print(err, flush=True)
+    check("other_types_refused", "'2bit'" in str(err))
+kv.set_gradient_compression({"type": "2bit", "threshold": THRESHOLD})
+
+mxnet_store = mx.kv.create("device")  # the reference: one CPU context per rank
+mxnet_store.set_gradient_compression({"type": "2bit", "threshold": THRESHOLD})
+for key, shape in SHAPES.items():
+    mxnet_store.init(key, mx.nd.zeros(shape))
+residuals = {key: np.zeros(shape, np.float32) for key, shape in SHAPES.items()}
+equal_to_mxnet, equal_residuals, moved = True, True, False
+for step in range(STEPS):
+    outs = [mx.nd.zeros(shape) for shape in SHAPES.values()]
+    kv.pushpull(list(SHAPES), [mx.nd.array(gradient(rank, step, k)) for k in SHAPES], out=outs)
+    for key, out in zip(SHAPES, outs):
+        mxnet_store.push(key, [mx.nd.array(gradient(r, step, key), ctx=mx.cpu(r))
+                               for r in range(size)])
+        expected = mx.nd.zeros(SHAPES[key])
+        mxnet_store.pull(key, out=expected)
+        equal_to_mxnet &= np.allclose(out.asnumpy(), expected.asnumpy() / divisor,
+                                      rtol=1e-7, atol=0)
+        _, residuals[key] = quantise(gradient(rank, step, key), residuals[key])
+        equal_residuals &= np.array_equal(kv._reducer.residual(key),
+                                          residuals[key].ravel())
+        moved |= bool(np.any(expected.asnumpy()))
+check("sum_equals_mxnet_quantiser", equal_to_mxnet and moved)
+check("residuals_equal_numpy", equal_residuals)
+
+kv.set_optimizer(mx.optimizer.SGD(learning_rate=0.1))
+kv.init("w", mx.nd.ones(SHAPES["b"]))
+kv.push("w", mx.nd.array(gradient(rank, 99, "b")))
+weight = mx.nd.zeros(SHAPES["b"])
+kv.pull("w", out=weight)
+sent = sum(quantise(gradient(r, 99, "b"), np.zeros(SHAPES["b"], np.float32))[0]
+           for r in range(size))
+check("optimizer_gets_the_compressed_sum", np.allclose(weight.asnumpy(),
+                                                       1 - 0.1 * sent / divisor, atol=1e-7))
+kv.close()
