@@ -24,7 +24,15 @@ inline size_t two_bit_bytes(size_t n) { return (n + 3) / 4; }
 void quantize_2bit(const float* values, float* residual, size_t n, float threshold,
                    uint8_t* codes);
 
-// out[i] += the value codes encode for element i (+t, -t or 0).
-void add_dequantized_2bit(const uint8_t* codes, size_t n, float threshold, float* out);
+// The four values each code byte stands for, for one threshold.
+struct DequantizeTable {
+  explicit DequantizeTable(float threshold);
+  float values[256][4];
+};
+
+// out[i] += the value codes encode for element first + i (+t, -t or 0), i < n; `first`
+// a multiple of 4.
+void add_dequantized_2bit(const DequantizeTable& table, const uint8_t* codes, size_t first,
+                          size_t n, float* out);
 
 }  // namespace mxkv
