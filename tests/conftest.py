@@ -219,6 +219,15 @@ def tiny_imagenet(tmp_path_factory) -> Path:
     return out
 
 
+def assert_checks_passed(job: Job, num_ranks: int, expected: int) -> None:
+    """A worker's `CHECK <name> ok|FAILED` lines: `expected` of them on every rank, all ok."""
+    assert job.returncode == 0, job.output
+    for rank in range(num_ranks):
+        checks = [line for line in job.lines_of(rank) if line.startswith("CHECK")]
+        assert len(checks) == expected, job.output
+        assert all(line.endswith(" ok") for line in checks), "\n".join(checks)
+
+
 def rank_files(directory: Path, ranks) -> Dict[int, Dict[str, np.ndarray]]:
     """Each rank's rank<r>.npz in `directory`."""
     return {r: dict(np.load(directory / f"rank{r}.npz")) for r in ranks}

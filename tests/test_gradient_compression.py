@@ -5,7 +5,7 @@ quantiser's), and its refusal where a mode does not take it yet. MXNet's `--gc-t
 script path: tests/test_unmodified_scripts.py."""
 import pytest
 
-from conftest import launch
+from conftest import assert_checks_passed, launch
 
 EXPECTED_CHECKS = 4
 
@@ -13,11 +13,7 @@ EXPECTED_CHECKS = 4
 @pytest.mark.parametrize("num_ranks,average", [(3, "0"), (2, "1")])
 def test_two_bit_equals_mxnets_quantiser_step_by_step(job_dir, num_ranks, average):
     job = launch(num_ranks, "two_bit.py", env={"MXKV_MODE": "allreduce", "MXKV_AVERAGE": average})
-    assert job.returncode == 0, job.output
-    for rank in range(num_ranks):
-        checks = [line for line in job.lines_of(rank) if line.startswith("CHECK")]
-        assert len(checks) == EXPECTED_CHECKS, job.output
-        assert all(line.endswith(" ok") for line in checks), "\n".join(checks)
+    assert_checks_passed(job, num_ranks, EXPECTED_CHECKS)
 
 
 def test_modes_without_compression_refuse_it_naming_the_fix(job_dir):

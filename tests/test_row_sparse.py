@@ -4,7 +4,7 @@ a sum passes without the exchange), and the refusal in modes that do not take th
 import numpy as np
 import pytest
 
-from conftest import assert_same_on_every_rank, launch, rank_files, run_reference
+from conftest import assert_checks_passed, assert_same_on_every_rank, launch, rank_files, run_reference
 
 EXPECTED_CHECKS = 14
 
@@ -13,11 +13,7 @@ EXPECTED_CHECKS = 14
 def test_row_sparse_through_the_store(job_dir, num_ranks, average):
     job = launch(num_ranks, "row_sparse.py", str(job_dir),
                  env={"MXKV_MODE": "allreduce", "MXKV_AVERAGE": average})
-    assert job.returncode == 0, job.output
-    for rank in range(num_ranks):
-        checks = [line for line in job.lines_of(rank) if line.startswith("CHECK")]
-        assert len(checks) == EXPECTED_CHECKS, job.output
-        assert all(line.endswith(" ok") for line in checks), "\n".join(checks)
+    assert_checks_passed(job, num_ranks, EXPECTED_CHECKS)
 
 
 def test_modes_without_row_sparse_refuse_it_naming_the_fix(job_dir):

@@ -17,7 +17,6 @@ import argparse
 import dataclasses
 import json
 import os
-import random
 import sys
 from typing import Dict, List
 
@@ -30,7 +29,7 @@ from emulated_hosts import (allreduce_limit_seconds, launch_on_hosts,  # noqa: E
                             require_emulated_hosts)
 from job_output import json_lines  # noqa: E402
 from model_shapes import resnet50_shapes  # noqa: E402
-from timing import seconds  # noqa: E402
+from timing import interleaved, seconds  # noqa: E402
 
 METHODS = ("none", "fp16", "2bit")
 THRESHOLD = 0.5
@@ -71,16 +70,13 @@ def worker(group_size: int, reps: int) -> None:
         return comm.allreduce(elapsed, op=MPI.MAX), comm.allgather(
             counted.bytes_sent_across - before)
 
-    for method in runs:
-        once(method)  # warm-up: buffers, plan, page faults
-    times: Dict[str, List[float]] = {method: [] for method in runs}
     across: Dict[str, List[int]] = {}
-    for rep in range(reps):
-        order = list(runs)
-        random.Random(rep).shuffle(order)
-        for method in order:
-            elapsed, across[method] = once(method)
-            times[method].append(elapsed)
+
+    def timed(run) -> float:
+        elapsed, across[run] = once(run)
+        return elapsed
+
+    times = interleaved(runs, reps, timed)
     if comm.rank == 0:
         for method, values in times.items():
             print(json.dumps({"method": method, "times": values,

@@ -24,7 +24,6 @@ import argparse
 import dataclasses
 import json
 import os
-import random
 import subprocess
 import sys
 from typing import Dict, List
@@ -38,7 +37,7 @@ from emulated_hosts import (allreduce_limit_seconds, launch_on_hosts,  # noqa: E
                             require_emulated_hosts)
 from job_output import json_lines  # noqa: E402
 from model_shapes import resnet50_shapes  # noqa: E402
-from timing import seconds  # noqa: E402
+from timing import interleaved, seconds  # noqa: E402
 
 METHODS = {"flat": ("off", "auto"), "flat_ring": ("off", "ring"), "hierarchical": ("on", "auto")}
 
@@ -73,16 +72,13 @@ def worker(group_size: int, link_speeds: List[float], reps: int) -> None:
         return comm.allreduce(elapsed, op=MPI.MAX), comm.allgather(
             collectives.bytes_sent_across - before)
 
-    for collectives in runs.values():
-        once(collectives)  # warm-up: buffers, plan, page faults
-    times: Dict[tuple, List[float]] = {run: [] for run in runs}
     across: Dict[tuple, List[int]] = {}
-    for rep in range(reps):
-        order = list(runs)
-        random.Random(rep).shuffle(order)
-        for run in order:
-            elapsed, across[run] = once(runs[run])
-            times[run].append(elapsed)
+
+    def timed(run) -> float:
+        elapsed, across[run] = once(runs[run])
+        return elapsed
+
+    times = interleaved(runs, reps, timed)
     if comm.rank == 0:
         for (mbps, method), values in times.items():
             print(json.dumps({"mbps": mbps, "method": method, "times": values,

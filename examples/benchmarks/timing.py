@@ -1,6 +1,7 @@
 """The timing loops the benchmark workers share."""
+import random
 import time
-from typing import Callable, List
+from typing import Callable, Dict, Hashable, Iterable, List
 
 
 def seconds(call: Callable[[], object]) -> float:
@@ -23,4 +24,20 @@ def time_calls(reps: int, barrier: Callable[[], None], call: Callable[[], None])
     for _ in range(reps):
         barrier()
         times.append(seconds(call_and_wait))
+    return times
+
+
+def interleaved(runs: Iterable[Hashable], reps: int, once: Callable[[Hashable], float],
+                ) -> Dict[Hashable, List[float]]:
+    """once(run) for every run, a warm-up then `reps` rounds in an order shuffled alike on
+    every rank (no run always follows another): {run: its times}."""
+    runs = list(runs)
+    for run in runs:
+        once(run)  # warm-up: buffers, plan, page faults
+    times: Dict[Hashable, List[float]] = {run: [] for run in runs}
+    for rep in range(reps):
+        order = list(runs)
+        random.Random(rep).shuffle(order)
+        for run in order:
+            times[run].append(once(run))
     return times
