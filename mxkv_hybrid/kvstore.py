@@ -1,5 +1,6 @@
 """class Hybrid: the KVStore that MXNet sees (mx.kv.create('hybrid'))."""
 import sys
+from functools import partial
 from typing import Callable, List, Optional, Sequence, Tuple
 
 import mxnet as mx
@@ -25,7 +26,7 @@ from .safety.fault import FaultInjector
 from .safety.finite_check import check_finite
 
 
-SPARSE_MODES = ("allreduce",)  # the modes whose store takes row_sparse arrays so far
+SPARSE_MODES = ("allreduce", "easgd", "lasgd")  # the modes that take row_sparse arrays so far
 COMPRESSION_MODES = ("allreduce",)  # the modes that take set_gradient_compression so far
 
 
@@ -235,19 +236,14 @@ class Hybrid(KVStoreBase):
         """pushpull's work: updates the keys that hold a weight, combines the others."""
         if self._config.check_finite:
             check_finite("pushpull", keys, values, self._world.rank)
-        sparse = self._allow_sparse("pushpull", values)
+        self._allow_sparse("pushpull", values)
         updated = [i for i, k in enumerate(keys) if self._weights.updates(k)]
-        plain = [i for i, k in enumerate(keys) if not self._weights.updates(k)
-                 and not (sparse and row_sparse.is_row_sparse(values[i][0]))]
-        for i, k in enumerate(keys):
-            if sparse and i not in updated and row_sparse.is_row_sparse(values[i][0]):
-                summed = row_sparse.sum_over_ranks(self._active(), "pushpull", k, values[i],
-                                                   self._config.average)
-                for target in outs[i]:
-                    row_sparse.write_into(summed, target)
+        plain = [i for i, k in enumerate(keys) if not self._weights.updates(k)]
         if plain:
-            self._reducer.allreduce("pushpull", [keys[i] for i in plain], [values[i] for i in plain],
-                                    [outs[i] for i in plain], self._config.average)
+            reduce = (partial(row_sparse.allreduce, self._reducer)
+                      if isinstance(self._reducer, TensorCollectives) else self._reducer.allreduce)
+            reduce("pushpull", [keys[i] for i in plain], [values[i] for i in plain],
+                   [outs[i] for i in plain], self._config.average)
         if updated:
             self._weights.push_pull("pushpull", [keys[i] for i in updated],
                                     [values[i] for i in updated], [outs[i] for i in updated])

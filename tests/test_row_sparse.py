@@ -9,18 +9,24 @@ from conftest import assert_checks_passed, assert_same_on_every_rank, launch, ra
 EXPECTED_CHECKS = 14
 
 
-@pytest.mark.parametrize("num_ranks,average", [(4, "1"), (3, "0")])
-def test_row_sparse_through_the_store(job_dir, num_ranks, average):
+@pytest.mark.parametrize("mode,num_ranks,average,options", [
+    ("allreduce", 4, "1", []), ("allreduce", 3, "0", []), ("lasgd", 4, "1", []),
+    ("easgd", 4, "1", ["--group-size", "2", "--servers", "1", "--one-job"])])
+def test_row_sparse_through_the_store(job_dir, mode, num_ranks, average, options):
+    """The store's own calls; in the averaging modes values that are not weights are
+    summed over all ranks (easgd: in one MPI job) by the same sparse collective."""
     job = launch(num_ranks, "row_sparse.py", str(job_dir),
-                 env={"MXKV_MODE": "allreduce", "MXKV_AVERAGE": average})
+                 env={"MXKV_MODE": mode, "MXKV_AVERAGE": average}, launcher_options=options)
     assert_checks_passed(job, num_ranks, EXPECTED_CHECKS)
 
 
 def test_modes_without_row_sparse_refuse_it_naming_the_fix(job_dir):
-    job = launch(2, "row_sparse.py", str(job_dir), env={"MXKV_MODE": "lasgd"})
+    job = launch(2, "row_sparse.py", str(job_dir), env={"MXKV_MODE": "async"},
+                 launcher_options=["--group-size", "1", "--servers", "1"])
     assert job.returncode != 0
-    assert ("pushpull: row_sparse arrays are not supported in MXKV_MODE=lasgd yet (modes that "
-            "take them: allreduce): set MXKV_MODE=allreduce") in job.output, job.output
+    assert ("pushpull: row_sparse arrays are not supported in MXKV_MODE=async yet (modes that "
+            "take them: allreduce, easgd, lasgd): set MXKV_MODE=allreduce") in job.output, \
+        job.output
 
 
 # train_sparse_embedding.py: 6 steps, each weight's gradient a sum of up to 32 samples
@@ -29,17 +35,21 @@ def test_modes_without_row_sparse_refuse_it_naming_the_fix(job_dir):
 TRAINED_WITHIN = 6 * 32 * 2.0 ** -24
 
 
-@pytest.mark.parametrize("options", [[], ["--update-on-kvstore", "0"], ["--sparse-weight"]],
-                         ids=["sparse-gradients", "updated-on-the-workers", "sparse-weight"])
-def test_a_sparse_embedding_trains_as_one_process_on_the_union_of_the_batches(job_dir, options):
+@pytest.mark.parametrize("options,env", [
+    ([], {}), (["--update-on-kvstore", "0"], {}), (["--sparse-weight"], {}),
+    (["--momentum", "0"], {"MXKV_MODE": "lasgd", "MXKV_TAU": "1", "MXKV_LASGD_OVERLAP": "0"})],
+    ids=["sparse-gradients", "updated-on-the-workers", "sparse-weight", "lasgd-every-step"])
+def test_a_sparse_embedding_trains_as_one_process_on_the_union_of_the_batches(job_dir, options,
+                                                                             env):
     """Embedding(sparse_grad=True) (or a row_sparse weight, pulled by rows each step)
     through gluon.Trainer on 4 ranks equals one process on the 4 ranks' batches at once;
-    the control, one process on rank 0's batches, is far from it."""
+    the control, one process on rank 0's batches, is far from it. lasgd averaging after
+    every step of plain SGD is the same (the mean of x - lr g_r is x - lr mean(g))."""
     for ranks in (4, 1):
         run_reference("train_sparse_embedding.py", "--out", str(job_dir / f"ref{ranks}"),
                       "--reference", str(ranks), *options)
     job = launch(4, "train_sparse_embedding.py", "--out", str(job_dir / "dist"), *options,
-                 env={"MXKV_MODE": "allreduce"})
+                 env=dict({"MXKV_MODE": "allreduce"}, **env))
     assert job.returncode == 0, job.output
     found = rank_files(job_dir / "dist", range(4))
     assert_same_on_every_rank(found, "")

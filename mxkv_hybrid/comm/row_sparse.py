@@ -25,6 +25,22 @@ def sum_over_ranks(collectives: TensorCollectives, op: str, key: Key,
                                          dtype=mine.dtype)
 
 
+def allreduce(collectives: TensorCollectives, op: str, keys: Sequence[Key],
+              inputs: Sequence[Sequence[mx.nd.NDArray]], outputs: Sequence[Sequence[mx.nd.NDArray]],
+              average: bool) -> None:
+    """TensorCollectives.allreduce that also takes row_sparse values: those are summed by
+    the sparse collective, one key at a time, the dense ones fused as always."""
+    sparse = {i for i, copies in enumerate(inputs) if is_row_sparse(copies[0])}
+    for i in sorted(sparse):
+        summed = sum_over_ranks(collectives, op, keys[i], inputs[i], average)
+        for out in outputs[i]:
+            write_into(summed, out)
+    dense = [i for i in range(len(keys)) if i not in sparse]
+    if dense:
+        collectives.allreduce(op, [keys[i] for i in dense], [inputs[i] for i in dense],
+                              [outputs[i] for i in dense], average)
+
+
 def broadcast(collectives: TensorCollectives, op: str, key: Key,
               value: mx.nd.NDArray, root: int = 0) -> mx.nd.NDArray:
     """Rank `root`'s row_sparse value, on every rank: the sparse collective's sum when

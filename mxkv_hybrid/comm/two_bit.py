@@ -1,14 +1,15 @@
 """MXNet's 2-bit gradient compression on the allreduce (Hybrid.set_gradient_compression):
-every float32 value a rank pushes (the sum over its devices, as a dist_sync worker pushes
-it) is quantised with its residual kept here (error feedback), and the ranks' codes are
+every dense float32 value a rank pushes (the sum over its devices, as a dist_sync worker
+pushes it) is quantised with its residual kept here (error feedback), and the ranks' codes are
 summed (csrc/two_bit.h): the sum over ranks of the dequantised values, as dist_sync's
-servers compute it, on every rank. Other dtypes go through uncompressed, as in MXNet."""
+servers compute it, on every rank. Other dtypes and row_sparse values go through uncompressed."""
 from typing import Dict, Sequence
 
 import mxnet as mx
 import numpy as np
 
 from ..errors import MXKVError
+from . import row_sparse
 from .collectives import Arrays, Key, TensorCollectives
 
 DEFAULT_THRESHOLD = 0.5  # MXNet's
@@ -43,11 +44,13 @@ class TwoBitReducer:
 
     def allreduce(self, op: str, keys: Sequence[Key], inputs: Sequence[Arrays],
                   outputs: Sequence[Arrays], average: bool) -> None:
-        compressed = [i for i, copies in enumerate(inputs) if copies[0].dtype == np.float32]
+        compressed = [i for i, copies in enumerate(inputs)
+                      if copies[0].dtype == np.float32 and not row_sparse.is_row_sparse(copies[0])]
         others = [i for i in range(len(keys)) if i not in set(compressed)]
         if others:
-            self._collectives.allreduce(op, [keys[i] for i in others], [inputs[i] for i in others],
-                                        [outputs[i] for i in others], average)
+            row_sparse.allreduce(self._collectives, op, [keys[i] for i in others],
+                                 [inputs[i] for i in others], [outputs[i] for i in others],
+                                 average)
         if not compressed:
             return
         values = [_device_sum(inputs[i]) for i in compressed]

@@ -21,6 +21,7 @@ parser.add_argument("--steps", type=int, default=6)
 parser.add_argument("--update-on-kvstore", choices=["default", "0", "1"], default="default")
 parser.add_argument("--sparse-weight", action="store_true")
 parser.add_argument("--dtype", default="float32")
+parser.add_argument("--momentum", type=float, default=0.9)
 args = parser.parse_args()
 
 
@@ -62,7 +63,7 @@ for block in (embedding, head):
     block.initialize(mx.init.Uniform(0.5))
 params = {**embedding.collect_params(), **head.collect_params()}
 update_on_kvstore = None if args.update_on_kvstore == "default" else args.update_on_kvstore == "1"
-trainer = gluon.Trainer(params, "sgd", {"learning_rate": 0.5, "momentum": 0.9, "wd": 0.0},
+trainer = gluon.Trainer(params, "sgd", {"learning_rate": 0.5, "momentum": args.momentum, "wd": 0.0},
                         kvstore=kvstore, update_on_kvstore=update_on_kvstore)
 loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
 
