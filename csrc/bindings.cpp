@@ -252,21 +252,20 @@ PYBIND11_MODULE(_C, m) {
            "The sum (average) over ranks of row_sparse rows: (union ids, their rows as bytes, "
            "'allgather' or 'union allreduce'); None if ranks disagree on the call.")
       .def("allreduce_2bit",
-           [](mxkv::TensorCollectives& self, py::array_t<float, py::array::c_style> data,
-              py::array_t<float, py::array::c_style> residual, float threshold, double scale,
-              uint64_t signature) {
-             if (data.size() != residual.size())
-               throw std::invalid_argument("data and residual must have the same size");
-             float* values = data.mutable_data();
-             float* kept = residual.mutable_data();
+           [](mxkv::TensorCollectives& self, const Spec& spec, uint64_t key_signature,
+              const std::vector<uint64_t>& residual_keys, float threshold, bool average) {
+             auto requests = to_requests(spec);
              return run_collective([&] {
-               return self.allreduce_2bit(values, kept, data.size(), threshold, scale, signature);
+               return self.allreduce_2bit(requests, key_signature, residual_keys, threshold,
+                                          average);
              });
            },
-           py::arg("data").noconvert(), py::arg("residual").noconvert(), py::arg("threshold"),
-           py::arg("scale"), py::arg("signature"),
-           "In place: data = scale * sum over ranks of its 2-bit quantisation (MXNet's, "
-           "residual kept: error feedback); float32, C-contiguous. False if ranks disagree.")
+           py::arg("spec"), py::arg("key_signature"), py::arg("residual_keys"),
+           py::arg("threshold"), py::arg("average"),
+           "Outputs = sum (average) over ranks of the 2-bit quantised inputs (float32; MXNet's "
+           "quantiser, residual kept per residual key); False if ranks disagree on the call.")
+      .def("residual_2bit", &mxkv::TensorCollectives::residual_2bit, py::arg("residual_key"),
+           "This rank's 2-bit residual under a residual key (empty if none yet).")
       .def("allreduce_vector",
            [](mxkv::TensorCollectives& self, py::buffer array, int dtype,
               const std::string& algorithm, double scale) {

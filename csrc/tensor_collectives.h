@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstdint>
 #include <map>
+#include <unordered_map>
 #include <memory>
 #include <vector>
 
@@ -60,10 +61,14 @@ class TensorCollectives {
   Status sparse_row_sum(const int64_t* ids, const void* rows, int64_t count, int64_t row_len,
                         int dtype, uint64_t signature, bool average, SparseRows& result);
 
-  // data = scale * the sum over ranks of 2-bit quantised data, with MXNet's error
-  // feedback: residual (count floats, this rank's, kept by the caller) updated (two_bit.h).
-  Status allreduce_2bit(float* data, float* residual, int64_t count, float threshold,
-                        double scale, uint64_t signature);
+  // outputs = the sum (average) over ranks of each rank's 2-bit quantised inputs (float32),
+  // with MXNet's error feedback: the residual of tensor i is kept here under
+  // residual_keys[i] (two_bit.h).
+  Status allreduce_2bit(const std::vector<TensorRequest>& requests, uint64_t key_signature,
+                        const std::vector<uint64_t>& residual_keys, float threshold,
+                        bool average);
+  // This rank's residual under `residual_key` (empty if none yet).
+  std::vector<float> residual_2bit(uint64_t residual_key) const;
 
   // One contiguous vector (for tests and benchmarks): data = scale * sum over ranks.
   void allreduce_vector(void* data, int64_t count, int dtype, Algorithm algorithm, double scale);
@@ -114,6 +119,7 @@ class TensorCollectives {
   Timeline timeline_;
   std::unique_ptr<Communicator> local_, cross_;  // set_hierarchy
   std::vector<AlgorithmRule> cross_table_;
+  std::unordered_map<uint64_t, std::vector<float>> residuals_;  // allreduce_2bit's, per key
   OverlapQueue overlap_;  // last: its thread stops before what it uses is destroyed
 };
 

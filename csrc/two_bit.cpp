@@ -58,35 +58,82 @@ void add_dequantized_2bit(const DequantizeTable& table, const uint8_t* codes, si
   for (size_t k = 0; i < n; ++i, ++k) out[i] += table.values[*byte][k];
 }
 
-Status TensorCollectives::allreduce_2bit(float* data, float* residual, int64_t count,
-                                         float threshold, double scale, uint64_t signature) {
+namespace {
+
+// The sum of a tensor's per-device copies (the one copy itself when there is one).
+const float* device_sum(const Tensor& tensor, Workspace& ws) {
+  const float* first = reinterpret_cast<const float*>(tensor.inputs.front());
+  if (tensor.inputs.size() == 1) return first;
+  float* sum = reinterpret_cast<float*>(ws.scratch(tensor.count * sizeof(float)));
+  std::memcpy(sum, first, tensor.count * sizeof(float));
+  for (size_t d = 1; d < tensor.inputs.size(); ++d)
+    accumulate(sum, reinterpret_cast<const float*>(tensor.inputs[d]), tensor.count);
+  return sum;
+}
+
+}  // namespace
+
+Status TensorCollectives::allreduce_2bit(const std::vector<TensorRequest>& requests,
+                                         uint64_t key_signature,
+                                         const std::vector<uint64_t>& residual_keys,
+                                         float threshold, bool average) {
   overlap_.drain();
-  if (!signatures_agree(signature)) return Status::kMismatch;
+  TensorSet set = resolve_tensors(requests, key_signature);
+  uint32_t threshold_bits;
+  std::memcpy(&threshold_bits, &threshold, sizeof(threshold_bits));
+  if (!signatures_agree((set.signature ^ threshold_bits) & ((uint64_t{1} << 62) - 1)))
+    return Status::kMismatch;
   const int p = size();
-  const int64_t block = static_cast<int64_t>(two_bit_bytes(count));
-  std::vector<int64_t> offsets(p + 1);
-  for (int r = 0; r <= p; ++r) offsets[r] = r * block;
-  std::vector<uint8_t> mine(block), all(p * block);
+  std::vector<int64_t> first_code(set.tensors.size() + 1, 0);  // whole bytes per tensor
+  for (size_t t = 0; t < set.tensors.size(); ++t) {
+    if (set.tensors[t].dtype != kFloat32)
+      throw EntryError(t, "2-bit compression takes float32 arrays only");
+    first_code[t + 1] = first_code[t] + static_cast<int64_t>(two_bit_bytes(set.tensors[t].count));
+  }
+  const int64_t block = first_code.back();
+  std::vector<uint8_t> all(p * block);
+  uint8_t* mine = all.data() + rank() * block;
   {
-    TimelineSpan span(timeline_, "quantize 2bit", count * 4);
-    quantize_2bit(data, residual, count, threshold, mine.data());
+    TimelineSpan span(timeline_, "quantize 2bit", block * 16);
+    for (size_t t = 0; t < set.tensors.size(); ++t) {
+      const Tensor& tensor = set.tensors[t];
+      std::vector<float>& residual = residuals_[residual_keys[t]];
+      residual.resize(tensor.count, 0.0f);
+      quantize_2bit(device_sum(tensor, workspace_), residual.data(), tensor.count, threshold,
+                    mine + first_code[t]);
+    }
   }
   {
     TimelineSpan span(timeline_, "allgather 2bit codes", p * block);
-    ring_allgatherv(comm_, workspace_, reinterpret_cast<const char*>(mine.data()), offsets,
+    std::vector<int64_t> offsets(p + 1);
+    for (int r = 0; r <= p; ++r) offsets[r] = r * block;
+    std::vector<uint8_t> own(mine, mine + block);  // ring_allgatherv copies it into place
+    ring_allgatherv(comm_, workspace_, reinterpret_cast<const char*>(own.data()), offsets,
                     reinterpret_cast<char*>(all.data()));
   }
-  TimelineSpan span(timeline_, "dequantize 2bit", count * 4);
+  TimelineSpan span(timeline_, "dequantize 2bit", block * 16);
   const DequantizeTable table(threshold);
+  const double scale = average ? 1.0 / p : 1.0;
   constexpr int64_t kChunk = 4096;  // the sum of a chunk stays in cache while every rank adds
-  for (int64_t first = 0; first < count; first += kChunk) {
-    const int64_t n = std::min(kChunk, count - first);
-    std::memset(data + first, 0, n * sizeof(float));
-    for (int r = 0; r < p; ++r)
-      add_dequantized_2bit(table, all.data() + r * block, first, n, data + first);
+  for (size_t t = 0; t < set.tensors.size(); ++t) {
+    const Tensor& tensor = set.tensors[t];
+    float* out = reinterpret_cast<float*>(tensor.outputs.front());
+    for (int64_t first = 0; first < tensor.count; first += kChunk) {
+      const int64_t n = std::min(kChunk, tensor.count - first);
+      std::memset(out + first, 0, n * sizeof(float));
+      for (int r = 0; r < p; ++r)
+        add_dequantized_2bit(table, all.data() + r * block + first_code[t], first, n, out + first);
+      scale_in_place(out + first, n, scale);
+    }
+    for (size_t o = 1; o < tensor.outputs.size(); ++o)
+      std::memcpy(tensor.outputs[o], out, tensor.count * sizeof(float));
   }
-  scale_in_place(data, count, scale);
   return Status::kOk;
+}
+
+std::vector<float> TensorCollectives::residual_2bit(uint64_t residual_key) const {
+  const auto found = residuals_.find(residual_key);
+  return found == residuals_.end() ? std::vector<float>() : found->second;
 }
 
 }  // namespace mxkv

@@ -225,18 +225,21 @@ class TensorCollectives:
         union, summed, path = result
         return union, summed.view(rows.dtype).reshape((len(union),) + row_shape), path
 
-    def two_bit_sum(self, op: str, keys: Sequence[Key], flat: np.ndarray, residual: np.ndarray,
-                    threshold: float, scale: float) -> None:
-        """In place: flat = scale * the sum over ranks of its 2-bit quantisation, residual
-        (this rank's error feedback) updated; csrc/two_bit.h. Ranks must pass the same keys."""
-        signature = _key_signature([("2bit", tuple(keys), flat.size, threshold)])
-        with stall.waiting(f"{op} of {len(keys)} key(s), 2-bit compressed"), \
-                timeline.span(op, "collective", keys=len(keys)):
-            agreed = self._impl.allreduce_2bit(flat, residual, threshold, scale, signature)
-        if not agreed:
-            raise MismatchError(f"{op}: ranks disagree on the keys, sizes or threshold of a "
-                                "2-bit compressed call: every rank must push the same keys, "
-                                "with the same shapes, after the same set_gradient_compression")
+    def allreduce_2bit(self, op: str, keys: Sequence[Key], inputs: Sequence[Arrays],
+                       outputs: Sequence[Arrays], average: bool, threshold: float) -> None:
+        """allreduce() of float32 arrays in MXNet's 2-bit compression (csrc/two_bit.h): each
+        rank's sum over its devices quantised with the residual kept per key (error
+        feedback), the ranks' codes summed."""
+        host_inputs, host_outputs, copy_back = self._staging.stage(keys, inputs, outputs)
+        spec = [(_handles(i), _handles(o)) for i, o in zip(host_inputs, host_outputs)]
+        residual_keys = [_key_signature([k]) for k in keys]
+        self._run(op, keys, host_outputs, lambda: self._impl.allreduce_2bit(
+            spec, _key_signature(keys), residual_keys, threshold, average))
+        copy_back()
+
+    def residual_2bit(self, key: Key) -> np.ndarray:
+        """This rank's 2-bit residual of `key` (what quantisation has not sent yet)."""
+        return np.array(self._impl.residual_2bit(_key_signature([key])), dtype=np.float32)
 
     def finish(self) -> None:
         """Waits until every bucket queued behind MXNet's engine (overlap) is reduced."""

@@ -1,11 +1,11 @@
 """MXNet's 2-bit gradient compression on the allreduce (Hybrid.set_gradient_compression):
 every dense float32 value a rank pushes (the sum over its devices, as a dist_sync worker
-pushes it) is quantised with its residual kept here (error feedback), and the ranks' codes are
-summed (csrc/two_bit.h): the sum over ranks of the dequantised values, as dist_sync's
-servers compute it, on every rank. Other dtypes and row_sparse values go through uncompressed."""
-from typing import Dict, Sequence
+pushes it) is quantised with its residual kept (error feedback), and the ranks' codes are
+summed (csrc/two_bit.h, reading and writing the NDArrays in place): the sum over ranks of
+the dequantised values, as dist_sync's servers compute it, on every rank. Other dtypes
+and row_sparse values go through uncompressed."""
+from typing import Sequence
 
-import mxnet as mx
 import numpy as np
 
 from ..errors import MXKVError
@@ -31,16 +31,15 @@ def parse_compression(params: dict) -> float:
 
 
 class TwoBitReducer:
-    """Reduces like TensorCollectives.allreduce, float32 values 2-bit compressed."""
+    """Reduces like TensorCollectives.allreduce, dense float32 values 2-bit compressed."""
 
     def __init__(self, collectives: TensorCollectives, threshold: float):
         self._collectives = collectives
         self.threshold = threshold
-        self._residuals: Dict[Key, np.ndarray] = {}
 
     def residual(self, key: Key) -> np.ndarray:
-        """This rank's residual of `key` (what quantisation has not sent yet)."""
-        return self._residuals[key]
+        """This rank's residual of `key` (what quantisation has not sent yet), flat."""
+        return self._collectives.residual_2bit(key)
 
     def allreduce(self, op: str, keys: Sequence[Key], inputs: Sequence[Arrays],
                   outputs: Sequence[Arrays], average: bool) -> None:
@@ -51,28 +50,8 @@ class TwoBitReducer:
             row_sparse.allreduce(self._collectives, op, [keys[i] for i in others],
                                  [inputs[i] for i in others], [outputs[i] for i in others],
                                  average)
-        if not compressed:
-            return
-        values = [_device_sum(inputs[i]) for i in compressed]
-        for i, value in zip(compressed, values):
-            if keys[i] not in self._residuals:
-                self._residuals[keys[i]] = np.zeros(value.size, np.float32)
-        flat = np.concatenate([v.ravel() for v in values])
-        residual = np.concatenate([self._residuals[keys[i]] for i in compressed])
-        scale = 1.0 / self._collectives.comm.size if average else 1.0
-        self._collectives.two_bit_sum(op, [keys[i] for i in compressed], flat, residual,
-                                      self.threshold, scale)
-        start = 0
-        for i, value in zip(compressed, values):
-            end = start + value.size
-            self._residuals[keys[i]] = residual[start:end].copy()
-            result = mx.nd.array(flat[start:end].reshape(value.shape), dtype=np.float32)
-            for out in outputs[i]:
-                result.copyto(out)
-            start = end
-
-
-def _device_sum(copies: Arrays) -> np.ndarray:
-    """The sum of a key's per-device arrays, as float32 numpy."""
-    total = copies[0] if len(copies) == 1 else mx.nd.add_n(*[c.copyto(mx.cpu()) for c in copies])
-    return np.ascontiguousarray(total.asnumpy(), dtype=np.float32)
+        if compressed:
+            self._collectives.allreduce_2bit(op, [keys[i] for i in compressed],
+                                             [inputs[i] for i in compressed],
+                                             [outputs[i] for i in compressed], average,
+                                             self.threshold)

@@ -63,6 +63,16 @@ for step in range(STEPS):
 check("sum_equals_mxnet_quantiser", equal_to_mxnet and moved)
 check("residuals_equal_numpy", equal_residuals)
 
+# two devices per rank: what is quantised is the rank's sum over its devices (as a
+# dist_sync worker pushes it), here on cpu_pinned, which travels through staging buffers
+copies = [mx.nd.array(gradient(rank, 50, "b"), ctx=mx.cpu_pinned(0)),
+          mx.nd.array(gradient(rank, 51, "b"), ctx=mx.cpu_pinned(1))]
+kv.pushpull("devices", copies)
+sent = sum(quantise(gradient(r, 50, "b") + gradient(r, 51, "b"),
+                    np.zeros(SHAPES["b"], np.float32))[0] for r in range(size))
+check("devices_summed_then_quantised", all(np.allclose(c.asnumpy(), sent / divisor, atol=1e-7)
+                                            for c in copies))
+
 kv.set_optimizer(mx.optimizer.SGD(learning_rate=0.1))
 kv.init("w", mx.nd.ones(SHAPES["b"]))
 kv.push("w", mx.nd.array(gradient(rank, 99, "b")))
