@@ -7,7 +7,7 @@ import pytest
 
 from conftest import assert_checks_passed, launch
 
-EXPECTED_CHECKS = 5
+EXPECTED_CHECKS = 6
 
 
 @pytest.mark.parametrize("num_ranks,average", [(3, "0"), (2, "1")])

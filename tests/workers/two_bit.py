@@ -82,4 +82,26 @@ sent = sum(quantise(gradient(r, 99, "b"), np.zeros(SHAPES["b"], np.float32))[0]
            for r in range(size))
 check("optimizer_gets_the_compressed_sum", np.allclose(weight.asnumpy(),
                                                        1 - 0.1 * sent / divisor, atol=1e-7))
+
+# gluon.Trainer(compression_params=...) sets it on its store, as it does for dist_sync
+from mpi4py import MPI  # noqa: E402
+from mxnet import autograd, gluon  # noqa: E402
+
+mx.random.seed(rank)  # different initial weights: the broadcast makes them one
+net = gluon.nn.Dense(3, in_units=5)
+net.initialize()
+trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1}, kvstore="hybrid",
+                        compression_params={"type": "2bit", "threshold": THRESHOLD})
+data = np.random.RandomState(rank)
+for step in range(3):
+    x, y = mx.nd.array(data.randn(8, 5)), mx.nd.array(data.randint(0, 3, 8))
+    with autograd.record():
+        loss = gluon.loss.SoftmaxCrossEntropyLoss()(net(x), y)
+    loss.backward()
+    trainer.step(8)
+weights = MPI.COMM_WORLD.allgather(net.weight.data().asnumpy())  # compared outside the store
+reducer = trainer._kvstore._reducer
+check("trainer_compression_params", reducer.threshold == THRESHOLD
+      and any(reducer.residual(k).any() for k in range(2))
+      and all(np.array_equal(w, weights[0]) for w in weights))
 kv.close()
