@@ -7,6 +7,9 @@
 // The two halves are also stages of the hierarchical allreduce.
 #pragma once
 
+#include <cstring>
+#include <vector>
+
 #include "segmented_exchange.h"
 
 namespace mxkv {
@@ -54,6 +57,22 @@ void ring_allgather(const Communicator& comm, Workspace& ws, T* data, int64_t co
     const RingBlock send = ring_block(count, p, r + 1 - s), recv = ring_block(count, p, r - s);
     exchange<T, W>(comm, ws, right, data + send.first, send.length, left, data + recv.first,
                    recv.length, OnReceive::kCopy);
+  }
+}
+
+// all[offsets[r] .. offsets[r + 1]) = rank r's `mine` (bytes, blocks of any size), on
+// every rank: p-1 steps around the ring, each sending the block received in the step
+// before. `mine` may already sit at its place in `all`.
+inline void ring_allgatherv(const Communicator& comm, Workspace& ws, const char* mine,
+                            const std::vector<int64_t>& offsets, char* all) {
+  const int p = comm.size(), r = comm.rank();
+  if (mine != all + offsets[r]) std::memcpy(all + offsets[r], mine, offsets[r + 1] - offsets[r]);
+  const int right = (r + 1) % p, left = (r + p - 1) % p;
+  for (int s = 0; s < p - 1; ++s) {
+    const int send = ((r - s) % p + p) % p, recv = ((r - s - 1) % p + p) % p;
+    exchange<char, char>(comm, ws, right, all + offsets[send], offsets[send + 1] - offsets[send],
+                         left, all + offsets[recv], offsets[recv + 1] - offsets[recv],
+                         OnReceive::kCopy);
   }
 }
 

@@ -10,8 +10,10 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <type_traits>
+#include <vector>
 
 #include "bfloat16.h"
 #include "float16_convert.h"
@@ -112,6 +114,28 @@ void reduce_received(T* __restrict dst, const W* __restrict received, size_t n, 
 template <typename T>
 void accumulate(T* __restrict dst, const T* __restrict src, size_t n) {
   reduce_received(dst, src, n, 1.0);
+}
+
+// dst = sum of the inputs' [offset, offset+count) ranges (the per-device copies of one
+// tensor), without reading dst first unless dst is one of the inputs (then the others
+// are added to it).
+template <typename T>
+void combine_inputs(T* dst, const std::vector<char*>& inputs, int64_t offset, int64_t count) {
+  auto range = [offset](char* base) { return reinterpret_cast<T*>(base) + offset; };
+  const T* alias = nullptr;
+  for (char* in : inputs)
+    if (range(in) == dst) alias = dst;
+  bool started = alias != nullptr;
+  for (char* in : inputs) {
+    const T* src = range(in);
+    if (src == alias) continue;
+    if (!started) {
+      std::memcpy(dst, src, count * sizeof(T));
+      started = true;
+    } else {
+      accumulate(dst, src, count);
+    }
+  }
 }
 
 // dst[i] = To(src[i]): encoding for the wire (float -> 16 bits) or decoding.

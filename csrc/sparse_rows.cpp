@@ -3,22 +3,10 @@
 #include <algorithm>
 #include <cstring>
 
+#include "allreduce_ring.h"
 #include "tensor_collectives.h"
 
 namespace mxkv {
-
-void ring_allgatherv(const Communicator& comm, Workspace& ws, const char* mine,
-                     const std::vector<int64_t>& offsets, char* all) {
-  const int p = comm.size(), r = comm.rank();
-  std::memcpy(all + offsets[r], mine, offsets[r + 1] - offsets[r]);
-  const int right = (r + 1) % p, left = (r + p - 1) % p;
-  for (int s = 0; s < p - 1; ++s) {
-    const int send = ((r - s) % p + p) % p, recv = ((r - s - 1) % p + p) % p;
-    exchange<char, char>(comm, ws, right, all + offsets[send], offsets[send + 1] - offsets[send],
-                         left, all + offsets[recv], offsets[recv + 1] - offsets[recv],
-                         OnReceive::kCopy);
-  }
-}
 
 std::vector<int64_t> union_of_rows(std::vector<int64_t> ids) {
   std::sort(ids.begin(), ids.end());

@@ -16,9 +16,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "communicator.h"
 #include "kernels.h"
-#include "segmented_exchange.h"
 
 namespace mxkv {
 
@@ -39,11 +37,6 @@ struct SparseRows {
   std::vector<char> values;
   SparsePath path = SparsePath::kAllgather;
 };
-
-// all[offsets[r] .. offsets[r + 1]) = rank r's `mine` (bytes), on every rank: p-1
-// steps around the ring, each sending the block received in the step before.
-void ring_allgatherv(const Communicator& comm, Workspace& ws, const char* mine,
-                     const std::vector<int64_t>& offsets, char* all);
 
 // The sorted, distinct ids among `ids`.
 std::vector<int64_t> union_of_rows(std::vector<int64_t> ids);

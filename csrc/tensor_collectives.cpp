@@ -20,26 +20,6 @@ T* at(char* base, int64_t offset) {
   return reinterpret_cast<T*>(base) + offset;
 }
 
-// dst = sum of the inputs' [offset, offset+count) range, without reading dst first
-// unless dst is one of the inputs (then the others are added to it).
-template <typename T>
-void combine_inputs(T* dst, const std::vector<char*>& inputs, int64_t offset, int64_t count) {
-  const T* alias = nullptr;
-  for (char* in : inputs)
-    if (at<T>(in, offset) == dst) alias = dst;
-  bool started = alias != nullptr;
-  for (char* in : inputs) {
-    const T* src = at<T>(in, offset);
-    if (src == alias) continue;
-    if (!started) {
-      std::memcpy(dst, src, count * sizeof(T));
-      started = true;
-    } else {
-      accumulate(dst, src, count);
-    }
-  }
-}
-
 }  // namespace
 
 TensorCollectives::TensorCollectives(MPI_Comm comm, size_t bucket_bytes,

@@ -4,7 +4,7 @@
 #include <cstring>
 #include <vector>
 
-#include "sparse_rows.h"
+#include "allreduce_ring.h"
 #include "tensor_collectives.h"
 
 namespace mxkv {
@@ -62,12 +62,9 @@ namespace {
 
 // The sum of a tensor's per-device copies (the one copy itself when there is one).
 const float* device_sum(const Tensor& tensor, Workspace& ws) {
-  const float* first = reinterpret_cast<const float*>(tensor.inputs.front());
-  if (tensor.inputs.size() == 1) return first;
+  if (tensor.inputs.size() == 1) return reinterpret_cast<const float*>(tensor.inputs.front());
   float* sum = reinterpret_cast<float*>(ws.scratch(tensor.count * sizeof(float)));
-  std::memcpy(sum, first, tensor.count * sizeof(float));
-  for (size_t d = 1; d < tensor.inputs.size(); ++d)
-    accumulate(sum, reinterpret_cast<const float*>(tensor.inputs[d]), tensor.count);
+  combine_inputs(sum, tensor.inputs, 0, tensor.count);
   return sum;
 }
 
@@ -107,8 +104,7 @@ Status TensorCollectives::allreduce_2bit(const std::vector<TensorRequest>& reque
     TimelineSpan span(timeline_, "allgather 2bit codes", p * block);
     std::vector<int64_t> offsets(p + 1);
     for (int r = 0; r <= p; ++r) offsets[r] = r * block;
-    std::vector<uint8_t> own(mine, mine + block);  // ring_allgatherv copies it into place
-    ring_allgatherv(comm_, workspace_, reinterpret_cast<const char*>(own.data()), offsets,
+    ring_allgatherv(comm_, workspace_, reinterpret_cast<const char*>(mine), offsets,
                     reinterpret_cast<char*>(all.data()));
   }
   TimelineSpan span(timeline_, "dequantize 2bit", block * 16);

@@ -1,6 +1,5 @@
 """class Hybrid: the KVStore that MXNet sees (mx.kv.create('hybrid'))."""
 import sys
-from functools import partial
 from typing import Callable, List, Optional, Sequence, Tuple
 
 import mxnet as mx
@@ -240,10 +239,8 @@ class Hybrid(KVStoreBase):
         updated = [i for i, k in enumerate(keys) if self._weights.updates(k)]
         plain = [i for i, k in enumerate(keys) if not self._weights.updates(k)]
         if plain:
-            reduce = (partial(row_sparse.allreduce, self._reducer)
-                      if isinstance(self._reducer, TensorCollectives) else self._reducer.allreduce)
-            reduce("pushpull", [keys[i] for i in plain], [values[i] for i in plain],
-                   [outs[i] for i in plain], self._config.average)
+            self._reducer.allreduce("pushpull", [keys[i] for i in plain], [values[i] for i in plain],
+                                    [outs[i] for i in plain], self._config.average)
         if updated:
             self._weights.push_pull("pushpull", [keys[i] for i in updated],
                                     [values[i] for i in updated], [outs[i] for i in updated])

@@ -12,7 +12,7 @@ import numpy as np
 
 from ..config import Config
 from ..errors import ConfigError, MismatchError, MXKVError
-from . import algorithm_table, stall, timeline
+from . import algorithm_table, row_sparse, stall, timeline
 from .dtype_codes import DTYPE_CODES
 from .device_staging import DeviceStaging
 from .hierarchy import use_hierarchy
@@ -189,7 +189,16 @@ class TensorCollectives:
         """outputs[k] = (average of, or sum over ranks of) sum(inputs[k]), for every key k.
         With MXKV_OVERLAP=1 it returns once the buckets are queued behind MXNet's engine:
         MXNet operations that read the outputs wait for them, as after any MXNet op.
-        Arrays on other devices than `cpu` travel through pinned host buffers (DeviceStaging)."""
+        Arrays on other devices than `cpu` travel through pinned host buffers (DeviceStaging).
+        row_sparse values are summed by the sparse collective, key by key (row_sparse.py)."""
+        sparse = {i for i, copies in enumerate(inputs) if row_sparse.is_row_sparse(copies[0])}
+        if sparse:
+            row_sparse.sum_into(self, op, *([entries[i] for i in sorted(sparse)]
+                                            for entries in (keys, inputs, outputs)), average)
+            keys, inputs, outputs = ([entries[i] for i in range(len(keys)) if i not in sparse]
+                                     for entries in (keys, inputs, outputs))
+            if not keys:
+                return
         host_inputs, host_outputs, copy_back = self._staging.stage(keys, inputs, outputs)
         spec = [(_handles(i), _handles(o)) for i, o in zip(host_inputs, host_outputs)]
         run = self._impl.allreduce_overlapped if self._overlap else self._impl.allreduce

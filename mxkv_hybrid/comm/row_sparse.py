@@ -1,11 +1,15 @@
 """row_sparse NDArrays through the sparse collective: a rank's devices summed, the rows
-summed over ranks (TensorCollectives.sum_sparse_rows), and the rows a pull asks for."""
-from typing import Sequence
+summed over ranks (TensorCollectives.sum_sparse_rows), and the rows a pull asks for.
+TensorCollectives.allreduce hands its row_sparse values here (sum_into)."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Sequence
 
 import mxnet as mx
 import numpy as np
 
-from .collectives import Key, TensorCollectives
+if TYPE_CHECKING:  # collectives.py imports this module
+    from .collectives import Key, TensorCollectives
 
 ROW_SPARSE = "row_sparse"
 
@@ -25,20 +29,14 @@ def sum_over_ranks(collectives: TensorCollectives, op: str, key: Key,
                                          dtype=mine.dtype)
 
 
-def allreduce(collectives: TensorCollectives, op: str, keys: Sequence[Key],
-              inputs: Sequence[Sequence[mx.nd.NDArray]], outputs: Sequence[Sequence[mx.nd.NDArray]],
-              average: bool) -> None:
-    """TensorCollectives.allreduce that also takes row_sparse values: those are summed by
-    the sparse collective, one key at a time, the dense ones fused as always."""
-    sparse = {i for i, copies in enumerate(inputs) if is_row_sparse(copies[0])}
-    for i in sorted(sparse):
-        summed = sum_over_ranks(collectives, op, keys[i], inputs[i], average)
-        for out in outputs[i]:
+def sum_into(collectives: TensorCollectives, op: str, keys: Sequence[Key],
+             inputs: Sequence[Sequence[mx.nd.NDArray]], outputs: Sequence[Sequence[mx.nd.NDArray]],
+             average: bool) -> None:
+    """outputs[k] = the sum (average) over ranks of row_sparse inputs[k], key by key."""
+    for key, copies, outs in zip(keys, inputs, outputs):
+        summed = sum_over_ranks(collectives, op, key, copies, average)
+        for out in outs:
             write_into(summed, out)
-    dense = [i for i in range(len(keys)) if i not in sparse]
-    if dense:
-        collectives.allreduce(op, [keys[i] for i in dense], [inputs[i] for i in dense],
-                              [outputs[i] for i in dense], average)
 
 
 def broadcast(collectives: TensorCollectives, op: str, key: Key,

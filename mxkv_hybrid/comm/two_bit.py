@@ -47,9 +47,8 @@ class TwoBitReducer:
                       if copies[0].dtype == np.float32 and not row_sparse.is_row_sparse(copies[0])]
         others = [i for i in range(len(keys)) if i not in set(compressed)]
         if others:
-            row_sparse.allreduce(self._collectives, op, [keys[i] for i in others],
-                                 [inputs[i] for i in others], [outputs[i] for i in others],
-                                 average)
+            self._collectives.allreduce(op, [keys[i] for i in others], [inputs[i] for i in others],
+                                        [outputs[i] for i in others], average)
         if compressed:
             self._collectives.allreduce_2bit(op, [keys[i] for i in compressed],
                                              [inputs[i] for i in compressed],

@@ -1,10 +1,8 @@
 """What the averaging modes (easgd, lasgd) offer the store, the hooks and checkpoints."""
-from functools import partial
 from typing import Callable, Protocol, Sequence
 
 import mxnet as mx
 
-from ..comm import row_sparse
 from ..comm.collectives import Arrays, Key, TensorCollectives
 from ..errors import MXKVError
 
@@ -40,12 +38,9 @@ def allreduce_split(op: str, keys: Sequence[Key], inputs: Sequence[Arrays],
                     outputs: Sequence[Arrays], average: bool, is_weight: Callable[[Key], bool],
                     weights: TensorCollectives, others: TensorCollectives) -> None:
     """The averaging modes' reduction: the keys of weights (their gradients) through
-    `weights`, every other key (metrics) through `others`; row_sparse values take the
-    sparse collective of a TensorCollectives, or stay a device sum."""
+    `weights`, every other key (metrics) through `others`."""
     for reducer, wanted in ((weights, True), (others, False)):
         chosen = [i for i, k in enumerate(keys) if is_weight(k) == wanted]
         if chosen:
-            reduce = (partial(row_sparse.allreduce, reducer)
-                      if isinstance(reducer, TensorCollectives) else reducer.allreduce)
-            reduce(op, [keys[i] for i in chosen], [inputs[i] for i in chosen],
-                   [outputs[i] for i in chosen], average)
+            reducer.allreduce(op, [keys[i] for i in chosen], [inputs[i] for i in chosen],
+                              [outputs[i] for i in chosen], average)

@@ -92,13 +92,8 @@ class WorkerWeights:
         `ignore_sparse` (as MXNet's stores do: row_sparse_pull is their pull)."""
         for k, targets in zip(keys, outs):
             for target in targets:
-                if row_sparse.is_row_sparse(target):
-                    if not ignore_sparse:
-                        row_sparse.write_into(self._weights[k], target)
-                elif row_sparse.is_row_sparse(self._weights[k]):
+                if not (ignore_sparse and row_sparse.is_row_sparse(target)):
                     row_sparse.write_into(self._weights[k], target)
-                else:
-                    self._weights[k].copyto(target)
 
     def row_sparse_pull(self, keys: Sequence[Key], outs: Sequence[Arrays],
                         row_ids: Sequence[Arrays]) -> None:
