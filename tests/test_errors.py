@@ -114,6 +114,19 @@ def test_a_rank_that_fails_before_its_store_ends_its_group_job_and_the_others():
     assert "timed out" not in job.output and "MXKV_PS_TIMEOUT" not in job.output
 
 
+def test_a_rank_that_ends_well_before_its_store_ends_the_job_naming_it():
+    """Rank 1's script exits 0 before mx.kv.create: MPI's start on rank 0 waits for it for
+    ever, before any stall monitor runs; the launcher, told that rank 1 ended before it
+    started MPI and that rank 0 waits there, ends the job EXIT_GRACE_SECONDS later. Control
+    (the launcher before this): the job waited until --timeout (exit 124)."""
+    job = launch(2, "fail.py", "done", "1", timeout=60)
+    assert job.returncode == 1, job.output
+    assert re.search(r"mxkv-launch: rank 1's script exited with status 0 before it started MPI "
+                     r"\(created its store\), and rank 0 has waited for it in MPI's start",
+                     job.output), job.output
+    assert "timed out" not in job.output
+
+
 def test_a_hung_job_is_stopped_by_the_launcher_timeout():
     job = launch(2, "fail.py", "hang", timeout=6, env={"MXKV_STALL_TIMEOUT": "0"})  # no report
     assert job.returncode == 124

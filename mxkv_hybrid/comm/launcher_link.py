@@ -18,7 +18,10 @@ leader tells the launcher once it has met the others at the parameter server
 (`tell_launcher_met`): a group lost before that holds every group back, and the launcher
 starts the others again without it. A rank whose script ends says with which status
 (`tell_launcher_exit`, from mxkv_hybrid.run): one that fails while the others go on would
-hold them in their next collective, and mpiexec does not end them.
+hold them in their next collective, and mpiexec does not end them. A rank also says when it
+starts MPI and when its start is through (`tell_launcher_mpi`): MPI's start waits for every
+rank of the MPI job, so a rank whose script ended before it started MPI, even with status 0,
+holds the others there for ever, before any stall monitor runs.
 """
 import hmac
 import json
@@ -108,6 +111,8 @@ class LinkServer:
         self._to_close: set = set()  # connections of forgotten ranks, closed by _serve
         self._met = False  # a group leader met the others at the parameter server
         self._exits: Dict[int, RankExit] = {}  # the ranks whose script ended, as they said
+        self._mpi_starts: Dict[int, float] = {}  # ranks in MPI's start, since when
+        self._mpi_started: set = set()  # ranks through MPI's start
         self._closed = False
         self._wake, self._waker = socket.socketpair()  # close() ends the wait at once
         self._thread = threading.Thread(target=self._serve, name="mxkv-launcher-link",
@@ -129,6 +134,16 @@ class LinkServer:
         with self._lock:
             return dict(self._exits)
 
+    def mpi_starts(self) -> Dict[int, float]:
+        """The ranks in MPI's start (tell_launcher_mpi), and since when (this clock)."""
+        with self._lock:
+            return dict(self._mpi_starts)
+
+    def mpi_started(self, rank: int) -> bool:
+        """Whether `rank` said it started MPI (or is starting it)."""
+        with self._lock:
+            return rank in self._mpi_started or rank in self._mpi_starts
+
     def forget_meeting(self) -> None:
         """The parameter server is started again: its groups have not met yet."""
         with self._lock:
@@ -143,6 +158,8 @@ class LinkServer:
             for rank in ranks:
                 self._ranks.pop(rank, None)
                 self._exits.pop(rank, None)
+                self._mpi_starts.pop(rank, None)
+                self._mpi_started.discard(rank)
             self._to_close.update(connection for connection, state
                                   in list(self._connections.items()) if state["rank"] in ranks)
 
@@ -204,13 +221,9 @@ class LinkServer:
                 if message.get("ask") == "ranks":
                     self._answer(connection, now)
                     return
-                if message.get("met") or "exited" in message:
+                if message.get("met") or "exited" in message or "mpi" in message:
                     with self._lock:
-                        if message.get("met"):
-                            self._met = True
-                        else:
-                            rank = int(message["exited"])
-                            self._exits[rank] = RankExit(rank, int(message["status"]), now)
+                        self._note(message, now)
                     self._connections.pop(connection, None)
                     connection.close()
                     return
@@ -223,6 +236,20 @@ class LinkServer:
                 seen = self._ranks.get(state["rank"])
                 if seen is not None:
                     seen.last_heard = now
+
+    def _note(self, message: dict, now: float) -> None:
+        """Records what a rank said: met, its script's exit, or its MPI start (under the lock)."""
+        if message.get("met"):
+            self._met = True
+        elif "exited" in message:
+            rank = int(message["exited"])
+            self._exits[rank] = RankExit(rank, int(message["status"]), now)
+        elif message["mpi"] == "starting":
+            self._mpi_starts[int(message["rank"])] = now
+        else:
+            rank = int(message["rank"])
+            self._mpi_starts.pop(rank, None)
+            self._mpi_started.add(rank)
 
     def _answer(self, connection: socket.socket, now: float) -> None:
         """Tells a rank what the launcher knows of every rank (ask_launcher), and closes."""
@@ -370,6 +397,13 @@ def tell_launcher_exit(status: int, environ=os.environ) -> None:
     rank = rank_in_job(environ)
     if rank is not None:
         _tell_launcher(environ.get("MXKV_LAUNCHER_LINK", ""), {"exited": rank, "status": status})
+
+
+def tell_launcher_mpi(stage: str, environ=os.environ) -> None:
+    """This rank is `stage` ("starting" or "started") MPI: tells its launcher, if it has one."""
+    rank = rank_in_job(environ)
+    if rank is not None:
+        _tell_launcher(environ.get("MXKV_LAUNCHER_LINK", ""), {"mpi": stage, "rank": rank})
 
 
 def rank_in_job(environ=os.environ) -> Optional[int]:

@@ -10,6 +10,7 @@ from typing import Any, Optional
 from ..config import GroupJob, read_knob
 from ..errors import ConfigError, MXKVError
 from . import mpi_settings, stall
+from .launcher_link import tell_launcher_mpi
 
 
 @dataclass(frozen=True)
@@ -33,9 +34,11 @@ class World:
 @lru_cache(maxsize=None)
 def world() -> World:
     """Initialises MPI (once) and describes the job: COMM_WORLD, which is every rank or,
-    when each group is its own MPI job (MXKV_GROUP_JOB), this group's ranks."""
+    when each group is its own MPI job (MXKV_GROUP_JOB), this group's ranks. Tells the
+    launcher when the start begins and when it is through: it waits for every rank."""
     if "mpi4py.MPI" not in sys.modules:  # (else MPI may have started: too late)
         mpi_settings.choose(read_knob("MXKV_TRANSPORT"))
+        tell_launcher_mpi("starting")
     from mpi4py import MPI  # initialises MPI on import
 
     comm = MPI.COMM_WORLD
@@ -58,6 +61,7 @@ def world() -> World:
         stall.install(stall.StallMonitor(comm.Dup(), described.host,
                                          read_knob("MXKV_STALL_TIMEOUT"), end_job, first_rank,
                                          read_knob("MXKV_LAUNCHER_LINK")))
+    tell_launcher_mpi("started")
     return described
 
 

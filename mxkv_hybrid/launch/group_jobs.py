@@ -260,8 +260,9 @@ class GroupJobs:
         lost_ranks = self.lost_ranks
         run.code = run.process.poll()
         cut_off = _cut_off(run, lost_ranks)
-        failed = lost_ranks.failed_alone(run.plan.members) \
-            if lost_ranks is not None and run.code is None else None
+        running = lost_ranks is not None and run.code is None
+        failed = lost_ranks.failed_alone(run.plan.members) if running else None
+        stranded = lost_ranks.ended_before_mpi(run.plan.members) if running else None
         if cut_off:
             end_process_group(run.process)
             run.code = LOST_STATUS
@@ -270,6 +271,10 @@ class GroupJobs:
                 f"{failed.status}, and its group's other ranks went on: ending its MPI job")
             end_process_group(run.process)
             run.code = failed.status
+        elif stranded:
+            say(f"{run.plan.describe()}: {stranded}: ending its MPI job")
+            end_process_group(run.process)
+            run.code = 1
         if run.code in (None, 0):
             return None
         first_failed = lost_ranks.first_failed(run.plan.members) if lost_ranks is not None else None

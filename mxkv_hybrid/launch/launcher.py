@@ -108,8 +108,8 @@ def merge_timeline() -> None:
 
 class OneJob:
     """One MPI job of `num_ranks` ranks (a Work): over when mpiexec exits; ended for a lost
-    host (`lost_ranks`: one MPI world cannot go on without it) or a rank whose script
-    failed while the others went on."""
+    host (`lost_ranks`: one MPI world cannot go on without it), a rank whose script
+    failed while the others went on, or one that ended before MPI's start held the others."""
 
     running, stopping = "ranks", "stopping all ranks"
 
@@ -131,6 +131,10 @@ class OneJob:
         if failed:
             say(f"{describe_failed(failed)}; {self.stopping}")
             return failed.status
+        stranded = self.lost_ranks.ended_before_mpi(self.ranks)
+        if stranded:
+            say(f"{stranded}; {self.stopping}")
+            return 1
         return None
 
     def wait(self, seconds: float) -> None:

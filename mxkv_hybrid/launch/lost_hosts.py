@@ -3,7 +3,8 @@ MXKV_LOST_SECONDS (a host cut off, or dead with its connection never closed), or
 started on another host, never heard from that long after their job started (a partition
 before they registered); and which failed alone: their script ended with a non-zero status
 while their job went on (mpiexec ends a job when a rank is killed or aborts, not when its
-script exits: the others would wait for it in their next collective)."""
+script exits: the others would wait for it in their next collective), or ended, even with
+status 0, before it started MPI while the others wait in MPI's start, which waits for all."""
 import time
 from typing import Dict, Iterable, Optional
 
@@ -44,6 +45,25 @@ class LostRanks:
         failed = [ended for rank, ended in self.link.exits().items()
                   if rank in ranks and ended.status != 0 and now - ended.when > ago]
         return min(failed, key=lambda ended: ended.when) if failed else None
+
+    def ended_before_mpi(self, ranks: Iterable[int]) -> Optional[str]:
+        """Why `ranks` (one MPI job) wait for ever in MPI's start, or None: a rank's script
+        ended before it started MPI, and another rank has waited there for more than
+        EXIT_GRACE_SECONDS since both were true (MPI's start waits for every rank)."""
+        now, ranks = time.monotonic(), set(ranks)
+        ended = [exit for rank, exit in self.link.exits().items()
+                 if rank in ranks and not self.link.mpi_started(rank)]
+        waiting = {rank: since for rank, since in self.link.mpi_starts().items() if rank in ranks}
+        if not ended or not waiting:
+            return None
+        first = min(ended, key=lambda exit: exit.when)
+        rank, since = min(waiting.items(), key=lambda item: item[1])
+        if now - max(since, first.when) <= EXIT_GRACE_SECONDS:
+            return None
+        return (f"rank {first.rank}'s script exited with status {first.status} before it "
+                f"started MPI (created its store), and rank {rank} has waited for it in MPI's "
+                f"start for {now - since:.0f} s: MPI's start waits for every rank of the job, "
+                "so every rank must create its store, or none")
 
     def first_lost(self, ranks: Iterable[int], started: float) -> Optional[str]:
         """How the first lost rank of `ranks` (a job started at `started`) was lost, with
