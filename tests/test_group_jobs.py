@@ -34,6 +34,12 @@ def train(job_dir, num_ranks, mode, epochs, lr, env=None, restarts=0, checkpoint
                   timeout=150)
 
 
+# Asynchronous SGD without momentum: with momentum 0.9 the groups' stale updates made the
+# servers' model diverge (accuracy 0.1, chance, in 1 of 12 runs at lr 0.03; issue 34's
+# staleness), a failure of the optimizer's settings, not of what these tests check
+ASYNC_SAFE = {"MOMENTUM": "0"}
+
+
 def checksum(arrays, prefix):
     return sum(float(a.astype(np.float64).sum()) for n, a in arrays.items() if n.startswith(prefix))
 
@@ -84,8 +90,9 @@ def test_async_groups_start_from_and_end_on_the_servers_weights(job_dir):
     step summary and the timeline carry the ranks' numbers in the whole job."""
     epochs = 12
     timeline = job_dir / "timeline.json"
-    job = train(job_dir, 4, "async", epochs, 0.03, {"MXKV_TIMELINE": str(timeline),
-                                                    "MXKV_SUMMARY_EVERY": "50"})
+    job = train(job_dir, 4, "async", epochs, 0.1, {"MXKV_TIMELINE": str(timeline),
+                                                   "MXKV_SUMMARY_EVERY": "50",
+                                                   **ASYNC_SAFE})
     assert job.returncode == 0, job.output
     for rank in range(4):
         assert f"rank {rank} of 4 starts" in job.lines_of(rank), job.output
@@ -98,18 +105,19 @@ def test_async_groups_start_from_and_end_on_the_servers_weights(job_dir):
     assert all(int(f["steps"]) == epochs * (1437 // 4 // 32) for f in found.values())
     assert_same_on_every_rank(found, "initial/")
     assert_same_on_every_rank(found, "final/")
-    assert float(found[0]["accuracy"]) > 0.93, job.output  # seen: 0.967-0.975
+    # the servers' model on the 360 held-out digits: 0.917-0.947 in 6 quiet runs (mean
+    # 0.932); a 360-image estimate of p = 0.93 has a std of sqrt(p (1 - p) / 360) = 0.013,
+    # and 4 of them below the mean is 0.88: weights the groups did not train score about 0.1
+    assert float(found[0]["accuracy"]) >= 0.88, job.output
 
 
+# The accuracy of the model every rank ends on, on the 360 held-out digits, in 4 quiet runs:
+# easgd 0.964-0.981 (mean 0.973), async 0.917-0.931 (mean 0.925). A 360-image estimate of p
+# has a std of sqrt(p (1 - p) / 360), 0.009 and 0.014 here; the bounds are the means less 4
+# of them. A model the restart undid scores about 0.1 (the servers' first weights).
 @pytest.mark.parametrize("mode, ranks, epochs, lr, start, recorded, accuracy", [
-    ("easgd", 6, 20, 0.1, "the centre", 16, 0.95),  # tau 4: its last exchange, at step 16
-    # every step is pushed; the servers' model depends on how the groups' pushes interleave
-    # around the restart, which timing decides (seen: 0.95-0.97 in 6 quiet runs, 0.925 in a
-    # CI run). Where the restarted group starts and which steps it trains are asserted
-    # exactly above; the accuracy only tells a trained model from one the restart undid:
-    # the servers' first weights score about 0.1 (chance), and 0.5 is more than 25 standard
-    # deviations of a 360-image estimate from both that (0.016) and 0.925 (0.014)
-    ("async", 4, 12, 0.03, "the servers' weights", 19, 0.5),
+    ("easgd", 6, 20, 0.1, "the centre", 16, 0.93),  # tau 4: its last exchange, at step 16
+    ("async", 4, 12, 0.1, "the servers' weights", 19, 0.87),  # every step is pushed
 ])
 def test_a_lost_group_is_restarted_and_rejoins_the_servers_model(job_dir, mode, ranks, epochs,
                                                                    lr, start, recorded,
@@ -121,7 +129,8 @@ def test_a_lost_group_is_restarted_and_rejoins_the_servers_model(job_dir, mode, 
     the steps it had left: from the last step its leader reported to the servers (easgd:
     its last elastic exchange; async: its last push). Every group finishes."""
     job = train(job_dir, ranks, mode, epochs, lr,
-                {"MXKV_FAULT": "kill:rank=2:step=20", "MXKV_PS_TIMEOUT": "30"}, restarts=1)
+                {"MXKV_FAULT": "kill:rank=2:step=20", "MXKV_PS_TIMEOUT": "30",
+                 **(ASYNC_SAFE if mode == "async" else {})}, restarts=1)
     assert job.returncode == 0, job.output
     assert re.search(r"group 1 \(ranks 2-3\) was lost: .*; restarting it in \d+ s \(restart 1 "
                      r"of 1\)", job.output), job.output
@@ -178,7 +187,10 @@ def test_a_restarted_easgd_group_resumes_from_its_own_checkpoint(job_dir):
                 manifest["progress"]) == (group, 2, 2, 4, {"step": total // 8 * 8}), manifest
     assert not (job_dir / "checkpoint" / "manifest.json").exists()
     assert_same_on_every_rank(found, "final/")
-    assert float(found[0]["accuracy"]) >= 0.9, job.output
+    # the centre on the 360 held-out digits: 0.956-0.964 in 4 quiet runs (mean 0.959); a
+    # 360-image estimate of p = 0.96 has a std of 0.010, and 4 of them below the mean is
+    # 0.918: a centre the groups did not train scores about 0.1
+    assert float(found[0]["accuracy"]) >= 0.91, job.output
 
 
 def test_a_checkpoint_is_resumed_only_in_the_layout_that_saved_it(tmp_path):

@@ -7,7 +7,8 @@ had done before this start (mxkv_hybrid.steps_done: a restarted group skips them
 steps it trained and the test accuracy. With CHECKPOINT and EVERY it saves a checkpoint
 there every EVERY steps (and OUT/rank<r>.step<s>.npz, the weights it saved) and, when one
 exists, resumes from it instead ("loaded/...": the weights it loaded). With HOLD_UNTIL
-set (a test's gate), every rank waits after its last step until that file exists.
+set (a test's gate), every rank waits after its last step until that file exists;
+MOMENTUM sets the SGD momentum (0.9 unless set).
 argv: OUT EPOCHS LR [CHECKPOINT EVERY]"""
 import os
 import sys
@@ -37,7 +38,8 @@ mx.random.seed(kv.rank)
 net = build_network()
 net.initialize(mx.init.Xavier(magnitude=2.0))
 net(mx.nd.array(shard_x[:1]))  # shapes known: the Trainer broadcasts at construction
-trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": lr, "momentum": 0.9},
+momentum = float(os.environ.get("MOMENTUM", "0.9"))
+trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": lr, "momentum": momentum},
                         kvstore=kv)
 
 
