@@ -63,7 +63,10 @@ class TensorCollectives {
 
   // outputs = the sum (average) over ranks of each rank's 2-bit quantised inputs (float32),
   // with MXNet's error feedback: the residual of tensor i is kept here under
-  // residual_keys[i] (two_bit.h).
+  // residual_keys[i] (two_bit.h). Hierarchical (set_hierarchy): what is quantised is each
+  // group's sum instead, slice by slice at the rank that holds it after the reduce-scatter
+  // inside the group (its residual covers that slice of each tensor); only the codes cross
+  // between groups.
   Status allreduce_2bit(const std::vector<TensorRequest>& requests, uint64_t key_signature,
                         const std::vector<uint64_t>& residual_keys, float threshold,
                         bool average);
@@ -108,6 +111,9 @@ class TensorCollectives {
   void allreduce_fused(const Bucket& bucket, const std::vector<Tensor>& tensors, double scale);
   void allreduce_in_place(const Bucket& bucket, const std::vector<Tensor>& tensors, double scale);
   void broadcast_bucket(const Bucket& bucket, const std::vector<Tensor>& tensors, int root);
+  void allreduce_2bit_of_group_sums(const TensorSet& set,
+                                    const std::vector<uint64_t>& residual_keys, float threshold,
+                                    bool average);
   const char* algorithm_name_for(int dtype, int64_t bytes) const;
 
   Communicator comm_;
@@ -120,6 +126,8 @@ class TensorCollectives {
   std::unique_ptr<Communicator> local_, cross_;  // set_hierarchy
   std::vector<AlgorithmRule> cross_table_;
   std::unordered_map<uint64_t, std::vector<float>> residuals_;  // allreduce_2bit's, per key
+  std::vector<float> group_sum_;  // allreduce_2bit_of_group_sums' buffers, kept between calls
+  std::vector<uint8_t> group_codes_;
   OverlapQueue overlap_;  // last: its thread stops before what it uses is destroyed
 };
 

@@ -80,13 +80,18 @@ Status TensorCollectives::allreduce_2bit(const std::vector<TensorRequest>& reque
   std::memcpy(&threshold_bits, &threshold, sizeof(threshold_bits));
   if (!signatures_agree((set.signature ^ threshold_bits) & ((uint64_t{1} << 62) - 1)))
     return Status::kMismatch;
-  const int p = size();
-  std::vector<int64_t> first_code(set.tensors.size() + 1, 0);  // whole bytes per tensor
   for (size_t t = 0; t < set.tensors.size(); ++t) {
     if (set.tensors[t].dtype != kFloat32)
       throw EntryError(t, "2-bit compression takes float32 arrays only");
-    first_code[t + 1] = first_code[t] + static_cast<int64_t>(two_bit_bytes(set.tensors[t].count));
   }
+  if (hierarchical()) {
+    allreduce_2bit_of_group_sums(set, residual_keys, threshold, average);
+    return Status::kOk;
+  }
+  const int p = size();
+  std::vector<int64_t> first_code(set.tensors.size() + 1, 0);  // whole bytes per tensor
+  for (size_t t = 0; t < set.tensors.size(); ++t)
+    first_code[t + 1] = first_code[t] + static_cast<int64_t>(two_bit_bytes(set.tensors[t].count));
   const int64_t block = first_code.back();
   std::vector<uint8_t> all(p * block);
   uint8_t* mine = all.data() + rank() * block;
@@ -125,6 +130,78 @@ Status TensorCollectives::allreduce_2bit(const std::vector<TensorRequest>& reque
       std::memcpy(tensor.outputs[o], out, tensor.count * sizeof(float));
   }
   return Status::kOk;
+}
+
+void TensorCollectives::allreduce_2bit_of_group_sums(const TensorSet& set,
+                                                     const std::vector<uint64_t>& residual_keys,
+                                                     float threshold, bool average) {
+  // The tensors as one vector, each its sum over this rank's devices.
+  int64_t total = 0;
+  std::vector<int64_t> first(set.tensors.size() + 1, 0);  // each tensor's place in it
+  for (size_t t = 0; t < set.tensors.size(); ++t) first[t + 1] = total += set.tensors[t].count;
+  group_sum_.resize(total);
+  float* flat = group_sum_.data();
+  for (size_t t = 0; t < set.tensors.size(); ++t)
+    combine_inputs(flat + first[t], set.tensors[t].inputs, 0, set.tensors[t].count);
+  {
+    TimelineSpan span(timeline_, "reduce-scatter in group", total * 4);
+    ring_reduce_scatter<float, float>(*local_, workspace_, flat, total, 1.0);
+  }
+  // This rank's slice of its group's sum, quantised piece by piece (one piece per tensor
+  // it crosses, its codes from a whole byte on): the same pieces on every rank of `cross`.
+  const RingBlock slice = ring_owned_block(total, local_->size(), local_->rank());
+  struct Piece {
+    size_t tensor;
+    int64_t from, to, code;  // [from, to) of the whole vector; its codes' first byte
+  };
+  std::vector<Piece> pieces;
+  int64_t block = 0;
+  for (size_t t = 0; t < set.tensors.size(); ++t) {
+    const int64_t from = std::max(first[t], slice.first);
+    const int64_t to = std::min(first[t + 1], slice.first + slice.length);
+    if (from >= to) continue;
+    pieces.push_back({t, from, to, block});
+    block += static_cast<int64_t>(two_bit_bytes(to - from));
+  }
+  const int groups = cross_->size();
+  group_codes_.resize(groups * block);
+  uint8_t* mine = group_codes_.data() + cross_->rank() * block;
+  {
+    TimelineSpan span(timeline_, "quantize 2bit", block * 16);
+    for (const Piece& piece : pieces) {
+      std::vector<float>& residual = residuals_[residual_keys[piece.tensor]];
+      residual.resize(set.tensors[piece.tensor].count, 0.0f);
+      quantize_2bit(flat + piece.from, residual.data() + (piece.from - first[piece.tensor]),
+                    piece.to - piece.from, threshold, mine + piece.code);
+    }
+  }
+  {
+    TimelineSpan span(timeline_, "allgather 2bit codes across groups", groups * block);
+    std::vector<int64_t> offsets(groups + 1);
+    for (int g = 0; g <= groups; ++g) offsets[g] = g * block;
+    ring_allgatherv(*cross_, workspace_, reinterpret_cast<const char*>(mine), offsets,
+                    reinterpret_cast<char*>(group_codes_.data()));
+  }
+  {
+    TimelineSpan span(timeline_, "dequantize 2bit", block * 16);
+    const DequantizeTable table(threshold);
+    const double scale = average ? 1.0 / size() : 1.0;
+    for (const Piece& piece : pieces) {
+      float* out = flat + piece.from;
+      const int64_t n = piece.to - piece.from;
+      std::memset(out, 0, n * sizeof(float));
+      for (int g = 0; g < groups; ++g)  // in group order: the same bits on every rank
+        add_dequantized_2bit(table, group_codes_.data() + g * block + piece.code, 0, n, out);
+      scale_in_place(out, n, scale);
+    }
+  }
+  {
+    TimelineSpan span(timeline_, "allgather in group", total * 4);
+    ring_allgather<float, float>(*local_, workspace_, flat, total);
+  }
+  for (size_t t = 0; t < set.tensors.size(); ++t)
+    for (void* out : set.tensors[t].outputs)
+      std::memcpy(out, flat + first[t], set.tensors[t].count * sizeof(float));
 }
 
 std::vector<float> TensorCollectives::residual_2bit(uint64_t residual_key) const {

@@ -1,9 +1,15 @@
 """MXNet's 2-bit gradient compression through the hybrid store, step by step against
 MXNet's own quantiser (its 'device' store over one CPU context per rank, compression
 set: what dist_sync's servers sum) and a numpy quantiser (this rank's residuals). Each
-rank pushes its own random gradients; one CHECK line per verified fact."""
+rank pushes its own random gradients; one CHECK line per verified fact. With a
+hierarchical allreduce (MXKV_HIERARCHY=on, groups of MXKV_GROUP_SIZE) what is quantised is
+each group's sum, one slice at each of its ranks: the reference is then numpy's quantiser
+of every group's sum, and a group's residual is the sum of its ranks' (the slices)."""
+import os
+
 import mxnet as mx
 import numpy as np
+from mpi4py import MPI
 
 from mxkv_hybrid.errors import MXKVError
 
@@ -14,6 +20,10 @@ STEPS = 6
 kv = mx.kv.create("hybrid")
 rank, size = kv.rank, kv.num_workers
 divisor = size if kv.config.average else 1
+per_group = kv._active().hierarchical
+group_size = int(os.environ["MXKV_GROUP_SIZE"]) if per_group else 1
+groups = [list(range(g, g + group_size)) for g in range(0, size, group_size)]
+my_group = MPI.COMM_WORLD.Split(rank // group_size, rank)  # compared outside the store
 
 
 def check(name, condition):
@@ -32,6 +42,31 @@ def quantise(values, residual):
     return sent.astype(np.float32), (r - sent).astype(np.float32)
 
 
+def compressed_sum(values_of_rank, residuals=None):
+    """The sum over the quantisers (each rank's, or each group's of its ranks' sum) of
+    what they send, and their new residuals (fresh ones unless given, {quantiser: r})."""
+    total, kept = 0, {}
+    for g, members in enumerate(groups):
+        quantiser = g if per_group else members[0]
+        values = sum(values_of_rank(r).astype(np.float32) for r in members)
+        start = residuals[quantiser] if residuals else np.zeros_like(values)
+        sent, kept[quantiser] = quantise(values, start)
+        total = total + sent
+    return total, kept
+
+
+def my_residual(key):
+    """This rank's residual of `key`; per group: its group's (the sum of its slices)."""
+    mine = kv._reducer.residual(key)
+    if not per_group:
+        return mine
+    slices = mine if mine.size else np.zeros(np.prod(SHAPES[key]), np.float32)  # none held
+    return my_group.allreduce(slices, op=MPI.SUM)
+
+
+mine = rank // group_size if per_group else rank  # this rank's quantiser
+
+
 try:
     kv.set_gradient_compression({"type": "1bit"})
     check("other_types_refused", False)
@@ -44,23 +79,24 @@ mxnet_store = mx.kv.create("device")  # the reference: one CPU context per rank
 mxnet_store.set_gradient_compression({"type": "2bit", "threshold": THRESHOLD})
 for key, shape in SHAPES.items():
     mxnet_store.init(key, mx.nd.zeros(shape))
-residuals = {key: np.zeros(shape, np.float32) for key, shape in SHAPES.items()}
-equal_to_mxnet, equal_residuals, moved = True, True, False
+residuals = {key: None for key in SHAPES}
+equal_to_reference, equal_residuals, moved = True, True, False
 for step in range(STEPS):
     outs = [mx.nd.zeros(shape) for shape in SHAPES.values()]
     kv.pushpull(list(SHAPES), [mx.nd.array(gradient(rank, step, k)) for k in SHAPES], out=outs)
     for key, out in zip(SHAPES, outs):
-        mxnet_store.push(key, [mx.nd.array(gradient(r, step, key), ctx=mx.cpu(r))
-                               for r in range(size)])
-        expected = mx.nd.zeros(SHAPES[key])
-        mxnet_store.pull(key, out=expected)
-        equal_to_mxnet &= np.allclose(out.asnumpy(), expected.asnumpy() / divisor,
-                                      rtol=1e-7, atol=0)
-        _, residuals[key] = quantise(gradient(rank, step, key), residuals[key])
-        equal_residuals &= np.array_equal(kv._reducer.residual(key),
-                                          residuals[key].ravel())
-        moved |= bool(np.any(expected.asnumpy()))
-check("sum_equals_mxnet_quantiser", equal_to_mxnet and moved)
+        expected, residuals[key] = compressed_sum(lambda r: gradient(r, step, key),
+                                                  residuals[key])
+        if not per_group:  # each rank quantised: MXNet's own quantiser sums the same
+            mxnet_store.push(key, [mx.nd.array(gradient(r, step, key), ctx=mx.cpu(r))
+                                   for r in range(size)])
+            expected = mx.nd.zeros(SHAPES[key])
+            mxnet_store.pull(key, out=expected)
+            expected = expected.asnumpy()
+        equal_to_reference &= np.allclose(out.asnumpy(), expected / divisor, rtol=1e-7, atol=0)
+        equal_residuals &= np.array_equal(my_residual(key), residuals[key][mine].ravel())
+        moved |= bool(np.any(expected))
+check("sum_equals_the_reference_quantiser", equal_to_reference and moved)
 check("residuals_equal_numpy", equal_residuals)
 
 # two devices per rank: what is quantised is the rank's sum over its devices (as a
@@ -68,8 +104,7 @@ check("residuals_equal_numpy", equal_residuals)
 copies = [mx.nd.array(gradient(rank, 50, "b"), ctx=mx.cpu_pinned(0)),
           mx.nd.array(gradient(rank, 51, "b"), ctx=mx.cpu_pinned(1))]
 kv.pushpull("devices", copies)
-sent = sum(quantise(gradient(r, 50, "b") + gradient(r, 51, "b"),
-                    np.zeros(SHAPES["b"], np.float32))[0] for r in range(size))
+sent, _ = compressed_sum(lambda r: gradient(r, 50, "b") + gradient(r, 51, "b"))
 check("devices_summed_then_quantised", all(np.allclose(c.asnumpy(), sent / divisor, atol=1e-7)
                                             for c in copies))
 
@@ -78,13 +113,11 @@ kv.init("w", mx.nd.ones(SHAPES["b"]))
 kv.push("w", mx.nd.array(gradient(rank, 99, "b")))
 weight = mx.nd.zeros(SHAPES["b"])
 kv.pull("w", out=weight)
-sent = sum(quantise(gradient(r, 99, "b"), np.zeros(SHAPES["b"], np.float32))[0]
-           for r in range(size))
+sent, _ = compressed_sum(lambda r: gradient(r, 99, "b"))
 check("optimizer_gets_the_compressed_sum", np.allclose(weight.asnumpy(),
                                                        1 - 0.1 * sent / divisor, atol=1e-7))
 
 # gluon.Trainer(compression_params=...) sets it on its store, as it does for dist_sync
-from mpi4py import MPI  # noqa: E402
 from mxnet import autograd, gluon  # noqa: E402
 
 mx.random.seed(rank)  # different initial weights: the broadcast makes them one
