@@ -66,7 +66,8 @@ class TensorCollectives {
   // residual_keys[i] (two_bit.h). Hierarchical (set_hierarchy): what is quantised is each
   // group's sum instead, slice by slice at the rank that holds it after the reduce-scatter
   // inside the group (its residual covers that slice of each tensor); only the codes cross
-  // between groups.
+  // between groups, and the codes of every slice go around the group, where every rank
+  // decodes them all (2 bits a value per group instead of a float32 allgather).
   Status allreduce_2bit(const std::vector<TensorRequest>& requests, uint64_t key_signature,
                         const std::vector<uint64_t>& residual_keys, float threshold,
                         bool average);

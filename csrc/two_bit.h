@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace mxkv {
 
@@ -30,9 +31,9 @@ struct DequantizeTable {
   float values[256][4];
 };
 
-// out[i] += the value codes encode for element first + i (+t, -t or 0), i < n; `first`
-// a multiple of 4.
-void add_dequantized_2bit(const DequantizeTable& table, const uint8_t* codes, size_t first,
-                          size_t n, float* out);
+// out[i] = scale * the sum over k of the value codes[k] encode for element i (+t, -t or
+// 0), i < n, added in k's order.
+void decode_sum_2bit(const DequantizeTable& table, const std::vector<const uint8_t*>& codes,
+                     size_t n, double scale, float* out);
 
 }  // namespace mxkv

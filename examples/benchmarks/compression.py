@@ -4,7 +4,12 @@ links are shaped to --mbps, with
   none   float32 on the wire (the tensor collectives, MXKV_ALGO=auto),
   fp16   MXKV_COMPRESS=fp16 (values travel in 16 bits, summed in float32),
   2bit   MXNet's 2-bit compression (set_gradient_compression, threshold 0.5): each rank's
-         values quantised with error feedback, the ranks' codes allgathered (comm/two_bit.py).
+         values quantised with error feedback, the ranks' codes allgathered (comm/two_bit.py),
+and with more than one rank a host (--group-size) the hierarchical allreduce (MXKV_HIERARCHY=on)
+  hier       float32: reduce-scatter inside each host, slices allreduced across hosts,
+             allgather inside,
+  hier-2bit  2-bit of each host's sum: its slices quantised with error feedback by the
+             ranks that hold them, only their codes cross between hosts (csrc/two_bit.h).
 All run in one MPI job over TCP between the hosts, interleaved repetition by repetition in
 shuffled order (OMP_NUM_THREADS=--threads); a repetition's time is the slowest rank's;
 medians. Beside each: the bytes the busiest rank sent across hosts, and fp32's limit (each
@@ -31,7 +36,6 @@ from job_output import json_lines  # noqa: E402
 from model_shapes import resnet50_shapes  # noqa: E402
 from timing import interleaved, seconds  # noqa: E402
 
-METHODS = ("none", "fp16", "2bit")
 THRESHOLD = 0.5
 
 
@@ -59,6 +63,10 @@ def worker(group_size: int, reps: int) -> None:
             "fp16": (TensorCollectives(comm, dataclasses.replace(base, compress="fp16"),
                                        this_group),) * 2,
             "2bit": (TwoBitReducer(plain, THRESHOLD), plain)}
+    if group_size > 1:
+        hierarchical = TensorCollectives(comm, base, this_group, hierarchy="on")
+        runs.update({"hier": (hierarchical, hierarchical),
+                     "hier-2bit": (TwoBitReducer(hierarchical, THRESHOLD), hierarchical)})
 
     def once(method: str) -> tuple:
         """(seconds of the slowest rank, bytes sent across hosts by each rank)."""
@@ -136,10 +144,10 @@ def main() -> None:
     print(f"\nResNet-50 gradient set ({none['gradient_bytes'] / 2 ** 20:.1f} MiB), {args.hosts} "
           f"hosts x {args.group_size} ranks, {args.mbps:g} Mbit/s; median of {args.reps}, "
           "slowest rank; limit: float32's least time over the link")
-    print(f"{'method':>6} {'ms':>9} {'/ limit':>8} {'MiB across (busiest rank)':>26} "
+    print(f"{'method':>9} {'ms':>9} {'/ limit':>8} {'MiB across (busiest rank)':>26} "
           f"{'none / this':>12}")
     for r in rows:
-        print(f"{r['method']:>6} {r['median_ms']:9.1f} {r['median_ms'] / r['limit_ms']:7.2f}x "
+        print(f"{r['method']:>9} {r['median_ms']:9.1f} {r['median_ms'] / r['limit_ms']:7.2f}x "
               f"{r['across_max_mb']:26.1f} {none['median_ms'] / r['median_ms']:11.2f}x")
     os.makedirs(args.out, exist_ok=True)
     name = f"compression_hosts_{args.hosts}x{args.group_size}"
