@@ -251,21 +251,25 @@ PYBIND11_MODULE(_C, m) {
            py::arg("signature"), py::arg("average"),
            "The sum (average) over ranks of row_sparse rows: (union ids, their rows as bytes, "
            "'allgather' or 'union allreduce'); None if ranks disagree on the call.")
-      .def("allreduce_2bit",
+      .def("allreduce_quantised",
            [](mxkv::TensorCollectives& self, const Spec& spec, uint64_t key_signature,
-              const std::vector<uint64_t>& residual_keys, float threshold, bool average) {
+              const std::vector<uint64_t>& residual_keys, int kind, float threshold,
+              bool average) {
              auto requests = to_requests(spec);
+             const mxkv::Quantiser quantiser{static_cast<mxkv::Quantiser::Kind>(kind), threshold};
              return run_collective([&] {
-               return self.allreduce_2bit(requests, key_signature, residual_keys, threshold,
-                                          average);
+               return self.allreduce_quantised(requests, key_signature, residual_keys, quantiser,
+                                               average);
              });
            },
-           py::arg("spec"), py::arg("key_signature"), py::arg("residual_keys"),
+           py::arg("spec"), py::arg("key_signature"), py::arg("residual_keys"), py::arg("kind"),
            py::arg("threshold"), py::arg("average"),
-           "Outputs = sum (average) over ranks of the 2-bit quantised inputs (float32; MXNet's "
-           "quantiser, residual kept per residual key); False if ranks disagree on the call.")
-      .def("residual_2bit", &mxkv::TensorCollectives::residual_2bit, py::arg("residual_key"),
-           "This rank's 2-bit residual under a residual key (empty if none yet).")
+           "Outputs = sum (average) over ranks of the quantised inputs (float32; kind 0: MXNet's "
+           "2-bit with `threshold`, 1: scaled-sign 1-bit; residual kept per residual key); False "
+           "if ranks disagree on the call.")
+      .def("quantiser_residual", &mxkv::TensorCollectives::quantiser_residual,
+           py::arg("residual_key"),
+           "This rank's quantisation residual under a residual key (empty if none yet).")
       .def("allreduce_vector",
            [](mxkv::TensorCollectives& self, py::buffer array, int dtype,
               const std::string& algorithm, double scale) {

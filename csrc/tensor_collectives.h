@@ -16,6 +16,7 @@
 #include "bucket_plan.h"
 #include "communicator.h"
 #include "engine_overlap.h"
+#include "quantiser.h"
 #include "segmented_exchange.h"
 #include "sparse_rows.h"
 #include "tensor_set.h"
@@ -61,18 +62,19 @@ class TensorCollectives {
   Status sparse_row_sum(const int64_t* ids, const void* rows, int64_t count, int64_t row_len,
                         int dtype, uint64_t signature, bool average, SparseRows& result);
 
-  // outputs = the sum (average) over ranks of each rank's 2-bit quantised inputs (float32),
-  // with MXNet's error feedback: the residual of tensor i is kept here under
-  // residual_keys[i] (two_bit.h). Hierarchical (set_hierarchy): what is quantised is each
-  // group's sum instead, slice by slice at the rank that holds it after the reduce-scatter
-  // inside the group (its residual covers that slice of each tensor); only the codes cross
-  // between groups, and the codes of every slice go around the group, where every rank
-  // decodes them all (2 bits a value per group instead of a float32 allgather).
-  Status allreduce_2bit(const std::vector<TensorRequest>& requests, uint64_t key_signature,
-                        const std::vector<uint64_t>& residual_keys, float threshold,
-                        bool average);
+  // outputs = the sum (average) over ranks of each rank's inputs (float32) as `quantiser`
+  // sends them, with error feedback: the residual of tensor i is kept here under
+  // residual_keys[i] (quantiser.h). Flat: each rank's sum over its devices is quantised and
+  // every rank's codes go around all ranks. Hierarchical (set_hierarchy): each group's sum
+  // is quantised instead, slice by slice at the rank that holds it after the
+  // reduce-scatter inside the group (its residual covers that slice of each tensor); only
+  // the codes cross between groups, and the codes of every slice go around the group,
+  // where every rank decodes them all. Every rank decodes the same codes in the same order.
+  Status allreduce_quantised(const std::vector<TensorRequest>& requests, uint64_t key_signature,
+                             const std::vector<uint64_t>& residual_keys,
+                             const Quantiser& quantiser, bool average);
   // This rank's residual under `residual_key` (empty if none yet).
-  std::vector<float> residual_2bit(uint64_t residual_key) const;
+  std::vector<float> quantiser_residual(uint64_t residual_key) const;
 
   // One contiguous vector (for tests and benchmarks): data = scale * sum over ranks.
   void allreduce_vector(void* data, int64_t count, int dtype, Algorithm algorithm, double scale);
@@ -112,9 +114,9 @@ class TensorCollectives {
   void allreduce_fused(const Bucket& bucket, const std::vector<Tensor>& tensors, double scale);
   void allreduce_in_place(const Bucket& bucket, const std::vector<Tensor>& tensors, double scale);
   void broadcast_bucket(const Bucket& bucket, const std::vector<Tensor>& tensors, int root);
-  void allreduce_2bit_of_group_sums(const TensorSet& set,
-                                    const std::vector<uint64_t>& residual_keys, float threshold,
-                                    bool average);
+  void allreduce_quantised_group_sums(const TensorSet& set,
+                                      const std::vector<uint64_t>& residual_keys,
+                                      const Quantiser& quantiser, bool average);
   const char* algorithm_name_for(int dtype, int64_t bytes) const;
 
   Communicator comm_;
@@ -126,8 +128,8 @@ class TensorCollectives {
   Timeline timeline_;
   std::unique_ptr<Communicator> local_, cross_;  // set_hierarchy
   std::vector<AlgorithmRule> cross_table_;
-  std::unordered_map<uint64_t, std::vector<float>> residuals_;  // allreduce_2bit's, per key
-  std::vector<float> group_sum_;  // allreduce_2bit_of_group_sums' buffers, kept between calls
+  std::unordered_map<uint64_t, std::vector<float>> residuals_;  // allreduce_quantised's, per key
+  std::vector<float> group_sum_;  // allreduce_quantised_group_sums' buffers, kept between calls
   std::vector<uint8_t> group_codes_;
   OverlapQueue overlap_;  // last: its thread stops before what it uses is destroyed
 };

@@ -48,6 +48,11 @@ def parse_arguments() -> argparse.Namespace:
                              "ones on the first half of the ranks and the odd on the second")
     parser.add_argument("--devices", type=int, default=1, help="CPU contexts per process")
     parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--gc-type", choices=["none", "2bit", "1bit"], default="none",
+                        help="gradient compression, as MXNet's image-classification scripts "
+                             "take it (the Trainer's compression_params)")
+    parser.add_argument("--gc-threshold", type=float, default=0.5,
+                        help="--gc-type 2bit's threshold (default 0.5)")
     return parser.parse_args()
 
 
@@ -107,8 +112,11 @@ def main() -> None:
     net = build_network()
     net.initialize(mx.init.Xavier(magnitude=2.0), ctx=contexts)
     net.hybridize()
+    compression = {"2bit": {"type": "2bit", "threshold": args.gc_threshold},
+                   "1bit": {"type": "1bit"}}.get(args.gc_type)
     trainer = gluon.Trainer(net.collect_params(), "sgd",
-                            {"learning_rate": args.lr, "momentum": args.momentum}, kvstore=kv)
+                            {"learning_rate": args.lr, "momentum": args.momentum}, kvstore=kv,
+                            compression_params=compression)
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
     mode = f" (MXKV_MODE={kv.config.mode})" if isinstance(kv, mxkv_hybrid.Hybrid) else ""
     if rank == 0:

@@ -8,7 +8,7 @@ from mxnet.kvstore import KVStoreBase
 from .comm import row_sparse, stall
 from .comm.collectives import Key, TensorCollectives
 from .comm.topology import groups, world
-from .comm.two_bit import TwoBitReducer, parse_compression
+from .comm.compression import QuantisedReducer, parse_compression
 from .config import Config
 from .errors import MXKVError
 from .ps.client import barrier_across_groups
@@ -267,10 +267,11 @@ class Hybrid(KVStoreBase):
             self._timed(lambda: self._weights.row_sparse_pull(keys, outs, ids))
 
     def set_gradient_compression(self, compression_params) -> None:
-        """MXNet's 2-bit compression, {'type': '2bit', 'threshold': t}: from now on every
-        float32 value pushed is quantised per rank with the residual kept (error feedback)
-        and the ranks' codes summed (comm/two_bit.py): dist_sync's result, in 2 bits a value."""
-        threshold = parse_compression(compression_params)
+        """MXNet's 2-bit compression, {'type': '2bit', 'threshold': t}, or {'type': '1bit'}:
+        from now on every float32 value pushed is quantised with the residual kept (error
+        feedback; per rank, or per group under the hierarchical allreduce) and the codes
+        summed (comm/compression.py): flat 2-bit is dist_sync's result, in 2 bits a value."""
+        compression = parse_compression(compression_params)
         if self._config.mode not in COMPRESSION_MODES:
             raise MXKVError(f"set_gradient_compression: MXKV_MODE={self._config.mode} does not "
                             f"take it yet (modes that do: {', '.join(COMPRESSION_MODES)}); set "
@@ -278,7 +279,7 @@ class Hybrid(KVStoreBase):
         if self._config.compress != "none":
             raise MXKVError(f"set_gradient_compression: MXKV_COMPRESS={self._config.compress} "
                             "already compresses float32 values; use one of the two")
-        self._reducer = TwoBitReducer(self._active(), threshold)
+        self._reducer = QuantisedReducer(self._active(), compression)
         self._weights.reduce_with(self._reducer)
 
     def barrier(self) -> None:

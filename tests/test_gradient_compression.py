@@ -1,32 +1,41 @@
-"""MXNet's 2-bit gradient compression through the hybrid store (tests/workers/two_bit.py:
-each step's result equal to MXNet's own quantiser summed over every rank's gradients, so
-no check of the sum passes without the exchange; this rank's residuals equal to a numpy
-quantiser's), and its refusal where a mode does not take it yet. MXNet's `--gc-type 2bit`
-script path: tests/test_unmodified_scripts.py."""
+"""Gradient compression through the hybrid store (tests/workers/compression.py: each step's
+result equal to a quantiser summed over every rank's gradients, MXNet's own for flat
+2-bit, numpy's for the rest, so no check of the sum passes without the exchange; this
+rank's residuals equal to numpy's), and its refusal where a mode does not take it yet.
+MXNet's `--gc-type 2bit` script path: tests/test_unmodified_scripts.py."""
 import pytest
 
 from conftest import assert_checks_passed, launch
 
 EXPECTED_CHECKS = 6
+HIERARCHICAL = {"MXKV_GROUP_SIZE": "2", "MXKV_HIERARCHY": "on"}
 
 
 @pytest.mark.parametrize("num_ranks,average", [(3, "0"), (2, "1")])
 def test_two_bit_equals_mxnets_quantiser_step_by_step(job_dir, num_ranks, average):
-    job = launch(num_ranks, "two_bit.py", env={"MXKV_MODE": "allreduce", "MXKV_AVERAGE": average})
+    job = launch(num_ranks, "compression.py", env={"MXKV_MODE": "allreduce", "MXKV_AVERAGE": average})
     assert_checks_passed(job, num_ranks, EXPECTED_CHECKS)
 
 
-def test_two_bit_of_group_sums_equals_numpys_quantiser_step_by_step(job_dir):
+@pytest.mark.parametrize("kind", ["2bit", "1bit"])
+def test_compression_of_group_sums_equals_numpys_quantiser_step_by_step(job_dir, kind):
     """Hierarchical allreduce, 2 groups of 2: each group's sum is quantised (a slice at each
     of its ranks) and only the codes cross between groups; every step equals numpy's
-    quantiser of each group's sum, residuals included (the sum of a group's slices)."""
-    job = launch(4, "two_bit.py", env={"MXKV_MODE": "allreduce", "MXKV_GROUP_SIZE": "2",
-                                       "MXKV_HIERARCHY": "on"})
+    quantiser of each group's sum, residuals included (the sum of a group's slices).
+    Sabotaged (a group decoding only its own codes), 4 of the 6 checks fail on every rank."""
+    job = launch(4, "compression.py", env=dict(HIERARCHICAL, MXKV_MODE="allreduce",
+                                           COMPRESSION=kind))
     assert_checks_passed(job, 4, EXPECTED_CHECKS)
 
 
+def test_one_bit_equals_numpys_scaled_sign_step_by_step(job_dir):
+    """Flat, 3 ranks averaged: each rank's values quantised to a sign and a scale per 256."""
+    job = launch(3, "compression.py", env={"MXKV_MODE": "allreduce", "COMPRESSION": "1bit"})
+    assert_checks_passed(job, 3, EXPECTED_CHECKS)
+
+
 def test_modes_without_compression_refuse_it_naming_the_fix(job_dir):
-    job = launch(2, "two_bit.py", env={"MXKV_MODE": "lasgd"})
+    job = launch(2, "compression.py", env={"MXKV_MODE": "lasgd"})
     assert job.returncode != 0
     assert ("set_gradient_compression: MXKV_MODE=lasgd does not take it yet (modes that do: "
             "allreduce)") in job.output, job.output

@@ -198,7 +198,7 @@ def test_broadcasting_parameters_of_unknown_shape_says_to_run_a_batch_first():
 
 
 def test_csr_arrays_are_refused_and_row_sparse_ones_kept_saying_what_to_use():
-    """README, "Errors": csr arrays and compression types other than MXNet's 2bit raise
+    """README, "Errors": csr arrays and compression types other than 2bit and 1bit raise
     MXKVError naming the alternative; row_sparse arrays are kept and pulled by rows (one rank: the sum is
     the array itself)."""
     kv = mx.kv.create("hybrid")
@@ -212,8 +212,10 @@ def test_csr_arrays_are_refused_and_row_sparse_ones_kept_saying_what_to_use():
     out = mx.nd.sparse.zeros("row_sparse", (4, 3))
     kv.row_sparse_pull(2, out=out, row_ids=mx.nd.array([3, 0, 3], dtype="int64"))
     assert out.asnumpy().tolist() == [[0] * 3, [0] * 3, [0] * 3, [1] * 3]  # row 1 not asked for
-    with pytest.raises(MXKVError, match=r"takes MXNet's \{'type': '2bit', 'threshold': t\}"):
-        kv.set_gradient_compression({"type": "1bit"})
+    for unknown in ({"type": "4bit"}, {"type": "1bit", "threshold": 0.5}):
+        with pytest.raises(MXKVError, match=r"takes MXNet's \{'type': '2bit', 'threshold': t\} "
+                                            r".* or \{'type': '1bit'\}"):
+            kv.set_gradient_compression(unknown)
 
 
 def test_two_bit_and_sixteen_bit_compression_are_not_combined(monkeypatch):

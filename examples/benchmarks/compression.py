@@ -4,12 +4,14 @@ links are shaped to --mbps, with
   none   float32 on the wire (the tensor collectives, MXKV_ALGO=auto),
   fp16   MXKV_COMPRESS=fp16 (values travel in 16 bits, summed in float32),
   2bit   MXNet's 2-bit compression (set_gradient_compression, threshold 0.5): each rank's
-         values quantised with error feedback, the ranks' codes allgathered (comm/two_bit.py),
+         values quantised with error feedback, the ranks' codes allgathered (comm/compression.py),
 and with more than one rank a host (--group-size) the hierarchical allreduce (MXKV_HIERARCHY=on)
   hier       float32: reduce-scatter inside each host, slices allreduced across hosts,
              allgather inside,
   hier-2bit  2-bit of each host's sum: its slices quantised with error feedback by the
-             ranks that hold them, only their codes cross between hosts (csrc/two_bit.h).
+             ranks that hold them, only their codes cross between hosts (csrc/quantiser.h),
+  hier-1bit  the same with 1-bit SGD's quantiser (a sign a value, each sign's mean per
+             256 values: 1.25 bits a value).
 All run in one MPI job over TCP between the hosts, interleaved repetition by repetition in
 shuffled order (OMP_NUM_THREADS=--threads); a repetition's time is the slowest rank's;
 medians. Beside each: the bytes the busiest rank sent across hosts, and fp32's limit (each
@@ -47,7 +49,7 @@ def worker(group_size: int, reps: int) -> None:
     import mxkv_hybrid  # noqa: F401
     from mxkv_hybrid.comm.collectives import TensorCollectives
     from mxkv_hybrid.comm.topology import groups
-    from mxkv_hybrid.comm.two_bit import TwoBitReducer
+    from mxkv_hybrid.comm.compression import Compression, QuantisedReducer
     from mxkv_hybrid.config import Config
 
     comm = MPI.COMM_WORLD
@@ -59,14 +61,16 @@ def worker(group_size: int, reps: int) -> None:
     outs = [[mx.nd.zeros(s)] for s in shapes]
     keys = list(range(len(arrays)))
     plain = TensorCollectives(comm, base, this_group)
+    two_bit, one_bit = Compression("2bit", THRESHOLD), Compression("1bit", THRESHOLD)
     runs = {"none": (plain, plain),
             "fp16": (TensorCollectives(comm, dataclasses.replace(base, compress="fp16"),
                                        this_group),) * 2,
-            "2bit": (TwoBitReducer(plain, THRESHOLD), plain)}
+            "2bit": (QuantisedReducer(plain, two_bit), plain)}
     if group_size > 1:
         hierarchical = TensorCollectives(comm, base, this_group, hierarchy="on")
         runs.update({"hier": (hierarchical, hierarchical),
-                     "hier-2bit": (TwoBitReducer(hierarchical, THRESHOLD), hierarchical)})
+                     "hier-2bit": (QuantisedReducer(hierarchical, two_bit), hierarchical),
+                     "hier-1bit": (QuantisedReducer(hierarchical, one_bit), hierarchical)})
 
     def once(method: str) -> tuple:
         """(seconds of the slowest rank, bytes sent across hosts by each rank)."""

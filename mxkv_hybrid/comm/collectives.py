@@ -234,21 +234,23 @@ class TensorCollectives:
         union, summed, path = result
         return union, summed.view(rows.dtype).reshape((len(union),) + row_shape), path
 
-    def allreduce_2bit(self, op: str, keys: Sequence[Key], inputs: Sequence[Arrays],
-                       outputs: Sequence[Arrays], average: bool, threshold: float) -> None:
-        """allreduce() of float32 arrays in MXNet's 2-bit compression (csrc/two_bit.h): each
-        rank's sum over its devices quantised with the residual kept per key (error
-        feedback), the ranks' codes summed."""
+    def allreduce_quantised(self, op: str, keys: Sequence[Key], inputs: Sequence[Arrays],
+                            outputs: Sequence[Arrays], average: bool, kind: int,
+                            threshold: float) -> None:
+        """allreduce() of float32 arrays, quantised (csrc/quantiser.h; kind 0: MXNet's 2-bit
+        with `threshold`, 1: scaled-sign 1-bit): each rank's sum over its devices (or, when
+        hierarchical, each group's sum) quantised with the residual kept per key (error
+        feedback), the codes summed."""
         host_inputs, host_outputs, copy_back = self._staging.stage(keys, inputs, outputs)
         spec = [(_handles(i), _handles(o)) for i, o in zip(host_inputs, host_outputs)]
         residual_keys = [_key_signature([k]) for k in keys]
-        self._run(op, keys, host_outputs, lambda: self._impl.allreduce_2bit(
-            spec, _key_signature(keys), residual_keys, threshold, average))
+        self._run(op, keys, host_outputs, lambda: self._impl.allreduce_quantised(
+            spec, _key_signature(keys), residual_keys, kind, threshold, average))
         copy_back()
 
-    def residual_2bit(self, key: Key) -> np.ndarray:
-        """This rank's 2-bit residual of `key` (what quantisation has not sent yet)."""
-        return np.array(self._impl.residual_2bit(_key_signature([key])), dtype=np.float32)
+    def quantiser_residual(self, key: Key) -> np.ndarray:
+        """This rank's residual of `key` (what quantisation has not sent yet)."""
+        return np.array(self._impl.quantiser_residual(_key_signature([key])), dtype=np.float32)
 
     def finish(self) -> None:
         """Waits until every bucket queued behind MXNet's engine (overlap) is reduced."""

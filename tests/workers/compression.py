@@ -1,10 +1,12 @@
-"""MXNet's 2-bit gradient compression through the hybrid store, step by step against
-MXNet's own quantiser (its 'device' store over one CPU context per rank, compression
-set: what dist_sync's servers sum) and a numpy quantiser (this rank's residuals). Each
-rank pushes its own random gradients; one CHECK line per verified fact. With a
-hierarchical allreduce (MXKV_HIERARCHY=on, groups of MXKV_GROUP_SIZE) what is quantised is
-each group's sum, one slice at each of its ranks: the reference is then numpy's quantiser
-of every group's sum, and a group's residual is the sum of its ranks' (the slices)."""
+"""Gradient compression through the hybrid store, step by step: MXNet's 2-bit against
+MXNet's own quantiser (its 'device' store over one CPU context per rank, compression set:
+what dist_sync's servers sum) and a numpy quantiser (this rank's residuals); with
+COMPRESSION=1bit, 1-bit SGD's quantiser against a numpy one. Each rank pushes its own
+random gradients; one CHECK line per verified fact. With a hierarchical allreduce
+(MXKV_HIERARCHY=on, groups of MXKV_GROUP_SIZE) what is quantised is each group's sum, one
+slice at each of its ranks: the reference is then numpy's quantiser of every group's sum
+(1-bit's blocks restarting where the slices cut the keys), and a group's residual is the
+sum of its ranks' (the slices)."""
 import os
 
 import mxnet as mx
@@ -13,13 +15,17 @@ from mpi4py import MPI
 
 from mxkv_hybrid.errors import MXKVError
 
+KIND = os.environ.get("COMPRESSION", "2bit")
 THRESHOLD = 0.5
+PARAMS = {"type": "2bit", "threshold": THRESHOLD} if KIND == "2bit" else {"type": "1bit"}
+ONE_BIT_BLOCK = 256  # values a pair of means (csrc/one_bit.h)
 SHAPES = {"a": (300, 7), "b": (1000,)}
 STEPS = 6
 
 kv = mx.kv.create("hybrid")
 rank, size = kv.rank, kv.num_workers
 divisor = size if kv.config.average else 1
+per_rank = np.float32(1 / divisor)  # the store multiplies the float32 sum by it
 per_group = kv._active().hierarchical
 group_size = int(os.environ["MXKV_GROUP_SIZE"]) if per_group else 1
 groups = [list(range(g, g + group_size)) for g in range(0, size, group_size)]
@@ -35,22 +41,52 @@ def gradient(r, step, key):
     return (rng.standard_normal(SHAPES[key]) * 0.4).astype(np.float32)
 
 
-def quantise(values, residual):
-    """MXNet's 2-bit quantiser in numpy, float32: (dequantised values, new residual)."""
-    r = residual + values
-    sent = np.where(r >= THRESHOLD, THRESHOLD, np.where(r <= -THRESHOLD, -THRESHOLD, 0))
-    return sent.astype(np.float32), (r - sent).astype(np.float32)
+def quantise_2bit(x):
+    """MXNet's 2-bit quantiser of x = residual + values: (values sent, new residual)."""
+    sent = np.where(x >= THRESHOLD, THRESHOLD, np.where(x <= -THRESHOLD, -THRESHOLD, 0))
+    return sent.astype(np.float32), (x - sent).astype(np.float32)
 
 
-def compressed_sum(values_of_rank, residuals=None):
+def quantise_1bit(x):
+    """1-bit SGD's quantiser of x = residual + values: per block of 256, each value sent as
+    the mean of its side (the negative values, the others), means summed in double."""
+    sent = np.empty_like(x)
+    for start in range(0, len(x), ONE_BIT_BLOCK):
+        block = x[start:start + ONE_BIT_BLOCK]
+        positive = block >= 0
+        means = [np.float32(side.astype(np.float64).sum() / len(side)) if len(side) else
+                 np.float32(0) for side in (block[~positive], block[positive])]
+        sent[start:start + ONE_BIT_BLOCK] = np.where(positive, means[1], means[0])
+    return sent, (x - sent).astype(np.float32)
+
+
+def cuts(key, call):
+    """Where quantisation starts afresh in `key` when a pushpull of the keys `call` holds
+    it: the key's start, and per group the slices' bounds (csrc/segmented_exchange.h)."""
+    size_of = {k: int(np.prod(SHAPES.get(k, SHAPES["b"]))) for k in call}
+    first = sum(size_of[k] for k in call[:call.index(key)])
+    total = sum(size_of.values())
+    bounds = {total * b // group_size for b in range(group_size + 1)} if per_group else set()
+    return sorted({0, size_of[key]} | {b - first for b in bounds if 0 < b - first < size_of[key]})
+
+
+def quantise(values, residual, where):
+    """(values sent, new residual) of flat float32 `values`, quantised from each cut on."""
+    x = (residual + values).astype(np.float32)
+    parts = [(quantise_2bit if KIND == "2bit" else quantise_1bit)(x[a:b])
+             for a, b in zip(where, where[1:])]
+    return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+
+
+def compressed_sum(values_of_rank, where, residuals=None):
     """The sum over the quantisers (each rank's, or each group's of its ranks' sum) of
     what they send, and their new residuals (fresh ones unless given, {quantiser: r})."""
     total, kept = 0, {}
     for g, members in enumerate(groups):
         quantiser = g if per_group else members[0]
-        values = sum(values_of_rank(r).astype(np.float32) for r in members)
+        values = sum(values_of_rank(r).astype(np.float32) for r in members).ravel()
         start = residuals[quantiser] if residuals else np.zeros_like(values)
-        sent, kept[quantiser] = quantise(values, start)
+        sent, kept[quantiser] = quantise(values, start, where)
         total = total + sent
     return total, kept
 
@@ -68,12 +104,12 @@ mine = rank // group_size if per_group else rank  # this rank's quantiser
 
 
 try:
-    kv.set_gradient_compression({"type": "1bit"})
+    kv.set_gradient_compression({"type": "4bit"})
     check("other_types_refused", False)
 except MXKVError as err:
     print(err, flush=True)
     check("other_types_refused", "'2bit'" in str(err))
-kv.set_gradient_compression({"type": "2bit", "threshold": THRESHOLD})
+kv.set_gradient_compression(PARAMS)
 
 mxnet_store = mx.kv.create("device")  # the reference: one CPU context per rank
 mxnet_store.set_gradient_compression({"type": "2bit", "threshold": THRESHOLD})
@@ -86,14 +122,15 @@ for step in range(STEPS):
     kv.pushpull(list(SHAPES), [mx.nd.array(gradient(rank, step, k)) for k in SHAPES], out=outs)
     for key, out in zip(SHAPES, outs):
         expected, residuals[key] = compressed_sum(lambda r: gradient(r, step, key),
-                                                  residuals[key])
-        if not per_group:  # each rank quantised: MXNet's own quantiser sums the same
+                                                  cuts(key, list(SHAPES)), residuals[key])
+        expected = expected.reshape(SHAPES[key])
+        if KIND == "2bit" and not per_group:  # MXNet's own quantiser sums the same
             mxnet_store.push(key, [mx.nd.array(gradient(r, step, key), ctx=mx.cpu(r))
                                    for r in range(size)])
             expected = mx.nd.zeros(SHAPES[key])
             mxnet_store.pull(key, out=expected)
             expected = expected.asnumpy()
-        equal_to_reference &= np.allclose(out.asnumpy(), expected / divisor, rtol=1e-7, atol=0)
+        equal_to_reference &= np.allclose(out.asnumpy(), expected * per_rank, rtol=1e-7, atol=0)
         equal_residuals &= np.array_equal(my_residual(key), residuals[key][mine].ravel())
         moved |= bool(np.any(expected))
 check("sum_equals_the_reference_quantiser", equal_to_reference and moved)
@@ -104,7 +141,8 @@ check("residuals_equal_numpy", equal_residuals)
 copies = [mx.nd.array(gradient(rank, 50, "b"), ctx=mx.cpu_pinned(0)),
           mx.nd.array(gradient(rank, 51, "b"), ctx=mx.cpu_pinned(1))]
 kv.pushpull("devices", copies)
-sent, _ = compressed_sum(lambda r: gradient(r, 50, "b") + gradient(r, 51, "b"))
+sent, _ = compressed_sum(lambda r: gradient(r, 50, "b") + gradient(r, 51, "b"),
+                        cuts("devices", ["devices"]))
 check("devices_summed_then_quantised", all(np.allclose(c.asnumpy(), sent / divisor, atol=1e-7)
                                             for c in copies))
 
@@ -113,7 +151,7 @@ kv.init("w", mx.nd.ones(SHAPES["b"]))
 kv.push("w", mx.nd.array(gradient(rank, 99, "b")))
 weight = mx.nd.zeros(SHAPES["b"])
 kv.pull("w", out=weight)
-sent, _ = compressed_sum(lambda r: gradient(r, 99, "b"))
+sent, _ = compressed_sum(lambda r: gradient(r, 99, "b"), cuts("w", ["w"]))
 check("optimizer_gets_the_compressed_sum", np.allclose(weight.asnumpy(),
                                                        1 - 0.1 * sent / divisor, atol=1e-7))
 
@@ -124,7 +162,7 @@ mx.random.seed(rank)  # different initial weights: the broadcast makes them one
 net = gluon.nn.Dense(3, in_units=5)
 net.initialize()
 trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1}, kvstore="hybrid",
-                        compression_params={"type": "2bit", "threshold": THRESHOLD})
+                        compression_params=PARAMS)
 data = np.random.RandomState(rank)
 for step in range(3):
     x, y = mx.nd.array(data.randn(8, 5)), mx.nd.array(data.randint(0, 3, 8))
@@ -134,7 +172,7 @@ for step in range(3):
     trainer.step(8)
 weights = MPI.COMM_WORLD.allgather(net.weight.data().asnumpy())  # compared outside the store
 reducer = trainer._kvstore._reducer
-check("trainer_compression_params", reducer.threshold == THRESHOLD
+check("trainer_compression_params", reducer.compression.type == KIND
       and any(reducer.residual(k).any() for k in range(2))
       and all(np.array_equal(w, weights[0]) for w in weights))
 kv.close()

@@ -1,0 +1,70 @@
+"""Gradient compression on the allreduce (Hybrid.set_gradient_compression): every dense
+float32 value a rank pushes (the sum over its devices, as a dist_sync worker pushes it;
+under the hierarchical allreduce, its group's sum) is quantised with its residual kept
+(error feedback), and the codes are summed (csrc/quantiser.h, reading and writing the
+NDArrays in place), the same bits on every rank. '2bit' is MXNet's compression, whose flat
+result is the sum dist_sync's servers compute; '1bit' (this package's, 1-bit SGD's quantiser)
+sends a sign a value and, per 256 values, the mean of each sign's values. Other dtypes and row_sparse values go through uncompressed."""
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from ..errors import MXKVError
+from . import row_sparse
+from .collectives import Arrays, Key, TensorCollectives
+
+DEFAULT_THRESHOLD = 0.5  # MXNet's
+KINDS = {"2bit": 0, "1bit": 1}  # csrc/quantiser.h's Quantiser::Kind
+
+
+@dataclass(frozen=True)
+class Compression:
+    """A compression_params dict, checked: its type and (2bit) threshold."""
+
+    type: str
+    threshold: float
+
+
+def parse_compression(params: dict) -> Compression:
+    """MXNet's compression_params -> Compression; a clear error for anything else."""
+    if not isinstance(params, dict) or "type" not in params:
+        raise MXKVError("set_gradient_compression takes a dict with a 'type', e.g. "
+                        "{'type': '2bit', 'threshold': 0.5}")
+    kind = params["type"]
+    allowed = {"type", "threshold"} if kind == "2bit" else {"type"}
+    if kind not in KINDS or set(params) - allowed:
+        raise MXKVError(f"set_gradient_compression: {params!r}: the hybrid kvstore takes "
+                        "MXNet's {'type': '2bit', 'threshold': t} (t > 0, default 0.5) or "
+                        "{'type': '1bit'} (a sign a value, and each sign's mean per 256 values)")
+    threshold = float(params.get("threshold", DEFAULT_THRESHOLD))
+    if not threshold > 0:
+        raise MXKVError(f"set_gradient_compression: threshold {threshold} must be above 0")
+    return Compression(kind, threshold)
+
+
+class QuantisedReducer:
+    """Reduces like TensorCollectives.allreduce, dense float32 values compressed."""
+
+    def __init__(self, collectives: TensorCollectives, compression: Compression):
+        self._collectives = collectives
+        self.compression = compression
+
+    def residual(self, key: Key) -> np.ndarray:
+        """This rank's residual of `key` (what quantisation has not sent yet), flat."""
+        return self._collectives.quantiser_residual(key)
+
+    def allreduce(self, op: str, keys: Sequence[Key], inputs: Sequence[Arrays],
+                  outputs: Sequence[Arrays], average: bool) -> None:
+        compressed = [i for i, copies in enumerate(inputs)
+                      if copies[0].dtype == np.float32 and not row_sparse.is_row_sparse(copies[0])]
+        others = [i for i in range(len(keys)) if i not in set(compressed)]
+        if others:
+            self._collectives.allreduce(op, [keys[i] for i in others], [inputs[i] for i in others],
+                                        [outputs[i] for i in others], average)
+        if compressed:
+            self._collectives.allreduce_quantised(op, [keys[i] for i in compressed],
+                                                  [inputs[i] for i in compressed],
+                                                  [outputs[i] for i in compressed], average,
+                                                  KINDS[self.compression.type],
+                                                  self.compression.threshold)
