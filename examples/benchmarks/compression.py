@@ -5,13 +5,14 @@ links are shaped to --mbps, with
   fp16   MXKV_COMPRESS=fp16 (values travel in 16 bits, summed in float32),
   2bit   MXNet's 2-bit compression (set_gradient_compression, threshold 0.5): each rank's
          values quantised with error feedback, the ranks' codes allgathered (comm/compression.py),
+  1bit   the same with 1-bit SGD's quantiser (a sign a value, each sign's mean per 256
+         values: 1.25 bits a value),
 and with more than one rank a host (--group-size) the hierarchical allreduce (MXKV_HIERARCHY=on)
   hier       float32: reduce-scatter inside each host, slices allreduced across hosts,
              allgather inside,
   hier-2bit  2-bit of each host's sum: its slices quantised with error feedback by the
              ranks that hold them, only their codes cross between hosts (csrc/quantiser.h),
-  hier-1bit  the same with 1-bit SGD's quantiser (a sign a value, each sign's mean per
-             256 values: 1.25 bits a value).
+  hier-1bit  the same with 1-bit SGD's quantiser.
 All run in one MPI job over TCP between the hosts, interleaved repetition by repetition in
 shuffled order (OMP_NUM_THREADS=--threads); a repetition's time is the slowest rank's;
 medians. Beside each: the bytes the busiest rank sent across hosts, and fp32's limit (each
@@ -65,7 +66,8 @@ def worker(group_size: int, reps: int) -> None:
     runs = {"none": (plain, plain),
             "fp16": (TensorCollectives(comm, dataclasses.replace(base, compress="fp16"),
                                        this_group),) * 2,
-            "2bit": (QuantisedReducer(plain, two_bit), plain)}
+            "2bit": (QuantisedReducer(plain, two_bit), plain),
+            "1bit": (QuantisedReducer(plain, one_bit), plain)}
     if group_size > 1:
         hierarchical = TensorCollectives(comm, base, this_group, hierarchy="on")
         runs.update({"hier": (hierarchical, hierarchical),
