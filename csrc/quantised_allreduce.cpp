@@ -29,12 +29,14 @@ Status TensorCollectives::allreduce_quantised(const std::vector<TensorRequest>& 
   TensorSet set = resolve_tensors(requests, key_signature);
   uint32_t threshold_bits;
   std::memcpy(&threshold_bits, &quantiser.threshold, sizeof(threshold_bits));
-  const uint64_t setting = (uint64_t{threshold_bits} << 1) | static_cast<uint64_t>(quantiser.kind);
+  const uint64_t setting =
+      (uint64_t{threshold_bits} << 1) | static_cast<uint64_t>(quantiser.kind);
   if (!signatures_agree((set.signature ^ setting) & ((uint64_t{1} << 62) - 1)))
     return Status::kMismatch;
   for (size_t t = 0; t < set.tensors.size(); ++t) {
     if (set.tensors[t].dtype != kFloat32)
-      throw EntryError(t, std::string(quantiser.name()) + " compression takes float32 arrays only");
+      throw EntryError(t, std::string(quantiser.name()) +
+                              " compression takes float32 arrays only");
   }
   if (hierarchical()) {
     allreduce_quantised_group_sums(set, residual_keys, quantiser, average);
@@ -43,7 +45,8 @@ Status TensorCollectives::allreduce_quantised(const std::vector<TensorRequest>& 
   const int p = size();
   std::vector<int64_t> first_code(set.tensors.size() + 1, 0);  // whole bytes per tensor
   for (size_t t = 0; t < set.tensors.size(); ++t)
-    first_code[t + 1] = first_code[t] + static_cast<int64_t>(quantiser.code_bytes(set.tensors[t].count));
+    first_code[t + 1] =
+        first_code[t] + static_cast<int64_t>(quantiser.code_bytes(set.tensors[t].count));
   const int64_t block = first_code.back();
   std::vector<uint8_t> all(p * block);
   uint8_t* mine = all.data() + rank() * block;
@@ -54,7 +57,7 @@ Status TensorCollectives::allreduce_quantised(const std::vector<TensorRequest>& 
       std::vector<float>& residual = residuals_[residual_keys[t]];
       residual.resize(tensor.count, 0.0f);
       quantiser.encode(device_sum(tensor, workspace_), residual.data(), tensor.count,
-                    mine + first_code[t]);
+                       mine + first_code[t]);
     }
   }
   {

@@ -5,12 +5,12 @@
 // travel in a byte (two bits each: 01 is +t, 10 is -t, 00 is 0); the bit layout is this
 // package's, the values decoded are MXNet's.
 //
-// The reduction over ranks (TensorCollectives::allreduce_2bit) quantises each rank's
-// values, passes every rank's codes around a ring (an allgather: each rank sends
-// (p-1) n / 4 bytes, against 2 (p-1)/p 4n for a float32 ring allreduce, p/32 of it)
+// The reduction over ranks (TensorCollectives::allreduce_quantised, quantiser.h) quantises
+// each rank's values, passes every rank's codes around a ring (an allgather: each rank
+// sends (p-1) n / 4 bytes, against 2 (p-1)/p 4n for a float32 ring allreduce, p/32 of it)
 // and decodes and sums them in rank order on every rank: the sum over ranks of the
-// dequantised values, as MXNet's dist_sync servers compute it, bit for bit the same
-// on every rank.
+// dequantised values, as MXNet's dist_sync servers compute it, bit for bit the same on
+// every rank.
 #pragma once
 
 #include <cstddef>

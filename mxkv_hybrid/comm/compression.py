@@ -3,8 +3,9 @@ float32 value a rank pushes (the sum over its devices, as a dist_sync worker pus
 under the hierarchical allreduce, its group's sum) is quantised with its residual kept
 (error feedback), and the codes are summed (csrc/quantiser.h, reading and writing the
 NDArrays in place), the same bits on every rank. '2bit' is MXNet's compression, whose flat
-result is the sum dist_sync's servers compute; '1bit' (this package's, 1-bit SGD's quantiser)
-sends a sign a value and, per 256 values, the mean of each sign's values. Other dtypes and row_sparse values go through uncompressed."""
+result is the sum dist_sync's servers compute; '1bit' (this package's, 1-bit SGD's
+quantiser) sends a sign a value and, per 256 values, the mean of each sign's values.
+Other dtypes and row_sparse values go through uncompressed."""
 from dataclasses import dataclass
 from typing import Sequence
 
