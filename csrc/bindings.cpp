@@ -265,7 +265,7 @@ PYBIND11_MODULE(_C, m) {
            py::arg("spec"), py::arg("key_signature"), py::arg("residual_keys"), py::arg("kind"),
            py::arg("threshold"), py::arg("average"),
            "Outputs = sum (average) over ranks of the quantised inputs (float32; kind 0: MXNet's "
-           "2-bit with `threshold`, 1: scaled-sign 1-bit; residual kept per residual key); False "
+           "2-bit with `threshold`, 1: 1-bit SGD's; residual kept per residual key); False "
            "if ranks disagree on the call.")
       .def("quantiser_residual", &mxkv::TensorCollectives::quantiser_residual,
            py::arg("residual_key"),

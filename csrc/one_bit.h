@@ -21,7 +21,8 @@ inline size_t one_bit_bytes(size_t n) {
 }
 
 // codes[0 .. one_bit_bytes(n)) = the blocks of residual += values (residual updated). A
-// side's mean is summed in double in element order.
+// side's values are summed in 8 float lanes (element i in lane i % 8, in order), and the
+// lanes' sums added in double.
 void quantize_1bit(const float* values, float* residual, size_t n, uint8_t* codes);
 
 // out[i] = scale * the sum over k of the value codes[k] encode for element i (its side's

@@ -19,7 +19,22 @@ const float* device_sum(const Tensor& tensor, Workspace& ws) {
   return sum;
 }
 
+// Elements [at, at + n) of every output of `tensor` = scale * the sum of what `codes` sent.
+void decode_into(const Quantiser& quantiser, const std::vector<const uint8_t*>& codes,
+                 const Tensor& tensor, int64_t at, int64_t n, double scale) {
+  float* out = reinterpret_cast<float*>(tensor.outputs.front()) + at;
+  quantiser.decode_sum(codes, n, scale, out);
+  for (size_t o = 1; o < tensor.outputs.size(); ++o)
+    std::memcpy(reinterpret_cast<float*>(tensor.outputs[o]) + at, out, n * sizeof(float));
+}
+
 }  // namespace
+
+float* TensorCollectives::residual_of(uint64_t residual_key, int64_t count) {
+  std::vector<float>& residual = residuals_[residual_key];
+  residual.resize(count, 0.0f);
+  return residual.data();
+}
 
 Status TensorCollectives::allreduce_quantised(const std::vector<TensorRequest>& requests,
                                               uint64_t key_signature,
@@ -54,10 +69,8 @@ Status TensorCollectives::allreduce_quantised(const std::vector<TensorRequest>& 
     TimelineSpan span(timeline_, "quantize", block);
     for (size_t t = 0; t < set.tensors.size(); ++t) {
       const Tensor& tensor = set.tensors[t];
-      std::vector<float>& residual = residuals_[residual_keys[t]];
-      residual.resize(tensor.count, 0.0f);
-      quantiser.encode(device_sum(tensor, workspace_), residual.data(), tensor.count,
-                       mine + first_code[t]);
+      quantiser.encode(device_sum(tensor, workspace_), residual_of(residual_keys[t], tensor.count),
+                       tensor.count, mine + first_code[t]);
     }
   }
   {
@@ -70,12 +83,9 @@ Status TensorCollectives::allreduce_quantised(const std::vector<TensorRequest>& 
   TimelineSpan span(timeline_, "decode and sum", p * block);
   std::vector<const uint8_t*> codes(p);
   for (size_t t = 0; t < set.tensors.size(); ++t) {
-    const Tensor& tensor = set.tensors[t];
     for (int r = 0; r < p; ++r) codes[r] = all.data() + r * block + first_code[t];
-    float* out = reinterpret_cast<float*>(tensor.outputs.front());
-    quantiser.decode_sum(codes, tensor.count, average ? 1.0 / p : 1.0, out);
-    for (size_t o = 1; o < tensor.outputs.size(); ++o)
-      std::memcpy(tensor.outputs[o], out, tensor.count * sizeof(float));
+    decode_into(quantiser, codes, set.tensors[t], 0, set.tensors[t].count,
+                average ? 1.0 / p : 1.0);
   }
   return Status::kOk;
 }
@@ -137,9 +147,8 @@ void TensorCollectives::allreduce_quantised_group_sums(const TensorSet& set,
   {
     TimelineSpan span(timeline_, "quantize", bytes[me]);
     for (const SlicePart& part : parts[me]) {
-      std::vector<float>& residual = residuals_[residual_keys[part.tensor]];
-      residual.resize(set.tensors[part.tensor].count, 0.0f);
-      quantiser.encode(flat + part.from, residual.data() + (part.from - first[part.tensor]),
+      float* residual = residual_of(residual_keys[part.tensor], set.tensors[part.tensor].count);
+      quantiser.encode(flat + part.from, residual + (part.from - first[part.tensor]),
                        part.to - part.from, mine + part.code);
     }
   }
@@ -159,14 +168,10 @@ void TensorCollectives::allreduce_quantised_group_sums(const TensorSet& set,
   std::vector<const uint8_t*> codes(groups);
   for (int s = 0; s < g_size; ++s) {
     for (const SlicePart& part : parts[s]) {
-      const Tensor& tensor = set.tensors[part.tensor];
-      const int64_t n = part.to - part.from, at = part.from - first[part.tensor];
-      float* out = reinterpret_cast<float*>(tensor.outputs.front()) + at;
       for (int g = 0; g < groups; ++g)  // in group order: the same bits on every rank
         codes[g] = group_codes_.data() + base[s] + g * bytes[s] + part.code;
-      quantiser.decode_sum(codes, n, average ? 1.0 / size() : 1.0, out);
-      for (size_t o = 1; o < tensor.outputs.size(); ++o)
-        std::memcpy(reinterpret_cast<float*>(tensor.outputs[o]) + at, out, n * sizeof(float));
+      decode_into(quantiser, codes, set.tensors[part.tensor], part.from - first[part.tensor],
+                  part.to - part.from, average ? 1.0 / size() : 1.0);
     }
   }
 }

@@ -114,6 +114,8 @@ class TensorCollectives {
   void allreduce_fused(const Bucket& bucket, const std::vector<Tensor>& tensors, double scale);
   void allreduce_in_place(const Bucket& bucket, const std::vector<Tensor>& tensors, double scale);
   void broadcast_bucket(const Bucket& bucket, const std::vector<Tensor>& tensors, int root);
+  // The residual kept under `residual_key`, `count` values (zeros at first).
+  float* residual_of(uint64_t residual_key, int64_t count);
   void allreduce_quantised_group_sums(const TensorSet& set,
                                       const std::vector<uint64_t>& residual_keys,
                                       const Quantiser& quantiser, bool average);

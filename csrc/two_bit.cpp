@@ -4,7 +4,6 @@
 #include <cstring>
 #include <vector>
 
-
 namespace mxkv {
 
 void quantize_2bit(const float* values, float* residual, size_t n, float threshold,

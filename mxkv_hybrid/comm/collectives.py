@@ -238,7 +238,7 @@ class TensorCollectives:
                             outputs: Sequence[Arrays], average: bool, kind: int,
                             threshold: float) -> None:
         """allreduce() of float32 arrays, quantised (csrc/quantiser.h; kind 0: MXNet's 2-bit
-        with `threshold`, 1: scaled-sign 1-bit): each rank's sum over its devices (or, when
+        with `threshold`, 1: 1-bit SGD's): each rank's sum over its devices (or, when
         hierarchical, each group's sum) quantised with the residual kept per key (error
         feedback), the codes summed."""
         host_inputs, host_outputs, copy_back = self._staging.stage(keys, inputs, outputs)

@@ -262,7 +262,6 @@ class GroupJobs:
         cut_off = _cut_off(run, lost_ranks)
         running = lost_ranks is not None and run.code is None
         failed = lost_ranks.failed_alone(run.plan.members) if running else None
-        stranded = lost_ranks.ended_before_mpi(run.plan.members) if running else None
         if cut_off:
             end_process_group(run.process)
             run.code = LOST_STATUS
@@ -271,7 +270,7 @@ class GroupJobs:
                 f"{failed.status}, and its group's other ranks went on: ending its MPI job")
             end_process_group(run.process)
             run.code = failed.status
-        elif stranded:
+        elif running and (stranded := lost_ranks.ended_before_mpi(run.plan.members)):
             say(f"{run.plan.describe()}: {stranded}: ending its MPI job")
             end_process_group(run.process)
             run.code = 1
