@@ -1,5 +1,5 @@
 // The compressions an allreduce can quantise with, error feedback in each: MXNet's 2-bit
-// (two_bit.h) and scaled-sign 1-bit (one_bit.h), behind one interface for
+// (two_bit.h) and 1-bit SGD's (one_bit.h), behind one interface for
 // TensorCollectives::allreduce_quantised.
 #pragma once
 
