@@ -25,7 +25,6 @@ from .safety.fault import FaultInjector
 from .safety.finite_check import check_finite
 
 
-SPARSE_MODES = ("allreduce", "easgd", "lasgd")  # the modes that take row_sparse arrays so far
 COMPRESSION_MODES = ("allreduce",)  # the modes that take set_gradient_compression so far
 
 
@@ -79,6 +78,7 @@ class Hybrid(KVStoreBase):
                                           share)
         self._this_group = this_group
         self._share = share
+        self._sparse_gradients: List[Key] = []  # expect_row_sparse_gradients
         self._summary = summary_for(self._config)  # MXKV_SUMMARY_EVERY
 
     # ---- identity -------------------------------------------------------------------
@@ -159,9 +159,19 @@ class Hybrid(KVStoreBase):
         for k in keys:
             if self._weights.holds(k):
                 raise MXKVError(f"init: key {k!r} is already initialised")
-        self._allow_sparse("init", values)
         self._active()
         self._weights.init("init", keys, values, outs=[[] for _ in keys])
+
+    def expect_row_sparse_gradients(self, keys) -> None:
+        """Declares, before they are initialised, that the gradients of these weights
+        (dense ones) are row_sparse: in modes sync and async the servers then keep them
+        row_sparse, so that only the rows pushed cross and are updated (lazily), as in
+        MXNet's local store. The Trainer hook calls it for parameters with
+        grad_stype='row_sparse' (Embedding(sparse_grad=True)); elsewhere it changes nothing."""
+        keys = list(keys) if isinstance(keys, (list, tuple)) else [keys]
+        self._sparse_gradients += keys
+        if isinstance(self._weights, ServerWeights):
+            self._weights.expect_row_sparse_gradients(keys)
 
     def broadcast(self, key, value, out, priority: int = 0) -> None:
         """Copies rank 0's value into `out` on every rank (and keeps it as the weight when an
@@ -201,7 +211,6 @@ class Hybrid(KVStoreBase):
         the combined value is the gradient that updates the weight."""
         keys, values = _as_key_lists(key, value)
         self._require_initialised("push", keys)
-        self._allow_sparse("push", values)
         self._active()
         self._timed(lambda: self._weights.push("push", keys, values))
 
@@ -211,7 +220,7 @@ class Hybrid(KVStoreBase):
         keys, outs = _as_key_lists(key, out)
         self._require_initialised("pull", keys)
         self._active()
-        if self._allow_sparse("pull", outs):
+        if any(row_sparse.is_row_sparse(o) for copies in outs for o in copies):
             self._timed(lambda: self._weights.pull(keys, outs, ignore_sparse))
         else:
             self._timed(lambda: self._weights.pull(keys, outs))
@@ -235,7 +244,6 @@ class Hybrid(KVStoreBase):
         """pushpull's work: updates the keys that hold a weight, combines the others."""
         if self._config.check_finite:
             check_finite("pushpull", keys, values, self._world.rank)
-        self._allow_sparse("pushpull", values)
         updated = [i for i, k in enumerate(keys) if self._weights.updates(k)]
         plain = [i for i, k in enumerate(keys) if not self._weights.updates(k)]
         if plain:
@@ -261,7 +269,6 @@ class Hybrid(KVStoreBase):
             raise MXKVError("row_sparse_pull: give one row_ids array per out array, or one "
                             "for all")
         self._require_initialised("row_sparse_pull", keys)
-        self._allow_sparse("row_sparse_pull", outs)
         self._active()
         with mx.autograd.pause():  # Parameter.row_sparse_data pulls inside a record section
             self._timed(lambda: self._weights.row_sparse_pull(keys, outs, ids))
@@ -331,6 +338,7 @@ class Hybrid(KVStoreBase):
             return
         kept = self._weights.kept()
         servers = ServerWeights(self._config, self._world, self._this_group, self._collectives)
+        servers.expect_row_sparse_gradients(self._sparse_gradients)
         if kept:
             servers.init("init", list(kept), [[w] for w in kept.values()], [[] for _ in kept])
         self._weights.close()
@@ -348,18 +356,6 @@ class Hybrid(KVStoreBase):
             call()
         else:
             self._summary.timed(call)
-
-    def _allow_sparse(self, op: str, arrays: Sequence[Sequence[mx.nd.NDArray]]) -> bool:
-        """Whether any of `arrays` is row_sparse; refuses them in the modes that cannot
-        take them yet."""
-        if not any(row_sparse.is_row_sparse(a) for copies in arrays for a in copies):
-            return False
-        if self._config.mode not in SPARSE_MODES:
-            raise MXKVError(f"{op}: row_sparse arrays are not supported in MXKV_MODE="
-                            f"{self._config.mode} yet (modes that take them: "
-                            f"{', '.join(SPARSE_MODES)}): set MXKV_MODE=allreduce, or use "
-                            "dense gradients (Embedding(..., sparse_grad=False))")
-        return True
 
     def _require_initialised(self, op: str, keys: Sequence[Key]) -> None:
         missing = [k for k in keys if not self._weights.holds(k)]

@@ -1,17 +1,20 @@
-"""row_sparse arrays through the store and the Gluon Trainer (tests/workers/row_sparse.py's checks, each against
-numpy sums of every rank's rows: a rank alone has a twentieth of the rows, so no check of
-a sum passes without the exchange), and the refusal in modes that do not take them yet."""
+"""row_sparse arrays through the store and the Gluon Trainer in every mode
+(tests/workers/row_sparse.py's checks, each against numpy sums of every rank's rows: a
+rank alone has a twentieth of the rows, so no check of a sum passes without the
+exchange; in modes sync and async the groups' rows meet only on the servers)."""
 import numpy as np
 import pytest
 
 from conftest import assert_checks_passed, assert_same_on_every_rank, launch, rank_files, run_reference
 
-EXPECTED_CHECKS = 14
+EXPECTED_CHECKS = 16
 
 
 @pytest.mark.parametrize("mode,num_ranks,average,options", [
     ("allreduce", 4, "1", []), ("allreduce", 3, "0", []), ("lasgd", 4, "1", []),
-    ("easgd", 4, "1", ["--group-size", "2", "--servers", "1", "--one-job"])])
+    ("easgd", 4, "1", ["--group-size", "2", "--servers", "1", "--one-job"]),
+    ("sync", 4, "1", ["--group-size", "2", "--servers", "2"]),
+    ("async", 4, "1", ["--group-size", "2", "--servers", "2", "--one-job"])])
 def test_row_sparse_through_the_store(job_dir, mode, num_ranks, average, options):
     """The store's own calls; in the averaging modes values that are not weights are
     summed over all ranks (easgd: in one MPI job) by the same sparse collective."""
@@ -20,36 +23,37 @@ def test_row_sparse_through_the_store(job_dir, mode, num_ranks, average, options
     assert_checks_passed(job, num_ranks, EXPECTED_CHECKS)
 
 
-def test_modes_without_row_sparse_refuse_it_naming_the_fix(job_dir):
-    job = launch(2, "row_sparse.py", str(job_dir), env={"MXKV_MODE": "async"},
-                 launcher_options=["--group-size", "1", "--servers", "1"])
-    assert job.returncode != 0
-    assert ("pushpull: row_sparse arrays are not supported in MXKV_MODE=async yet (modes that "
-            "take them: allreduce, easgd, lasgd): set MXKV_MODE=allreduce") in job.output, \
-        job.output
-
-
 # train_sparse_embedding.py: 6 steps, each weight's gradient a sum of up to 32 samples
 # (4 ranks x 8), weights below 1 in size: summed in another order, a weight moves by at
 # most steps x summands x float32's unit roundoff.
 TRAINED_WITHIN = 6 * 32 * 2.0 ** -24
 
 
+SYNC_IN_2_GROUPS = {"MXKV_MODE": "sync", "LAUNCHER": "--group-size 2 --servers 2"}
+
+
 @pytest.mark.parametrize("options,env", [
     ([], {}), (["--update-on-kvstore", "0"], {}), (["--sparse-weight"], {}),
-    (["--momentum", "0"], {"MXKV_MODE": "lasgd", "MXKV_TAU": "1", "MXKV_LASGD_OVERLAP": "0"})],
-    ids=["sparse-gradients", "updated-on-the-workers", "sparse-weight", "lasgd-every-step"])
+    (["--momentum", "0"], {"MXKV_MODE": "lasgd", "MXKV_TAU": "1", "MXKV_LASGD_OVERLAP": "0"}),
+    ([], SYNC_IN_2_GROUPS), (["--sparse-weight"], SYNC_IN_2_GROUPS),
+    (["--update-on-kvstore", "0"], SYNC_IN_2_GROUPS)],
+    ids=["sparse-gradients", "updated-on-the-workers", "sparse-weight", "lasgd-every-step",
+         "sync-sparse-gradients", "sync-sparse-weight", "sync-updated-on-the-workers"])
 def test_a_sparse_embedding_trains_as_one_process_on_the_union_of_the_batches(job_dir, options,
                                                                              env):
     """Embedding(sparse_grad=True) (or a row_sparse weight, pulled by rows each step)
     through gluon.Trainer on 4 ranks equals one process on the 4 ranks' batches at once;
     the control, one process on rank 0's batches, is far from it. lasgd averaging after
-    every step of plain SGD is the same (the mean of x - lr g_r is x - lr mean(g))."""
+    every step of plain SGD is the same (the mean of x - lr g_r is x - lr mean(g)). Mode
+    sync, 2 groups of 2: the gradients (or the rows of a row_sparse weight) cross the groups
+    through the servers, which run the optimizer (or, updated on the workers, sum them)."""
+    env = dict(env)
+    launcher_options = env.pop("LAUNCHER", "").split()
     for ranks in (4, 1):
         run_reference("train_sparse_embedding.py", "--out", str(job_dir / f"ref{ranks}"),
                       "--reference", str(ranks), *options)
     job = launch(4, "train_sparse_embedding.py", "--out", str(job_dir / "dist"), *options,
-                 env=dict({"MXKV_MODE": "allreduce"}, **env))
+                 env=dict({"MXKV_MODE": "allreduce"}, **env), launcher_options=launcher_options)
     assert job.returncode == 0, job.output
     found = rank_files(job_dir / "dist", range(4))
     assert_same_on_every_rank(found, "")

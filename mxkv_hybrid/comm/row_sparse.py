@@ -18,6 +18,11 @@ def is_row_sparse(array: mx.nd.NDArray) -> bool:
     return array.stype == ROW_SPARSE
 
 
+def zeros_like(array: mx.nd.NDArray) -> mx.nd.NDArray:
+    """An empty row_sparse array (no rows) of `array`'s shape, dtype and context."""
+    return mx.nd.sparse.zeros(ROW_SPARSE, array.shape, ctx=array.context, dtype=array.dtype)
+
+
 def sum_over_ranks(collectives: TensorCollectives, op: str, key: Key,
                    copies: Sequence[mx.nd.NDArray], average: bool) -> mx.nd.NDArray:
     """The row_sparse sum (average) over ranks of this rank's copies (one per device)."""
@@ -43,8 +48,7 @@ def broadcast(collectives: TensorCollectives, op: str, key: Key,
               value: mx.nd.NDArray, root: int = 0) -> mx.nd.NDArray:
     """Rank `root`'s row_sparse value, on every rank: the sparse collective's sum when
     only the root sends rows (its rows plus zeros: the same values)."""
-    mine = value if collectives.comm.rank == root else mx.nd.sparse.zeros(
-        ROW_SPARSE, value.shape, ctx=value.context, dtype=value.dtype)
+    mine = value if collectives.comm.rank == root else zeros_like(value)
     return sum_over_ranks(collectives, op, key, [mine], average=False)
 
 
@@ -56,6 +60,16 @@ def write_into(value: mx.nd.NDArray, out: mx.nd.NDArray) -> None:
         value.tostype(out.stype).copyto(out)
 
 
+def with_every_row(value: mx.nd.NDArray) -> mx.nd.NDArray:
+    """`value` (dense or row_sparse) as a row_sparse array that lists every row, zero rows
+    included: how MXNet's parameter servers keep a row_sparse key (its init must send
+    every row; the servers then address a row by its id)."""
+    dense = value.tostype("default") if is_row_sparse(value) else value
+    every = mx.nd.arange(value.shape[0], ctx=value.context, dtype=np.int64)
+    return mx.nd.sparse.row_sparse_array((dense, every), shape=value.shape, ctx=value.context,
+                                         dtype=value.dtype)
+
+
 def rows_of(kept: mx.nd.NDArray, row_ids: mx.nd.NDArray) -> mx.nd.NDArray:
     """The rows `row_ids` (any order, repeats allowed) of a kept value, as row_sparse."""
     wanted = np.unique(row_ids.asnumpy().astype(np.int64))
@@ -64,3 +78,9 @@ def rows_of(kept: mx.nd.NDArray, row_ids: mx.nd.NDArray) -> mx.nd.NDArray:
     rows = mx.nd.take(kept, mx.nd.array(wanted, ctx=kept.context, dtype=np.int64))
     return mx.nd.sparse.row_sparse_array((rows, wanted), shape=kept.shape, ctx=kept.context,
                                          dtype=kept.dtype)
+
+
+def dense_entries(sparse: Sequence[int], *lists: Sequence) -> tuple:
+    """`lists` without their entries at the positions `sparse` (the row_sparse ones)."""
+    dropped = set(sparse)
+    return tuple([x for i, x in enumerate(entries) if i not in dropped] for entries in lists)

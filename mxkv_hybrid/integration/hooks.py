@@ -155,9 +155,14 @@ def _trainer_store(trainer):
 
 
 def _broadcast_parameters(store: Hybrid, trainer, params) -> None:
-    """Dense parameters only: the Trainer itself inits row_sparse ones (rank 0's kept)."""
+    """Dense parameters only: the Trainer itself inits row_sparse ones (rank 0's kept).
+    The store learns first which have row_sparse gradients (the servers keep those
+    row_sparse)."""
     params = [p for p in params if p._stype == "default"]
     keys = [trainer._param2idx[p.name] for p in params]
+    sparse_gradients = [k for k, p in zip(keys, params) if p._grad_stype != "default"]
+    if sparse_gradients:
+        store.expect_row_sparse_gradients(sparse_gradients)
     data = [p.list_data() for p in params]
     store.broadcast_weights(keys, [d[0] for d in data], out=data)
 

@@ -9,6 +9,12 @@ allreduce over all ranks (mode allreduce), up to float rounding.
 This is the path of gradients when every rank updates its own weights
 (update_on_kvstore=False) and of values that are not weights; with the optimizer on the
 store, the weights move to the servers, which run it (server_weights.py).
+
+row_sparse values: the group's ranks sum their rows with the sparse collective; the
+leaders cross the groups dense (the rows scattered into the key's full shape, with a
+vector marking which rows a group had), since ps-lite's servers keep a row_sparse key
+only under an optimizer; every rank gets the union of all groups' rows. Weights updated
+on the servers cross as rows (server_weights.py).
 """
 import atexit
 from dataclasses import replace
@@ -17,6 +23,7 @@ from typing import Dict, List, Sequence, Tuple
 import mxnet as mx
 import numpy as np
 
+from ..comm import row_sparse
 from ..comm.collectives import Arrays, Key, TensorCollectives
 from ..comm.lockstep import tie_groups
 from ..comm.topology import Groups, World, wait_for_leader
@@ -42,6 +49,14 @@ class GroupedSync:
 
     def allreduce(self, op: str, keys: Sequence[Key], inputs: Sequence[Arrays],
                   outputs: Sequence[Arrays], average: bool) -> None:
+        sparse = [i for i, copies in enumerate(inputs) if row_sparse.is_row_sparse(copies[0])]
+        for i in sparse:
+            self._allreduce_rows(op, keys[i], inputs[i], outputs[i], average)
+        if sparse:
+            keys, inputs, outputs = ([x for i, x in enumerate(entries) if i not in set(sparse)]
+                                     for entries in (keys, inputs, outputs))
+            if not keys:
+                return
         if self._ps is None:
             self._group.allreduce(op, keys, inputs, outputs, average=False)
             wait_for_leader(self._group_comm, is_leader=False)
@@ -57,6 +72,32 @@ class GroupedSync:
                 buffer *= 1.0 / self._world_size
         wait_for_leader(self._group_comm, is_leader=True)
         self._group.broadcast(op, keys, fused, outputs, root=0)
+
+    def _allreduce_rows(self, op: str, key: Key, inputs: Arrays, outputs: Arrays,
+                        average: bool) -> None:
+        """outputs = the sum (average) over all ranks of row_sparse `inputs`, on the union
+        of their rows: summed in the group, crossed dense by the leaders (module doc)."""
+        summed = row_sparse.sum_over_ranks(self._group, op, key, inputs, average=False)
+        if self._ps is not None:
+            shape, dtype = summed.shape, np.dtype(summed.dtype).name
+            layout_id = (("rows", key, shape, dtype),)
+            if layout_id not in self._layouts:
+                self._layouts[layout_id] = ([mx.nd.zeros(shape, dtype=dtype),
+                                             mx.nd.zeros((shape[0],), dtype=np.float32)], [])
+            (values, marks), _ = self._layouts[layout_id]
+            values[:] = summed.tostype("default")
+            marked = np.zeros(shape[0], np.float32)
+            marked[summed.indices.asnumpy()] = 1
+            marks[:] = marked
+            self._ps.sum_across_groups(self._ps.chunks_for(layout_id, [values, marks]))
+            union = np.flatnonzero(marks.asnumpy()).astype(np.int64)
+            rows = values.asnumpy()[union] * (1.0 / self._world_size if average else 1.0)
+            summed = mx.nd.sparse.row_sparse_array((rows.astype(dtype), union), shape=shape,
+                                                   dtype=dtype)
+        wait_for_leader(self._group_comm, is_leader=self._ps is not None)
+        summed = row_sparse.broadcast(self._group, op, key, summed)
+        for out in outputs:
+            row_sparse.write_into(summed, out)
 
     def agree_across_groups(self, flag: bool) -> bool:
         """Collective of this group, with the group's result: True when every group's is

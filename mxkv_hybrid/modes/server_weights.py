@@ -18,15 +18,25 @@ reading the weights and its gradient being applied.
 
 In both the servers' optimizer is a pickled copy of the worker's: a changed learning rate
 (Trainer.set_learning_rate) or rescale_grad (Trainer.step with another batch size) is
-sent to them before the next gradient."""
+sent to them before the next gradient.
+
+row_sparse: a key initialised with a row_sparse value is kept row_sparse by the servers
+(every row, as MXNet's dist stores keep it); its gradients cross as rows (the union of
+the group's rows, summed by the sparse collective), its optimizer updates only those
+rows, and row_sparse_pull fetches only the rows the group's ranks ask for. A dense weight
+with row_sparse gradients (Embedding(sparse_grad=True)) is kept row_sparse too, once the
+store is told (expect_row_sparse_gradients; the Trainer hook does it): its gradients
+cross as rows and update only those rows, as MXNet's local store does, and a pull into
+the dense weight fetches every row."""
 import atexit
 from dataclasses import replace
 import sys
-from typing import List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Set, Tuple
 
 import mxnet as mx
 import numpy as np
 
+from ..comm import row_sparse
 from ..comm.collectives import Arrays, Key, TensorCollectives
 from ..comm.topology import Groups, World, wait_for_leader
 from ..config import Config
@@ -67,6 +77,8 @@ class ServerWeights:
         self._sent_settings: Optional[Tuple[float, float]] = None  # (lr, rescale_grad) there
         self._sends_settings = self._asynchronous or groups.group_index == 0  # sync: others push 0
         self._server_keys = ServerKeys()
+        self._rows: Set[Key] = set()  # the keys the servers keep row_sparse
+        self._sparse_gradients: Set[Key] = set()  # keys to keep row_sparse when initialised
         self._who = f"group {groups.group_index} (leader rank {world.rank})"
         self._counter = mx.nd.zeros((1,))
         self._one = mx.nd.ones((1,))
@@ -120,6 +132,13 @@ class ServerWeights:
         """Rank 0's values become the servers' weights (and are copied into `outs`). Separate
         group jobs: each group's rank 0 offers its values, and every group then takes the
         weights the servers kept (one leader's)."""
+        sparse = [i for i, (k, v) in enumerate(zip(keys, values))
+                  if row_sparse.is_row_sparse(v[0]) or k in self._sparse_gradients]
+        for i in sparse:
+            self._init_rows(op, keys[i], values[i][0], outs[i])
+        keys, values, outs = row_sparse.dense_entries(sparse, keys, values, outs)
+        if not keys:
+            return
         kept = [[mx.nd.empty(v[0].shape, ctx=v[0].context, dtype=v[0].dtype)] for v in values]
         self._world.broadcast(op, keys, values, [[*k, *o] for k, o in zip(kept, outs)])
         new = [i for i, k in enumerate(keys) if k not in self._server_keys]
@@ -140,38 +159,155 @@ class ServerWeights:
             if self.steps_done is None:
                 self.steps_done = self._group_comm.bcast(done, root=0)
 
+    def expect_row_sparse_gradients(self, keys: Sequence[Key]) -> None:
+        """The servers will keep `keys` row_sparse when they are initialised, dense values
+        too, so that their row_sparse gradients update only the rows pushed (lazily)."""
+        self._sparse_gradients.update(keys)
+
+    def _init_rows(self, op: str, key: Key, value: mx.nd.NDArray, outs: Arrays) -> None:
+        """init of a key the servers keep row_sparse: they keep rank 0's value, every row
+        listed (separate group jobs: one leader's, which every group then takes)."""
+        kept = row_sparse.broadcast(self._world, op, key, row_sparse.with_every_row(value))
+        if key not in self._server_keys:
+            self._server_keys.add(key)
+            self._rows.add(key)
+            if self._ps is not None:
+                self._ps.init([self._server_keys[key]], [kept])
+            if self._separate_jobs:
+                kept = self._rows_in_group(op, key, kept, np.arange(kept.shape[0]))
+        for out in outs:
+            row_sparse.write_into(kept, out)
+
     def push(self, op: str, keys: Sequence[Key], values: Sequence[Arrays]) -> None:
         """Group average (or sum), then the leader's push: the servers apply it."""
         self.push_pull(op, keys, values, outs=None)
 
-    def pull(self, keys: Sequence[Key], outs: Sequence[Arrays]) -> None:
-        """The leader pulls the servers' current weights and broadcasts them in its group."""
-        self.push_pull("pull", keys, values=None, outs=outs)
+    def pull(self, keys: Sequence[Key], outs: Sequence[Arrays], ignore_sparse: bool = True) -> None:
+        """The leader pulls the servers' current weights and broadcasts them in its group;
+        row_sparse outs are left alone when `ignore_sparse` (MXNet's rule)."""
+        if ignore_sparse:
+            skipped = [i for i, o in enumerate(outs) if row_sparse.is_row_sparse(o[0])]
+            keys, outs = row_sparse.dense_entries(skipped, keys, outs)
+        if keys:
+            self.push_pull("pull", keys, values=None, outs=outs)
+
+    def row_sparse_pull(self, keys: Sequence[Key], outs: Sequence[Arrays],
+                        row_ids: Sequence[Arrays]) -> None:
+        """outs = the rows `row_ids` of the servers' weights: the leader pulls the rows any
+        rank of its group asks for, and the group shares them."""
+        for key, targets, ids in zip(keys, outs, row_ids):
+            wanted = [np.unique(i.asnumpy().astype(np.int64)) for i in ids]
+            union = np.unique(np.concatenate(self._group_comm.allgather(
+                np.unique(np.concatenate(wanted)))))
+            rows = self._rows_in_group("row_sparse_pull", key, targets[0], union)
+            for target, mine in zip(targets, ids):
+                row_sparse.rows_of(rows, mine).copyto(target)
+
+    def _rows_in_group(self, op: str, key: Key, like: mx.nd.NDArray,
+                       union: np.ndarray) -> mx.nd.NDArray:
+        """The rows `union` of the servers' weight of `key` (shaped as `like`), pulled by
+        the leader and shared in the group (row_sparse, on every rank of the group)."""
+        rows = row_sparse.zeros_like(like)
+        if self._ps is not None and union.size:
+            number = self._server_keys[key]
+            if key in self._rows:
+                self._ps.push_pull_rows([number], [], [rows],
+                                        [mx.nd.array(union, dtype=np.int64)])
+            else:
+                whole = mx.nd.empty(like.shape, dtype=like.dtype)
+                self._ps.push_pull([number], [], [whole])
+                rows = row_sparse.rows_of(whole, mx.nd.array(union, dtype=np.int64))
+        wait_for_leader(self._group_comm, is_leader=self._ps is not None)
+        return row_sparse.broadcast(self._group, op, key, rows)
 
     def push_pull(self, op: str, keys: Sequence[Key], values: Optional[Sequence[Arrays]],
                   outs: Optional[Sequence[Arrays]]) -> None:
-        """push and/or pull in one round trip of the leader to the servers."""
+        """push and/or pull in one round trip of the leader to the servers (the keys kept
+        row_sparse in a second one, as rows)."""
         if values is not None:
+            self._refuse_rows_into_dense(op, keys, values)
             self._group.allreduce(op, keys, values, values,
                                   self._average and self._asynchronous)
         if self._ps is not None:
             if values is not None:
                 self._send_settings()
-            server_keys = [self._server_keys[k] for k in keys]
-            pushed = [v[0] for v in values] if values is not None else []
-            pulled = [o[0] for o in outs] if outs is not None else []
-            if self._optimizer is not None and self._asynchronous:  # pushes counted: staleness
-                server_keys.append(COUNTER_KEY)
-                pushed += [self._one] if values is not None else []
-                pulled += [self._counter] if outs is not None else []
-                if self._finish is not None and values is not None:  # a key pushes and pulls
-                    server_keys.append(FINISH_KEY)
-                    pushed.append(self._finish.progress())
-                    pulled += [self._finish.progress()] if outs is not None else []
-            self._ps.push_pull(server_keys, pushed, pulled)
-            self._count_staleness(values is not None, outs is not None)
+            rows = [i for i, k in enumerate(keys) if k in self._rows]
+            pulled_as_kept = self._exchange_dense(*row_sparse.dense_entries(
+                rows, keys, values or [None] * len(keys), outs or [None] * len(keys)),
+                pushes=values is not None, pulls=outs is not None)
+            pulled_as_kept += self._exchange_rows(*([entries[i] for i in rows] for entries in (
+                keys, values or [None] * len(keys), outs or [None] * len(keys))))
+            for kept, out in pulled_as_kept:
+                row_sparse.write_into(kept, out)
         if outs is not None:
             wait_for_leader(self._group_comm, is_leader=self._ps is not None)
+            self._broadcast_in_group(op, keys, outs)
+
+    def _refuse_rows_into_dense(self, op: str, keys: Sequence[Key],
+                                values: Sequence[Arrays]) -> None:
+        """Raises for a row_sparse gradient of a weight the servers keep dense: their
+        optimizer would update every row (momentum, weight decay), where MXNet's stores
+        update only the rows pushed (and its dist servers take no such push at all)."""
+        dense = [k for k, v in zip(keys, values)
+                 if row_sparse.is_row_sparse(v[0]) and k not in self._rows]
+        if dense:
+            raise MXKVError(
+                f"{op}: key(s) {dense!r}: a row_sparse gradient of a weight that the parameter "
+                "servers keep dense; initialise the weight with a row_sparse value "
+                "(kv.init(key, weight.tostype('row_sparse'))), or call "
+                "kv.expect_row_sparse_gradients(keys) before init (gluon.Trainer does this "
+                "for parameters with grad_stype='row_sparse', Embedding(sparse_grad=True))")
+
+    def _exchange_rows(self, keys: Sequence[Key], values: Sequence[Optional[Arrays]],
+                       outs: Sequence[Optional[Arrays]]) -> List[Tuple[mx.nd.NDArray,
+                                                                        mx.nd.NDArray]]:
+        """The leader's push (as rows) and pull (every row) of keys kept row_sparse; returns
+        the (pulled, out) pairs that push_pull writes."""
+        if not keys:
+            return []
+        numbers = [self._server_keys[k] for k in keys]
+        pushed = [v[0] if row_sparse.is_row_sparse(v[0]) else row_sparse.with_every_row(v[0])
+                  for v in values if v is not None]
+        pulled = [row_sparse.zeros_like(o[0]) for o in outs if o is not None]
+        every = [mx.nd.arange(o.shape[0], dtype=np.int64) for o in pulled]
+        self._ps.push_pull_rows(numbers, pushed, pulled, every)
+        return list(zip(pulled, [o[0] for o in outs if o is not None]))
+
+    def _exchange_dense(self, keys: Sequence[Key], values: Sequence[Optional[Arrays]],
+                        outs: Sequence[Optional[Arrays]], pushes: bool, pulls: bool
+                        ) -> List[Tuple[mx.nd.NDArray, mx.nd.NDArray]]:
+        """The leader's push and pull of keys kept dense (row_sparse outs pulled through a
+        dense array), with the servers' counters; returns
+        the (pulled, out) pairs of row_sparse outs, which push_pull writes."""
+        server_keys = [self._server_keys[k] for k in keys]
+        pushed = [v[0] for v in values] if pushes else []
+        through = [(mx.nd.empty(o[0].shape, dtype=o[0].dtype), o[0]) for o in outs
+                   if pulls and row_sparse.is_row_sparse(o[0])]
+        through_of = {id(out): dense for dense, out in through}
+        pulled = [through_of.get(id(o[0]), o[0]) for o in outs] if pulls else []
+        if self._optimizer is not None and self._asynchronous:  # pushes counted: staleness
+            server_keys.append(COUNTER_KEY)
+            pushed += [self._one] if pushes else []
+            pulled += [self._counter] if pulls else []
+            if self._finish is not None and pushes:  # a key that pushes and pulls
+                server_keys.append(FINISH_KEY)
+                pushed.append(self._finish.progress())
+                pulled += [self._finish.progress()] if pulls else []
+        if server_keys:
+            self._ps.push_pull(server_keys, pushed, pulled)
+        self._count_staleness(pushes, pulls)
+        return through
+
+    def _broadcast_in_group(self, op: str, keys: Sequence[Key], outs: Sequence[Arrays]) -> None:
+        """The leader's `outs` (each key's first array) into every array of `outs` on
+        every rank of the group (row_sparse outs by the sparse collective)."""
+        sparse = [i for i, o in enumerate(outs) if row_sparse.is_row_sparse(o[0])]
+        for i in sparse:
+            value = row_sparse.broadcast(self._group, op, keys[i], outs[i][0])
+            for out in outs[i]:
+                row_sparse.write_into(value, out)
+        keys, outs = row_sparse.dense_entries(sparse, keys, outs)
+        if keys:
             self._group.broadcast(op, keys, outs, outs, root=0)
 
     def consensus(self, keys: Sequence[Key], outs: Sequence[Arrays]) -> None:

@@ -55,10 +55,15 @@ class WorkerWeights:
         """Keeps rank 0's values (and copies them into `outs`)."""
         sparse = [i for i, v in enumerate(values) if row_sparse.is_row_sparse(v[0])]
         for i in sparse:
-            self._weights[keys[i]] = row_sparse.broadcast(self._world, op, keys[i], values[i][0])
+            kept = row_sparse.broadcast(self._world, op, keys[i], values[i][0])
+            if self._share is not None:  # the groups' rank 0s may differ: group 0's wins
+                whole = kept.tostype("default")
+                self._share(op, [keys[i]], [[whole]])
+                kept = whole.tostype(row_sparse.ROW_SPARSE)
+            self._weights[keys[i]] = kept
             for out in outs[i]:
                 row_sparse.write_into(self._weights[keys[i]], out)
-        keys, values, outs = _dense_only(sparse, keys, values, outs)
+        keys, values, outs = row_sparse.dense_entries(sparse, keys, values, outs)
         if not keys:
             return
         for k, v in zip(keys, values):
@@ -73,7 +78,7 @@ class WorkerWeights:
         sparse = [i for i, v in enumerate(values) if row_sparse.is_row_sparse(v[0])]
         for i in sparse:
             self._push_rows(op, keys[i], values[i])
-        keys, values = _dense_only(sparse, keys, values)
+        keys, values = row_sparse.dense_entries(sparse, keys, values)
         if not keys:
             return
         targets = [[self._reduced_buffer(k)] if self.updates(k) else [self._weights[k]]
@@ -125,9 +130,11 @@ class WorkerWeights:
         self._reduced.clear()
 
     def _push_rows(self, op: str, key: Key, copies: Arrays) -> None:
-        """A row_sparse push: the rows summed over devices and ranks update the kept weight
-        (with an optimizer: lazily, only those rows) or become the kept value."""
-        summed = row_sparse.sum_over_ranks(self._world, op, key, copies, self._average)
+        """A row_sparse push: the rows combined by the mode's reduction (summed over devices
+        and ranks; mode sync: through the servers) update the kept weight (with an
+        optimizer: lazily, only those rows) or become the kept value."""
+        summed = row_sparse.zeros_like(copies[0])
+        self._reduction.allreduce(op, [key], [copies], [[summed]], self._average)
         kept = self._weights[key]
         if self.updates(key):
             self.updater(key, summed, kept)
@@ -141,9 +148,3 @@ class WorkerWeights:
             kept = self._weights[key]
             self._reduced[key] = mx.nd.empty(kept.shape, ctx=kept.context, dtype=kept.dtype)
         return self._reduced[key]
-
-
-def _dense_only(sparse: Sequence[int], *lists: Sequence) -> tuple:
-    """`lists` without the entries at the positions `sparse`."""
-    dropped = set(sparse)
-    return tuple([x for i, x in enumerate(entries) if i not in dropped] for entries in lists)

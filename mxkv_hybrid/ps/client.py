@@ -162,6 +162,23 @@ class ParameterServer:
             elif outs:
                 self._store.pull(list(keys), out=list(outs))
 
+    def push_pull_rows(self, keys: Sequence, values: Sequence[mx.nd.NDArray],
+                       outs: Sequence[mx.nd.NDArray], row_ids: Sequence[mx.nd.NDArray]) -> None:
+        """Keys the servers keep row_sparse: pushes `values` (row_sparse, if any) and, once
+        the servers took them, pulls the rows `row_ids` (int64) of each key into `outs`
+        (row_sparse, if any), as MXNet's dist store does (push, row_sparse_pull)."""
+        what = " and ".join(w for w, arrays in (("push", values), ("row pull", outs)) if arrays)
+        pushed = sum(_row_bytes(v.data.size, v.indices.size, v.dtype) for v in values)
+        pulled = sum(_row_bytes(ids.size * int(np.prod(o.shape[1:])), ids.size, o.dtype)
+                     for o, ids in zip(outs, row_ids))
+        with self._exchange(what, len(keys), pushed, pulled):
+            for key, value in zip(keys, values):
+                self._store.push(key, value)
+            for value in values:  # a CPU push ends when the servers took it
+                check_call(_LIB.MXNDArrayWaitToWrite(value.handle))
+            for key, out, ids in zip(keys, outs, row_ids):
+                self._store.row_sparse_pull(key, out=out, row_ids=ids)
+
     def pull_then_push(self, keys: Sequence, outs: Sequence[mx.nd.NDArray],
                        pushes: Callable[[List[int]], List[mx.nd.NDArray]]) -> None:
         """Pulls the keys into `outs` and pushes, key for key, what `pushes(indices)` makes
@@ -235,6 +252,11 @@ class ParameterServer:
 
 def _bytes(arrays: Sequence[mx.nd.NDArray]) -> int:
     return sum(a.size * np.dtype(a.dtype).itemsize for a in arrays)
+
+
+def _row_bytes(values: int, rows: int, dtype) -> int:
+    """Bytes of `values` elements of `dtype` in `rows` rows, each row sent with its key."""
+    return values * np.dtype(dtype).itemsize + rows * np.dtype(np.uint64).itemsize
 
 
 _shared: Dict[str, object] = {"server": None, "users": 0, "closed": False}

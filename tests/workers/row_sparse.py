@@ -1,5 +1,5 @@
 """row_sparse through the store on every rank: pushpull, push/pull, init, row_sparse_pull,
-an optimizer's lazy update, and the sparse collective's two paths, each against a numpy
+an optimizer's lazy update (of a dense weight and of a row_sparse one), and the sparse collective's two paths, each against a numpy
 reference built from every rank's data (each rank draws its rows from its own seed, and
 can draw every other rank's too). One CHECK line per verified fact."""
 import sys
@@ -12,6 +12,9 @@ from mxkv_hybrid.errors import MXKVError
 kv = mx.kv.create("hybrid")
 rank, size = kv.rank, kv.num_workers
 divisor = size if kv.config.average else 1
+# an optimizer on asynchronous servers applies each group's gradient (its average) alone
+update_divisor = kv.config.group_size if kv.config.mode == "async" and kv.config.average \
+    else divisor
 SHAPE = (1200, 1200)  # 5.8 MB dense in float32
 
 
@@ -97,13 +100,42 @@ check("init_then_row_sparse_pull", np.allclose(pulled.asnumpy()[asked], initial[
       and not pulled.asnumpy()[np.setdiff1d(np.arange(SHAPE[0]), asked)].any())
 
 kv.set_optimizer(mx.optimizer.SGD(learning_rate=0.5))
+kv.expect_row_sparse_gradients("dense_weight")  # servers: keep it row_sparse
 kv.init("dense_weight", mx.nd.ones(SHAPE))
 for step in (21, 22):
     kv.push("dense_weight", sparse(*rows_of(rank, step, np.float32)))
+kv.barrier()  # async: every group's gradients applied
 full = mx.nd.zeros(SHAPE)
 kv.pull("dense_weight", out=full)
-expected = 1 - 0.5 * (dense_sum(21, np.float32) + dense_sum(22, np.float32))
+expected = 1 - 0.5 * (dense_sum(21, np.float32) + dense_sum(22, np.float32)) * divisor \
+    / update_divisor
 check("optimizer_on_sparse_gradients", np.allclose(full.asnumpy(), expected, atol=1e-5))
+
+# a row_sparse weight (every row listed, as a Trainer's are) updated by row_sparse
+# gradients; the rows any rank asks for, pulled
+table = np.random.default_rng(23).standard_normal(SHAPE).astype(np.float32)
+kv.init("table", sparse(np.arange(SHAPE[0]), table))
+kv.push("table", sparse(*rows_of(rank, 23, np.float32)))
+kv.barrier()
+kv.row_sparse_pull("table", out=pulled, row_ids=wanted)
+expected = table - 0.5 * dense_sum(23, np.float32) * divisor / update_divisor
+check("optimizer_on_a_row_sparse_weight", np.allclose(pulled.asnumpy()[asked], expected[asked],
+                                                      atol=1e-5)
+      and np.array_equal(pulled.indices.asnumpy(), asked))
+
+# a row_sparse gradient of a dense weight nobody declared: the workers' optimizer updates
+# the rows pushed; the servers (which keep the weight dense) refuse it, naming the fix
+kv.init("undeclared", mx.nd.ones(SHAPE))
+try:
+    kv.push("undeclared", sparse(*rows_of(rank, 24, np.float32)))
+    kv.barrier()
+    kv.pull("undeclared", out=full)
+    check("row_sparse_gradient_of_a_dense_weight", kv.config.mode not in ("sync", "async")
+          and np.allclose(full.asnumpy(), 1 - 0.5 * dense_sum(24, np.float32), atol=1e-5))
+except MXKVError as err:
+    print(err, flush=True)
+    check("row_sparse_gradient_of_a_dense_weight", kv.config.mode in ("sync", "async")
+          and "kv.expect_row_sparse_gradients(keys) before init" in str(err))
 
 kept = mx.nd.sparse.zeros("row_sparse", SHAPE)
 kv.pull("embedding", out=kept)  # ignore_sparse=True: a row_sparse out is left alone
