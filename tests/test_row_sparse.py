@@ -61,3 +61,27 @@ def test_a_sparse_embedding_trains_as_one_process_on_the_union_of_the_batches(jo
     for name, reference in union.items():
         assert np.allclose(found[0][name], reference, rtol=0, atol=TRAINED_WITHIN), name
     assert max(np.abs(found[0][n] - alone[n]).max() for n in alone) > 100 * TRAINED_WITHIN
+
+
+@pytest.mark.parametrize("env", [{"MXKV_MODE": "allreduce"}, SYNC_IN_2_GROUPS],
+                         ids=["allreduce", "sync-2-groups"])
+def test_module_with_a_row_sparse_weight_trains_as_one_process_on_the_union(job_dir, env):
+    """MXNet's Module API as example/sparse/ uses it (csr features, a row_sparse weight
+    updated on the store, Module.prepare pulling each batch's rows) on 4 ranks equals one
+    process on the 4 ranks' batches; the control, one process on rank 0's, is far from it.
+    Each rank's features lie in its own quarter of the rows, so the sums add no float
+    rounding beyond the bias's."""
+    env = dict(env)
+    launcher_options = env.pop("LAUNCHER", "").split()
+    for ranks in (4, 1):
+        run_reference("train_sparse_module.py", "--out", str(job_dir / f"ref{ranks}"),
+                      "--reference", str(ranks))
+    job = launch(4, "train_sparse_module.py", "--out", str(job_dir / "dist"), env=env,
+                 launcher_options=launcher_options)
+    assert job.returncode == 0, job.output
+    found = rank_files(job_dir / "dist", range(4))
+    assert_same_on_every_rank(found, "")
+    union, alone = (rank_files(job_dir / f"ref{n}", [0])[0] for n in (4, 1))
+    for name, reference in union.items():
+        assert np.allclose(found[0][name], reference, rtol=0, atol=TRAINED_WITHIN), name
+    assert max(np.abs(found[0][n] - alone[n]).max() for n in alone) > 100 * TRAINED_WITHIN
