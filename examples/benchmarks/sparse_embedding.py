@@ -13,11 +13,15 @@ update_on_kvstore, and each step is
   hybrid_dense   Hybrid.pushpull of the same gradient as a dense array (one 256 MB
                  allreduce, SGD over the whole table, the weight copied out): what the
                  store did before it took row_sparse,
+  sync_sparse    hybrid_sparse's step in mode sync, the ranks in 2 groups joined by 2
+                 servers: the sparse collective in each group, the leaders push the
+                 group's rows (SGD on the servers) and pull the rows the group asks for,
   dist_sync      MXNet's native ps-lite store, 2 servers, every rank a worker: push of the
                  row_sparse gradient (SGD on the servers) + row_sparse_pull of the rows.
-The hybrid methods run in one MPI job, alternating repetition by repetition; dist_sync runs
-in its own job right after. A repetition's time is the slowest rank's; the table shows
-medians and the bytes each rank sent per step (hybrid: counted by the collectives). Prints
+The two allreduce-mode methods run in one MPI job, alternating repetition by repetition;
+sync_sparse and dist_sync run in their own jobs right after. A repetition's time is the slowest rank's; the table shows
+medians and the bytes each rank sent per step (hybrid: counted by the collectives, plus a
+leader's pushes to the servers in sync_sparse; dist_sync: not counted). Prints
 a table and writes sparse_embedding.json and sparse_embedding.png to --out.
 """
 import argparse
@@ -36,6 +40,7 @@ from job_output import json_lines  # noqa: E402
 from timing import time_calls  # noqa: E402
 
 LEARNING_RATE = 0.1
+METHODS = ("hybrid_sparse", "hybrid_dense", "sync_sparse", "dist_sync")
 
 
 def batch_rows(rank: int, step: int, rows: int, touched: float) -> np.ndarray:
@@ -65,11 +70,15 @@ def worker_hybrid(args) -> None:
     import mxnet as mx
     import mxkv_hybrid  # noqa: F401  (registers the store)
 
+    from mxkv_hybrid.ps.client import traffic
+
     shape = (args.rows, args.width)
     kv = mx.kv.create("hybrid")
+    sync = kv.config.mode == "sync"
     kv.set_optimizer(mx.optimizer.SGD(learning_rate=LEARNING_RATE))
     kv.init("sparse", initial_weight(mx, shape))
-    kv.init("dense", initial_weight(mx, shape).tostype("default"))
+    if not sync:
+        kv.init("dense", initial_weight(mx, shape).tostype("default"))
     barrier = kv._collectives.comm.Barrier
     steps = {"hybrid_sparse": 0, "hybrid_dense": 0}
     dense_weight = mx.nd.zeros(shape)
@@ -87,16 +96,21 @@ def worker_hybrid(args) -> None:
         gradient = sparse_gradient(mx, kv.rank, step, shape, args.touched).tostype("default")
         kv.pushpull("dense", gradient, out=dense_weight)
 
-    methods = {"hybrid_sparse": hybrid_sparse, "hybrid_dense": hybrid_dense}
+    methods = ({"sync_sparse": hybrid_sparse} if sync
+               else {"hybrid_sparse": hybrid_sparse, "hybrid_dense": hybrid_dense})
     collectives = kv._collectives
+
+    def bytes_sent() -> int:
+        return collectives.bytes_sent_inside + collectives.bytes_sent_across + traffic()[0]
+
     for name, call in methods.items():
         call()  # warm-up: buffers, page faults
     mx.nd.waitall()
     for rep in range(args.reps):
         for name in (list(methods) if rep % 2 == 0 else list(methods)[::-1]):
-            sent = collectives.bytes_sent_inside + collectives.bytes_sent_across
+            sent = bytes_sent()
             seconds = time_calls(1, barrier, methods[name])[0]
-            sent = collectives.bytes_sent_inside + collectives.bytes_sent_across - sent
+            sent = bytes_sent() - sent
             slowest = collectives.comm.allreduce(seconds, op=_max())
             most = collectives.comm.allreduce(sent, op=_max())
             if kv.rank == 0:
@@ -140,16 +154,24 @@ def worker_arguments(args) -> List[str]:
             str(args.touched), "--reps", str(args.reps)]
 
 
-def measure(ranks: int, args) -> List[dict]:
-    print(f"-- {ranks} ranks: hybrid, row_sparse and dense ...", flush=True)
+def hybrid_job(ranks: int, mode: str, options: List[str], args) -> List[dict]:
+    """worker_hybrid's rows, from an mxkv-launch job of `ranks` in MXKV_MODE=`mode`."""
     done = subprocess.run([sys.executable, "-m", "mxkv_hybrid.launch", "-n", str(ranks),
-                           "--timeout", "1500", "--", "python", __file__, "--worker", "hybrid",
-                           *worker_arguments(args)],
-                          capture_output=True, text=True, env=dict(os.environ,
-                                                                   MXKV_MODE="allreduce"))
+                           *options, "--timeout", "1500", "--", "python", __file__, "--worker",
+                           "hybrid", *worker_arguments(args)],
+                          capture_output=True, text=True, env=dict(os.environ, MXKV_MODE=mode))
     if done.returncode != 0:
         sys.exit(f"benchmark job failed:\n{done.stdout}\n{done.stderr}")
-    rows = json_lines(done.stdout)
+    return json_lines(done.stdout)
+
+
+def measure(ranks: int, args) -> List[dict]:
+    print(f"-- {ranks} ranks: hybrid, row_sparse and dense ...", flush=True)
+    rows = hybrid_job(ranks, "allreduce", [], args)
+    if ranks % 2 == 0:
+        print(f"-- {ranks} ranks: hybrid mode sync, 2 groups, 2 servers ...", flush=True)
+        rows += hybrid_job(ranks, "sync", ["--group-size", str(ranks // 2), "--servers", "2"],
+                           args)
     if not args.skip_dist_sync:
         from ps_job import run_ps_job
         print(f"-- {ranks} ranks: dist_sync with 2 servers ...", flush=True)
@@ -166,7 +188,7 @@ def summary(rows: List[dict]) -> Dict[int, Dict[str, dict]]:
     """{ranks: {method: {median_ms, bytes_sent (median, None for dist_sync)}}}."""
     table: Dict[int, Dict[str, dict]] = {}
     for ranks in sorted({r["ranks"] for r in rows}):
-        for method in ("hybrid_sparse", "hybrid_dense", "dist_sync"):
+        for method in METHODS:
             mine = [r for r in rows if r["ranks"] == ranks and r["method"] == method]
             if mine:
                 sent = [r["bytes_sent"] for r in mine if "bytes_sent" in r]
@@ -193,7 +215,7 @@ def plot(table: Dict[int, Dict[str, dict]], path: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4))
-    methods = ["hybrid_sparse", "hybrid_dense", "dist_sync"]
+    methods = list(METHODS)
     width = 0.8 / len(table)
     for i, (ranks, cells) in enumerate(table.items()):
         x = np.arange(len(methods)) + i * width
@@ -203,7 +225,7 @@ def plot(table: Dict[int, Dict[str, dict]], path: str) -> None:
     ax.set_xticklabels(methods)
     ax.set_yscale("log")
     ax.set_ylabel("median ms per step (push + pull)")
-    ax.set_title("sparse embedding step: row_sparse vs dense vs dist_sync")
+    ax.set_title("sparse embedding step: row_sparse (allreduce, sync) vs dense vs dist_sync")
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=100)
