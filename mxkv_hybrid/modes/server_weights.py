@@ -225,6 +225,7 @@ class ServerWeights:
         """push and/or pull in one round trip of the leader to the servers (the keys kept
         row_sparse in a second one, as rows)."""
         if values is not None:
+            self._refuse_updates_without_optimizer(op)
             self._refuse_rows_into_dense(op, keys, values)
             self._group.allreduce(op, keys, values, values,
                                   self._average and self._asynchronous)
@@ -242,6 +243,16 @@ class ServerWeights:
         if outs is not None:
             wait_for_leader(self._group_comm, is_leader=self._ps is not None)
             self._broadcast_in_group(op, keys, outs)
+
+    def _refuse_updates_without_optimizer(self, op: str) -> None:
+        """async: the servers apply every push as an update, which needs their optimizer
+        (MXNet's dist_async servers abort: 'Updater needs to be set for async mode')."""
+        if self._asynchronous and self._optimizer is None:
+            raise MXKVError(f"{op}: in MXKV_MODE=async the parameter servers apply every push "
+                            "to a key as an update, and no optimizer is set: call "
+                            "set_optimizer first (gluon.Trainer and Module do, with "
+                            "update_on_kvstore), or pushpull values that were never init'ed "
+                            "(they are only summed), or use MXKV_MODE=sync")
 
     def _refuse_rows_into_dense(self, op: str, keys: Sequence[Key],
                                 values: Sequence[Arrays]) -> None:

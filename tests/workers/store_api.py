@@ -1,5 +1,8 @@
 """Exercises the KVStore API the way scripts call it (string keys, init/push/pull/pushpull/
-broadcast, optimizer states) and prints one CHECK line per verified fact."""
+broadcast, optimizer states) in any mode and prints one CHECK line per verified fact:
+what every mode does alike, and where modes differ, what each does (README, "The KVStore
+API in every mode")."""
+import itertools
 import os
 import sys
 
@@ -10,7 +13,9 @@ from mxkv_hybrid.errors import MXKVError
 
 kv = mx.kv.create("hybrid")
 rank, size = kv.rank, kv.num_workers
+mode = kv.config.mode
 expected_mean = np.mean(np.arange(1, size + 1))
+SERVER_OPTIMIZER = mode in ("sync", "async")  # set_optimizer sends it to the servers
 
 
 def check(name, condition):
@@ -18,7 +23,9 @@ def check(name, condition):
 
 
 check("class", type(kv).__name__ == "Hybrid" and kv.type == "hybrid")
-check("capable", kv.is_capable("optimizer") and not kv.is_capable("sparse"))
+# the averaging modes update every rank's (group's) weights apart: no updates on the store
+check("capable", kv.is_capable("optimizer") == (mode not in ("easgd", "lasgd"))
+      and not kv.is_capable("sparse"))
 check("local_rank", kv.local_rank == rank)
 
 kv.init("acc", mx.nd.ones((3,)) * (rank + 10))             # rank 0's value wins
@@ -26,9 +33,17 @@ out = mx.nd.zeros((3,))
 kv.pull("acc", out=out)
 check("init_from_rank0", np.all(out.asnumpy() == 10))
 
-kv.push("acc", mx.nd.ones((3,)) * (rank + 1))               # averaged over ranks
-kv.pull("acc", out=out)
-check("push_pull_average", np.allclose(out.asnumpy(), expected_mean))
+if mode == "async":  # the servers apply every push as an update: it needs an optimizer
+    try:
+        kv.push("acc", mx.nd.ones((3,)) * (rank + 1))
+        check("push_without_optimizer_refused", False)
+    except MXKVError as err:
+        print(err, flush=True)
+        check("push_without_optimizer_refused", "call set_optimizer first" in str(err))
+else:
+    kv.push("acc", mx.nd.ones((3,)) * (rank + 1))               # averaged over ranks
+    kv.pull("acc", out=out)
+    check("push_pull_average", np.allclose(out.asnumpy(), expected_mean))
 
 a = mx.nd.ones((2, 5)) * (rank + 1)
 b = mx.nd.zeros((2, 5))
@@ -48,15 +63,34 @@ kv.set_optimizer(mx.optimizer.SGD(learning_rate=0.5, momentum=0.9))
 kv.init("w", mx.nd.ones((4,)))
 for _ in range(2):
     kv.push("w", mx.nd.ones((4,)) * (rank + 1))
+kv.barrier()  # async: every group's pushes applied
 out4 = mx.nd.zeros((4,))
 kv.pull("w", out=out4)
-# SGD momentum: m1 = -lr*g, w1 = 1 + m1; m2 = 0.9*m1 - lr*g, w2 = w1 + m2
+
+
+def momentum_sgd(gradients):
+    """w after SGD with momentum 0.9, lr 0.5 from w = 1 over `gradients` in turn."""
+    weight, momentum = 1.0, 0.0
+    for gradient in gradients:
+        momentum = 0.9 * momentum - 0.5 * gradient
+        weight += momentum
+    return weight
+
+
 g = expected_mean
+if mode == "async":  # each group's average applied alone, the groups' pushes in any order
+    group_size = kv.config.group_size
+    averages = [np.mean(np.arange(1, size + 1)[i:i + group_size])
+                for i in range(0, size, group_size)]
+    pushes = [a for a in averages for _ in range(2)]
+    possible = {momentum_sgd(order) for order in itertools.permutations(pushes)}
+    check("optimizer_on_store", any(np.allclose(out4.asnumpy(), w) for w in possible))
+else:
+    check("optimizer_on_store", np.allclose(out4.asnumpy(), momentum_sgd([g, g])))
 m1 = -0.5 * g
-check("optimizer_on_store", np.allclose(out4.asnumpy(), 1 + m1 + (0.9 * m1 - 0.5 * g)))
 
 states = os.path.join(sys.argv[1], "states")
-if os.environ.get("MXKV_MODE") == "sync":  # the optimizer runs on the servers
+if SERVER_OPTIMIZER:  # the optimizer runs on the servers
     try:
         kv.save_optimizer_states(states, dump_optimizer=True)
         check("optimizer_states_on_servers_refused", False)
