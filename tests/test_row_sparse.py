@@ -85,3 +85,15 @@ def test_module_with_a_row_sparse_weight_trains_as_one_process_on_the_union(job_
     for name, reference in union.items():
         assert np.allclose(found[0][name], reference, rtol=0, atol=TRAINED_WITHIN), name
     assert max(np.abs(found[0][n] - alone[n]).max() for n in alone) > 100 * TRAINED_WITHIN
+
+
+@pytest.mark.parametrize("mode", ["lasgd", "easgd"])
+def test_row_sparse_weights_in_the_averaging_modes_are_refused_naming_the_fix(job_dir, mode):
+    """A row_sparse weight is updated on the store; the averaging modes update every rank
+    (group) apart."""
+    options = ["--group-size", "1", "--servers", "1", "--one-job"] if mode == "easgd" else []
+    job = launch(2, "train_sparse_embedding.py", "--out", str(job_dir), "--sparse-weight",
+                 env={"MXKV_MODE": mode}, launcher_options=options)
+    assert job.returncode != 0
+    assert (f"row_sparse weights are updated on the store, which MXKV_MODE={mode} does not do"
+            in job.output), job.output
