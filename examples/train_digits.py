@@ -139,7 +139,8 @@ def main() -> None:
             loss_sum += sum(loss.sum().as_in_context(mx.cpu()) for loss in losses)
         mean_loss = loss_sum / (steps * args.batch_size)
         if workers > 1:
-            kv.pushpull(LOSS_KEY, mean_loss)  # the mean over ranks (the store averages)
+            kv.pushpull(LOSS_KEY, mean_loss)  # the sum over ranks, as every MXNet store
+            mean_loss /= workers
         if rank == 0:
             seconds = time.time() - started
             print(f"epoch {epoch:2d}/{args.epochs}  loss {mean_loss.asscalar():.4f}  "

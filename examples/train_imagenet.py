@@ -232,14 +232,12 @@ def validate(net, data, contexts, kv, classes: int):
         outputs = net(images[:valid].as_in_context(contexts[0]))
         for metric in (top1, top5):
             metric.update([labels[:valid]], [outputs])
-    # averaging the counts over ranks keeps their ratios: the accuracy over all shards
+    # the counts summed over ranks: the accuracy over all shards
     counts = mx.nd.array([top1.sum_metric, top5.sum_metric, top1.num_inst], dtype="float64")
-    ranks = 1
     if isinstance(kv, mxkv_hybrid.Hybrid) or "dist" in kv.type:
         kv.pushpull(VALIDATION_KEY, counts)
-        ranks = kv.num_workers if getattr(kv, "config", None) and kv.config.average else 1
     right1, right5, seen = counts.asnumpy()
-    return right1 / max(seen, 1), right5 / max(seen, 1), round(seen * ranks)
+    return right1 / max(seen, 1), right5 / max(seen, 1), round(seen)
 
 
 # ---- training ---------------------------------------------------------------------------

@@ -309,8 +309,11 @@ KNOBS: Dict[str, Knob] = {
                        "an exception (raise), hang for ever (hang) or end its script with status 0 "
                        "(exit: a rank that finished early). Empty: no fault."),
     "MXKV_AVERAGE": Knob(_parse_bool, "1",
-                         "1: gradients are averaged over ranks (a script written for one process "
-                         "trains on the union of the batches). 0: summed, like MXNet's dist_sync."),
+                         "How the Trainer and Module hooks combine the ranks' gradients. 1: "
+                         "averaged (a script written for one process trains on the union of the "
+                         "batches; Module's result with dist_sync, Horovod's convention). 0: "
+                         "summed (gluon.Trainer's with dist_sync). The store's own calls "
+                         "(kv.push, kv.pushpull) always sum, as every MXNet store does."),
 }
 
 

@@ -74,8 +74,7 @@ class Hybrid(KVStoreBase):
             self._weights = self._rejoinable = ServerWeights(
                 self._config, self._world, this_group, self._collectives)
         else:  # sync: until the servers take the optimizer (set_optimizer)
-            self._weights = WorkerWeights(self._collectives, self._reducer, self._config.average,
-                                          share)
+            self._weights = WorkerWeights(self._collectives, self._reducer, share)
         self._this_group = this_group
         self._share = share
         self._sparse_gradients: List[Key] = []  # expect_row_sparse_gradients
@@ -207,12 +206,20 @@ class Hybrid(KVStoreBase):
                         copies[0].copyto(copy)
 
     def push(self, key, value, priority: int = 0) -> None:
-        """Combines the values of all devices and ranks into the store; with an optimizer,
-        the combined value is the gradient that updates the weight."""
+        """Sums the values of all devices and ranks into the store, as every MXNet store
+        does; with an optimizer, the sum is the gradient that updates the weight."""
+        self._push(key, value, average=False)
+
+    def push_gradients(self, key, value) -> None:
+        """push() of gradients as the Trainer hook pushes them: averaged over ranks
+        (MXKV_AVERAGE=1, the default) or summed (0)."""
+        self._push(key, value, average=self._config.average)
+
+    def _push(self, key, value, average: bool) -> None:
         keys, values = _as_key_lists(key, value)
         self._require_initialised("push", keys)
         self._active()
-        self._timed(lambda: self._weights.push("push", keys, values))
+        self._timed(lambda: self._weights.push("push", keys, values, average))
 
     def pull(self, key, out=None, priority: int = 0, ignore_sparse: bool = True) -> None:
         """Copies the kept value of each key into `out`; row_sparse outs are skipped
@@ -226,21 +233,31 @@ class Hybrid(KVStoreBase):
             self._timed(lambda: self._weights.pull(keys, outs))
 
     def pushpull(self, key, value, out=None, priority: int = 0) -> None:
-        """out (default: value, in place) = the combined value, in one fused collective.
+        """out (default: value, in place) = the sum over all devices and ranks, in one
+        fused collective, as every MXNet store sums.
 
         With an optimizer set, keys that hold a weight (init/broadcast) are updated and `out`
-        receives the new weight; other keys (metrics, say) are only combined."""
+        receives the new weight; other keys (metrics, say) are only summed."""
+        self._pushpull(key, value, out, average=False)
+
+    def pushpull_gradients(self, key, value, out=None) -> None:
+        """pushpull() of gradients as the Trainer and Module hooks call it (once a step):
+        averaged over ranks (MXKV_AVERAGE=1, the default: the step one process takes on
+        the union of the batches) or summed (0: gluon.Trainer's convention with dist_sync)."""
+        self._pushpull(key, value, out, average=self._config.average)
+
+    def _pushpull(self, key, value, out, average: bool) -> None:
         if self._fault is not None:
             self._fault.step()
         keys, values = _as_key_lists(key, value)
         outs = values if out is None else _as_key_lists(key, out)[1]
         self._active()
-        self._timed(lambda: self._combine(keys, values, outs))
+        self._timed(lambda: self._combine(keys, values, outs, average))
         if self._summary is not None and self._averaging is None:  # else: after_update ends it
             self._summary.step_done()
 
     def _combine(self, keys: List[Key], values: List[List[mx.nd.NDArray]],
-                 outs: List[List[mx.nd.NDArray]]) -> None:
+                 outs: List[List[mx.nd.NDArray]], average: bool) -> None:
         """pushpull's work: updates the keys that hold a weight, combines the others."""
         if self._config.check_finite:
             check_finite("pushpull", keys, values, self._world.rank)
@@ -248,10 +265,11 @@ class Hybrid(KVStoreBase):
         plain = [i for i, k in enumerate(keys) if not self._weights.updates(k)]
         if plain:
             self._reducer.allreduce("pushpull", [keys[i] for i in plain], [values[i] for i in plain],
-                                    [outs[i] for i in plain], self._config.average)
+                                    [outs[i] for i in plain], average)
         if updated:
             self._weights.push_pull("pushpull", [keys[i] for i in updated],
-                                    [values[i] for i in updated], [outs[i] for i in updated])
+                                    [values[i] for i in updated], [outs[i] for i in updated],
+                                    average)
 
     def row_sparse_pull(self, key, out=None, priority: int = 0, row_ids=None) -> None:
         """Copies the rows `row_ids` (an NDArray of row ids per out, or one for all) of each

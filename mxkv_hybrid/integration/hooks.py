@@ -128,7 +128,7 @@ def _update_params_on_kvstore(original, param_arrays, grad_arrays, kvstore, para
     if not isinstance(kvstore, Hybrid):
         return original(param_arrays, grad_arrays, kvstore, param_names)
     names, grads, params = _valid_updates(param_arrays, grad_arrays, param_names)
-    kvstore.pushpull(names, grads, out=params)
+    kvstore.pushpull_gradients(names, grads, out=params)
     return None
 
 
@@ -138,7 +138,7 @@ def _update_params(original, param_arrays, grad_arrays, updater, num_device, kvs
         return original(param_arrays, grad_arrays, updater, num_device, kvstore, param_names)
     _refuse_local_updates_in_async(kvstore)
     names, grads, params = _valid_updates(param_arrays, grad_arrays, param_names)
-    kvstore.pushpull(names, grads)
+    kvstore.pushpull_gradients(names, grads)
     # reduced: the local updates need no store
     result = original(param_arrays, grad_arrays, updater, num_device, None, param_names)
     kvstore.after_update(names, params)
@@ -192,15 +192,16 @@ def _allreduce_grads(original, self):
     params = [(i, p) for i, p in enumerate(self._params) if p.grad_req != "null"][::-1]
     sparse_weights = [(i, p) for i, p in params if p._stype != "default"]
     if sparse_weights:  # updated on the store; the script pulls the rows it needs
-        self._kvstore.push([i for i, _ in sparse_weights], [p.list_grad() for _, p in sparse_weights])
+        self._kvstore.push_gradients([i for i, _ in sparse_weights],
+                                     [p.list_grad() for _, p in sparse_weights])
         params = [(i, p) for i, p in params if p._stype == "default"]
     keys = [i for i, _ in params]
     grads = [p.list_grad() for _, p in params]
     if self._update_on_kvstore:
-        self._kvstore.pushpull(keys, grads, out=[p.list_data() for _, p in params])
+        self._kvstore.pushpull_gradients(keys, grads, out=[p.list_data() for _, p in params])
     else:
         _refuse_local_updates_in_async(self._kvstore)
-        self._kvstore.pushpull(keys, grads)
+        self._kvstore.pushpull_gradients(keys, grads)
     return None
 
 

@@ -6,8 +6,8 @@ the updated weights and broadcasts them in its group.
 
 MXKV_MODE=sync (dist_sync servers), as MXNet's dist_sync with update_on_kvstore: the
 servers wait for every group's gradient, update once with their sum, and every group
-pulls the same weights. The leaders push group sums and the servers' optimizer divides
-by the number of ranks (MXKV_AVERAGE=1).
+pulls the same weights. The leaders push group sums; for the hooks' gradients the
+servers' optimizer divides them by the number of ranks (MXKV_AVERAGE=1).
 
 MXKV_MODE=async (dist_async servers): the servers apply each group's gradient at once
 (no waiting for other groups), so groups run at their own pace and a group's gradient may
@@ -69,10 +69,7 @@ class ServerWeights:
         self._world = world_collectives
         self._group_comm = groups.group_comm
         self._group = TensorCollectives(groups.group_comm, replace(config, overlap=False))
-        self._average = config.average
-        # sync: the servers' optimizer divides the sum of the groups' sums by the ranks
-        summed = config.average and not self._asynchronous
-        self._gradient_scale = 1.0 / world.size if summed else 1.0
+        self._world_size = world.size
         self._optimizer: Optional[mx.optimizer.Optimizer] = None
         self._sent_settings: Optional[Tuple[float, float]] = None  # (lr, rescale_grad) there
         self._sends_settings = self._asynchronous or groups.group_index == 0  # sync: others push 0
@@ -178,9 +175,12 @@ class ServerWeights:
         for out in outs:
             row_sparse.write_into(kept, out)
 
-    def push(self, op: str, keys: Sequence[Key], values: Sequence[Arrays]) -> None:
-        """Group average (or sum), then the leader's push: the servers apply it."""
-        self.push_pull(op, keys, values, outs=None)
+    def push(self, op: str, keys: Sequence[Key], values: Sequence[Arrays],
+             average: bool = False) -> None:
+        """Group sum, then the leader's push: the servers apply it (`average`: sync, the
+        servers' optimizer divides the sum over all groups by the ranks; async, each
+        group pushes its average)."""
+        self.push_pull(op, keys, values, outs=None, average=average)
 
     def pull(self, keys: Sequence[Key], outs: Sequence[Arrays], ignore_sparse: bool = True) -> None:
         """The leader pulls the servers' current weights and broadcasts them in its group;
@@ -221,17 +221,17 @@ class ServerWeights:
         return row_sparse.broadcast(self._group, op, key, rows)
 
     def push_pull(self, op: str, keys: Sequence[Key], values: Optional[Sequence[Arrays]],
-                  outs: Optional[Sequence[Arrays]]) -> None:
-        """push and/or pull in one round trip of the leader to the servers (the keys kept
-        row_sparse in a second one, as rows)."""
+                  outs: Optional[Sequence[Arrays]], average: bool = False) -> None:
+        """push (as push() does) and/or pull in one round trip of the leader to the
+        servers (the keys kept row_sparse in a second one, as rows)."""
         if values is not None:
             self._refuse_updates_without_optimizer(op)
             self._refuse_rows_into_dense(op, keys, values)
-            self._group.allreduce(op, keys, values, values,
-                                  self._average and self._asynchronous)
+            self._group.allreduce(op, keys, values, values, average and self._asynchronous)
         if self._ps is not None:
             if values is not None:
-                self._send_settings()
+                self._send_settings(1.0 / self._world_size
+                                    if average and not self._asynchronous else 1.0)
             rows = [i for i, k in enumerate(keys) if k in self._rows]
             pulled_as_kept = self._exchange_dense(*row_sparse.dense_entries(
                 rows, keys, values or [None] * len(keys), outs or [None] * len(keys)),
@@ -330,14 +330,14 @@ class ServerWeights:
             self._finish.cross()
         self.pull(keys, outs)
 
-    def _send_settings(self) -> None:
-        """Sends the optimizer's learning rate and rescale_grad (times the gradient scale)
+    def _send_settings(self, gradient_scale: float) -> None:
+        """Sends the optimizer's learning rate and rescale_grad (times `gradient_scale`)
         to the servers when they changed, and waits until the servers took them. sync: every
         leader pushes (the servers wait for all), group 0's values and the others' zeros."""
         if self._optimizer is None:
             return
         settings = (float(self._optimizer.lr),
-                    float(self._optimizer.rescale_grad) * self._gradient_scale)
+                    float(self._optimizer.rescale_grad) * gradient_scale)
         if settings == self._sent_settings:
             return
         pushed = settings if self._sends_settings else (0.0, 0.0)

@@ -20,14 +20,12 @@ Share = Callable[[str, Sequence[Key], Sequence[Arrays]], None]
 
 
 class WorkerWeights:
-    def __init__(self, world: TensorCollectives, reduction, average: bool,
-                 share: Optional[Share] = None):
+    def __init__(self, world: TensorCollectives, reduction, share: Optional[Share] = None):
         """reduction: what combines values in this mode (world collectives or GroupedSync);
         share: with separate group jobs, what makes a value the same in every group."""
         self._world = world
         self._reduction = reduction
         self._share = share
-        self._average = average
         self._weights: Dict[Key, mx.nd.NDArray] = {}
         self._reduced: Dict[Key, mx.nd.NDArray] = {}  # push buffers, used with an optimizer
         self.updater = None
@@ -74,16 +72,19 @@ class WorkerWeights:
         if self._share is not None:
             self._share(op, keys, kept)
 
-    def push(self, op: str, keys: Sequence[Key], values: Sequence[Arrays]) -> None:
+    def push(self, op: str, keys: Sequence[Key], values: Sequence[Arrays],
+             average: bool = False) -> None:
+        """Combines `values` over devices and ranks (summed, or averaged over ranks) into
+        the kept values; with an optimizer, the combined value updates the weight."""
         sparse = [i for i, v in enumerate(values) if row_sparse.is_row_sparse(v[0])]
         for i in sparse:
-            self._push_rows(op, keys[i], values[i])
+            self._push_rows(op, keys[i], values[i], average)
         keys, values = row_sparse.dense_entries(sparse, keys, values)
         if not keys:
             return
         targets = [[self._reduced_buffer(k)] if self.updates(k) else [self._weights[k]]
                    for k in keys]
-        self._reduction.allreduce(op, keys, values, targets, self._average)
+        self._reduction.allreduce(op, keys, values, targets, average)
         for k in keys:
             if self.updates(k):
                 self.updater(k, self._reduced[k], self._weights[k])
@@ -108,8 +109,8 @@ class WorkerWeights:
                 row_sparse.rows_of(self._weights[k], wanted).copyto(target)
 
     def push_pull(self, op: str, keys: Sequence[Key], values: Sequence[Arrays],
-                  outs: Sequence[Arrays]) -> None:
-        self.push(op, keys, values)
+                  outs: Sequence[Arrays], average: bool = False) -> None:
+        self.push(op, keys, values, average)
         self.pull(keys, outs)
 
     def save_optimizer_states(self, fname: str, dump_optimizer: bool) -> None:
@@ -129,12 +130,12 @@ class WorkerWeights:
         self._weights.clear()
         self._reduced.clear()
 
-    def _push_rows(self, op: str, key: Key, copies: Arrays) -> None:
+    def _push_rows(self, op: str, key: Key, copies: Arrays, average: bool) -> None:
         """A row_sparse push: the rows combined by the mode's reduction (summed over devices
         and ranks; mode sync: through the servers) update the kept weight (with an
         optimizer: lazily, only those rows) or become the kept value."""
         summed = row_sparse.zeros_like(copies[0])
-        self._reduction.allreduce(op, [key], [copies], [[summed]], self._average)
+        self._reduction.allreduce(op, [key], [copies], [[summed]], average)
         kept = self._weights[key]
         if self.updates(key):
             self.updater(key, summed, kept)

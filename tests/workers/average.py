@@ -1,7 +1,8 @@
-"""Each rank contributes rank+1; prints the averaged result and who it is."""
+"""Each rank contributes rank+1 as a gradient; prints the averaged result (the Trainer's
+path, MXKV_AVERAGE=1) and who it is."""
 import mxnet as mx
 
 kv = mx.kv.create("hybrid")
 value = mx.nd.ones((3,)) * (kv.rank + 1)
-kv.pushpull(0, value)
+kv.pushpull_gradients(0, value)
 print(f"RESULT {type(kv).__name__} rank={kv.rank} of {kv.num_workers} value={value.asnumpy().tolist()}")

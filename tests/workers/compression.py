@@ -6,7 +6,8 @@ random gradients; one CHECK line per verified fact. With a hierarchical allreduc
 (MXKV_HIERARCHY=on, groups of MXKV_GROUP_SIZE) what is quantised is each group's sum, one
 slice at each of its ranks: the reference is then numpy's quantiser of every group's sum
 (1-bit's blocks restarting where the slices cut the keys), and a group's residual is the
-sum of its ranks' (the slices)."""
+sum of its ranks' (the slices). Gradients go the Trainer hooks' way (pushpull_gradients,
+push_gradients: averaged when MXKV_AVERAGE=1)."""
 import os
 
 import mxnet as mx
@@ -131,7 +132,8 @@ residuals = {key: None for key in SHAPES}
 equal_to_reference, equal_residuals, moved = True, True, False
 for step in range(STEPS):
     outs = [mx.nd.zeros(shape) for shape in SHAPES.values()]
-    kv.pushpull(list(SHAPES), [mx.nd.array(gradient(rank, step, k)) for k in SHAPES], out=outs)
+    kv.pushpull_gradients(list(SHAPES), [mx.nd.array(gradient(rank, step, k)) for k in SHAPES],
+                          out=outs)
     for key, out in zip(SHAPES, outs):
         expected, residuals[key] = compressed_sum(lambda r: gradient(r, step, key),
                                                   cuts(key, list(SHAPES)), residuals[key])
@@ -152,7 +154,7 @@ check("residuals_equal_numpy", equal_residuals)
 # dist_sync worker pushes it), here on cpu_pinned, which travels through staging buffers
 copies = [mx.nd.array(gradient(rank, 50, "b"), ctx=mx.cpu_pinned(0)),
           mx.nd.array(gradient(rank, 51, "b"), ctx=mx.cpu_pinned(1))]
-kv.pushpull("devices", copies)
+kv.pushpull_gradients("devices", copies)
 sent, _ = compressed_sum(lambda r: gradient(r, 50, "b") + gradient(r, 51, "b"),
                         cuts("devices", ["devices"]))
 check("devices_summed_then_quantised", all(np.allclose(c.asnumpy(), sent / divisor, atol=1e-7)
@@ -160,7 +162,7 @@ check("devices_summed_then_quantised", all(np.allclose(c.asnumpy(), sent / divis
 
 kv.set_optimizer(mx.optimizer.SGD(learning_rate=0.1))
 kv.init("w", mx.nd.ones(SHAPES["b"]))
-kv.push("w", mx.nd.array(gradient(rank, 99, "b")))
+kv.push_gradients("w", mx.nd.array(gradient(rank, 99, "b")))
 weight = mx.nd.zeros(SHAPES["b"])
 kv.pull("w", out=weight)
 sent, _ = compressed_sum(lambda r: gradient(r, 99, "b"), cuts("w", ["w"]))

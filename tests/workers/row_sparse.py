@@ -11,10 +11,6 @@ from mxkv_hybrid.errors import MXKVError
 
 kv = mx.kv.create("hybrid")
 rank, size = kv.rank, kv.num_workers
-divisor = size if kv.config.average else 1
-# an optimizer on asynchronous servers applies each group's gradient (its average) alone
-update_divisor = kv.config.group_size if kv.config.mode == "async" and kv.config.average \
-    else divisor
 SHAPE = (1200, 1200)  # 5.8 MB dense in float32
 
 
@@ -34,11 +30,12 @@ def sparse(ids, values, shape=SHAPE):
 
 
 def dense_sum(step, dtype, fraction=0.05, shape=SHAPE):
+    """The sum over ranks (the store's calls sum, as every MXNet store)."""
     total = np.zeros(shape, np.float64)
     for r in range(size):
         ids, values = rows_of(r, step, dtype, fraction, shape)
         total[ids] += values
-    return total / divisor
+    return total
 
 
 def union_ids(step, dtype, fraction=0.05, shape=SHAPE):
@@ -66,7 +63,7 @@ check("pushpull_empty_everywhere", out.indices.shape == (0,) and out.asnumpy().s
 lone = sparse(np.array([7, 1100], np.int64), np.ones((2, SHAPE[1]), np.float32))
 kv.pushpull("lone", lone if rank == 1 else empty, out=out)
 check("pushpull_one_rank_has_rows", np.array_equal(out.indices.asnumpy(), [7, 1100])
-      and np.allclose(out.data.asnumpy(), 1 / divisor))
+      and np.allclose(out.data.asnumpy(), 1))
 
 # the collective's two paths: little overlap -> allgather; the same rows everywhere -> union
 # allreduce (N = size |U| >= 2 |U| from 2 ranks on); both the numpy sum
@@ -83,6 +80,7 @@ for fraction, same_rows, expected in ((0.05, False, "allgather"), (0.5, True, "u
         reference[r_ids] += r_values * (r + 1)
     result = np.zeros(SHAPE)
     result[union] = summed
+    divisor = size if kv.config.average else 1
     check(f"path_{expected.replace(' ', '_')}", path == expected
           and np.allclose(result, reference / divisor, atol=1e-5))
 
@@ -107,8 +105,7 @@ for step in (21, 22):
 kv.barrier()  # async: every group's gradients applied
 full = mx.nd.zeros(SHAPE)
 kv.pull("dense_weight", out=full)
-expected = 1 - 0.5 * (dense_sum(21, np.float32) + dense_sum(22, np.float32)) * divisor \
-    / update_divisor
+expected = 1 - 0.5 * (dense_sum(21, np.float32) + dense_sum(22, np.float32))
 check("optimizer_on_sparse_gradients", np.allclose(full.asnumpy(), expected, atol=1e-5))
 
 # a row_sparse weight (every row listed, as a Trainer's are) updated by row_sparse
@@ -118,7 +115,7 @@ kv.init("table", sparse(np.arange(SHAPE[0]), table))
 kv.push("table", sparse(*rows_of(rank, 23, np.float32)))
 kv.barrier()
 kv.row_sparse_pull("table", out=pulled, row_ids=wanted)
-expected = table - 0.5 * dense_sum(23, np.float32) * divisor / update_divisor
+expected = table - 0.5 * dense_sum(23, np.float32)
 check("optimizer_on_a_row_sparse_weight", np.allclose(pulled.asnumpy()[asked], expected[asked],
                                                       atol=1e-5)
       and np.array_equal(pulled.indices.asnumpy(), asked))

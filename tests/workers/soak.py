@@ -29,7 +29,8 @@ rng = np.random.RandomState(0)  # the same lengths on every rank
 lengths = rng.randint(1, 101, MANY_KEYS)
 values = [mx.nd.full((n,), rank + 1 + k % 7, dtype="float32") for k, n in enumerate(lengths)]
 store.pushpull(list(range(MANY_KEYS)), values)
-expected = [np.full(n, np.mean(np.arange(1, size + 1)) + k % 7) for k, n in enumerate(lengths)]
+expected = [np.full(n, np.sum(np.arange(1, size + 1)) + size * (k % 7))
+            for k, n in enumerate(lengths)]
 report(test="many_keys", keys=MANY_KEYS,
        max_error=max(float(np.abs(v.asnumpy() - e).max()) for v, e in zip(values, expected)))
 del values
@@ -37,7 +38,7 @@ del values
 huge = [mx.nd.full((HUGE_FLOATS,), float(rank + k), dtype="float32") for k in range(HUGE_KEYS)]
 store.pushpull([f"huge{k}" for k in range(HUGE_KEYS)], huge)
 report(test="huge_keys", mib=HUGE_KEYS * HUGE_FLOATS * 4 / 2**20,
-       max_error=max(float(np.abs(h.asnumpy() - ((size - 1) / 2 + k)).max())
+       max_error=max(float(np.abs(h.asnumpy() - (size * (size - 1) / 2 + size * k)).max())
                      for k, h in enumerate(huge)))
 del huge
 store.close()

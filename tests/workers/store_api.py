@@ -14,7 +14,7 @@ from mxkv_hybrid.errors import MXKVError
 kv = mx.kv.create("hybrid")
 rank, size = kv.rank, kv.num_workers
 mode = kv.config.mode
-expected_mean = np.mean(np.arange(1, size + 1))
+expected_sum = np.sum(np.arange(1, size + 1))  # the store sums, as every MXNet store
 SERVER_OPTIMIZER = mode in ("sync", "async")  # set_optimizer sends it to the servers
 
 
@@ -41,19 +41,19 @@ if mode == "async":  # the servers apply every push as an update: it needs an op
         print(err, flush=True)
         check("push_without_optimizer_refused", "call set_optimizer first" in str(err))
 else:
-    kv.push("acc", mx.nd.ones((3,)) * (rank + 1))               # averaged over ranks
+    kv.push("acc", mx.nd.ones((3,)) * (rank + 1))               # summed over ranks
     kv.pull("acc", out=out)
-    check("push_pull_average", np.allclose(out.asnumpy(), expected_mean))
+    check("push_pull_sum", np.allclose(out.asnumpy(), expected_sum))
 
 a = mx.nd.ones((2, 5)) * (rank + 1)
 b = mx.nd.zeros((2, 5))
 kv.pushpull("grad", a, out=b)
-check("pushpull_out", np.allclose(b.asnumpy(), expected_mean) and np.all(a.asnumpy() == rank + 1))
+check("pushpull_out", np.allclose(b.asnumpy(), expected_sum) and np.all(a.asnumpy() == rank + 1))
 
 keys = ["k0", "k1", "k2"]
 values = [mx.nd.ones((n,)) * (rank + 1) for n in (1, 100, 3000)]
 kv.pushpull(keys, values)
-check("pushpull_many_keys", all(np.allclose(v.asnumpy(), expected_mean) for v in values))
+check("pushpull_many_keys", all(np.allclose(v.asnumpy(), expected_sum) for v in values))
 
 target = [mx.nd.zeros((4,)), mx.nd.zeros((4,), ctx=mx.cpu(1))]
 kv.broadcast("b", mx.nd.ones((4,)) * (rank + 7), out=target)
@@ -77,12 +77,11 @@ def momentum_sgd(gradients):
     return weight
 
 
-g = expected_mean
-if mode == "async":  # each group's average applied alone, the groups' pushes in any order
+g = expected_sum
+if mode == "async":  # each group's sum applied alone, the groups' pushes in any order
     group_size = kv.config.group_size
-    averages = [np.mean(np.arange(1, size + 1)[i:i + group_size])
-                for i in range(0, size, group_size)]
-    pushes = [a for a in averages for _ in range(2)]
+    sums = [np.sum(np.arange(1, size + 1)[i:i + group_size]) for i in range(0, size, group_size)]
+    pushes = [a for a in sums for _ in range(2)]
     possible = {momentum_sgd(order) for order in itertools.permutations(pushes)}
     check("optimizer_on_store", any(np.allclose(out4.asnumpy(), w) for w in possible))
 else:

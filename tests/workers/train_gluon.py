@@ -13,7 +13,8 @@ from common import (CLASSES, LEARNING_RATE, MOMENTUM, STEPS, overlapped_buckets,
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--out", required=True)
-parser.add_argument("--kvstore", choices=["string", "instance"], default="string")
+parser.add_argument("--kvstore", choices=["string", "instance", "dist_sync"], default="string",
+                    help="dist_sync: MXNet's own store (run as a worker of a ps-lite job)")
 parser.add_argument("--devices", type=int, default=1)
 parser.add_argument("--context", choices=["cpu", "cpu_pinned"], default="cpu")
 parser.add_argument("--update-on-kvstore", choices=["default", "0", "1"], default="default")
@@ -28,11 +29,17 @@ args = parser.parse_args()
 
 if args.reference:
     rank, kvstore = 0, None
+elif args.kvstore == "dist_sync":
+    kvstore = mx.kv.create("dist_sync")
+    rank = kvstore.rank
 else:
     kvstore = "hybrid" if args.kvstore == "string" else mx.kv.create("hybrid")
     rank = mx.kv.create("hybrid").rank if args.kvstore == "string" else kvstore.rank
 
-mx.random.seed(rank)
+# each rank initialises differently: equal results prove the broadcast. MXNet's dist_sync
+# sends rank 0's weights only at the first step, after the first backward ran on each
+# worker's own deferred-initialised ones: its workers all start from rank 0's seed
+mx.random.seed(0 if args.kvstore == "dist_sync" else rank)
 contexts = [getattr(mx, args.context)(i) for i in range(args.devices)]
 net = gluon.nn.HybridSequential()
 net.add(gluon.nn.Conv2D(6, 3, activation="relu"),   # in_channels unknown: deferred init

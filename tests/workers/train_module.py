@@ -1,6 +1,7 @@
 """Trains a small symbolic conv net with Module.fit(kvstore='hybrid') for one epoch of
 STEPS batches, then writes the weights to OUT/rank<r>.npz (different seed per rank).
 --reference N: one process, batches that are the union of N ranks' batches.
+--kvstore dist_sync: MXNet's own store (run as a worker of a ps-lite job).
 --averaging-checks (modes easgd/lasgd): after training, mxkv_hybrid.consensus(module),
 then the optimizer states (and the averaging state beside them) are saved, the step
 counter is zeroed and the states are loaded back; prints the counter then."""
@@ -19,9 +20,11 @@ parser.add_argument("--devices", type=int, default=1)
 parser.add_argument("--context", choices=["cpu", "cpu_pinned"], default="cpu")
 parser.add_argument("--reference", type=int, default=0, help="number of ranks to emulate")
 parser.add_argument("--averaging-checks", action="store_true")
+parser.add_argument("--kvstore", choices=["hybrid", "dist_sync"], default="hybrid")
 args = parser.parse_args()
 
-rank = 0 if args.reference else mx.kv.create("hybrid").rank
+store = None if args.reference else mx.kv.create(args.kvstore)
+rank = store.rank if store is not None else 0
 batches = [union_batch(args.reference, s) if args.reference else rank_batch(rank, s)
            for s in range(STEPS)]
 x = np.concatenate([b[0] for b in batches])
@@ -36,7 +39,8 @@ net = mx.sym.SoftmaxOutput(mx.sym.FullyConnected(net, num_hidden=CLASSES, name="
 
 mx.random.seed(rank)
 module = mx.mod.Module(net, context=[getattr(mx, args.context)(i) for i in range(args.devices)])
-module.fit(data, num_epoch=1, kvstore=None if args.reference else "hybrid",
+module.fit(data, num_epoch=1,
+           kvstore=None if args.reference else "hybrid" if args.kvstore == "hybrid" else store,
            optimizer="sgd", optimizer_params={"learning_rate": LEARNING_RATE, "momentum": MOMENTUM},
            initializer=mx.init.Xavier(magnitude=2.0))
 os.makedirs(args.out, exist_ok=True)
