@@ -15,6 +15,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "code_sums.h"
 #include "bucket_plan.h"
 #include "dtype.h"
 #include "elastic_step.h"
@@ -98,6 +99,39 @@ PYBIND11_MODULE(_C, m) {
         "(weight - centre); weight -= elastic, fused, one pass (EASGD's elastic step). First "
         "waits for all of MXNet's engine, unless `ready`: no operation is pending on them.");
 
+  m.def("digits_per_word", &mxkv::digits_per_word, py::arg("groups"),
+        "Values one float32 word of summed 2-bit digits carries for `groups` groups.");
+  m.def("pack_2bit_digits",
+        [](py::array_t<float, py::array::c_style> values,
+           py::array_t<float, py::array::c_style> residual, float threshold, int groups,
+           py::array_t<float, py::array::c_style> packed) {
+          const size_t n = static_cast<size_t>(values.size());
+          if (static_cast<size_t>(residual.size()) != n ||
+              static_cast<size_t>(packed.size()) != mxkv::packed_words(n, groups))
+            throw std::invalid_argument("pack_2bit_digits: residual must match values, and "
+                                        "packed hold packed_words(n, groups) words");
+          py::gil_scoped_release unlocked;
+          mxkv::pack_2bit_digits(values.data(), residual.mutable_data(), n, threshold, groups,
+                                 packed.mutable_data());
+        },
+        py::arg("values"), py::arg("residual"), py::arg("threshold"), py::arg("groups"),
+        py::arg("packed"),
+        "packed = the 2-bit digits of residual += values, base 2 groups + 1 in float32 words "
+        "(residual updated; csrc/code_sums.h).");
+  m.def("unpack_2bit_digit_sums",
+        [](py::array_t<float, py::array::c_style> summed, float threshold, int groups,
+           double scale, py::array_t<float, py::array::c_style> out) {
+          const size_t n = static_cast<size_t>(out.size());
+          if (static_cast<size_t>(summed.size()) != mxkv::packed_words(n, groups))
+            throw std::invalid_argument("unpack_2bit_digit_sums: summed must hold "
+                                        "packed_words(out.size, groups) words");
+          py::gil_scoped_release unlocked;
+          mxkv::unpack_2bit_digit_sums(summed.data(), n, threshold, groups, scale,
+                                       out.mutable_data());
+        },
+        py::arg("summed"), py::arg("threshold"), py::arg("groups"), py::arg("scale"),
+        py::arg("out"),
+        "out = scale x the sums of the groups' quantised values that the summed words hold.");
   m.def("bucket_elements",
         [](const std::vector<std::pair<int, int64_t>>& tensors, size_t bucket_bytes) {
           std::vector<mxkv::Tensor> spec(tensors.size());

@@ -8,7 +8,7 @@ from mxnet.kvstore import KVStoreBase
 from .comm import row_sparse, stall
 from .comm.collectives import Key, TensorCollectives
 from .comm.topology import groups, world
-from .comm.compression import QuantisedReducer, parse_compression
+from .comm.compression import Compression, QuantisedReducer, parse_compression
 from .config import Config
 from .errors import MXKVError
 from .ps.client import barrier_across_groups
@@ -25,7 +25,7 @@ from .safety.fault import FaultInjector
 from .safety.finite_check import check_finite
 
 
-COMPRESSION_MODES = ("allreduce",)  # the modes that take set_gradient_compression so far
+COMPRESSION_MODES = ("allreduce", "sync")  # the modes that take set_gradient_compression
 
 
 def _as_key_lists(key, value) -> Tuple[List[Key], List[List[mx.nd.NDArray]]]:
@@ -78,6 +78,7 @@ class Hybrid(KVStoreBase):
         self._this_group = this_group
         self._share = share
         self._sparse_gradients: List[Key] = []  # expect_row_sparse_gradients
+        self._compressed_across_groups = False  # sync: set_gradient_compression
         self._summary = summary_for(self._config)  # MXKV_SUMMARY_EVERY
 
     # ---- identity -------------------------------------------------------------------
@@ -294,18 +295,41 @@ class Hybrid(KVStoreBase):
     def set_gradient_compression(self, compression_params) -> None:
         """MXNet's 2-bit compression, {'type': '2bit', 'threshold': t}, or {'type': '1bit'}:
         from now on every float32 value pushed is quantised with the residual kept (error
-        feedback; per rank, or per group under the hierarchical allreduce) and the codes
-        summed (comm/compression.py): flat 2-bit is dist_sync's result, in 2 bits a value."""
+        feedback) and the codes summed (comm/compression.py). Mode allreduce: per rank
+        (flat 2-bit is dist_sync's result, in 2 bits a value) or per group (hierarchical).
+        Mode sync (2bit): each group's sum, as codes the servers sum (ps/summed_codes.py);
+        call it before set_optimizer (Trainer and Module do): the optimizer then runs on
+        every rank, since the servers see codes, not gradients."""
         compression = parse_compression(compression_params)
-        if self._config.mode not in COMPRESSION_MODES:
-            raise MXKVError(f"set_gradient_compression: MXKV_MODE={self._config.mode} does not "
-                            f"take it yet (modes that do: {', '.join(COMPRESSION_MODES)}); set "
+        mode = self._config.mode
+        if mode not in COMPRESSION_MODES:
+            raise MXKVError(f"set_gradient_compression: MXKV_MODE={mode} does not take it yet "
+                            f"(modes that do: {', '.join(COMPRESSION_MODES)}); set "
                             "MXKV_MODE=allreduce, or MXKV_COMPRESS=fp16|bf16 for 16-bit values")
         if self._config.compress != "none":
             raise MXKVError(f"set_gradient_compression: MXKV_COMPRESS={self._config.compress} "
                             "already compresses float32 values; use one of the two")
+        if mode == "sync":
+            self._compress_across_groups(compression)
+            return
         self._reducer = QuantisedReducer(self._active(), compression)
         self._weights.reduce_with(self._reducer)
+
+    def _compress_across_groups(self, compression: Compression) -> None:
+        """Mode sync: the leaders' group sums cross as 2-bit codes the servers sum."""
+        if compression.type != "2bit":
+            raise MXKVError(f"set_gradient_compression: MXKV_MODE=sync takes {{'type': '2bit'}}"
+                            f" (the servers sum 2-bit codes), not {compression.type!r}, whose "
+                            "decoding needs every group's scales: use 2bit, or MXKV_MODE="
+                            "allreduce with MXKV_HIERARCHY=on")
+        if not isinstance(self._weights, WorkerWeights):
+            raise MXKVError("set_gradient_compression: the parameter servers already run this "
+                            "store's optimizer; call set_gradient_compression before "
+                            "set_optimizer (gluon.Trainer and Module do), so that the optimizer "
+                            "runs on every rank and the servers sum the codes")
+        self._active()
+        self._reducer.compress_across_groups(compression.threshold)
+        self._compressed_across_groups = True
 
     def barrier(self) -> None:
         """Waits until every rank gets here (separate group jobs: the group's ranks, and
@@ -321,8 +345,10 @@ class Hybrid(KVStoreBase):
     def set_optimizer(self, optimizer: mx.optimizer.Optimizer) -> None:
         """Updates run on the store from now on, with this optimizer (mode allreduce: the
         object itself; sync, async: a copy sent to the servers, with later changes of its
-        learning rate or rescale_grad sent before the next gradient)."""
-        if self._config.mode == "sync" and isinstance(self._weights, WorkerWeights):
+        learning rate or rescale_grad sent before the next gradient; sync with gradient
+        compression: the object itself, on every rank)."""
+        if self._config.mode == "sync" and isinstance(self._weights, WorkerWeights) \
+                and not self._compressed_across_groups:
             self._move_weights_to_servers()
         self._weights.set_optimizer(optimizer)
 

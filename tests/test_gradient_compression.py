@@ -1,7 +1,9 @@
 """Gradient compression through the hybrid store (tests/workers/compression.py: each step's
 result equal to a quantiser summed over every rank's gradients, MXNet's own for flat
 2-bit, numpy's for the rest, so no check of the sum passes without the exchange; this
-rank's residuals equal to numpy's), and its refusal where a mode does not take it yet.
+rank's residuals equal to numpy's; tests/workers/sync_compression.py: mode sync's group
+sums through the servers as summed 2-bit codes), and its refusal where a mode does not
+take it yet.
 MXNet's `--gc-type 2bit` script path: tests/test_unmodified_scripts.py."""
 import pytest
 
@@ -38,4 +40,15 @@ def test_modes_without_compression_refuse_it_naming_the_fix(job_dir):
     job = launch(2, "compression.py", env={"MXKV_MODE": "lasgd"})
     assert job.returncode != 0
     assert ("set_gradient_compression: MXKV_MODE=lasgd does not take it yet (modes that do: "
-            "allreduce)") in job.output, job.output
+            "allreduce, sync)") in job.output, job.output
+
+
+def test_sync_sums_each_groups_quantised_sum_through_the_servers(job_dir):
+    """Mode sync, 2 groups of 2, 2 servers: every step equals numpy's 2-bit quantiser of each
+    group's sum (residual per group) summed over the groups and averaged, a leader pushes a
+    float32 word per 10 values, 1bit is refused, and the optimizer (on the workers) applies
+    the decoded sum. A group's own codes alone cannot give the sum (each rank's gradients
+    are its own)."""
+    job = launch(4, "sync_compression.py", env={"MXKV_MODE": "sync"},
+                 launcher_options=["--group-size", "2", "--servers", "2"])
+    assert_checks_passed(job, 4, 4)

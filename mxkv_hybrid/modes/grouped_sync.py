@@ -15,10 +15,13 @@ leaders cross the groups dense (the rows scattered into the key's full shape, wi
 vector marking which rows a group had), since ps-lite's servers keep a row_sparse key
 only under an optimizer; every rank gets the union of all groups' rows. Weights updated
 on the servers cross as rows (server_weights.py).
+
+With set_gradient_compression (2bit) the leaders' float32 sums cross as 2-bit codes that
+the servers sum (ps/summed_codes.py); the optimizer then stays on the workers.
 """
 import atexit
 from dataclasses import replace
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import mxnet as mx
 import numpy as np
@@ -29,6 +32,7 @@ from ..comm.lockstep import tie_groups
 from ..comm.topology import Groups, World, wait_for_leader
 from ..config import Config
 from ..ps.client import connect_leader, release
+from ..ps.summed_codes import SummedCodes
 
 Layout = Tuple[List[mx.nd.NDArray], List[mx.nd.NDArray]]  # fused buffers, per-key views
 
@@ -42,6 +46,7 @@ class GroupedSync:
         self._layouts: Dict[Tuple, Layout] = {}
         self._num_groups = groups.num_groups
         self._ps = connect_leader("dist_sync", config, world, groups)
+        self._codes: Optional[SummedCodes] = None  # compress_across_groups
         if not world.spans_all_ranks:  # epoch ends and finite checks must span the groups
             tie_groups(self.agree_across_groups)
         if self._ps is not None:
@@ -66,12 +71,28 @@ class GroupedSync:
         buffers, views = self._layout(layout_id, outputs)
         fused = [[v] for v in views]
         self._group.allreduce(op, keys, inputs, fused, average=False)
-        self._ps.sum_across_groups(self._ps.chunks_for(layout_id, buffers))
+        self._sum_across_groups(layout_id, buffers)
         if average:
             for buffer in buffers:
                 buffer *= 1.0 / self._world_size
         wait_for_leader(self._group_comm, is_leader=True)
         self._group.broadcast(op, keys, fused, outputs, root=0)
+
+    def compress_across_groups(self, threshold: float) -> None:
+        """From now on the leaders' float32 group sums cross the groups as 2-bit codes
+        the servers sum (ps/summed_codes.py); other dtypes and row_sparse values as they
+        are."""
+        self._codes = SummedCodes(threshold, self._num_groups)
+
+    def _sum_across_groups(self, layout_id: Tuple, buffers: Sequence[mx.nd.NDArray]) -> None:
+        """The leader's fused buffers become the sums over all groups (float32 ones as
+        summed 2-bit codes once compressed)."""
+        coded = [b for b in buffers if self._codes is not None and b.dtype == np.float32]
+        plain = [b for b in buffers if not any(b is c for c in coded)]
+        if plain:
+            self._ps.sum_across_groups(self._ps.chunks_for(layout_id, plain))
+        for buffer in coded:
+            self._codes.sum_across_groups(self._ps, layout_id + ("2bit",), buffer)
 
     def _allreduce_rows(self, op: str, key: Key, inputs: Arrays, outputs: Arrays,
                         average: bool) -> None:
