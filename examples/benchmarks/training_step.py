@@ -2,6 +2,9 @@
   allreduce   the hybrid store over one MPI world,
   overlap     the same with MXKV_OVERLAP=1 (buckets reduced while backward runs),
   sync        the hybrid store, 2 groups of 2 joined by 2 dist_sync servers,
+  sync-2bit   the same with the Trainer's compression_params 2bit (threshold 0.5): each
+              group's sum crosses as 2-bit codes the servers sum, the optimizer on the
+              workers (not in the default list; name it in --configurations),
   async       the hybrid store, 2 groups of 2, 2 dist_async servers holding the weights,
   dist_sync   MXNet's native ps-lite store, every rank a worker, 2 servers,
   horovod     Horovod's MXNet binding (hvd.DistributedTrainer, its own tensor fusion) when it
@@ -71,7 +74,7 @@ def _one_image():
     return mx.nd.zeros((1, 3, 32, 32))
 
 
-def worker(kvstore_name: str, steps: int, warmup: int) -> None:
+def worker(kvstore_name: str, steps: int, warmup: int, compression: Optional[str]) -> None:
     """One rank: trains ResNet-18 on random data, prints a JSON line with its timings."""
     import mxnet as mx
     from mxnet import autograd, gluon
@@ -86,7 +89,9 @@ def worker(kvstore_name: str, steps: int, warmup: int) -> None:
         kv = mx.kv.create(kvstore_name)
         mx.random.seed(kv.rank)
         net.initialize(mx.init.Xavier())
-        trainer = gluon.Trainer(net.collect_params(), "sgd", optimizer_params, kvstore=kv)
+        trainer = gluon.Trainer(net.collect_params(), "sgd", optimizer_params, kvstore=kv,
+                                compression_params={"type": compression, "threshold": 0.5}
+                                if compression else None)
     net.hybridize()
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
     rng = np.random.RandomState(kv.rank)
@@ -155,13 +160,15 @@ def run_configuration(name: str, ranks: int, steps: int, warmup: int,
         for r in rows:
             r["ps_bytes_per_step"] = 2 * r["gradient_bytes"]
     else:
-        env = dict(os.environ, MXKV_MODE="allreduce" if name == "overlap" else name,
+        mode, _, compression = name.partition("-")
+        env = dict(os.environ, MXKV_MODE="allreduce" if name == "overlap" else mode,
                    MXKV_OVERLAP="1" if name == "overlap" else "0")
         groups = cluster.size if cluster else 2
         options = ([] if name in ("allreduce", "overlap", "horovod") else
                    ["--group-size", str(ranks // groups), "--servers", str(SERVERS)])
         store = "horovod" if name == "horovod" else "hybrid"
-        command = ["python", __file__, *args, "--kvstore", store]
+        command = ["python", __file__, *args, "--kvstore", store,
+                   *(["--gc", compression] if compression else [])]
         if cluster is None:
             done = subprocess.run([sys.executable, "-m", "mxkv_hybrid.launch", "-n", str(ranks),
                                    "--timeout", "1500", *options, "--", *command],
@@ -187,6 +194,9 @@ def link_limit_ms(name: str, gradient_bytes: int, ranks: int, cluster) -> float:
         seconds = allreduce_limit_seconds(gradient_bytes, cluster.size, cluster.rate_mbit)
     else:
         talkers = ranks // cluster.size if name == "dist_sync" else 1
+        if name == "sync-2bit":  # a float32 word per digits_per_word values
+            from mxkv_hybrid.comm import _C
+            gradient_bytes /= _C.digits_per_word(cluster.size)
         seconds = servers_limit_seconds(gradient_bytes, talkers, cluster.size, cluster.rate_mbit)
     return 1e3 * seconds
 
@@ -229,9 +239,10 @@ def main() -> None:
                         help="with --hosts: the rate of every host's link")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--kvstore", help=argparse.SUPPRESS)
+    parser.add_argument("--gc", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        return worker(args.kvstore, args.steps, args.warmup)
+        return worker(args.kvstore, args.steps, args.warmup, args.gc)
 
     os.environ["OMP_NUM_THREADS"] = str(args.threads)  # every job below inherits it
     if args.hosts:
@@ -262,6 +273,9 @@ def main() -> None:
     if "sync" in by_name and "dist_sync" in by_name:
         print(f"sync / dist_sync, whole step: "
               f"{by_name['sync']['total_ms'] / by_name['dist_sync']['total_ms']:.3f}")
+    if "sync" in by_name and "sync-2bit" in by_name:
+        print(f"sync-2bit / sync, whole step: "
+              f"{by_name['sync-2bit']['total_ms'] / by_name['sync']['total_ms']:.3f}")
     os.makedirs(args.out, exist_ok=True)
     name = f"training_step_{args.hosts}_hosts" if args.hosts else "training_step"
     with open(os.path.join(args.out, f"{name}.json"), "w") as f:
