@@ -15,10 +15,11 @@
 #include <type_traits>
 #include <vector>
 
-#include "code_sums.h"
 #include "bucket_plan.h"
+#include "code_sums.h"
 #include "dtype.h"
 #include "elastic_step.h"
+#include "mxnet_api.h"
 #include "shared_link_clock.h"
 #include "tensor_collectives.h"
 
@@ -58,6 +59,15 @@ bool run_collective(Fn&& fn) {
 template <typename Fn>
 Fn* as_function(const py::dict& addresses, const char* name) {
   return reinterpret_cast<Fn*>(addresses[name].cast<uintptr_t>());
+}
+
+// A float32 NDArray's memory, once MXNet's engine is done with it (code_sums' kernels).
+mxkv::ArrayView float32_array(uintptr_t handle, const char* what) {
+  mxkv::wait_for_engine();
+  auto view = mxkv::resolve_array(reinterpret_cast<mxkv::NDArrayHandle>(handle));
+  if (view.dtype != mxkv::kFloat32) throw std::invalid_argument(std::string(what) +
+                                                                " must be float32");
+  return view;
 }
 
 }  // namespace
@@ -102,36 +112,40 @@ PYBIND11_MODULE(_C, m) {
   m.def("digits_per_word", &mxkv::digits_per_word, py::arg("groups"),
         "Values one float32 word of summed 2-bit digits carries for `groups` groups.");
   m.def("pack_2bit_digits",
-        [](py::array_t<float, py::array::c_style> values,
-           py::array_t<float, py::array::c_style> residual, float threshold, int groups,
-           py::array_t<float, py::array::c_style> packed) {
-          const size_t n = static_cast<size_t>(values.size());
+        [](uintptr_t values, py::array_t<float, py::array::c_style> residual, float threshold,
+           int groups, uintptr_t packed) {
+          const auto in = float32_array(values, "pack_2bit_digits: values");
+          const auto out = float32_array(packed, "pack_2bit_digits: packed");
+          const size_t n = static_cast<size_t>(in.count);
           if (static_cast<size_t>(residual.size()) != n ||
-              static_cast<size_t>(packed.size()) != mxkv::packed_words(n, groups))
+              static_cast<size_t>(out.count) != mxkv::packed_words(n, groups))
             throw std::invalid_argument("pack_2bit_digits: residual must match values, and "
                                         "packed hold packed_words(n, groups) words");
+          float* kept = residual.mutable_data();
           py::gil_scoped_release unlocked;
-          mxkv::pack_2bit_digits(values.data(), residual.mutable_data(), n, threshold, groups,
-                                 packed.mutable_data());
+          mxkv::pack_2bit_digits(static_cast<const float*>(in.data), kept, n, threshold, groups,
+                                 static_cast<float*>(out.data));
         },
         py::arg("values"), py::arg("residual"), py::arg("threshold"), py::arg("groups"),
         py::arg("packed"),
-        "packed = the 2-bit digits of residual += values, base 2 groups + 1 in float32 words "
-        "(residual updated; csrc/code_sums.h).");
+        "NDArray `packed` (handle) = the 2-bit digits of residual += NDArray `values`, base "
+        "2 groups + 1 in float32 words (residual updated; csrc/code_sums.h).");
   m.def("unpack_2bit_digit_sums",
-        [](py::array_t<float, py::array::c_style> summed, float threshold, int groups,
-           double scale, py::array_t<float, py::array::c_style> out) {
-          const size_t n = static_cast<size_t>(out.size());
-          if (static_cast<size_t>(summed.size()) != mxkv::packed_words(n, groups))
+        [](uintptr_t summed, float threshold, int groups, double scale, uintptr_t out) {
+          const auto words = float32_array(summed, "unpack_2bit_digit_sums: summed");
+          const auto values = float32_array(out, "unpack_2bit_digit_sums: out");
+          const size_t n = static_cast<size_t>(values.count);
+          if (static_cast<size_t>(words.count) != mxkv::packed_words(n, groups))
             throw std::invalid_argument("unpack_2bit_digit_sums: summed must hold "
                                         "packed_words(out.size, groups) words");
           py::gil_scoped_release unlocked;
-          mxkv::unpack_2bit_digit_sums(summed.data(), n, threshold, groups, scale,
-                                       out.mutable_data());
+          mxkv::unpack_2bit_digit_sums(static_cast<const float*>(words.data), n, threshold,
+                                       groups, scale, static_cast<float*>(values.data));
         },
         py::arg("summed"), py::arg("threshold"), py::arg("groups"), py::arg("scale"),
         py::arg("out"),
-        "out = scale x the sums of the groups' quantised values that the summed words hold.");
+        "NDArray `out` (handle) = scale x the sums of the groups' quantised values that the "
+        "summed words (an NDArray handle) hold.");
   m.def("bucket_elements",
         [](const std::vector<std::pair<int, int64_t>>& tensors, size_t bucket_bytes) {
           std::vector<mxkv::Tensor> spec(tensors.size());

@@ -23,21 +23,18 @@ class SummedCodes:
     def sum_across_groups(self, ps: ParameterServer, layout_id: Tuple,
                           buffer: mx.nd.NDArray) -> None:
         """`buffer` (float32, this group's sum) becomes the sum over all groups of their
-        quantised sums; `layout_id` names the buffer (its residual and server keys)."""
-        values = buffer.asnumpy().reshape(-1)
+        quantised sums; `layout_id` names the buffer (its residual and server keys). The
+        kernels read and write the NDArrays in place."""
         if layout_id not in self._words:
-            words = -(-values.size // _C.digits_per_word(self._groups))
-            self._residuals[layout_id] = np.zeros(values.size, np.float32)
+            words = -(-buffer.size // _C.digits_per_word(self._groups))
+            self._residuals[layout_id] = np.zeros(buffer.size, np.float32)
             self._words[layout_id] = mx.nd.zeros((words,), dtype=np.float32)
         words = self._words[layout_id]
-        packed = np.empty(words.shape, np.float32)
-        _C.pack_2bit_digits(values, self._residuals[layout_id], self.threshold, self._groups,
-                            packed)
-        words[:] = packed
+        _C.pack_2bit_digits(buffer.handle.value, self._residuals[layout_id], self.threshold,
+                            self._groups, words.handle.value)
         ps.sum_across_groups(ps.chunks_for(layout_id, [words]))
-        summed = np.empty(values.size, np.float32)
-        _C.unpack_2bit_digit_sums(words.asnumpy(), self.threshold, self._groups, 1.0, summed)
-        buffer[:] = summed.reshape(buffer.shape)
+        _C.unpack_2bit_digit_sums(words.handle.value, self.threshold, self._groups, 1.0,
+                                  buffer.handle.value)
 
     def residual(self, layout_id: Tuple) -> np.ndarray:
         """This leader's residual of a buffer (what quantisation has not sent yet)."""
