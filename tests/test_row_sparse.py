@@ -47,20 +47,8 @@ def test_a_sparse_embedding_trains_as_one_process_on_the_union_of_the_batches(jo
     every step of plain SGD is the same (the mean of x - lr g_r is x - lr mean(g)). Mode
     sync, 2 groups of 2: the gradients (or the rows of a row_sparse weight) cross the groups
     through the servers, which run the optimizer (or, updated on the workers, sum them)."""
-    env = dict(env)
-    launcher_options = env.pop("LAUNCHER", "").split()
-    for ranks in (4, 1):
-        run_reference("train_sparse_embedding.py", "--out", str(job_dir / f"ref{ranks}"),
-                      "--reference", str(ranks), *options)
-    job = launch(4, "train_sparse_embedding.py", "--out", str(job_dir / "dist"), *options,
-                 env=dict({"MXKV_MODE": "allreduce"}, **env), launcher_options=launcher_options)
-    assert job.returncode == 0, job.output
-    found = rank_files(job_dir / "dist", range(4))
-    assert_same_on_every_rank(found, "")
-    union, alone = (rank_files(job_dir / f"ref{n}", [0])[0] for n in (4, 1))
-    for name, reference in union.items():
-        assert np.allclose(found[0][name], reference, rtol=0, atol=TRAINED_WITHIN), name
-    assert max(np.abs(found[0][n] - alone[n]).max() for n in alone) > 100 * TRAINED_WITHIN
+    assert_trains_as_one_process_on_the_union(job_dir, "train_sparse_embedding.py", options,
+                                              dict({"MXKV_MODE": "allreduce"}, **env))
 
 
 @pytest.mark.parametrize("env", [{"MXKV_MODE": "allreduce"}, SYNC_IN_2_GROUPS],
@@ -71,12 +59,19 @@ def test_module_with_a_row_sparse_weight_trains_as_one_process_on_the_union(job_
     process on the 4 ranks' batches; the control, one process on rank 0's, is far from it.
     Each rank's features lie in its own quarter of the rows, so the sums add no float
     rounding beyond the bias's."""
+    assert_trains_as_one_process_on_the_union(job_dir, "train_sparse_module.py", [], env)
+
+
+def assert_trains_as_one_process_on_the_union(job_dir, worker: str, options, env) -> None:
+    """`worker` on 4 ranks (env's LAUNCHER: mxkv-launch options) writes on every rank the
+    weights of one process on the 4 ranks' batches (TRAINED_WITHIN), far from one process
+    on rank 0's alone (the control)."""
     env = dict(env)
     launcher_options = env.pop("LAUNCHER", "").split()
     for ranks in (4, 1):
-        run_reference("train_sparse_module.py", "--out", str(job_dir / f"ref{ranks}"),
-                      "--reference", str(ranks))
-    job = launch(4, "train_sparse_module.py", "--out", str(job_dir / "dist"), env=env,
+        run_reference(worker, "--out", str(job_dir / f"ref{ranks}"), "--reference", str(ranks),
+                      *options)
+    job = launch(4, worker, "--out", str(job_dir / "dist"), *options, env=env,
                  launcher_options=launcher_options)
     assert job.returncode == 0, job.output
     found = rank_files(job_dir / "dist", range(4))
