@@ -146,6 +146,41 @@ PYBIND11_MODULE(_C, m) {
         py::arg("out"),
         "NDArray `out` (handle) = scale x the sums of the groups' quantised values that the "
         "summed words (an NDArray handle) hold.");
+  m.def("one_bit_slot_words", &mxkv::one_bit_slot_words, py::arg("n"),
+        "Words of one group's slot of 1-bit codes of n values (csrc/code_sums.h).");
+  m.def("pack_1bit_slot",
+        [](uintptr_t values, py::array_t<float, py::array::c_style> residual, int group,
+           int groups, uintptr_t words) {
+          const auto in = float32_array(values, "pack_1bit_slot: values");
+          const auto out = float32_array(words, "pack_1bit_slot: words");
+          const size_t n = static_cast<size_t>(in.count);
+          if (static_cast<size_t>(residual.size()) != n || group < 0 || group >= groups ||
+              static_cast<size_t>(out.count) != static_cast<size_t>(groups) * mxkv::one_bit_slot_words(n))
+            throw std::invalid_argument("pack_1bit_slot: residual must match values, and "
+                                        "words hold groups x one_bit_slot_words(n) words");
+          float* kept = residual.mutable_data();
+          py::gil_scoped_release unlocked;
+          mxkv::pack_1bit_slot(static_cast<const float*>(in.data), kept, n, group, groups,
+                               static_cast<float*>(out.data));
+        },
+        py::arg("values"), py::arg("residual"), py::arg("group"), py::arg("groups"),
+        py::arg("words"),
+        "NDArray `words` (handle) = zeros but for `group`'s slot: the 1-bit codes of "
+        "residual += NDArray `values` (residual updated).");
+  m.def("unpack_1bit_slots",
+        [](uintptr_t summed, int groups, double scale, uintptr_t out) {
+          const auto words = float32_array(summed, "unpack_1bit_slots: summed");
+          const auto values = float32_array(out, "unpack_1bit_slots: out");
+          const size_t n = static_cast<size_t>(values.count);
+          if (static_cast<size_t>(words.count) != static_cast<size_t>(groups) * mxkv::one_bit_slot_words(n))
+            throw std::invalid_argument("unpack_1bit_slots: summed must hold groups x "
+                                        "one_bit_slot_words(out.size) words");
+          py::gil_scoped_release unlocked;
+          mxkv::unpack_1bit_slots(static_cast<const float*>(words.data), n, groups, scale,
+                                  static_cast<float*>(values.data));
+        },
+        py::arg("summed"), py::arg("groups"), py::arg("scale"), py::arg("out"),
+        "NDArray `out` (handle) = scale x the sum of the 1-bit values in every group's slot.");
   m.def("bucket_elements",
         [](const std::vector<std::pair<int, int64_t>>& tensors, size_t bucket_bytes) {
           std::vector<mxkv::Tensor> spec(tensors.size());

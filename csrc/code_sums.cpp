@@ -4,6 +4,9 @@
 #include <cmath>
 #include <cstdint>
 #include <stdexcept>
+#include <vector>
+
+#include "one_bit.h"
 
 namespace mxkv {
 
@@ -56,6 +59,39 @@ void unpack_2bit_digit_sums(const float* summed, size_t n, float threshold, int 
       digits /= base;
     }
   }
+}
+
+size_t one_bit_slot_words(size_t n) { return (one_bit_bytes(n) + 2) / 3; }
+
+void pack_1bit_slot(const float* values, float* residual, size_t n, int group, int groups,
+                    float* words) {
+  const size_t slot = one_bit_slot_words(n);
+  std::vector<uint8_t> codes(slot * 3, 0);
+  quantize_1bit(values, residual, n, codes.data());
+  std::fill(words, words + slot * static_cast<size_t>(groups), 0.0f);
+  float* mine = words + slot * static_cast<size_t>(group);
+  for (size_t w = 0; w < slot; ++w)
+    mine[w] = static_cast<float>(codes[3 * w] | (codes[3 * w + 1] << 8) |
+                                 (static_cast<uint32_t>(codes[3 * w + 2]) << 16));
+}
+
+void unpack_1bit_slots(const float* summed, size_t n, int groups, double scale, float* out) {
+  const size_t slot = one_bit_slot_words(n);
+  std::vector<std::vector<uint8_t>> codes(static_cast<size_t>(groups),
+                                          std::vector<uint8_t>(slot * 3));
+  std::vector<const uint8_t*> sources;
+  for (int g = 0; g < groups; ++g) {
+    const float* words = summed + slot * static_cast<size_t>(g);
+    uint8_t* bytes = codes[static_cast<size_t>(g)].data();
+    for (size_t w = 0; w < slot; ++w) {
+      const uint32_t word = static_cast<uint32_t>(std::lround(words[w]));
+      bytes[3 * w] = static_cast<uint8_t>(word);
+      bytes[3 * w + 1] = static_cast<uint8_t>(word >> 8);
+      bytes[3 * w + 2] = static_cast<uint8_t>(word >> 16);
+    }
+    sources.push_back(bytes);
+  }
+  decode_sum_1bit(sources, n, scale, out);
 }
 
 }  // namespace mxkv

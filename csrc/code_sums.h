@@ -8,6 +8,13 @@
 // the groups' digits, which decodes to the sum of their quantised values:
 // (digit sum - groups) t. Two groups: 10 values a word (3.2 bits a value, 10x less than
 // float32, both ways); three: 8; five: 6.
+//
+// 1-bit codes (one_bit.h: a sign a value and two means per block) cannot be summed so:
+// decoding needs each group's own means. Each group writes its code bytes, 3 to a float32
+// word (an integer below 2^24), into its own slot of the words and zeros elsewhere; the
+// servers' sum of the groups' words is then every group's slot at once, and every leader
+// decodes all of them (the sum over groups of their 1-bit values, in group order). Two
+// groups: 2 x 1.25 x 4/3 = 3.3 bits a value, pushed and pulled.
 #pragma once
 
 #include <cstddef>
@@ -30,5 +37,16 @@ void pack_2bit_digits(const float* values, float* residual, size_t n, float thre
 // out[i] = scale * (the digit sum of value i in `summed` - groups) * threshold, i < n.
 void unpack_2bit_digit_sums(const float* summed, size_t n, float threshold, int groups,
                             double scale, float* out);
+
+// Words of one group's slot of 1-bit codes of n values.
+size_t one_bit_slot_words(size_t n);
+
+// words[0 .. groups x one_bit_slot_words(n)) = zeros, but for `group`'s slot: the 1-bit
+// codes of residual += values (residual updated).
+void pack_1bit_slot(const float* values, float* residual, size_t n, int group, int groups,
+                    float* words);
+
+// out[i] = scale * the sum over the groups' slots of the 1-bit values they encode, i < n.
+void unpack_1bit_slots(const float* summed, size_t n, int groups, double scale, float* out);
 
 }  // namespace mxkv

@@ -297,7 +297,7 @@ class Hybrid(KVStoreBase):
         from now on every float32 value pushed is quantised with the residual kept (error
         feedback) and the codes summed (comm/compression.py). Mode allreduce: per rank
         (flat 2-bit is dist_sync's result, in 2 bits a value) or per group (hierarchical).
-        Mode sync (2bit): each group's sum, as codes the servers sum (ps/summed_codes.py);
+        Mode sync: each group's sum, as codes the servers sum (ps/summed_codes.py);
         call it before set_optimizer (Trainer and Module do): the optimizer then runs on
         every rank, since the servers see codes, not gradients."""
         compression = parse_compression(compression_params)
@@ -316,19 +316,14 @@ class Hybrid(KVStoreBase):
         self._weights.reduce_with(self._reducer)
 
     def _compress_across_groups(self, compression: Compression) -> None:
-        """Mode sync: the leaders' group sums cross as 2-bit codes the servers sum."""
-        if compression.type != "2bit":
-            raise MXKVError(f"set_gradient_compression: MXKV_MODE=sync takes {{'type': '2bit'}}"
-                            f" (the servers sum 2-bit codes), not {compression.type!r}, whose "
-                            "decoding needs every group's scales: use 2bit, or MXKV_MODE="
-                            "allreduce with MXKV_HIERARCHY=on")
+        """Mode sync: the leaders' group sums cross as codes the servers sum."""
         if not isinstance(self._weights, WorkerWeights):
             raise MXKVError("set_gradient_compression: the parameter servers already run this "
                             "store's optimizer; call set_gradient_compression before "
                             "set_optimizer (gluon.Trainer and Module do), so that the optimizer "
                             "runs on every rank and the servers sum the codes")
         self._active()
-        self._reducer.compress_across_groups(compression.threshold)
+        self._reducer.compress_across_groups(compression)
         self._compressed_across_groups = True
 
     def barrier(self) -> None:

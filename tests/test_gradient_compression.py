@@ -43,12 +43,14 @@ def test_modes_without_compression_refuse_it_naming_the_fix(job_dir):
             "allreduce, sync)") in job.output, job.output
 
 
-def test_sync_sums_each_groups_quantised_sum_through_the_servers(job_dir):
-    """Mode sync, 2 groups of 2, 2 servers: every step equals numpy's 2-bit quantiser of each
-    group's sum (residual per group) summed over the groups and averaged, a leader pushes a
-    float32 word per 10 values, 1bit is refused, and the optimizer (on the workers) applies
-    the decoded sum. A group's own codes alone cannot give the sum (each rank's gradients
-    are its own)."""
-    job = launch(4, "sync_compression.py", env={"MXKV_MODE": "sync"},
+@pytest.mark.parametrize("kind", ["2bit", "1bit"])
+def test_sync_sums_each_groups_quantised_sum_through_the_servers(job_dir, kind):
+    """Mode sync, 2 groups of 2, 2 servers: every step equals numpy's quantiser of each
+    group's sum (residual per group) summed over the groups and averaged, a leader pushes
+    the words csrc/code_sums.h documents, other types are refused, and the optimizer (on the
+    workers) applies the decoded sum. A group's own codes alone cannot give the sum (each
+    rank's gradients are its own): sabotaged (the leaders not crossing), 3 of the 4 checks
+    fail."""
+    job = launch(4, "sync_compression.py", env={"MXKV_MODE": "sync", "COMPRESSION": kind},
                  launcher_options=["--group-size", "2", "--servers", "2"])
     assert_checks_passed(job, 4, 4)

@@ -5,6 +5,7 @@
   sync-2bit   the same with the Trainer's compression_params 2bit (threshold 0.5): each
               group's sum crosses as 2-bit codes the servers sum, the optimizer on the
               workers (not in the default list; name it in --configurations),
+  sync-1bit   the same with 1bit (1-bit SGD's quantiser),
   async       the hybrid store, 2 groups of 2, 2 dist_async servers holding the weights,
   dist_sync   MXNet's native ps-lite store, every rank a worker, 2 servers,
   horovod     Horovod's MXNet binding (hvd.DistributedTrainer, its own tensor fusion) when it
@@ -90,8 +91,7 @@ def worker(kvstore_name: str, steps: int, warmup: int, compression: Optional[str
         mx.random.seed(kv.rank)
         net.initialize(mx.init.Xavier())
         trainer = gluon.Trainer(net.collect_params(), "sgd", optimizer_params, kvstore=kv,
-                                compression_params={"type": compression, "threshold": 0.5}
-                                if compression else None)
+                                compression_params=compression_params(compression))
     net.hybridize()
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
     rng = np.random.RandomState(kv.rank)
@@ -125,6 +125,13 @@ def worker(kvstore_name: str, steps: int, warmup: int, compression: Optional[str
                       "gradient_bytes": size * 4}), flush=True)
     if hasattr(kv, "close"):
         kv.close()
+
+
+def compression_params(compression: Optional[str]) -> Optional[dict]:
+    """The Trainer's compression_params for --gc 2bit (threshold 0.5) or 1bit."""
+    if not compression:
+        return None
+    return {"type": "2bit", "threshold": 0.5} if compression == "2bit" else {"type": compression}
 
 
 def ps_traffic():
@@ -197,6 +204,8 @@ def link_limit_ms(name: str, gradient_bytes: int, ranks: int, cluster) -> float:
         if name == "sync-2bit":  # a float32 word per digits_per_word values
             from mxkv_hybrid.comm import _C
             gradient_bytes /= _C.digits_per_word(cluster.size)
+        if name == "sync-1bit":  # every group's slot: 40 bytes per 256 values, 3 a word
+            gradient_bytes *= cluster.size * 40 / 256 / 3
         seconds = servers_limit_seconds(gradient_bytes, talkers, cluster.size, cluster.rate_mbit)
     return 1e3 * seconds
 
@@ -273,9 +282,10 @@ def main() -> None:
     if "sync" in by_name and "dist_sync" in by_name:
         print(f"sync / dist_sync, whole step: "
               f"{by_name['sync']['total_ms'] / by_name['dist_sync']['total_ms']:.3f}")
-    if "sync" in by_name and "sync-2bit" in by_name:
-        print(f"sync-2bit / sync, whole step: "
-              f"{by_name['sync-2bit']['total_ms'] / by_name['sync']['total_ms']:.3f}")
+    for coded in ("sync-2bit", "sync-1bit"):
+        if "sync" in by_name and coded in by_name:
+            print(f"{coded} / sync, whole step: "
+                  f"{by_name[coded]['total_ms'] / by_name['sync']['total_ms']:.3f}")
     os.makedirs(args.out, exist_ok=True)
     name = f"training_step_{args.hosts}_hosts" if args.hosts else "training_step"
     with open(os.path.join(args.out, f"{name}.json"), "w") as f:

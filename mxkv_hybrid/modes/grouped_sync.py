@@ -16,7 +16,7 @@ vector marking which rows a group had), since ps-lite's servers keep a row_spars
 only under an optimizer; every rank gets the union of all groups' rows. Weights updated
 on the servers cross as rows (server_weights.py).
 
-With set_gradient_compression (2bit) the leaders' float32 sums cross as 2-bit codes that
+With set_gradient_compression (2bit, 1bit) the leaders' float32 sums cross as codes that
 the servers sum (ps/summed_codes.py); the optimizer then stays on the workers.
 """
 import atexit
@@ -28,6 +28,7 @@ import numpy as np
 
 from ..comm import row_sparse
 from ..comm.collectives import Arrays, Key, TensorCollectives
+from ..comm.compression import Compression
 from ..comm.lockstep import tie_groups
 from ..comm.topology import Groups, World, wait_for_leader
 from ..config import Config
@@ -78,11 +79,10 @@ class GroupedSync:
         wait_for_leader(self._group_comm, is_leader=True)
         self._group.broadcast(op, keys, fused, outputs, root=0)
 
-    def compress_across_groups(self, threshold: float) -> None:
-        """From now on the leaders' float32 group sums cross the groups as 2-bit codes
-        the servers sum (ps/summed_codes.py); other dtypes and row_sparse values as they
-        are."""
-        self._codes = SummedCodes(threshold, self._num_groups)
+    def compress_across_groups(self, compression: Compression) -> None:
+        """From now on the leaders' float32 group sums cross the groups as codes the
+        servers sum (ps/summed_codes.py); other dtypes and row_sparse values as they are."""
+        self._codes = SummedCodes(compression, self._group_index, self._num_groups)
 
     def _sum_across_groups(self, layout_id: Tuple, buffers: Sequence[mx.nd.NDArray]) -> None:
         """The leader's fused buffers become the sums over all groups (float32 ones as
@@ -92,7 +92,8 @@ class GroupedSync:
         if plain:
             self._ps.sum_across_groups(self._ps.chunks_for(layout_id, plain))
         for buffer in coded:
-            self._codes.sum_across_groups(self._ps, layout_id + ("2bit",), buffer)
+            self._codes.sum_across_groups(self._ps, layout_id + (self._codes.compression,),
+                                          buffer)
 
     def _allreduce_rows(self, op: str, key: Key, inputs: Arrays, outputs: Arrays,
                         average: bool) -> None:

@@ -1,21 +1,27 @@
-"""Mode sync's gradient compression across groups (set_gradient_compression 2bit): each
-leader quantises its group's float32 sum with MXNet's 2-bit quantiser, the residual kept
-(error feedback), and writes the codes as digits in base 2 groups + 1 into float32 words
-that the dist_sync servers, which only add floats, sum exactly (csrc/code_sums.h). Every
-leader pulls the summed words and decodes the sum over groups of the quantised group
-sums: with 2 groups a word carries 10 values, 10x fewer bytes than float32, both ways."""
+"""Mode sync's gradient compression across groups (set_gradient_compression): each leader
+quantises its group's float32 sum, the residual kept (error feedback), and writes the
+codes into float32 words whose sum over the groups, which is all the dist_sync servers
+compute, still decodes exactly (csrc/code_sums.h):
+- 2bit (MXNet's arithmetic): digits in base 2 groups + 1, summed without carry; with 2
+  groups a word carries 10 values, 10x fewer bytes than float32, both ways;
+- 1bit (1-bit SGD's): each group's code bytes, 3 a word, in its own slot of the words
+  (zeros elsewhere), so the sum is every group's codes; 2 groups: 3.3 bits a value.
+Every leader pulls the summed words and decodes the sum over groups of the quantised
+group sums."""
 from typing import Dict, Tuple
 
 import mxnet as mx
 import numpy as np
 
 from ..comm import _C
+from ..comm.compression import Compression
 from .client import ParameterServer
 
 
 class SummedCodes:
-    def __init__(self, threshold: float, groups: int):
-        self.threshold = threshold
+    def __init__(self, compression: Compression, group: int, groups: int):
+        self.compression = compression
+        self._group = group
         self._groups = groups
         self._residuals: Dict[Tuple, np.ndarray] = {}
         self._words: Dict[Tuple, mx.nd.NDArray] = {}
@@ -26,16 +32,29 @@ class SummedCodes:
         quantised sums; `layout_id` names the buffer (its residual and server keys). The
         kernels read and write the NDArrays in place."""
         if layout_id not in self._words:
-            words = -(-buffer.size // _C.digits_per_word(self._groups))
             self._residuals[layout_id] = np.zeros(buffer.size, np.float32)
-            self._words[layout_id] = mx.nd.zeros((words,), dtype=np.float32)
-        words = self._words[layout_id]
-        _C.pack_2bit_digits(buffer.handle.value, self._residuals[layout_id], self.threshold,
-                            self._groups, words.handle.value)
+            self._words[layout_id] = mx.nd.zeros((self._word_count(buffer.size),),
+                                                 dtype=np.float32)
+        words, residual = self._words[layout_id], self._residuals[layout_id]
+        two_bit = self.compression.type == "2bit"
+        if two_bit:
+            _C.pack_2bit_digits(buffer.handle.value, residual, self.compression.threshold,
+                                self._groups, words.handle.value)
+        else:
+            _C.pack_1bit_slot(buffer.handle.value, residual, self._group, self._groups,
+                              words.handle.value)
         ps.sum_across_groups(ps.chunks_for(layout_id, [words]))
-        _C.unpack_2bit_digit_sums(words.handle.value, self.threshold, self._groups, 1.0,
-                                  buffer.handle.value)
+        if two_bit:
+            _C.unpack_2bit_digit_sums(words.handle.value, self.compression.threshold,
+                                      self._groups, 1.0, buffer.handle.value)
+        else:
+            _C.unpack_1bit_slots(words.handle.value, self._groups, 1.0, buffer.handle.value)
 
     def residual(self, layout_id: Tuple) -> np.ndarray:
         """This leader's residual of a buffer (what quantisation has not sent yet)."""
         return self._residuals[layout_id]
+
+    def _word_count(self, values: int) -> int:
+        if self.compression.type == "2bit":
+            return -(-values // _C.digits_per_word(self._groups))
+        return self._groups * _C.one_bit_slot_words(values)

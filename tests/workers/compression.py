@@ -15,11 +15,11 @@ import numpy as np
 from mpi4py import MPI
 
 from mxkv_hybrid.errors import MXKVError
+from quantisers import quantise_1bit, quantise_2bit
 
 KIND = os.environ.get("COMPRESSION", "2bit")
 THRESHOLD = 0.5
 PARAMS = {"type": "2bit", "threshold": THRESHOLD} if KIND == "2bit" else {"type": "1bit"}
-ONE_BIT_BLOCK = 256  # values a pair of means (csrc/one_bit.h)
 SHAPES = {"a": (300, 7), "b": (1000,)}
 STEPS = 6
 
@@ -42,37 +42,6 @@ def gradient(r, step, key):
     return (rng.standard_normal(SHAPES[key]) * 0.4).astype(np.float32)
 
 
-def quantise_2bit(x):
-    """MXNet's 2-bit quantiser of x = residual + values: (values sent, new residual)."""
-    sent = np.where(x >= THRESHOLD, THRESHOLD, np.where(x <= -THRESHOLD, -THRESHOLD, 0))
-    return sent.astype(np.float32), (x - sent).astype(np.float32)
-
-
-def side_mean(values, count):
-    """csrc/one_bit.cpp's mean of one side's values (zeros elsewhere): float32 sums in 8
-    lanes (element i in lane i % 8, in order), the lanes added in double."""
-    lanes = np.zeros((-(-len(values) // 8)) * 8, np.float32)
-    lanes[:len(values)] = values
-    per_lane = np.cumsum(lanes.reshape(-1, 8), axis=0, dtype=np.float32)[-1]
-    total = 0.0
-    for lane in per_lane:
-        total += float(lane)
-    return np.float32(total / count) if count else np.float32(0)
-
-
-def quantise_1bit(x):
-    """1-bit SGD's quantiser of x = residual + values: per block of 256, each value sent as
-    the mean of its side (the negative values, the others)."""
-    sent = np.empty_like(x)
-    for start in range(0, len(x), ONE_BIT_BLOCK):
-        block = x[start:start + ONE_BIT_BLOCK]
-        positive = block >= 0
-        means = [side_mean(np.where(side, block, np.float32(0)), int(side.sum()))
-                 for side in (~positive, positive)]
-        sent[start:start + ONE_BIT_BLOCK] = np.where(positive, means[1], means[0])
-    return sent, (x - sent).astype(np.float32)
-
-
 def cuts(key, call):
     """Where quantisation starts afresh in `key` when a pushpull of the keys `call` holds
     it: the key's start, and per group the slices' bounds (csrc/segmented_exchange.h)."""
@@ -86,7 +55,7 @@ def cuts(key, call):
 def quantise(values, residual, where):
     """(values sent, new residual) of flat float32 `values`, quantised from each cut on."""
     x = (residual + values).astype(np.float32)
-    parts = [(quantise_2bit if KIND == "2bit" else quantise_1bit)(x[a:b])
+    parts = [(quantise_2bit(x[a:b], THRESHOLD) if KIND == "2bit" else quantise_1bit(x[a:b]))
              for a, b in zip(where, where[1:])]
     return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
 
