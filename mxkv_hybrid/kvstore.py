@@ -78,7 +78,6 @@ class Hybrid(KVStoreBase):
         self._this_group = this_group
         self._share = share
         self._sparse_gradients: List[Key] = []  # expect_row_sparse_gradients
-        self._compressed_across_groups = False  # sync: set_gradient_compression
         self._summary = summary_for(self._config)  # MXKV_SUMMARY_EVERY
 
     # ---- identity -------------------------------------------------------------------
@@ -228,10 +227,7 @@ class Hybrid(KVStoreBase):
         keys, outs = _as_key_lists(key, out)
         self._require_initialised("pull", keys)
         self._active()
-        if any(row_sparse.is_row_sparse(o) for copies in outs for o in copies):
-            self._timed(lambda: self._weights.pull(keys, outs, ignore_sparse))
-        else:
-            self._timed(lambda: self._weights.pull(keys, outs))
+        self._timed(lambda: self._weights.pull(keys, outs, ignore_sparse))
 
     def pushpull(self, key, value, out=None, priority: int = 0) -> None:
         """out (default: value, in place) = the sum over all devices and ranks, in one
@@ -324,7 +320,6 @@ class Hybrid(KVStoreBase):
                             "runs on every rank and the servers sum the codes")
         self._active()
         self._reducer.compress_across_groups(compression)
-        self._compressed_across_groups = True
 
     def barrier(self) -> None:
         """Waits until every rank gets here (separate group jobs: the group's ranks, and
@@ -343,7 +338,7 @@ class Hybrid(KVStoreBase):
         learning rate or rescale_grad sent before the next gradient; sync with gradient
         compression: the object itself, on every rank)."""
         if self._config.mode == "sync" and isinstance(self._weights, WorkerWeights) \
-                and not self._compressed_across_groups:
+                and not self._reducer.compresses_across_groups:
             self._move_weights_to_servers()
         self._weights.set_optimizer(optimizer)
 

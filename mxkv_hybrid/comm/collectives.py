@@ -195,8 +195,7 @@ class TensorCollectives:
         if sparse:
             row_sparse.sum_into(self, op, *([entries[i] for i in sorted(sparse)]
                                             for entries in (keys, inputs, outputs)), average)
-            keys, inputs, outputs = ([entries[i] for i in range(len(keys)) if i not in sparse]
-                                     for entries in (keys, inputs, outputs))
+            keys, inputs, outputs = row_sparse.dense_entries(sparse, keys, inputs, outputs)
             if not keys:
                 return
         host_inputs, host_outputs, copy_back = self._staging.stage(keys, inputs, outputs)

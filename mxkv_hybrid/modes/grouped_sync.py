@@ -59,8 +59,7 @@ class GroupedSync:
         for i in sparse:
             self._allreduce_rows(op, keys[i], inputs[i], outputs[i], average)
         if sparse:
-            keys, inputs, outputs = ([x for i, x in enumerate(entries) if i not in set(sparse)]
-                                     for entries in (keys, inputs, outputs))
+            keys, inputs, outputs = row_sparse.dense_entries(sparse, keys, inputs, outputs)
             if not keys:
                 return
         if self._ps is None:
@@ -84,11 +83,17 @@ class GroupedSync:
         servers sum (ps/summed_codes.py); other dtypes and row_sparse values as they are."""
         self._codes = SummedCodes(compression, self._group_index, self._num_groups)
 
+    @property
+    def compresses_across_groups(self) -> bool:
+        """Whether compress_across_groups was called (the servers then sum codes)."""
+        return self._codes is not None
+
     def _sum_across_groups(self, layout_id: Tuple, buffers: Sequence[mx.nd.NDArray]) -> None:
         """The leader's fused buffers become the sums over all groups (float32 ones as
-        summed 2-bit codes once compressed)."""
-        coded = [b for b in buffers if self._codes is not None and b.dtype == np.float32]
-        plain = [b for b in buffers if not any(b is c for c in coded)]
+        summed codes once compressed)."""
+        is_coded = [self._codes is not None and b.dtype == np.float32 for b in buffers]
+        coded = [b for b, c in zip(buffers, is_coded) if c]
+        plain = [b for b, c in zip(buffers, is_coded) if not c]
         if plain:
             self._ps.sum_across_groups(self._ps.chunks_for(layout_id, plain))
         for buffer in coded:

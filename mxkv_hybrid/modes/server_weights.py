@@ -233,11 +233,11 @@ class ServerWeights:
                 self._send_settings(1.0 / self._world_size
                                     if average and not self._asynchronous else 1.0)
             rows = [i for i, k in enumerate(keys) if k in self._rows]
-            pulled_as_kept = self._exchange_dense(*row_sparse.dense_entries(
-                rows, keys, values or [None] * len(keys), outs or [None] * len(keys)),
-                pushes=values is not None, pulls=outs is not None)
-            pulled_as_kept += self._exchange_rows(*([entries[i] for i in rows] for entries in (
-                keys, values or [None] * len(keys), outs or [None] * len(keys))))
+            entries = (keys, values or [None] * len(keys), outs or [None] * len(keys))
+            pulled_as_kept = self._exchange_dense(*row_sparse.dense_entries(rows, *entries),
+                                                  pushes=values is not None,
+                                                  pulls=outs is not None)
+            pulled_as_kept += self._exchange_rows(*([e[i] for i in rows] for e in entries))
             for kept, out in pulled_as_kept:
                 row_sparse.write_into(kept, out)
         if outs is not None:
@@ -288,14 +288,16 @@ class ServerWeights:
                         outs: Sequence[Optional[Arrays]], pushes: bool, pulls: bool
                         ) -> List[Tuple[mx.nd.NDArray, mx.nd.NDArray]]:
         """The leader's push and pull of keys kept dense (row_sparse outs pulled through a
-        dense array), with the servers' counters; returns
-        the (pulled, out) pairs of row_sparse outs, which push_pull writes."""
+        dense array), with the servers' counters; returns the (pulled, out) pairs of
+        row_sparse outs, which push_pull writes."""
         server_keys = [self._server_keys[k] for k in keys]
         pushed = [v[0] for v in values] if pushes else []
-        through = [(mx.nd.empty(o[0].shape, dtype=o[0].dtype), o[0]) for o in outs
-                   if pulls and row_sparse.is_row_sparse(o[0])]
-        through_of = {id(out): dense for dense, out in through}
-        pulled = [through_of.get(id(o[0]), o[0]) for o in outs] if pulls else []
+        pulled, through = [], []
+        for out in (o[0] for o in outs) if pulls else ():
+            if row_sparse.is_row_sparse(out):
+                through.append((mx.nd.empty(out.shape, dtype=out.dtype), out))
+                out = through[-1][0]
+            pulled.append(out)
         if self._optimizer is not None and self._asynchronous:  # pushes counted: staleness
             server_keys.append(COUNTER_KEY)
             pushed += [self._one] if pushes else []

@@ -21,10 +21,20 @@ from .client import ParameterServer
 class SummedCodes:
     def __init__(self, compression: Compression, group: int, groups: int):
         self.compression = compression
-        self._group = group
-        self._groups = groups
         self._residuals: Dict[Tuple, np.ndarray] = {}
         self._words: Dict[Tuple, mx.nd.NDArray] = {}
+        if compression.type == "2bit":
+            threshold = compression.threshold
+            self._word_count = lambda n: -(-n // _C.digits_per_word(groups))
+            self._pack = lambda values, residual, words: _C.pack_2bit_digits(
+                values, residual, threshold, groups, words)
+            self._unpack = lambda words, out: _C.unpack_2bit_digit_sums(
+                words, threshold, groups, 1.0, out)
+        else:
+            self._word_count = lambda n: groups * _C.one_bit_slot_words(n)
+            self._pack = lambda values, residual, words: _C.pack_1bit_slot(
+                values, residual, group, groups, words)
+            self._unpack = lambda words, out: _C.unpack_1bit_slots(words, groups, 1.0, out)
 
     def sum_across_groups(self, ps: ParameterServer, layout_id: Tuple,
                           buffer: mx.nd.NDArray) -> None:
@@ -35,26 +45,7 @@ class SummedCodes:
             self._residuals[layout_id] = np.zeros(buffer.size, np.float32)
             self._words[layout_id] = mx.nd.zeros((self._word_count(buffer.size),),
                                                  dtype=np.float32)
-        words, residual = self._words[layout_id], self._residuals[layout_id]
-        two_bit = self.compression.type == "2bit"
-        if two_bit:
-            _C.pack_2bit_digits(buffer.handle.value, residual, self.compression.threshold,
-                                self._groups, words.handle.value)
-        else:
-            _C.pack_1bit_slot(buffer.handle.value, residual, self._group, self._groups,
-                              words.handle.value)
+        words = self._words[layout_id]
+        self._pack(buffer.handle.value, self._residuals[layout_id], words.handle.value)
         ps.sum_across_groups(ps.chunks_for(layout_id, [words]))
-        if two_bit:
-            _C.unpack_2bit_digit_sums(words.handle.value, self.compression.threshold,
-                                      self._groups, 1.0, buffer.handle.value)
-        else:
-            _C.unpack_1bit_slots(words.handle.value, self._groups, 1.0, buffer.handle.value)
-
-    def residual(self, layout_id: Tuple) -> np.ndarray:
-        """This leader's residual of a buffer (what quantisation has not sent yet)."""
-        return self._residuals[layout_id]
-
-    def _word_count(self, values: int) -> int:
-        if self.compression.type == "2bit":
-            return -(-values // _C.digits_per_word(self._groups))
-        return self._groups * _C.one_bit_slot_words(values)
+        self._unpack(words.handle.value, buffer.handle.value)
