@@ -371,7 +371,8 @@ class Hybrid(KVStoreBase):
                       "every rank", file=sys.stderr, flush=True)
             return
         kept = self._weights.kept()
-        servers = ServerWeights(self._config, self._world, self._this_group, self._collectives)
+        servers = ServerWeights(self._config, self._world, self._this_group, self._collectives,
+                                self._share)
         servers.expect_row_sparse_gradients(self._sparse_gradients)
         if kept:
             servers.init("init", list(kept), [[w] for w in kept.values()], [[] for _ in kept])

@@ -30,23 +30,27 @@ TRAINED_WITHIN = 6 * 32 * 2.0 ** -24
 
 
 SYNC_IN_2_GROUPS = {"MXKV_MODE": "sync", "LAUNCHER": "--group-size 2 --servers 2"}
+SYNC_GROUP_JOBS = {"MXKV_MODE": "sync", "LAUNCHER": "--group-size 2 --servers 2 --group-jobs"}
 
 
 @pytest.mark.parametrize("options,env", [
     ([], {}), (["--update-on-kvstore", "0"], {}), (["--sparse-weight"], {}),
     (["--momentum", "0"], {"MXKV_MODE": "lasgd", "MXKV_TAU": "1", "MXKV_LASGD_OVERLAP": "0"}),
     ([], SYNC_IN_2_GROUPS), (["--sparse-weight"], SYNC_IN_2_GROUPS),
-    (["--update-on-kvstore", "0"], SYNC_IN_2_GROUPS)],
+    (["--update-on-kvstore", "0"], SYNC_IN_2_GROUPS), ([], SYNC_GROUP_JOBS),
+    (["--sparse-weight"], SYNC_GROUP_JOBS)],
     ids=["sparse-gradients", "updated-on-the-workers", "sparse-weight", "lasgd-every-step",
-         "sync-sparse-gradients", "sync-sparse-weight", "sync-updated-on-the-workers"])
+         "sync-sparse-gradients", "sync-sparse-weight", "sync-updated-on-the-workers",
+         "sync-group-jobs-sparse-gradients", "sync-group-jobs-sparse-weight"])
 def test_a_sparse_embedding_trains_as_one_process_on_the_union_of_the_batches(job_dir, options,
                                                                              env):
     """Embedding(sparse_grad=True) (or a row_sparse weight, pulled by rows each step)
     through gluon.Trainer on 4 ranks equals one process on the 4 ranks' batches at once;
     the control, one process on rank 0's batches, is far from it. lasgd averaging after
     every step of plain SGD is the same (the mean of x - lr g_r is x - lr mean(g)). Mode
-    sync, 2 groups of 2: the gradients (or the rows of a row_sparse weight) cross the groups
-    through the servers, which run the optimizer (or, updated on the workers, sum them)."""
+    sync, 2 groups of 2 (one MPI job, or each group its own: --group-jobs): the gradients
+    (or the rows of a row_sparse weight) cross the groups through the servers, which run
+    the optimizer (or, updated on the workers, sum them)."""
     assert_trains_as_one_process_on_the_union(job_dir, "train_sparse_embedding.py", options,
                                               dict({"MXKV_MODE": "allreduce"}, **env))
 

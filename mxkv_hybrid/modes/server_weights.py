@@ -38,6 +38,7 @@ import numpy as np
 
 from ..comm import row_sparse
 from ..comm.collectives import Arrays, Key, TensorCollectives
+from .worker_weights import Share
 from ..comm.topology import Groups, World, wait_for_leader
 from ..config import Config
 from ..errors import MXKVError
@@ -61,9 +62,12 @@ SERVER_SIDE_STATES = {
 
 class ServerWeights:
     def __init__(self, config: Config, world: World, groups: Groups,
-                 world_collectives: TensorCollectives):
+                 world_collectives: TensorCollectives, share: Optional[Share] = None):
         """config.mode 'sync' (dist_sync servers; the store creates this when the optimizer
-        is set) or 'async' (dist_async servers)."""
+        is set) or 'async' (dist_async servers). share: sync as separate group jobs, what
+        makes a new key's value group 0's before the servers keep it (else the servers keep
+        whichever leader's ps-lite numbers worker 0)."""
+        self._share = share
         self._mode = config.mode
         self._asynchronous = config.mode == "async"
         self._world = world_collectives
@@ -139,6 +143,8 @@ class ServerWeights:
         kept = [[mx.nd.empty(v[0].shape, ctx=v[0].context, dtype=v[0].dtype)] for v in values]
         self._world.broadcast(op, keys, values, [[*k, *o] for k, o in zip(kept, outs)])
         new = [i for i, k in enumerate(keys) if k not in self._server_keys]
+        if self._share is not None and new:
+            self._share(op, [keys[i] for i in new], [kept[i] for i in new])
         for i in new:
             self._server_keys.add(keys[i])
         done = 0
@@ -165,6 +171,10 @@ class ServerWeights:
         """init of a key the servers keep row_sparse: they keep rank 0's value, every row
         listed (separate group jobs: one leader's, which every group then takes)."""
         kept = row_sparse.broadcast(self._world, op, key, row_sparse.with_every_row(value))
+        if key not in self._server_keys and self._share is not None:
+            whole = kept.tostype("default")
+            self._share(op, [key], [[whole]])
+            kept = row_sparse.with_every_row(whole)
         if key not in self._server_keys:
             self._server_keys.add(key)
             self._rows.add(key)

@@ -12,6 +12,8 @@ import mxnet as mx
 import numpy as np
 from mxnet import autograd, gluon
 
+from leaders_in_reverse import number_the_leaders_in_reverse
+
 VOCABULARY, WIDTH, WORDS, BATCH, CLASSES = 5000, 16, 6, 8, 3
 
 parser = argparse.ArgumentParser()
@@ -52,6 +54,7 @@ class SparseWeightEmbedding(gluon.Block):
 if args.reference:  # MXNet keeps row_sparse weights in a store: its own 'local' one
     rank, kvstore = 0, "local" if args.sparse_weight else None
 else:
+    number_the_leaders_in_reverse()
     kvstore = mx.kv.create("hybrid")
     rank = kvstore.rank
 
