@@ -25,7 +25,7 @@ from .safety.fault import FaultInjector
 from .safety.finite_check import check_finite
 
 
-COMPRESSION_MODES = ("allreduce", "sync")  # the modes that take set_gradient_compression
+COMPRESSION_MODES = ("allreduce", "sync", "easgd", "lasgd")  # take set_gradient_compression
 
 
 def _as_key_lists(key, value) -> Tuple[List[Key], List[List[mx.nd.NDArray]]]:
@@ -295,18 +295,26 @@ class Hybrid(KVStoreBase):
         (flat 2-bit is dist_sync's result, in 2 bits a value) or per group (hierarchical).
         Mode sync: each group's sum, as codes the servers sum (ps/summed_codes.py);
         call it before set_optimizer (Trainer and Module do): the optimizer then runs on
-        every rank, since the servers see codes, not gradients."""
+        every rank, since the servers see codes, not gradients. Modes easgd, lasgd: each
+        rank's gradients where ranks sum them (easgd: in the group; lasgd: in the warm-up);
+        the weights' averaging stays float32."""
         compression = parse_compression(compression_params)
         mode = self._config.mode
         if mode not in COMPRESSION_MODES:
             raise MXKVError(f"set_gradient_compression: MXKV_MODE={mode} does not take it yet "
-                            f"(modes that do: {', '.join(COMPRESSION_MODES)}); set "
-                            "MXKV_MODE=allreduce, or MXKV_COMPRESS=fp16|bf16 for 16-bit values")
+                            f"(modes that do: {', '.join(COMPRESSION_MODES)}); its servers apply "
+                            "each push as an update and cannot decode codes: use MXKV_MODE="
+                            "sync or allreduce, or MXKV_COMPRESS=fp16|bf16 for 16-bit values "
+                            "in the allreduce inside a group")
         if self._config.compress != "none":
             raise MXKVError(f"set_gradient_compression: MXKV_COMPRESS={self._config.compress} "
                             "already compresses float32 values; use one of the two")
         if mode == "sync":
             self._compress_across_groups(compression)
+            return
+        if self._averaging is not None:
+            self._active()
+            self._averaging.compress_gradients(compression)
             return
         self._reducer = QuantisedReducer(self._active(), compression)
         self._weights.reduce_with(self._reducer)

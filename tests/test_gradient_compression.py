@@ -37,10 +37,25 @@ def test_one_bit_equals_numpys_scaled_sign_step_by_step(job_dir):
 
 
 def test_modes_without_compression_refuse_it_naming_the_fix(job_dir):
-    job = launch(2, "compression.py", env={"MXKV_MODE": "lasgd"})
+    job = launch(2, "compression.py", env={"MXKV_MODE": "async"},
+                 launcher_options=["--group-size", "1", "--servers", "1", "--one-job"])
     assert job.returncode != 0
-    assert ("set_gradient_compression: MXKV_MODE=lasgd does not take it yet (modes that do: "
-            "allreduce, sync)") in job.output, job.output
+    assert ("set_gradient_compression: MXKV_MODE=async does not take it yet (modes that do: "
+            "allreduce, sync, easgd, lasgd)") in job.output, job.output
+
+
+@pytest.mark.parametrize("mode,kind", [("easgd", "2bit"), ("easgd", "1bit"), ("lasgd", "2bit")])
+def test_averaging_modes_quantise_each_ranks_gradients_where_ranks_sum_them(job_dir, mode,
+                                                                            kind):
+    """easgd, 2 groups of 2 (one job, 1 server): each rank's gradients quantised, its
+    residual kept, the codes summed in its group; lasgd in the warm-up: over all 4 ranks.
+    Every step equals numpy's quantiser summed over those ranks (a rank alone cannot: its
+    gradients are its own), and a Trainer with compression_params keeps them equal."""
+    options = ["--group-size", "2", "--servers", "1", "--one-job"] if mode == "easgd" else []
+    job = launch(4, "averaging_compression.py",
+                 env={"MXKV_MODE": mode, "COMPRESSION": kind, "MXKV_WARMUP_STEPS": "100"},
+                 launcher_options=options)
+    assert_checks_passed(job, 4, 4)
 
 
 @pytest.mark.parametrize("kind", ["2bit", "1bit"])

@@ -4,6 +4,7 @@ from typing import Callable, Protocol, Sequence
 import mxnet as mx
 
 from ..comm.collectives import Arrays, Key, TensorCollectives
+from ..comm.compression import Compression, QuantisedReducer
 from ..errors import MXKVError
 
 
@@ -15,6 +16,8 @@ class Averaging(Protocol):
     rounds: int  # elastic exchanges / model averagings so far
 
     def register(self, keys: Sequence[Key], weights: Sequence[mx.nd.NDArray]) -> None: ...
+
+    def compress_gradients(self, compression: Compression) -> None: ...
 
     def after_step(self, keys: Sequence[Key], weights: Sequence[Arrays]) -> bool: ...
 
@@ -36,7 +39,8 @@ def check_state_mode(state: dict, mode: str) -> None:
 
 def allreduce_split(op: str, keys: Sequence[Key], inputs: Sequence[Arrays],
                     outputs: Sequence[Arrays], average: bool, is_weight: Callable[[Key], bool],
-                    weights: TensorCollectives, others: TensorCollectives) -> None:
+                    weights: "TensorCollectives | QuantisedReducer",
+                    others: TensorCollectives) -> None:
     """The averaging modes' reduction: the keys of weights (their gradients) through
     `weights`, every other key (metrics) through `others`."""
     for reducer, wanted in ((weights, True), (others, False)):

@@ -27,6 +27,7 @@ import mxnet as mx
 
 from ..comm import timeline
 from ..comm.collectives import Arrays, Key, TensorCollectives
+from ..comm.compression import Compression, QuantisedReducer
 from ..comm.kernels import elastic_step
 from ..comm.link_throttle import link_throttle
 from ..comm.topology import Groups, World, wait_for_leader
@@ -57,6 +58,7 @@ class ElasticAveraging:
         self._world_comm = world.comm
         blocking = replace(config, overlap=False)
         self.group = TensorCollectives(groups.group_comm, blocking)
+        self.gradients: "TensorCollectives | QuantisedReducer" = self.group  # weights' gradients
         self._world = TensorCollectives(world.comm, blocking, groups)
         self._group_comm = groups.group_comm
         self._server_keys = ServerKeys()
@@ -86,7 +88,12 @@ class ElasticAveraging:
         """The store's reducer in mode easgd: gradients of weights inside the group, other
         values (metrics) over all ranks."""
         allreduce_split(op, keys, inputs, outputs, average, self._server_keys.__contains__,
-                        weights=self.group, others=self._world)
+                        weights=self.gradients, others=self._world)
+
+    def compress_gradients(self, compression: Compression) -> None:
+        """set_gradient_compression: the weights' gradients are quantised (each rank's, with
+        its residual) before the group sums them; the elastic exchange stays float32."""
+        self.gradients = QuantisedReducer(self.group, compression)
 
     def register(self, keys: Sequence[Key], weights: Sequence[mx.nd.NDArray]) -> None:
         """The centre of each new key starts at its weights (identical on every rank of a

@@ -21,6 +21,7 @@ from typing import Dict, List, Optional, Sequence
 import mxnet as mx
 
 from ..comm.collectives import Arrays, Key, TensorCollectives
+from ..comm.compression import Compression, QuantisedReducer
 from ..comm.topology import World, groups
 from ..config import Config
 from ..errors import MXKVError
@@ -59,6 +60,7 @@ class LocalSGD:
         blocking = replace(config, overlap=False)
         this_group = groups(config.group_size)  # the emulated slow link runs between groups
         self._world = TensorCollectives(world.comm, blocking, this_group)
+        self.gradients: "TensorCollectives | QuantisedReducer" = self._world  # in the warm-up
         self._local = DeviceSum()
         self._averaging = TensorCollectives(world.comm, replace(config, overlap=self.overlap),
                                             this_group)
@@ -79,7 +81,13 @@ class LocalSGD:
         ranks during the warm-up); any other key: over all ranks."""
         local = self.steps >= self.warmup_steps
         allreduce_split(op, keys, inputs, outputs, average, self._weight_keys.__contains__,
-                        weights=self._local if local else self._world, others=self._world)
+                        weights=self._local if local else self.gradients, others=self._world)
+
+    def compress_gradients(self, compression: Compression) -> None:
+        """set_gradient_compression: in the warm-up, each rank's gradients are quantised
+        (with its residual) before all ranks sum them; after it they stay in the process,
+        and model averaging stays float32."""
+        self.gradients = QuantisedReducer(self._world, compression)
 
     # ---- the averaging schedule ---------------------------------------------------------
     def register(self, keys: Sequence[Key], weights: Sequence[mx.nd.NDArray]) -> None:
