@@ -30,8 +30,11 @@ def sum_over_ranks(collectives: TensorCollectives, op: str, key: Key,
     ids = np.ascontiguousarray(mine.indices.asnumpy(), dtype=np.int64)
     rows = np.ascontiguousarray(mine.data.asnumpy())
     union, summed, _ = collectives.sum_sparse_rows(op, key, mine, ids, rows, average)
-    return mx.nd.sparse.row_sparse_array((summed, union), shape=mine.shape, ctx=mine.context,
-                                         dtype=mine.dtype)
+    # MXNet copies the rows in once from NDArrays that view the numpy results (twice from
+    # numpy arrays)
+    return mx.nd.sparse.row_sparse_array((mx.nd.from_numpy(summed, zero_copy=True),
+                                          mx.nd.from_numpy(union, zero_copy=True)),
+                                         shape=mine.shape, ctx=mine.context, dtype=mine.dtype)
 
 
 def sum_into(collectives: TensorCollectives, op: str, keys: Sequence[Key],
