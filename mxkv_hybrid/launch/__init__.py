@@ -3,7 +3,8 @@ mpiexec, the parameter-server processes, the timeline merged at the end), every 
 its own MPI job (`group_jobs`, --group-jobs), groups started separately that meet
 (`serve_join`, `rendezvous`: --serve, --join), the processes it starts, watches and ends
 (`processes`), which rank ended first when a job dies (`rank_watch`), and the installation
-and topology self-test that `mxkv-launch --check` runs on every rank (`self_check`). The
+and topology self-test that `mxkv-launch --check` runs on every rank (`self_check`), and the
+relay that carries ps-lite's connections between hosts over TLS (`relay`, `job_key`). The
 runner that every rank is started through, `python -m mxkv_hybrid.run`, is a public
 command and stays at the top.
 

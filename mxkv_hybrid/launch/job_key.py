@@ -1,0 +1,45 @@
+"""A job's key: one private key and its self-signed certificate, in one PEM file, that every
+relay of the job holds (launch/relay.py). Two relays authenticate each other by both
+presenting that certificate in a TLS 1.3 handshake and both requiring it of the peer;
+whoever lacks the key cannot finish the handshake. Made with the `cryptography` package;
+the TLS is Python's ssl (OpenSSL)."""
+import datetime
+import os
+import ssl
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from ..atomic_file import write_atomically
+
+VALID_FOR = datetime.timedelta(days=30)  # a job's key outlives any job
+
+
+def make_job_key(path: str) -> None:
+    """Writes a new job key to `path`, readable by its owner only."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "mxkv_hybrid job")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    certificate = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
+                   .public_key(key.public_key()).serial_number(x509.random_serial_number())
+                   .not_valid_before(now - datetime.timedelta(minutes=5))
+                   .not_valid_after(now + VALID_FOR)
+                   .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+                   .sign(key, hashes.SHA256()))
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                            serialization.NoEncryption())
+    write_atomically(path, pem + certificate.public_bytes(serialization.Encoding.PEM))
+    os.chmod(path, 0o600)
+
+
+def tls_context(path: str, server: bool) -> ssl.SSLContext:
+    """TLS 1.3 only, presenting the job's certificate and requiring the peer's to be it."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER if server else ssl.PROTOCOL_TLS_CLIENT)
+    context.minimum_version = ssl.TLSVersion.TLSv1_3
+    context.load_cert_chain(path)
+    context.load_verify_locations(path)
+    context.check_hostname = False  # the peer is identified by the job's certificate alone
+    context.verify_mode = ssl.CERT_REQUIRED
+    return context

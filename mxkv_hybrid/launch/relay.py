@@ -1,0 +1,231 @@
+"""One host's relay for ps-lite's connections between hosts (docs/ps_lite_wiring.md).
+
+ps-lite authenticates nothing and aborts on a malformed message, so its nodes listen on
+loopback only, and a connection from one host to a node on another travels through the two
+hosts' relays:
+
+    node on host A --tcp--> relay A (a stand-in listener on A's loopback, one per remote node)
+                   ==TLS 1.3, both sides holding the job's key==> relay B (its network address)
+                   --tcp--> the node on B's loopback
+
+After the handshake the dialling relay names its target in one line ("host:port\\n"); relay B
+connects only to the nodes of its own host that its plan lists. A connection that fails the
+handshake, or names another target, is closed before a byte reaches a node, with one line on
+stderr naming the peer. Each proxied connection is its own TLS connection (no stream waits
+behind another), has no idle timeout (ps-lite's connections idle for a whole run), and ends
+on both sides as soon as either side ends (ps-lite has no resend: a half-open link would
+only hide the loss).
+
+    python -m mxkv_hybrid.launch.relay --plan PLAN.json --key JOB.pem
+
+PLAN.json: {"tls": "host:port", "local": ["host:port", ...],
+            "stand_ins": {"host:port": {"relay": "host:port", "target": "host:port"}, ...}}
+(a stand-in listens where ps-lite dials a remote node, normally the target's own address).
+"""
+import argparse
+import asyncio
+import json
+import signal
+import ssl
+import sys
+from dataclasses import dataclass
+from typing import Dict, FrozenSet, List
+
+from .job_key import tls_context
+
+CHUNK_BYTES = 1 << 20     # what one read moves
+BUFFERED_BYTES = 4 << 20  # what a stream buffers before it stops reading its socket
+TARGET_LINE_BYTES = 64    # the longest target line a relay reads
+HANDSHAKE_SECONDS = 10.0  # a peer that has not finished its handshake and target line by then is dropped
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    host: str
+    port: int
+
+    @classmethod
+    def parse(cls, text: str) -> "Endpoint":
+        host, _, port = text.rpartition(":")
+        return cls(host, int(port))
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+@dataclass(frozen=True)
+class StandIn:
+    relay: Endpoint   # the relay of the target's host
+    target: Endpoint  # the node there
+
+
+@dataclass(frozen=True)
+class RelayPlan:
+    tls: Endpoint                       # where this relay accepts the other relays
+    local: FrozenSet[Endpoint]          # the nodes of this host that other hosts may reach
+    stand_ins: Dict[Endpoint, StandIn]  # this host's listeners for the other hosts' nodes
+
+    @classmethod
+    def from_json(cls, text: str) -> "RelayPlan":
+        plan = json.loads(text)
+        return cls(Endpoint.parse(plan["tls"]),
+                   frozenset(Endpoint.parse(e) for e in plan.get("local", [])),
+                   {Endpoint.parse(listen): StandIn(Endpoint.parse(s["relay"]),
+                                                    Endpoint.parse(s["target"]))
+                    for listen, s in plan.get("stand_ins", {}).items()})
+
+    def to_json(self) -> str:
+        return json.dumps({"tls": str(self.tls), "local": sorted(map(str, self.local)),
+                           "stand_ins": {str(k): {"relay": str(s.relay), "target": str(s.target)}
+                                         for k, s in self.stand_ins.items()}})
+
+
+def say(line: str) -> None:
+    print(f"mxkv-relay: {line}", file=sys.stderr, flush=True)
+
+
+class Relay:
+    def __init__(self, plan: RelayPlan, key_path: str):
+        self._plan = plan
+        self._accepting = tls_context(key_path, server=True)
+        self._dialling = tls_context(key_path, server=False)
+        self._servers: List[asyncio.AbstractServer] = []
+
+    async def start(self) -> None:
+        """Listens everywhere the plan says; raises at once if an address is taken."""
+        tls = self._plan.tls
+        loop = asyncio.get_running_loop()
+        self._servers.append(await loop.create_server(
+            lambda: _Unread(self._from_relay), tls.host, tls.port))
+        for listen, stand_in in self._plan.stand_ins.items():
+            self._servers.append(await asyncio.start_server(
+                lambda r, w, s=stand_in: self._from_node(r, w, s), listen.host, listen.port,
+                limit=BUFFERED_BYTES))
+
+    async def serve_forever(self) -> None:
+        await asyncio.gather(*(s.serve_forever() for s in self._servers))
+
+    async def _from_node(self, reader, writer, stand_in: StandIn) -> None:
+        """A local node dialled a remote one: carry the connection to its host's relay."""
+        try:
+            far_reader, far_writer = await asyncio.open_connection(
+                stand_in.relay.host, stand_in.relay.port, ssl=self._dialling, server_hostname="",
+                ssl_handshake_timeout=HANDSHAKE_SECONDS, limit=BUFFERED_BYTES)
+        except (OSError, ssl.SSLError, asyncio.TimeoutError) as err:
+            say(f"cannot reach the relay {stand_in.relay} for {stand_in.target}: {err}")
+            writer.close()
+            return
+        far_writer.write(f"{stand_in.target}\n".encode())
+        await _join(reader, writer, far_reader, far_writer)
+
+    async def _from_relay(self, transport: asyncio.Transport) -> None:
+        """Another relay, once it passes the handshake: connect to the local node it names."""
+        peer = _peer(transport)
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(limit=BUFFERED_BYTES, loop=loop)
+        protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
+        try:
+            tls = await loop.start_tls(transport, protocol, self._accepting, server_side=True,
+                                       ssl_handshake_timeout=HANDSHAKE_SECONDS)
+        except (ssl.SSLError, OSError, asyncio.TimeoutError) as err:
+            say(f"refused a connection from {peer}: the TLS handshake failed "
+                f"({err.__class__.__name__}: {err})")
+            transport.close()
+            return
+        protocol.connection_made(tls)
+        writer = asyncio.StreamWriter(tls, protocol, reader, loop)
+        try:
+            line = await asyncio.wait_for(reader.readline(), HANDSHAKE_SECONDS)
+            if len(line) > TARGET_LINE_BYTES:
+                raise ValueError("target line too long")
+            target = Endpoint.parse(line.decode("ascii").strip())
+        except (ValueError, UnicodeDecodeError, asyncio.TimeoutError, OSError):
+            target = None
+        if target not in self._plan.local:
+            say(f"refused a connection from {peer}: it asked for {target or 'no valid target'}, "
+                "which is not a node of this host")
+            writer.close()
+            return
+        try:
+            near_reader, near_writer = await asyncio.open_connection(
+                target.host, target.port, limit=BUFFERED_BYTES)
+        except OSError as err:
+            say(f"cannot reach the local node {target} for {peer}: {err}")
+            writer.close()
+            return
+        await _join(reader, writer, near_reader, near_writer)
+
+    def close(self) -> None:
+        for server in self._servers:
+            server.close()
+
+
+async def _join(reader_a, writer_a, reader_b, writer_b) -> None:
+    """Copies bytes both ways until either side ends, then closes both."""
+    copies = [asyncio.ensure_future(_copy(reader_a, writer_b)),
+              asyncio.ensure_future(_copy(reader_b, writer_a))]
+    try:
+        await asyncio.wait(copies, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for copy in copies:
+            copy.cancel()
+        for writer in (writer_a, writer_b):
+            writer.close()
+
+
+async def _copy(reader, writer) -> None:
+    try:
+        while True:
+            data = await reader.read(CHUNK_BYTES)
+            if not data:
+                return
+            writer.write(data)
+            await writer.drain()
+    except (OSError, ssl.SSLError):
+        return
+
+
+class _Unread(asyncio.Protocol):
+    """A new connection with nothing read yet, handed to `handle` (which starts TLS on it:
+    bytes read before that would be lost to the handshake)."""
+
+    def __init__(self, handle):
+        self._handle = handle
+
+    def connection_made(self, transport) -> None:
+        transport.pause_reading()
+        asyncio.ensure_future(self._handle(transport))
+
+
+def _peer(transport) -> str:
+    address = transport.get_extra_info("peername")
+    return f"{address[0]}:{address[1]}" if address else "an unknown peer"
+
+
+async def _run(plan: RelayPlan, key_path: str) -> None:
+    relay = Relay(plan, key_path)
+    await relay.start()
+    say(f"ready: TLS on {plan.tls}, {len(plan.stand_ins)} stand-in(s), "
+        f"{len(plan.local)} local node(s)")
+    stop = asyncio.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        asyncio.get_running_loop().add_signal_handler(signum, stop.set)
+    serving = asyncio.ensure_future(relay.serve_forever())
+    await stop.wait()
+    serving.cancel()
+    relay.close()
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m mxkv_hybrid.launch.relay",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--plan", required=True, help="the relay's plan (JSON, see above)")
+    parser.add_argument("--key", required=True, help="the job's key (launch/job_key.py)")
+    args = parser.parse_args(argv)
+    with open(args.plan) as f:
+        plan = RelayPlan.from_json(f.read())
+    asyncio.run(_run(plan, args.key))
+
+
+if __name__ == "__main__":
+    main()
