@@ -60,10 +60,12 @@ class EchoNode:
 
 
 def start_relay(tmp_path, name: str, plan: RelayPlan, key: str) -> subprocess.Popen:
+    """A relay process that writes a line for every refusal (--quiet-seconds 0)."""
     plan_path = tmp_path / f"{name}.json"
     plan_path.write_text(plan.to_json())
     relay = subprocess.Popen([sys.executable, "-m", "mxkv_hybrid.launch.relay", "--plan",
-                              str(plan_path), "--key", key], stderr=subprocess.PIPE, text=True)
+                              str(plan_path), "--key", key, "--quiet-seconds", "0"],
+                             stderr=subprocess.PIPE, text=True)
     line = relay.stderr.readline()
     assert "ready" in line, line
     return relay

@@ -28,8 +28,9 @@ import json
 import signal
 import ssl
 import sys
+import time
 from dataclasses import dataclass
-from typing import Dict, FrozenSet, List
+from typing import Awaitable, Callable, Dict, FrozenSet, List, Set, Tuple
 
 from .job_key import tls_context
 
@@ -37,6 +38,7 @@ CHUNK_BYTES = 1 << 20     # what one read moves
 BUFFERED_BYTES = 4 << 20  # what a stream buffers before it stops reading its socket
 TARGET_LINE_BYTES = 64    # the longest target line a relay reads
 HANDSHAKE_SECONDS = 10.0  # a peer that has not finished its handshake and target line by then is dropped
+QUIET_SECONDS = 60.0      # default of --quiet-seconds
 
 
 @dataclass(frozen=True)
@@ -84,26 +86,62 @@ def say(line: str) -> None:
     print(f"mxkv-relay: {line}", file=sys.stderr, flush=True)
 
 
+class Refusals:
+    """One line per refused connection, except that a host which keeps trying (ps-lite
+    dials again every 100 ms) gets one line per `quiet_seconds` with the count since."""
+
+    def __init__(self, quiet_seconds: float = QUIET_SECONDS):
+        self._quiet_seconds = quiet_seconds
+        self._last: Dict[str, float] = {}    # peer host -> when its last line was written
+        self._unsaid: Dict[str, int] = {}    # peer host -> refusals since that line
+
+    def refuse(self, peer: Tuple[str, int], why: str) -> None:
+        host, now = peer[0], time.monotonic()
+        if host in self._last and now - self._last[host] < self._quiet_seconds:
+            self._unsaid[host] = self._unsaid.get(host, 0) + 1
+            return
+        more = self._unsaid.pop(host, 0)
+        since = f" (and {more} more from {host} before this)" if more else ""
+        say(f"refused a connection from {host}:{peer[1]}: {why}{since}")
+        self._last[host] = now
+
+    def close(self) -> None:
+        for host, count in self._unsaid.items():
+            say(f"refused {count} more connection(s) from {host}")
+        self._unsaid.clear()
+
+
 class Relay:
-    def __init__(self, plan: RelayPlan, key_path: str):
+    def __init__(self, plan: RelayPlan, key_path: str, quiet_seconds: float = QUIET_SECONDS):
         self._plan = plan
         self._accepting = tls_context(key_path, server=True)
         self._dialling = tls_context(key_path, server=False)
         self._servers: List[asyncio.AbstractServer] = []
+        self._tasks: Set[asyncio.Future] = set()  # asyncio holds tasks weakly: these hold them
+        self.refusals = Refusals(quiet_seconds)
+
+    def _keep(self, work: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def start(self) -> None:
         """Listens everywhere the plan says; raises at once if an address is taken."""
         tls = self._plan.tls
         loop = asyncio.get_running_loop()
         self._servers.append(await loop.create_server(
-            lambda: _Unread(self._from_relay), tls.host, tls.port))
+            lambda: _Unread(lambda transport: self._keep(self._from_relay(transport))),
+            tls.host, tls.port))
         for listen, stand_in in self._plan.stand_ins.items():
             self._servers.append(await asyncio.start_server(
-                lambda r, w, s=stand_in: self._from_node(r, w, s), listen.host, listen.port,
+                lambda r, w, s=stand_in: self._keep(self._from_node(r, w, s)),
+                listen.host, listen.port,
                 limit=BUFFERED_BYTES))
 
-    async def serve_forever(self) -> None:
-        await asyncio.gather(*(s.serve_forever() for s in self._servers))
+    def serve(self) -> None:
+        """Serves until close() (start first)."""
+        for server in self._servers:
+            self._keep(server.serve_forever())
 
     async def _from_node(self, reader, writer, stand_in: StandIn) -> None:
         """A local node dialled a remote one: carry the connection to its host's relay."""
@@ -128,8 +166,8 @@ class Relay:
             tls = await loop.start_tls(transport, protocol, self._accepting, server_side=True,
                                        ssl_handshake_timeout=HANDSHAKE_SECONDS)
         except (ssl.SSLError, OSError, asyncio.TimeoutError) as err:
-            say(f"refused a connection from {peer}: the TLS handshake failed "
-                f"({err.__class__.__name__}: {err})")
+            self.refusals.refuse(peer, f"the TLS handshake failed ({err.__class__.__name__}: "
+                                       f"{err})")
             transport.close()
             return
         protocol.connection_made(tls)
@@ -142,15 +180,15 @@ class Relay:
         except (ValueError, UnicodeDecodeError, asyncio.TimeoutError, OSError):
             target = None
         if target not in self._plan.local:
-            say(f"refused a connection from {peer}: it asked for {target or 'no valid target'}, "
-                "which is not a node of this host")
+            self.refusals.refuse(peer, f"it asked for {target or 'no valid target'}, which is "
+                                       "not a node of this host")
             writer.close()
             return
         try:
             near_reader, near_writer = await asyncio.open_connection(
                 target.host, target.port, limit=BUFFERED_BYTES)
         except OSError as err:
-            say(f"cannot reach the local node {target} for {peer}: {err}")
+            say(f"cannot reach the local node {target} for {peer[0]}:{peer[1]}: {err}")
             writer.close()
             return
         await _join(reader, writer, near_reader, near_writer)
@@ -171,6 +209,7 @@ async def _join(reader_a, writer_a, reader_b, writer_b) -> None:
             copy.cancel()
         for writer in (writer_a, writer_b):
             writer.close()
+        await asyncio.gather(*copies, return_exceptions=True)
 
 
 async def _copy(reader, writer) -> None:
@@ -189,31 +228,35 @@ class _Unread(asyncio.Protocol):
     """A new connection with nothing read yet, handed to `handle` (which starts TLS on it:
     bytes read before that would be lost to the handshake)."""
 
-    def __init__(self, handle):
+    def __init__(self, handle: Callable[[asyncio.Transport], None]):
         self._handle = handle
 
     def connection_made(self, transport) -> None:
         transport.pause_reading()
-        asyncio.ensure_future(self._handle(transport))
+        self._handle(transport)
 
 
-def _peer(transport) -> str:
+def _peer(transport) -> Tuple[str, int]:
     address = transport.get_extra_info("peername")
-    return f"{address[0]}:{address[1]}" if address else "an unknown peer"
+    return (address[0], address[1]) if address else ("an unknown peer", 0)
 
 
-async def _run(plan: RelayPlan, key_path: str) -> None:
-    relay = Relay(plan, key_path)
+async def _run(plan: RelayPlan, key_path: str, quiet_seconds: float) -> None:
+    relay = Relay(plan, key_path, quiet_seconds)
     await relay.start()
     say(f"ready: TLS on {plan.tls}, {len(plan.stand_ins)} stand-in(s), "
         f"{len(plan.local)} local node(s)")
     stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         asyncio.get_running_loop().add_signal_handler(signum, stop.set)
-    serving = asyncio.ensure_future(relay.serve_forever())
+    relay.serve()
     await stop.wait()
-    serving.cancel()
     relay.close()
+    relay.refusals.close()
+    others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for task in others:  # the listeners and every connection, ended while the loop runs
+        task.cancel()
+    await asyncio.gather(*others, return_exceptions=True)
 
 
 def main(argv=None) -> None:
@@ -221,10 +264,13 @@ def main(argv=None) -> None:
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--plan", required=True, help="the relay's plan (JSON, see above)")
     parser.add_argument("--key", required=True, help="the job's key (launch/job_key.py)")
+    parser.add_argument("--quiet-seconds", type=float, default=QUIET_SECONDS,
+                        help="after a refusal, count the same host's next ones this long "
+                             "instead of writing a line each (default %(default)s)")
     args = parser.parse_args(argv)
     with open(args.plan) as f:
         plan = RelayPlan.from_json(f.read())
-    asyncio.run(_run(plan, args.key))
+    asyncio.run(_run(plan, args.key, args.quiet_seconds))
 
 
 if __name__ == "__main__":
