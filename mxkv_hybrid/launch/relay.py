@@ -11,12 +11,13 @@ hosts' relays:
 After the handshake the dialling relay names its target in one line ("host:port\\n"); relay B
 connects only to the nodes of its own host that its plan lists. A connection that fails the
 handshake, or names another target, is closed before a byte reaches a node, with one line on
-stderr naming the peer. Each proxied connection is its own TLS connection (no stream waits
-behind another), has no idle timeout (ps-lite's connections idle for a whole run), and ends
-on both sides as soon as either side ends (ps-lite has no resend: a half-open link would
-only hide the loss).
+stderr naming the peer (a host that keeps trying, as a refused ps-lite node dials every
+100 ms, is counted for --quiet-seconds after its line, then named again with the count).
+Each proxied connection is its own TLS connection (no stream waits behind another), has no
+idle timeout (ps-lite's connections idle for a whole run), and ends on both sides as soon
+as either side ends (ps-lite has no resend: a half-open link would only hide the loss).
 
-    python -m mxkv_hybrid.launch.relay --plan PLAN.json --key JOB.pem
+    python -m mxkv_hybrid.launch.relay --plan PLAN.json --key JOB.pem [--quiet-seconds 60]
 
 PLAN.json: {"tls": "host:port", "local": ["host:port", ...],
             "stand_ins": {"host:port": {"relay": "host:port", "target": "host:port"}, ...}}
@@ -37,7 +38,7 @@ from .job_key import tls_context
 CHUNK_BYTES = 1 << 20     # what one read moves
 BUFFERED_BYTES = 4 << 20  # what a stream buffers before it stops reading its socket
 TARGET_LINE_BYTES = 64    # the longest target line a relay reads
-HANDSHAKE_SECONDS = 10.0  # a peer that has not finished its handshake and target line by then is dropped
+HANDSHAKE_SECONDS = 10.0  # for the handshake, and again for the target line, or the peer is dropped
 QUIET_SECONDS = 60.0      # default of --quiet-seconds
 
 
