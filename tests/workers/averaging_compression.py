@@ -10,8 +10,8 @@ import os
 import mxnet as mx
 import numpy as np
 from mpi4py import MPI
-from mxnet import autograd, gluon
 
+from compressed_trainer import train_with_compression
 from quantisers import quantise_1bit, quantise_2bit
 
 KIND = os.environ.get("COMPRESSION", "2bit")
@@ -66,18 +66,7 @@ check("sum_equals_numpys_quantiser_over_the_ranks_that_share", equal_to_referenc
 check("residuals_equal_numpy", equal_residuals)
 check("what_is_summed_is_quantised", quantised)
 
-mx.random.seed(rank)  # different initial weights: the broadcast makes them one
-net = gluon.nn.Dense(3, in_units=5)
-net.initialize()
-trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1}, kvstore=kv,
-                        compression_params=PARAMS)
-data = np.random.RandomState(rank)
-for step in range(3):
-    x, y = mx.nd.array(data.randn(8, 5)), mx.nd.array(data.randint(0, 3, 8))
-    with autograd.record():
-        loss = gluon.loss.SoftmaxCrossEntropyLoss()(net(x), y)
-    loss.backward()
-    trainer.step(8)
+net, _ = train_with_compression(kv, PARAMS, rank)
 found = sharing.allgather(net.weight.data().asnumpy())
 check("trainer_compression_params", kv._reducer.gradients.compression.type == KIND
       and any(kv._reducer.gradients.residual(k).any() for k in range(2))

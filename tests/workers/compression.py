@@ -15,6 +15,7 @@ import numpy as np
 from mpi4py import MPI
 
 from mxkv_hybrid.errors import MXKVError
+from compressed_trainer import train_with_compression
 from quantisers import quantise_1bit, quantise_2bit
 
 KIND = os.environ.get("COMPRESSION", "2bit")
@@ -138,21 +139,7 @@ sent, _ = compressed_sum(lambda r: gradient(r, 99, "b"), cuts("w", ["w"]))
 check("optimizer_gets_the_compressed_sum", np.allclose(weight.asnumpy(),
                                                        1 - 0.1 * sent / divisor, atol=1e-7))
 
-# gluon.Trainer(compression_params=...) sets it on its store, as it does for dist_sync
-from mxnet import autograd, gluon  # noqa: E402
-
-mx.random.seed(rank)  # different initial weights: the broadcast makes them one
-net = gluon.nn.Dense(3, in_units=5)
-net.initialize()
-trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1}, kvstore="hybrid",
-                        compression_params=PARAMS)
-data = np.random.RandomState(rank)
-for step in range(3):
-    x, y = mx.nd.array(data.randn(8, 5)), mx.nd.array(data.randint(0, 3, 8))
-    with autograd.record():
-        loss = gluon.loss.SoftmaxCrossEntropyLoss()(net(x), y)
-    loss.backward()
-    trainer.step(8)
+net, trainer = train_with_compression("hybrid", PARAMS, rank)
 weights = MPI.COMM_WORLD.allgather(net.weight.data().asnumpy())  # compared outside the store
 reducer = trainer._kvstore._reducer
 check("trainer_compression_params", reducer.compression.type == KIND
