@@ -17,15 +17,20 @@ import sys as _sys
 __version__ = "0.1.0"
 
 
+# what `python -m` runs in the launcher's processes: mxkv-launch, and a host's relay
+_LAUNCHER_MODULES = ("mxkv_hybrid.launch", "mxkv_hybrid.launch.relay")
+
+
 def _is_the_launchers_process() -> bool:
     """True in mxkv-launch's own process (its console script, or `python -m
-    mxkv_hybrid.launch`): it starts and watches processes and never trains, so it does not
-    load MXNet (2 s of CPU before every job starts); its ranks and servers do."""
+    mxkv_hybrid.launch`) and in a relay it starts: they start, watch or carry and never
+    train, so they do not load MXNet (2 s of CPU before every job starts) nor act as a rank
+    (a rank's link keeper); its ranks and servers do."""
     if _os.path.basename(_sys.argv[0] if _sys.argv else "") == "mxkv-launch":
         return True
     argv = getattr(_sys, "orig_argv", [])
     return ("-m" in argv and argv.index("-m") + 1 < len(argv)
-            and argv[argv.index("-m") + 1] == "mxkv_hybrid.launch")
+            and argv[argv.index("-m") + 1] in _LAUNCHER_MODULES)
 
 
 if not _is_the_launchers_process():
