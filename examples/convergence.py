@@ -69,7 +69,6 @@ def worker(args: argparse.Namespace) -> None:
 
     comm = MPI.COMM_WORLD
     kv = mx.kv.create("hybrid")
-    mode = kv.config.mode
     train_x, train_y, test_x, test_y = load_data(args.seed)
     shard_x, shard_y = train_x[kv.rank::kv.num_workers], train_y[kv.rank::kv.num_workers]
     steps = len(train_x) // kv.num_workers // args.batch_size
