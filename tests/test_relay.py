@@ -18,7 +18,7 @@ import pytest
 
 from mxkv_hybrid.launch.job_key import make_job_key, tls_context
 from mxkv_hybrid.launch.processes import free_port
-from mxkv_hybrid.launch.relay import Endpoint, RelayPlan, StandIn
+from mxkv_hybrid.ps.node_addresses import Endpoint, RelayPlan, StandIn
 
 HOST = "127.0.0.1"
 TIMEOUT = 20.0

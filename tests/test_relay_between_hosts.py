@@ -1,8 +1,8 @@
 """ps-lite through the relays between emulated hosts (docs/ps_lite_wiring.md's scheme, set up
 by hand here; the launcher does not start relays yet): MXNet's own dist_sync job, scheduler,
 server and a worker on h1 and a worker on h2, every ps-lite node listening on its host's
-loopback address 127.77.1.(200 - N) and dialling the other host's nodes through stand-ins of
-the relays. h3, outside the job, meanwhile tries the relay's port and ps-lite's on each
+loopback address (ps/node_addresses.py's table) and dialling the other host's nodes
+through stand-ins of the relays. h3, outside the job, meanwhile tries the relay's port and ps-lite's on each
 host's address: garbage, a TLS client with another job's key that names each node and sends
 4 KB of random bytes (what ended jobs in issue 33), and a real ps-lite worker that registers
 with the scheduler's host. The job ends with the right sums, the strangers are refused (one
@@ -14,12 +14,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List
+from typing import List
 
 from conftest import WORKERS
 from emulated import assert_nothing_left, make_cluster, on_emulated_hosts  # noqa: F401,F811
 from mxkv_hybrid.launch.job_key import make_job_key
-from mxkv_hybrid.launch.relay import Endpoint, RelayPlan, StandIn
+from mxkv_hybrid.ps.node_addresses import PsNodes
 
 pytestmark = on_emulated_hosts
 
@@ -30,6 +30,7 @@ STRANGER = """
 import os, socket, ssl, sys
 from mxkv_hybrid.launch.job_key import tls_context
 host, ports, key = sys.argv[1], [int(p) for p in sys.argv[2].split(",")], sys.argv[3]
+nodes = sys.argv[4].split(",")
 for port in ports:
     try:
         with socket.create_connection((host, port), timeout=5) as conn:
@@ -39,7 +40,7 @@ for port in ports:
         pass
     context = tls_context(key, server=False)
     context.verify_mode = ssl.CERT_NONE
-    for node in ("127.77.1.199:9000", "127.77.1.199:9100", "127.77.1.198:9100"):
+    for node in nodes:
         try:  # what ended ps-lite jobs in issue 33: 4 KB of random bytes at a node's port
             with socket.create_connection((host, port), timeout=5) as conn:
                 with context.wrap_socket(conn) as tls:
@@ -51,31 +52,11 @@ print("tried", ports, flush=True)
 """
 
 
-def loopback_address(host: str) -> str:
-    """Host hN's ps-lite address: descending with N, so h1's nodes take the first ranks."""
-    return f"127.77.1.{200 - int(host[1:])}"
-
-
 def listeners(cluster, host: str) -> List[str]:
     """The local addresses host `host` accepts TCP connections on."""
     done = subprocess.run(cluster.command(host, ["ss", "-ltnH"]), capture_output=True,
                           text=True, timeout=30, check=True)
     return [line.split()[3] for line in done.stdout.splitlines()]
-
-
-def relay_plans(cluster, nodes: Dict[str, List[int]]) -> Dict[str, RelayPlan]:
-    """Each host's plan: its own nodes reachable, a stand-in for every other host's."""
-    plans = {}
-    for host in nodes:
-        stand_ins = {}
-        for other, ports in nodes.items():
-            for port in ports if other != host else ():
-                node = Endpoint(loopback_address(other), port)
-                stand_ins[node] = StandIn(Endpoint(cluster.address(other), RELAY_PORT), node)
-        plans[host] = RelayPlan(Endpoint(cluster.address(host), RELAY_PORT),
-                                frozenset(Endpoint(loopback_address(host), p)
-                                          for p in nodes[host]), stand_ins)
-    return plans
 
 
 def test_a_ps_lite_job_across_hosts_through_relays_refuses_every_stranger(make_cluster,
@@ -84,41 +65,45 @@ def test_a_ps_lite_job_across_hosts_through_relays_refuses_every_stranger(make_c
     key, other_key = str(tmp_path / "job.pem"), str(tmp_path / "another_job.pem")
     make_job_key(key)
     make_job_key(other_key)  # the strangers' (a job's key would let them in)
-    nodes = {"h1": [ROOT_PORT, FIRST_NODE_PORT, FIRST_NODE_PORT + 1], "h2": [FIRST_NODE_PORT]}
+    table = PsNodes(hosts=(cluster.address("h1"), cluster.address("h2")), relay_port=RELAY_PORT,
+                    scheduler=(0, ROOT_PORT), servers=((0, FIRST_NODE_PORT),),
+                    leaders=((0, FIRST_NODE_PORT + 1), (1, FIRST_NODE_PORT)))
+    hosts = {"h1": 0, "h2": 1}
     relays = {}
     processes: List[subprocess.Popen] = []
     try:
-        for host, plan in relay_plans(cluster, nodes).items():
+        for host, index in hosts.items():
             path = tmp_path / f"{host}.json"
-            path.write_text(plan.to_json())
+            path.write_text(table.relay_plan(index).to_json())
             relays[host] = cluster.run(host, [sys.executable, "-m", "mxkv_hybrid.launch.relay",
                                               "--plan", str(path), "--key", key],
                                        stderr=subprocess.PIPE, text=True)
             assert "ready" in relays[host].stderr.readline()
-        common = {"DMLC_PS_ROOT_URI": loopback_address("h1"), "DMLC_PS_ROOT_PORT": str(ROOT_PORT),
+        scheduler = table.endpoint(table.scheduler)
+        common = {"DMLC_PS_ROOT_URI": scheduler.host, "DMLC_PS_ROOT_PORT": str(scheduler.port),
                   "DMLC_NUM_SERVER": "1", "DMLC_NUM_WORKER": "2", "OMP_NUM_THREADS": "1"}
-        roles = [("h1", "scheduler", None, ["-c", "import mxnet"]),
-                 ("h1", "server", FIRST_NODE_PORT, ["-c", "import mxnet"]),
-                 ("h1", "worker", FIRST_NODE_PORT + 1,
-                  [str(WORKERS / "ps_across_relays.py"), str(STEPS)]),
-                 ("h2", "worker", FIRST_NODE_PORT,
-                  [str(WORKERS / "ps_across_relays.py"), str(STEPS)])]
-        for host, role, port, argv in roles:
-            env = dict(common, DMLC_ROLE=role, DMLC_NODE_HOST=loopback_address(host))
-            if port is not None:
-                env["PORT"] = str(port)
-            processes.append(cluster.run(host, [sys.executable, *argv], env=env,
+        worker = [str(WORKERS / "ps_across_relays.py"), str(STEPS)]
+        roles = [("scheduler", table.scheduler, ["-c", "import mxnet"]),
+                 ("server", table.servers[0], ["-c", "import mxnet"]),
+                 ("worker", table.leaders[0], worker), ("worker", table.leaders[1], worker)]
+        for role, node, argv in roles:
+            where = table.endpoint(node)
+            env = dict(common, DMLC_ROLE=role, DMLC_NODE_HOST=where.host)
+            if role != "scheduler":
+                env["PORT"] = str(where.port)
+            processes.append(cluster.run(f"h{node[0] + 1}", [sys.executable, *argv], env=env,
                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                          text=True))
         time.sleep(3)  # the job is registered and pushing
         exposed = {host: [a for a in listeners(cluster, host) if not a.startswith("127.")]
-                   for host in nodes}
-        assert exposed == {host: [f"{cluster.address(host)}:{RELAY_PORT}"] for host in nodes}
-        for host in nodes:  # every port of the job's hosts: the relay's, and ps-lite's own
-            ports = ",".join(str(p) for p in [RELAY_PORT, *nodes[host]])
+                   for host in hosts}
+        assert exposed == {host: [f"{cluster.address(host)}:{RELAY_PORT}"] for host in hosts}
+        every_node = ",".join(str(n) for i in hosts.values() for n in table.nodes_on(i))
+        for host, index in hosts.items():  # the relay's port, and ps-lite's on the address
+            ports = ",".join(str(p) for p in [RELAY_PORT, *(n.port for n in table.nodes_on(index))])
             tried = subprocess.run(cluster.command("h3", [sys.executable, "-c", STRANGER,
                                                           cluster.address(host), ports,
-                                                          other_key]),
+                                                          other_key, every_node]),
                                    capture_output=True, text=True, timeout=60)
             assert "tried" in tried.stdout, tried.stderr
         registering = cluster.run("h3", [sys.executable, "-c", "import mxnet as mx; "
@@ -148,10 +133,11 @@ def test_a_ps_lite_job_across_hosts_through_relays_refuses_every_stranger(make_c
             counted = [line for line in lines if f"more connection(s) from {stranger}" in line]
             assert len(counted) == 1, lines
             more[host] = int(counted[0].split()[2])
-        # h2: garbage, then another job's key naming each of 3 nodes; h1 also the registering
+        # h2: garbage, then another job's key naming each node; h1 also the registering
         # ps-lite worker, which dials again every 100 ms (ps-lite's own ports refuse at once:
         # they are loopback's)
-        assert more["h2"] == 3 and more["h1"] >= 4, more
+        named = len(every_node.split(","))
+        assert more["h2"] == named and more["h1"] >= named + 1, more
     finally:
         for p in [*processes, *relays.values()]:
             if p.poll() is None:

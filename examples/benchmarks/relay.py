@@ -26,7 +26,7 @@ import numpy as np
 
 from mxkv_hybrid.launch.job_key import make_job_key
 from mxkv_hybrid.launch.processes import free_port
-from mxkv_hybrid.launch.relay import Endpoint, RelayPlan, StandIn
+from mxkv_hybrid.ps.node_addresses import Endpoint, RelayPlan, StandIn
 
 HOST = "127.0.0.1"
 BLOCK = 4 << 20  # bytes a client send() call hands over

@@ -25,14 +25,13 @@ PLAN.json: {"tls": "host:port", "local": ["host:port", ...],
 """
 import argparse
 import asyncio
-import json
 import signal
 import ssl
 import sys
 import time
-from dataclasses import dataclass
-from typing import Awaitable, Callable, Dict, FrozenSet, List, Set, Tuple
+from typing import Awaitable, Callable, Dict, List, Set, Tuple
 
+from ..ps.node_addresses import Endpoint, RelayPlan, StandIn
 from .job_key import tls_context
 
 CHUNK_BYTES = 1 << 20     # what one read moves
@@ -40,47 +39,6 @@ BUFFERED_BYTES = 4 << 20  # what a stream buffers before it stops reading its so
 TARGET_LINE_BYTES = 64    # the longest target line a relay reads
 HANDSHAKE_SECONDS = 10.0  # for the handshake, and again for the target line, or the peer is dropped
 QUIET_SECONDS = 60.0      # default of --quiet-seconds
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    host: str
-    port: int
-
-    @classmethod
-    def parse(cls, text: str) -> "Endpoint":
-        host, _, port = text.rpartition(":")
-        return cls(host, int(port))
-
-    def __str__(self) -> str:
-        return f"{self.host}:{self.port}"
-
-
-@dataclass(frozen=True)
-class StandIn:
-    relay: Endpoint   # the relay of the target's host
-    target: Endpoint  # the node there
-
-
-@dataclass(frozen=True)
-class RelayPlan:
-    tls: Endpoint                       # where this relay accepts the other relays
-    local: FrozenSet[Endpoint]          # the nodes of this host that other hosts may reach
-    stand_ins: Dict[Endpoint, StandIn]  # this host's listeners for the other hosts' nodes
-
-    @classmethod
-    def from_json(cls, text: str) -> "RelayPlan":
-        plan = json.loads(text)
-        return cls(Endpoint.parse(plan["tls"]),
-                   frozenset(Endpoint.parse(e) for e in plan.get("local", [])),
-                   {Endpoint.parse(listen): StandIn(Endpoint.parse(s["relay"]),
-                                                    Endpoint.parse(s["target"]))
-                    for listen, s in plan.get("stand_ins", {}).items()})
-
-    def to_json(self) -> str:
-        return json.dumps({"tls": str(self.tls), "local": sorted(map(str, self.local)),
-                           "stand_ins": {str(k): {"relay": str(s.relay), "target": str(s.target)}
-                                         for k, s in self.stand_ins.items()}})
 
 
 def say(line: str) -> None:

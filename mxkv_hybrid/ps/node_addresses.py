@@ -1,0 +1,104 @@
+"""Where every ps-lite node of a job listens when relays carry ps-lite between hosts
+(docs/ps_lite_wiring.md, section 6), and each host's relay plan.
+
+Host h (0: the scheduler's) gets the loopback address 127.77.1.(200 - h): ps-lite numbers
+nodes by host name descending (then port), so host 0's nodes come first, and the last
+octet keeps three digits, so string order is number order. Every node listens on its
+host's address at a port of its own; every host's relay accepts the other relays on the
+host's network address and stands in, on its loopback, for every other host's nodes.
+The table travels to the ranks and servers in MXKV_PS_NODES (JSON)."""
+import json
+from dataclasses import dataclass
+from typing import Dict, FrozenSet, List, Tuple
+
+MAX_HOSTS = 100  # 127.77.1.200 down to .101
+
+
+def loopback_address(host: int) -> str:
+    """Host `host`'s address for its ps-lite nodes."""
+    if not 0 <= host < MAX_HOSTS:
+        raise ValueError(f"host {host}: relays number at most {MAX_HOSTS} hosts")
+    return f"127.77.1.{200 - host}"
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    host: str
+    port: int
+
+    @classmethod
+    def parse(cls, text: str) -> "Endpoint":
+        host, _, port = text.rpartition(":")
+        return cls(host, int(port))
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+@dataclass(frozen=True)
+class StandIn:
+    relay: Endpoint   # the relay of the target's host
+    target: Endpoint  # the node there
+
+
+@dataclass(frozen=True)
+class RelayPlan:
+    tls: Endpoint                       # where this relay accepts the other relays
+    local: FrozenSet[Endpoint]          # the nodes of this host that other hosts may reach
+    stand_ins: Dict[Endpoint, StandIn]  # this host's listeners for the other hosts' nodes
+
+    @classmethod
+    def from_json(cls, text: str) -> "RelayPlan":
+        plan = json.loads(text)
+        return cls(Endpoint.parse(plan["tls"]),
+                   frozenset(Endpoint.parse(e) for e in plan.get("local", [])),
+                   {Endpoint.parse(listen): StandIn(Endpoint.parse(s["relay"]),
+                                                    Endpoint.parse(s["target"]))
+                    for listen, s in plan.get("stand_ins", {}).items()})
+
+    def to_json(self) -> str:
+        return json.dumps({"tls": str(self.tls), "local": sorted(map(str, self.local)),
+                           "stand_ins": {str(k): {"relay": str(s.relay), "target": str(s.target)}
+                                         for k, s in self.stand_ins.items()}})
+
+
+@dataclass(frozen=True)
+class PsNodes:
+    """A job's ps-lite nodes: `hosts` are the hosts' network addresses (the scheduler's
+    first), each node a (host index, port) pair."""
+
+    hosts: Tuple[str, ...]
+    relay_port: int
+    scheduler: Tuple[int, int]
+    servers: Tuple[Tuple[int, int], ...]
+    leaders: Tuple[Tuple[int, int], ...]  # by group
+
+    def endpoint(self, node: Tuple[int, int]) -> Endpoint:
+        return Endpoint(loopback_address(node[0]), node[1])
+
+    def nodes_on(self, host: int) -> List[Endpoint]:
+        return [self.endpoint(node) for node in (self.scheduler, *self.servers, *self.leaders)
+                if node[0] == host]
+
+    def relay_plan(self, host: int) -> RelayPlan:
+        """Host `host`'s relay: its own nodes reachable, a stand-in for every other's."""
+        stand_ins = {}
+        for other in range(len(self.hosts)):
+            if other != host:
+                relay = Endpoint(self.hosts[other], self.relay_port)
+                stand_ins.update({node: StandIn(relay, node) for node in self.nodes_on(other)})
+        return RelayPlan(Endpoint(self.hosts[host], self.relay_port),
+                         frozenset(self.nodes_on(host)), stand_ins)
+
+    def to_json(self) -> str:
+        return json.dumps({"hosts": list(self.hosts), "relay_port": self.relay_port,
+                           "scheduler": list(self.scheduler),
+                           "servers": [list(n) for n in self.servers],
+                           "leaders": [list(n) for n in self.leaders]})
+
+    @classmethod
+    def from_json(cls, text: str) -> "PsNodes":
+        table = json.loads(text)
+        return cls(tuple(table["hosts"]), table["relay_port"], tuple(table["scheduler"]),
+                   tuple(tuple(n) for n in table["servers"]),
+                   tuple(tuple(n) for n in table["leaders"]))

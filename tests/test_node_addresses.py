@@ -1,0 +1,47 @@
+"""The table of a job's ps-lite nodes when relays carry ps-lite between hosts
+(mxkv_hybrid/ps/node_addresses.py): addresses that ps-lite ranks in host order, each host's
+relay plan (its own nodes reachable, a stand-in for every other host's, none for its own),
+and the table's JSON round trip."""
+import pytest
+
+from mxkv_hybrid.ps.node_addresses import Endpoint, PsNodes, StandIn, loopback_address
+
+TABLE = PsNodes(hosts=("198.18.5.11", "198.18.5.12", "198.18.5.13"), relay_port=9443,
+                scheduler=(0, 9000), servers=((0, 9100), (2, 9100)),
+                leaders=((0, 9101), (1, 9100), (2, 9101)))
+
+
+def test_ps_lite_ranks_host_0_first_and_refuses_a_hundred_hosts():
+    addresses = [loopback_address(h) for h in range(100)]
+    assert addresses[0] == "127.77.1.200" and addresses[99] == "127.77.1.101"
+    assert sorted(addresses, reverse=True) == addresses  # ps-lite's order: name descending
+    with pytest.raises(ValueError, match="at most 100 hosts"):
+        loopback_address(100)
+
+
+def test_each_relay_reaches_its_own_nodes_and_stands_in_for_every_other():
+    plan = TABLE.relay_plan(1)
+    assert plan.tls == Endpoint("198.18.5.12", 9443)
+    assert plan.local == {Endpoint("127.77.1.199", 9100)}
+    assert plan.stand_ins == {
+        Endpoint("127.77.1.200", 9000): StandIn(Endpoint("198.18.5.11", 9443),
+                                                Endpoint("127.77.1.200", 9000)),
+        Endpoint("127.77.1.200", 9100): StandIn(Endpoint("198.18.5.11", 9443),
+                                                Endpoint("127.77.1.200", 9100)),
+        Endpoint("127.77.1.200", 9101): StandIn(Endpoint("198.18.5.11", 9443),
+                                                Endpoint("127.77.1.200", 9101)),
+        Endpoint("127.77.1.198", 9100): StandIn(Endpoint("198.18.5.13", 9443),
+                                                Endpoint("127.77.1.198", 9100)),
+        Endpoint("127.77.1.198", 9101): StandIn(Endpoint("198.18.5.13", 9443),
+                                                Endpoint("127.77.1.198", 9101))}
+    every = {node for h in range(3) for node in TABLE.nodes_on(h)}
+    for host in range(3):
+        plan = TABLE.relay_plan(host)
+        assert plan.local | set(plan.stand_ins) == every
+        assert not plan.local & set(plan.stand_ins)
+
+
+def test_the_table_and_a_plan_survive_json():
+    assert PsNodes.from_json(TABLE.to_json()) == TABLE
+    plan = TABLE.relay_plan(2)
+    assert type(plan).from_json(plan.to_json()) == plan
