@@ -38,7 +38,6 @@ import numpy as np
 
 from ..comm import row_sparse
 from ..comm.collectives import Arrays, Key, TensorCollectives
-from .worker_weights import Share
 from ..comm.topology import Groups, World, wait_for_leader
 from ..config import Config
 from ..errors import MXKVError
@@ -46,6 +45,7 @@ from ..ps.client import connect_leader, release
 from ..ps.finish_line import finish_line_for
 from ..ps.keys import ServerKeys
 from ..ps.optimizers import COUNTER_KEY, FINISH_KEY, SETTINGS_KEYS, ServerOptimizer
+from .worker_weights import Share
 
 
 SERVER_SIDE_STATES = {
@@ -169,13 +169,14 @@ class ServerWeights:
 
     def _init_rows(self, op: str, key: Key, value: mx.nd.NDArray, outs: Arrays) -> None:
         """init of a key the servers keep row_sparse: they keep rank 0's value, every row
-        listed (separate group jobs: one leader's, which every group then takes)."""
+        listed (separate group jobs: sync shares group 0's first; async keeps one leader's,
+        which every group then takes)."""
         kept = row_sparse.broadcast(self._world, op, key, row_sparse.with_every_row(value))
-        if key not in self._server_keys and self._share is not None:
-            whole = kept.tostype("default")
-            self._share(op, [key], [[whole]])
-            kept = row_sparse.with_every_row(whole)
         if key not in self._server_keys:
+            if self._share is not None:
+                whole = kept.tostype("default")
+                self._share(op, [key], [[whole]])
+                kept = row_sparse.with_every_row(whole)
             self._server_keys.add(key)
             self._rows.add(key)
             if self._ps is not None:

@@ -5,10 +5,11 @@ port (van.cc, ProcessAddNodeCommandAtScheduler): group g announces loopback addr
 127.0.0.(1 + g). Does nothing outside a group job (MXKV_GROUP_JOB unset)."""
 import os
 
+from mxkv_hybrid.config import read_knob
+
 
 def number_the_leaders_in_reverse() -> None:
     """Sets DMLC_NODE_HOST before the store is created (network.py keeps a value set)."""
-    knob = os.environ.get("MXKV_GROUP_JOB")
-    if knob:
-        group = int(dict(part.split("=") for part in knob.split(":"))["group"])
-        os.environ["DMLC_NODE_HOST"] = f"127.0.0.{1 + group}"
+    job = read_knob("MXKV_GROUP_JOB")
+    if job is not None:
+        os.environ["DMLC_NODE_HOST"] = f"127.0.0.{1 + job.group}"
