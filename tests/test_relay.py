@@ -7,6 +7,7 @@ of theirs reaches the node; when the node hangs up, the dialling side sees the e
 import hashlib
 import os
 import socket
+import socketserver
 import ssl
 import subprocess
 import sys
@@ -24,39 +25,34 @@ HOST = "127.0.0.1"
 TIMEOUT = 20.0
 
 
-class EchoNode:
-    """A TCP server standing for a ps-lite node: echoes, and counts the bytes it got."""
+class EchoNode(socketserver.ThreadingTCPServer):
+    """A TCP server standing for a ps-lite node: echoes, and counts the connections and the
+    bytes it got."""
+
+    daemon_threads = True
 
     def __init__(self):
-        self.port = free_port(HOST)
+        super().__init__((HOST, 0), _Echo)
+        self.port = self.server_address[1]
         self.received = 0
         self.connections = 0
         self.hang_up_after = None  # bytes echoed, after which the node closes a connection
-        self._listener = socket.create_server((HOST, self.port))
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self._listener.accept()
-            except OSError:
-                return
-            self.connections += 1
-            threading.Thread(target=self._echo, args=(conn,), daemon=True).start()
-
-    def _echo(self, conn: socket.socket) -> None:
-        with conn:
-            while True:
-                data = conn.recv(1 << 16)
-                if not data:
-                    return
-                self.received += len(data)
-                conn.sendall(data)
-                if self.hang_up_after is not None and self.received >= self.hang_up_after:
-                    return
+        threading.Thread(target=self.serve_forever, daemon=True).start()
 
     def close(self) -> None:
-        self._listener.close()
+        self.shutdown()
+        self.server_close()
+
+
+class _Echo(socketserver.BaseRequestHandler):
+    def handle(self) -> None:
+        node = self.server
+        node.connections += 1
+        while data := self.request.recv(1 << 16):
+            node.received += len(data)
+            self.request.sendall(data)
+            if node.hang_up_after is not None and node.received >= node.hang_up_after:
+                return
 
 
 def start_relay(tmp_path, name: str, plan: RelayPlan, key: str) -> subprocess.Popen:

@@ -14,6 +14,7 @@ import argparse
 import json
 import os
 import socket
+import socketserver
 import subprocess
 import sys
 import tempfile
@@ -32,32 +33,32 @@ HOST = "127.0.0.1"
 BLOCK = 4 << 20  # bytes a client send() call hands over
 
 
-class Sink:
-    """Reads every byte of a connection, then answers one byte."""
+class Sink(socketserver.ThreadingTCPServer):
+    """Reads every byte of a connection (`expected` of them), then answers one byte."""
+
+    daemon_threads = True
+    request_queue_size = 64
 
     def __init__(self, expected: int):
+        super().__init__((HOST, 0), _Drain)
         self.expected = expected
-        self.port = free_port(HOST)
-        self._listener = socket.create_server((HOST, self.port), backlog=64)
-        threading.Thread(target=self._accept, daemon=True).start()
+        self.port = self.server_address[1]
+        threading.Thread(target=self.serve_forever, daemon=True).start()
 
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self._listener.accept()
-            except OSError:
+    def close(self) -> None:
+        self.shutdown()
+        self.server_close()
+
+
+class _Drain(socketserver.BaseRequestHandler):
+    def handle(self) -> None:
+        buffer, left = bytearray(BLOCK), self.server.expected
+        while left > 0:
+            got = self.request.recv_into(buffer)
+            if not got:
                 return
-            threading.Thread(target=self._drain, args=(conn,), daemon=True).start()
-
-    def _drain(self, conn: socket.socket) -> None:
-        buffer, left = bytearray(BLOCK), self.expected
-        with conn:
-            while left > 0:
-                got = conn.recv_into(buffer)
-                if not got:
-                    return
-                left -= got
-            conn.sendall(b"!")
+            left -= got
+        self.request.sendall(b"!")
 
 
 def send(port: int, total: int) -> None:
@@ -127,6 +128,7 @@ def main() -> None:
                 for relay in relays:
                     relay.terminate()
                     relay.wait()
+                sink.close()
     medians = {name: float(np.median(rates)) for name, rates in rows.items()}
     print(f"\n{args.megabytes} MB a run, median of {args.reps}\n")
     print("| connections | direct MB/s | through the relays MB/s | relay / direct |")
