@@ -36,7 +36,12 @@ def test_a_killed_rank_ends_the_parameter_servers_too():
     job = launch(2, "train_steps.py", env={"MXKV_MODE": "sync", "MXKV_FAULT": "kill:rank=1:step=3"},
                  timeout=LAUNCH_TIMEOUT, launcher_options=("--servers", "1", "--group-size", "1"))
     assert_stopped_by_the_failure(job)
-    assert re.search(r"rank 1 \(pid \d+ on \S+\) was the first rank to end", job.output), job.output
+    # What this test is for is the servers' end; the naming is test_a_rank_that_dies_...'s.
+    # With a server and a scheduler on 2 cores the launcher may not run between rank 1's
+    # end and mpiexec's stop of rank 0 (seen once in CI) and then names both, honestly.
+    assert re.search(r"rank 1 \(pid \d+ on \S+\) was the first rank to end|ranks (\d+ "
+                     r"\(pid \d+ on \S+\), )*1 \(pid \d+ on \S+\).* were the first ranks to "
+                     r"end, together", job.output), job.output
     # launch() has checked that no process of the job (servers, scheduler) is left
 
 
