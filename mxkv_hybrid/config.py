@@ -282,6 +282,10 @@ KNOBS: Dict[str, Knob] = {
     "MXKV_LAUNCHER_LINK": Knob(str, "",
                                "Set by mxkv-launch: TOKEN@HOST:PORT of its link with every rank "
                                "(heartbeats both ways, comm/launcher_link.py)."),
+    "MXKV_PS_NODES": Knob(str, "",
+                          "Set by mxkv-launch when relays carry ps-lite between hosts: where "
+                          "every ps-lite node listens (JSON, ps/node_addresses.py); a group "
+                          "leader takes its address and port from it."),
     "MXKV_STALL_TIMEOUT": Knob(_non_negative, "30",
                                "Seconds a rank waits for the others in one collective before it "
                                "asks every rank where it is, prints the answers (waiting, "

@@ -36,6 +36,7 @@ from .processes import GRACE_SECONDS, Node, end_process_group, free_port, start,
 from .rank_watch import RankWatch
 from . import shm_leftovers, supervisor
 from .reach_check import ReachCheck, probe_command
+from .relay_setup import Relays, node_environment, plan_nodes, server_environment
 from .serve_join import join_group, serve
 from .supervisor import say
 
@@ -152,7 +153,8 @@ def supervise(job: Node, helpers: List[Node], timeout: Optional[float], num_rank
     code = supervisor.supervise(work, helpers, deadline, timeout)
     end_process_group(job.process)
     for helper in helpers:  # servers leave by themselves once the workers are gone
-        end_process_group(helper.process, grace=GRACE_SECONDS if code == 0 else 0)
+        end_process_group(helper.process, grace=GRACE_SECONDS if code == 0
+                          and helper.leaves_by_itself else 0)
     work.watch.close()
     merge_timeline()
     if code not in (0, 124, 130):
@@ -177,32 +179,56 @@ def start_parameter_servers(args: argparse.Namespace, num_groups: int, mpiexec: 
                             flavour: str) -> List[Node]:
     """The scheduler (here, listening on --ps-host) and --servers servers; sets the DMLC_*
     variables the ranks inherit."""
-    port = free_port(args.ps_host)
-    os.environ.update({"DMLC_PS_ROOT_URI": args.ps_host, "DMLC_PS_ROOT_PORT": str(port),
-                       "DMLC_NUM_SERVER": str(args.servers), "DMLC_NUM_WORKER": str(num_groups),
+    os.environ.update({"DMLC_NUM_SERVER": str(args.servers), "DMLC_NUM_WORKER": str(num_groups),
                        "DMLC_ROLE": "worker"})
-    if args.ps_interface:
-        os.environ["DMLC_INTERFACE"] = args.ps_interface
-    # otherwise every ps-lite node announces the address its host reaches the scheduler
-    # from (comm/network.py, at the package's import): loopback when it runs here
+    nodes: List[Node] = []
+    table = None
+    if relays_wanted(args):  # ps-lite on loopback, between hosts through the relays
+        table, names = plan_nodes(args.ps_host, host_slots(args), args.num_ranks,
+                                  args.group_size, args.servers)
+        os.environ.update(node_environment(table))
+        nodes += Relays(table, names, mpiexec).nodes
+        print(f"mxkv-launch: ps-lite listens on loopback on each of the {len(names)} hosts; "
+              f"relays carry it between them over TLS with this job's key (port "
+              f"{table.relay_port}; --trusted-network to connect directly)", file=sys.stderr,
+              flush=True)
+    else:
+        os.environ.update({"DMLC_PS_ROOT_URI": args.ps_host,
+                           "DMLC_PS_ROOT_PORT": str(free_port(args.ps_host))})
+        if args.ps_interface:
+            os.environ["DMLC_INTERFACE"] = args.ps_interface
+        # otherwise every ps-lite node announces the address its host reaches the scheduler
+        # from (comm/network.py, at the package's import): loopback when it runs here
     node = [sys.executable, "-m", "mxkv_hybrid.ps.server"]
-    scheduler = start("parameter-server scheduler", [sys.executable, scheduler_script.__file__],
-                      dict(os.environ, DMLC_ROLE="scheduler"))
-    nodes = [scheduler]
     try:
-        wait_until_listening(scheduler, args.ps_host, port, timeout=60)
+        scheduler = start("parameter-server scheduler",
+                          [sys.executable, scheduler_script.__file__],
+                          dict(os.environ, DMLC_ROLE="scheduler"))
+        nodes.insert(0, scheduler)
+        wait_until_listening(scheduler, os.environ["DMLC_PS_ROOT_URI"],
+                             int(os.environ["DMLC_PS_ROOT_PORT"]), timeout=60)
         server_env = dict(os.environ, DMLC_ROLE="server")
         if args.server_hosts:
             hosts = ["-hosts", args.server_hosts] if flavour == "hydra" else ["-H", args.server_hosts]
-            nodes.append(start("parameter servers", [mpiexec, "-n", str(args.servers), *hosts,
-                                                      *node], server_env))
+            nodes.insert(1, start("parameter servers",
+                                  [mpiexec, "-n", str(args.servers), *hosts, *node], server_env))
         else:
-            nodes += [start(f"parameter server {i}", node, server_env) for i in range(args.servers)]
+            for i in range(args.servers):
+                env = dict(server_env, **(server_environment(table, i) if table else {}))
+                nodes.insert(1 + i, start(f"parameter server {i}", node, env))
     except BaseException:
         for n in nodes:
             end_process_group(n.process, grace=0)
         raise
     return nodes
+
+
+def relays_wanted(args: argparse.Namespace) -> bool:
+    """Whether ps-lite's connections between hosts go through relays: ranks on other hosts
+    (-H / --hostfile), unless --trusted-network."""
+    if args.trusted_network or not (args.hosts or args.hostfile):
+        return False
+    return bool(remote_hosts([host for host, _ in host_slots(args)]))
 
 
 def count_groups(args: argparse.Namespace) -> int:
@@ -239,6 +265,12 @@ def parse_arguments(argv: Optional[List[str]] = None) -> argparse.Namespace:
                          "rank and server runs here, else the address the route towards the "
                          "other hosts leaves from; a loopback one with other hosts is refused)")
     ps.add_argument("--ps-interface", help="network interface ps-lite uses (DMLC_INTERFACE)")
+    ps.add_argument("--trusted-network", action="store_true",
+                    help="with ranks on other hosts: let ps-lite listen on the hosts' addresses "
+                         "and connect directly, without the relays that otherwise carry its "
+                         "connections between hosts over TLS with the job's key (ps-lite "
+                         "authenticates nothing and ends on a malformed message: only for "
+                         "networks that nothing but the job's machines can reach)")
     layout = ps.add_mutually_exclusive_group()
     layout.add_argument("--group-jobs", action="store_true",
                         help="start each group (--group-size ranks, or without it one group per "
@@ -344,6 +376,10 @@ def parse_arguments(argv: Optional[List[str]] = None) -> argparse.Namespace:
                      "server: set MXKV_MODE or drop --servers")
     if args.servers and not args.dry_run:  # a dry run starts no scheduler
         place_scheduler(parser, args)
+    if args.servers and args.server_hosts and relays_wanted(args):
+        parser.error("--server-hosts with ranks on other hosts: the relays that carry ps-lite "
+                     "between hosts do not place servers on other hosts yet; start the "
+                     "servers here (drop --server-hosts) or add --trusted-network")
     return args
 
 

@@ -62,6 +62,7 @@ class Node:
 
     name: str
     process: subprocess.Popen
+    leaves_by_itself: bool = True  # a server does once the workers are gone; a relay never
 
 
 def start(name: str, command: List[str], env: Optional[Dict[str, str]] = None) -> Node:

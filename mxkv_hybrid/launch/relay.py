@@ -25,9 +25,11 @@ PLAN.json: {"tls": "host:port", "local": ["host:port", ...],
 """
 import argparse
 import asyncio
+import os
 import signal
 import ssl
 import sys
+import tempfile
 import time
 from typing import Awaitable, Callable, Dict, List, Set, Tuple
 
@@ -45,28 +47,29 @@ def say(line: str) -> None:
     print(f"mxkv-relay: {line}", file=sys.stderr, flush=True)
 
 
-class Refusals:
-    """One line per refused connection, except that a host which keeps trying (ps-lite
-    dials again every 100 ms) gets one line per `quiet_seconds` with the count since."""
+class ThrottledLines:
+    """Lines about something that repeats (a refused host, which ps-lite makes dial again
+    every 100 ms; a node that has ended while its peers still dial it): the first line of a
+    subject is written, the subject's next ones within `quiet_seconds` are counted, and the
+    count is written with its next line after that, or at close()."""
 
     def __init__(self, quiet_seconds: float = QUIET_SECONDS):
         self._quiet_seconds = quiet_seconds
-        self._last: Dict[str, float] = {}    # peer host -> when its last line was written
-        self._unsaid: Dict[str, int] = {}    # peer host -> refusals since that line
+        self._last: Dict[str, float] = {}  # subject -> when its last line was written
+        self._unsaid: Dict[str, int] = {}  # subject -> lines counted since
 
-    def refuse(self, peer: Tuple[str, int], why: str) -> None:
-        host, now = peer[0], time.monotonic()
-        if host in self._last and now - self._last[host] < self._quiet_seconds:
-            self._unsaid[host] = self._unsaid.get(host, 0) + 1
+    def say(self, subject: str, line: str) -> None:
+        now = time.monotonic()
+        if subject in self._last and now - self._last[subject] < self._quiet_seconds:
+            self._unsaid[subject] = self._unsaid.get(subject, 0) + 1
             return
-        more = self._unsaid.pop(host, 0)
-        since = f" (and {more} more from {host} before this)" if more else ""
-        say(f"refused a connection from {host}:{peer[1]}: {why}{since}")
-        self._last[host] = now
+        more = self._unsaid.pop(subject, 0)
+        say(f"{line} (and {more} more {subject} before this)" if more else line)
+        self._last[subject] = now
 
     def close(self) -> None:
-        for host, count in self._unsaid.items():
-            say(f"refused {count} more connection(s) from {host}")
+        for subject, count in self._unsaid.items():
+            say(f"{count} more {subject}")
         self._unsaid.clear()
 
 
@@ -77,7 +80,7 @@ class Relay:
         self._dialling = tls_context(key_path, server=False)
         self._servers: List[asyncio.AbstractServer] = []
         self._tasks: Set[asyncio.Future] = set()  # asyncio holds tasks weakly: these hold them
-        self.refusals = Refusals(quiet_seconds)
+        self.lines = ThrottledLines(quiet_seconds)
 
     def _keep(self, work: Awaitable[None]) -> None:
         task = asyncio.ensure_future(work)
@@ -109,7 +112,9 @@ class Relay:
                 stand_in.relay.host, stand_in.relay.port, ssl=self._dialling, server_hostname="",
                 ssl_handshake_timeout=HANDSHAKE_SECONDS, limit=BUFFERED_BYTES)
         except (OSError, ssl.SSLError, asyncio.TimeoutError) as err:
-            say(f"cannot reach the relay {stand_in.relay} for {stand_in.target}: {err}")
+            self.lines.say(f"failed connection(s) to the relay {stand_in.relay}",
+                           f"cannot reach the relay {stand_in.relay} for {stand_in.target}: "
+                           f"{err}")
             writer.close()
             return
         far_writer.write(f"{stand_in.target}\n".encode())
@@ -125,8 +130,7 @@ class Relay:
             tls = await loop.start_tls(transport, protocol, self._accepting, server_side=True,
                                        ssl_handshake_timeout=HANDSHAKE_SECONDS)
         except (ssl.SSLError, OSError, asyncio.TimeoutError) as err:
-            self.refusals.refuse(peer, f"the TLS handshake failed ({err.__class__.__name__}: "
-                                       f"{err})")
+            self._refuse(peer, f"the TLS handshake failed ({err.__class__.__name__}: {err})")
             transport.close()
             return
         protocol.connection_made(tls)
@@ -139,22 +143,29 @@ class Relay:
         except (ValueError, UnicodeDecodeError, asyncio.TimeoutError, OSError):
             target = None
         if target not in self._plan.local:
-            self.refusals.refuse(peer, f"it asked for {target or 'no valid target'}, which is "
-                                       "not a node of this host")
+            self._refuse(peer, f"it asked for {target or 'no valid target'}, which is not a "
+                               "node of this host")
             writer.close()
             return
         try:
             near_reader, near_writer = await asyncio.open_connection(
                 target.host, target.port, limit=BUFFERED_BYTES)
         except OSError as err:
-            say(f"cannot reach the local node {target} for {peer[0]}:{peer[1]}: {err}")
+            self.lines.say(f"failed connection(s) to the local node {target}",
+                           f"cannot reach the local node {target} for {peer[0]}:{peer[1]}: "
+                           f"{err}")
             writer.close()
             return
         await _join(reader, writer, near_reader, near_writer)
 
+    def _refuse(self, peer: Tuple[str, int], why: str) -> None:
+        self.lines.say(f"refused connection(s) from {peer[0]}",
+                       f"refused a connection from {peer[0]}:{peer[1]}: {why}")
+
     def close(self) -> None:
         for server in self._servers:
             server.close()
+        self.lines.close()
 
 
 async def _join(reader_a, writer_a, reader_b, writer_b) -> None:
@@ -200,8 +211,11 @@ def _peer(transport) -> Tuple[str, int]:
     return (address[0], address[1]) if address else ("an unknown peer", 0)
 
 
-async def _run(plan: RelayPlan, key_path: str, quiet_seconds: float) -> None:
+async def _run(plan: RelayPlan, key_path: str, quiet_seconds: float,
+               forget_key: bool = False) -> None:
     relay = Relay(plan, key_path, quiet_seconds)
+    if forget_key:  # loaded: the file goes (the directory with it, at exit)
+        os.unlink(key_path)
     await relay.start()
     say(f"ready: TLS on {plan.tls}, {len(plan.stand_ins)} stand-in(s), "
         f"{len(plan.local)} local node(s)")
@@ -211,7 +225,6 @@ async def _run(plan: RelayPlan, key_path: str, quiet_seconds: float) -> None:
     relay.serve()
     await stop.wait()
     relay.close()
-    relay.refusals.close()
     others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
     for task in others:  # the listeners and every connection, ended while the loop runs
         task.cancel()
@@ -221,15 +234,30 @@ async def _run(plan: RelayPlan, key_path: str, quiet_seconds: float) -> None:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="python -m mxkv_hybrid.launch.relay",
                                      description=__doc__.split("\n\n")[0])
-    parser.add_argument("--plan", required=True, help="the relay's plan (JSON, see above)")
-    parser.add_argument("--key", required=True, help="the job's key (launch/job_key.py)")
+    plan = parser.add_mutually_exclusive_group(required=True)
+    plan.add_argument("--plan", help="the relay's plan: a JSON file (see above)")
+    plan.add_argument("--plan-json", help="the relay's plan as JSON text")
+    key = parser.add_mutually_exclusive_group(required=True)
+    key.add_argument("--key", help="the job's key file (launch/job_key.py)")
+    key.add_argument("--key-env", metavar="NAME",
+                     help="the environment variable that holds the job's key (PEM text): how "
+                          "mxkv-launch hands it to the relays of other hosts")
     parser.add_argument("--quiet-seconds", type=float, default=QUIET_SECONDS,
                         help="after a refusal, count the same host's next ones this long "
                              "instead of writing a line each (default %(default)s)")
     args = parser.parse_args(argv)
-    with open(args.plan) as f:
-        plan = RelayPlan.from_json(f.read())
-    asyncio.run(_run(plan, args.key, args.quiet_seconds))
+    if args.plan:
+        with open(args.plan) as f:
+            args.plan_json = f.read()
+    plan = RelayPlan.from_json(args.plan_json)
+    if args.key:
+        asyncio.run(_run(plan, args.key, args.quiet_seconds))
+        return
+    with tempfile.TemporaryDirectory(prefix="mxkv-relay-") as directory:  # mode 0700
+        key = os.path.join(directory, "job.pem")
+        with open(key, "w") as f:
+            f.write(os.environ[args.key_env])
+        asyncio.run(_run(plan, key, args.quiet_seconds, forget_key=True))
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ from ..errors import ConfigError
 from ..safety.watchdog import Watchdog
 from .keys import ServerKeys
 from .layout import Chunk, balanced_chunks, bigarray_bound
+from .node_addresses import PsNodes
 from .optimizers import AGREE_KEY, CHUNK_KEYS
 from .scheduler_reach import wait_for_scheduler
 
@@ -291,6 +292,11 @@ def connect_leader(kind: str, config, world, groups) -> Optional[ParameterServer
     num_servers = check_environment(config.mode, groups.num_groups)
     if not groups.is_leader:
         return None
+    nodes = read_knob("MXKV_PS_NODES")
+    if nodes:  # behind relays: this leader's loopback address and port (ps/node_addresses)
+        table = PsNodes.from_json(nodes)
+        where = table.endpoint(table.leaders[groups.group_index])
+        os.environ.update({"DMLC_NODE_HOST": where.host, "PORT": str(where.port)})
     return acquire(kind, num_servers, config.ps_timeout,
                    f"rank {world.rank} (leader of group {groups.group_index})",
                    end_job, link_throttle(config), separate_groups=not world.spans_all_ranks,

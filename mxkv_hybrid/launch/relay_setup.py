@@ -1,0 +1,123 @@
+"""mxkv-launch's side of the relays (launch/relay.py) for a job whose ranks span hosts: where
+every ps-lite node listens (ps/node_addresses.py's table, from the hosts' slots), the job's
+key, one relay per host started before any ps-lite node and watched with the servers, and
+the variables that place the scheduler, the servers and the group leaders.
+
+Host 0 is this machine (the scheduler's, and the servers'); the others follow in the order
+-H / --hostfile names them. Ranks fill the hosts' slots in order, as mpiexec places them.
+A group's leader is its first rank: every --group-size-th rank, or each host's first."""
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import threading
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from ..comm.network import is_this_machine
+from ..ps.node_addresses import PsNodes, loopback_address
+from .job_key import make_job_key
+from .processes import Node, end_process_group, free_port
+
+PORTS = (20000, 60000)  # where ports are drawn for the nodes of other hosts and the relays
+READY_SECONDS = 60.0
+
+
+def leader_ranks(placed: Sequence[str], group_size: int) -> List[int]:
+    """The world ranks that lead the groups, in group order (comm/topology.groups)."""
+    if group_size:
+        return list(range(0, len(placed), group_size))
+    firsts: Dict[str, int] = {}
+    for rank, host in enumerate(placed):
+        firsts.setdefault(host, rank)
+    return sorted(firsts.values())
+
+
+def plan_nodes(ps_host: str, slots: Sequence[Tuple[str, int]], num_ranks: int,
+               group_size: int, num_servers: int) -> Tuple[PsNodes, List[str]]:
+    """The job's table and its hosts' names (index 0: this machine, named `ps_host`)."""
+    names = [ps_host]
+    index: Dict[str, int] = {}
+    for host, _ in slots:
+        if host not in index:
+            index[host] = 0 if is_this_machine(host) else len(names)
+            if index[host]:
+                names.append(host)
+    placed = [host for host, count in slots for _ in range(count)]
+    placed = [placed[rank % len(placed)] for rank in range(num_ranks)]
+    draw = random.Random()
+    remote_ports = iter(draw.sample(range(*PORTS), len(placed) + 1))
+    here = loopback_address(0)
+
+    def port_on(host: int) -> int:
+        return free_port(here) if host == 0 else next(remote_ports)
+
+    leaders = tuple((index[placed[r]], port_on(index[placed[r]]))
+                    for r in leader_ranks(placed, group_size))
+    relay_port = free_port(ps_host)
+    table = PsNodes(hosts=tuple(names), relay_port=relay_port, scheduler=(0, free_port(here)),
+                    servers=tuple((0, free_port(here)) for _ in range(num_servers)),
+                    leaders=leaders)
+    return table, names
+
+
+def node_environment(table: PsNodes) -> Dict[str, str]:
+    """What every process of the job gets: the scheduler's loopback address, the table."""
+    scheduler = table.endpoint(table.scheduler)
+    return {"DMLC_PS_ROOT_URI": scheduler.host, "DMLC_PS_ROOT_PORT": str(scheduler.port),
+            "MXKV_PS_NODES": table.to_json()}
+
+
+def server_environment(table: PsNodes, server: int) -> Dict[str, str]:
+    where = table.endpoint(table.servers[server])
+    return {"DMLC_NODE_HOST": where.host, "PORT": str(where.port)}
+
+
+class Relays:
+    """The job's key and the relays of every host, started in order (`nodes`: the launcher
+    ends them with the servers)."""
+
+    def __init__(self, table: PsNodes, names: List[str], mpiexec: str):
+        self._directory = tempfile.mkdtemp(prefix="mxkv-relay-")
+        self._key = os.path.join(self._directory, "job.pem")
+        make_job_key(self._key)
+        with open(self._key) as f:
+            key_text = f.read()
+        self.nodes: List[Node] = []
+        try:
+            for host, name in enumerate(names):
+                plan = table.relay_plan(host).to_json()
+                command = [sys.executable, "-m", "mxkv_hybrid.launch.relay", "--plan-json", plan,
+                           "--key-env", "MXKV_RELAY_KEY"]
+                if host:  # on its host, through mpiexec (Hydra passes the environment on)
+                    command = [mpiexec, "-n", "1", "-hosts", name, *command]
+                self.nodes.append(_start_ready(f"relay on {name}", command,
+                                               dict(os.environ, MXKV_RELAY_KEY=key_text)))
+        except BaseException:
+            for node in self.nodes:
+                end_process_group(node.process, grace=0)
+            raise
+        finally:  # every relay has read the key by now (or is gone)
+            os.unlink(self._key)
+            os.rmdir(self._directory)
+
+
+def _start_ready(name: str, command: List[str], env: Dict[str, str]) -> Node:
+    """Starts a relay and waits for its 'ready' line; its other lines go to stderr."""
+    process = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)
+    first: List[Optional[str]] = [None]
+    reader = threading.Thread(target=lambda: first.__setitem__(0, process.stderr.readline()))
+    reader.start()
+    reader.join(READY_SECONDS)
+    if not first[0] or "ready" not in first[0]:
+        end_process_group(process, grace=0)
+        raise RuntimeError(f"the {name} did not start: {(first[0] or 'no output').strip()}")
+    threading.Thread(target=_forward, args=(process,), daemon=True).start()
+    return Node(name, process, leaves_by_itself=False)
+
+
+def _forward(process: subprocess.Popen) -> None:
+    for line in process.stderr:
+        sys.stderr.write(line)
+        sys.stderr.flush()
