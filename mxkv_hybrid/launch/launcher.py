@@ -36,7 +36,8 @@ from .processes import GRACE_SECONDS, Node, end_process_group, free_port, start,
 from .rank_watch import RankWatch
 from . import shm_leftovers, supervisor
 from .reach_check import ReachCheck, probe_command
-from .relay_setup import Relays, node_environment, plan_nodes, server_environment
+from .relay_setup import (Relays, node_environment, one_job_leader_hosts, plan_nodes,
+                          server_environment)
 from .serve_join import join_group, serve
 from .supervisor import say
 
@@ -176,7 +177,7 @@ def describe_failed(failed: RankExit) -> str:
 
 
 def start_parameter_servers(args: argparse.Namespace, num_groups: int, mpiexec: str,
-                            flavour: str) -> List[Node]:
+                            flavour: str, plans: Optional[List[GroupPlan]] = None) -> List[Node]:
     """The scheduler (here, listening on --ps-host) and --servers servers; sets the DMLC_*
     variables the ranks inherit."""
     os.environ.update({"DMLC_NUM_SERVER": str(args.servers), "DMLC_NUM_WORKER": str(num_groups),
@@ -184,8 +185,9 @@ def start_parameter_servers(args: argparse.Namespace, num_groups: int, mpiexec: 
     nodes: List[Node] = []
     table = None
     if relays_wanted(args):  # ps-lite on loopback, between hosts through the relays
-        table, names = plan_nodes(args.ps_host, host_slots(args), args.num_ranks,
-                                  args.group_size, args.servers)
+        leader_hosts = ([plan.host or args.ps_host for plan in plans] if plans else
+                        one_job_leader_hosts(host_slots(args), args.num_ranks, args.group_size))
+        table, names = plan_nodes(args.ps_host, leader_hosts, args.servers)
         os.environ.update(node_environment(table))
         nodes += Relays(table, names, mpiexec).nodes
         print(f"mxkv-launch: ps-lite listens on loopback on each of the {len(names)} hosts; "
@@ -587,7 +589,7 @@ def run_group_jobs(args: argparse.Namespace, mpiexec: str, flavour: str, mode: s
     deadline = None if args.timeout is None else time.monotonic() + args.timeout
     left_out: List[str] = []
     while True:
-        helpers = start_servers_or_exit(args, mpiexec, flavour, len(plans))
+        helpers = start_servers_or_exit(args, mpiexec, flavour, len(plans), plans)
         lost_ranks.link.forget_meeting()
         lost_ranks.link.forget(list(range(args.num_ranks)))
         left = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -658,13 +660,15 @@ def open_link(args: argparse.Namespace) -> LostRanks:
 
 
 def start_servers_or_exit(args: argparse.Namespace, mpiexec: str, flavour: str,
-                          groups: Optional[int] = None) -> List[Node]:
+                          groups: Optional[int] = None,
+                          plans: Optional[List[GroupPlan]] = None) -> List[Node]:
     """The parameter-server processes of --servers (none without it), for `groups` groups
     (default: as the ranks are grouped in one MPI job)."""
     if not args.servers:
         return []
     try:
-        return start_parameter_servers(args, groups or count_groups(args), mpiexec, flavour)
+        return start_parameter_servers(args, groups or count_groups(args), mpiexec, flavour,
+                                       plans)
     except RuntimeError as err:
         sys.exit(f"mxkv-launch: could not start the parameter server: {err}")
 

@@ -63,6 +63,7 @@ class Node:
     name: str
     process: subprocess.Popen
     leaves_by_itself: bool = True  # a server does once the workers are gone; a relay never
+    vital: bool = True  # its end ends the job (not a relay on another host: its ranks say)
 
 
 def start(name: str, command: List[str], env: Optional[Dict[str, str]] = None) -> Node:

@@ -31,7 +31,7 @@ import ssl
 import sys
 import tempfile
 import time
-from typing import Awaitable, Callable, Dict, List, Set, Tuple
+from typing import Awaitable, Callable, Dict, List, Optional, Set, Tuple
 
 from ..ps.node_addresses import Endpoint, RelayPlan, StandIn
 from .job_key import tls_context
@@ -41,6 +41,8 @@ BUFFERED_BYTES = 4 << 20  # what a stream buffers before it stops reading its so
 TARGET_LINE_BYTES = 64    # the longest target line a relay reads
 HANDSHAKE_SECONDS = 10.0  # for the handshake, and again for the target line, or the peer is dropped
 QUIET_SECONDS = 60.0      # default of --quiet-seconds
+PING, PONG = b"ping", b"pong\n"  # a relay checking that it still reaches another
+BEAT_SECONDS = 1.0        # how often --watch checks
 
 
 def say(line: str) -> None:
@@ -135,6 +137,7 @@ class Relay:
             return
         protocol.connection_made(tls)
         writer = asyncio.StreamWriter(tls, protocol, reader, loop)
+        line = b""
         try:
             line = await asyncio.wait_for(reader.readline(), HANDSHAKE_SECONDS)
             if len(line) > TARGET_LINE_BYTES:
@@ -142,6 +145,10 @@ class Relay:
             target = Endpoint.parse(line.decode("ascii").strip())
         except (ValueError, UnicodeDecodeError, asyncio.TimeoutError, OSError):
             target = None
+        if line.strip() == PING:  # another host's relay checking it still reaches this one
+            writer.write(PONG)
+            writer.close()
+            return
         if target not in self._plan.local:
             self._refuse(peer, f"it asked for {target or 'no valid target'}, which is not a "
                                "node of this host")
@@ -157,6 +164,26 @@ class Relay:
             writer.close()
             return
         await _join(reader, writer, near_reader, near_writer)
+
+    async def watch(self, relay: Endpoint, lost_seconds: float) -> None:
+        """Returns once `relay` (the launcher's host's) has not answered for `lost_seconds`:
+        this host is cut off from the job, and its relay ends like the ranks' keepers do."""
+        loop = asyncio.get_running_loop()
+        heard = loop.time()
+        while loop.time() - heard < lost_seconds:
+            try:
+                reader, writer = await asyncio.wait_for(asyncio.open_connection(
+                    relay.host, relay.port, ssl=self._dialling, server_hostname=""),
+                    HANDSHAKE_SECONDS)
+                writer.write(PING + b"\n")
+                if await asyncio.wait_for(reader.readline(), HANDSHAKE_SECONDS) == PONG:
+                    heard = loop.time()
+                writer.close()
+            except (OSError, asyncio.TimeoutError):
+                pass
+            await asyncio.sleep(BEAT_SECONDS)
+        say(f"the relay of the launcher's host ({relay}) has not answered for "
+            f"{lost_seconds:g} s: this host is cut off from the job; ending")
 
     def _refuse(self, peer: Tuple[str, int], why: str) -> None:
         self.lines.say(f"refused connection(s) from {peer[0]}",
@@ -212,7 +239,8 @@ def _peer(transport) -> Tuple[str, int]:
 
 
 async def _run(plan: RelayPlan, key_path: str, quiet_seconds: float,
-               forget_key: bool = False) -> None:
+               forget_key: bool = False, watch: Optional[Tuple[Endpoint, float]] = None
+               ) -> None:
     relay = Relay(plan, key_path, quiet_seconds)
     if forget_key:  # loaded: the file goes (the directory with it, at exit)
         os.unlink(key_path)
@@ -223,12 +251,19 @@ async def _run(plan: RelayPlan, key_path: str, quiet_seconds: float,
     for signum in (signal.SIGTERM, signal.SIGINT):
         asyncio.get_running_loop().add_signal_handler(signum, stop.set)
     relay.serve()
+    if watch is not None:
+        relay._keep(_set_when_done(relay.watch(*watch), stop))
     await stop.wait()
     relay.close()
     others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
     for task in others:  # the listeners and every connection, ended while the loop runs
         task.cancel()
     await asyncio.gather(*others, return_exceptions=True)
+
+
+async def _set_when_done(work, event: asyncio.Event) -> None:
+    await work
+    event.set()
 
 
 def main(argv=None) -> None:
@@ -245,19 +280,24 @@ def main(argv=None) -> None:
     parser.add_argument("--quiet-seconds", type=float, default=QUIET_SECONDS,
                         help="after a refusal, count the same host's next ones this long "
                              "instead of writing a line each (default %(default)s)")
+    parser.add_argument("--watch", metavar="HOST:PORT",
+                        help="the relay of the launcher's host: end when it has not answered "
+                             "for --lost-seconds (a host cut off from the job)")
+    parser.add_argument("--lost-seconds", type=float, default=30.0)
     args = parser.parse_args(argv)
+    watch = (Endpoint.parse(args.watch), args.lost_seconds) if args.watch else None
     if args.plan:
         with open(args.plan) as f:
             args.plan_json = f.read()
     plan = RelayPlan.from_json(args.plan_json)
     if args.key:
-        asyncio.run(_run(plan, args.key, args.quiet_seconds))
+        asyncio.run(_run(plan, args.key, args.quiet_seconds, watch=watch))
         return
     with tempfile.TemporaryDirectory(prefix="mxkv-relay-") as directory:  # mode 0700
         key = os.path.join(directory, "job.pem")
         with open(key, "w") as f:
             f.write(os.environ[args.key_env])
-        asyncio.run(_run(plan, key, args.quiet_seconds, forget_key=True))
+        asyncio.run(_run(plan, key, args.quiet_seconds, forget_key=True, watch=watch))
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ import threading
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..comm.network import is_this_machine
+from ..config import read_knob
 from ..ps.node_addresses import PsNodes, loopback_address
 from .job_key import make_job_key
 from .processes import Node, end_process_group, free_port
@@ -24,7 +25,8 @@ READY_SECONDS = 60.0
 
 
 def leader_ranks(placed: Sequence[str], group_size: int) -> List[int]:
-    """The world ranks that lead the groups, in group order (comm/topology.groups)."""
+    """The world ranks that lead the groups of one MPI job, in group order
+    (comm/topology.groups): every `group_size`-th rank, or each host's first."""
     if group_size:
         return list(range(0, len(placed), group_size))
     firsts: Dict[str, int] = {}
@@ -33,31 +35,35 @@ def leader_ranks(placed: Sequence[str], group_size: int) -> List[int]:
     return sorted(firsts.values())
 
 
-def plan_nodes(ps_host: str, slots: Sequence[Tuple[str, int]], num_ranks: int,
-               group_size: int, num_servers: int) -> Tuple[PsNodes, List[str]]:
-    """The job's table and its hosts' names (index 0: this machine, named `ps_host`)."""
+def one_job_leader_hosts(slots: Sequence[Tuple[str, int]], num_ranks: int,
+                         group_size: int) -> List[str]:
+    """Where each group's leader runs in one MPI job whose ranks fill `slots` in order."""
+    placed = [host for host, count in slots for _ in range(count)]
+    placed = [placed[rank % len(placed)] for rank in range(num_ranks)]
+    return [placed[rank] for rank in leader_ranks(placed, group_size)]
+
+
+def plan_nodes(ps_host: str, leader_hosts: Sequence[str],
+               num_servers: int) -> Tuple[PsNodes, List[str]]:
+    """The job's table and its hosts' names (index 0: this machine, named `ps_host`; then
+    the other hosts that run a group leader, in group order)."""
     names = [ps_host]
     index: Dict[str, int] = {}
-    for host, _ in slots:
+    for host in leader_hosts:
         if host not in index:
             index[host] = 0 if is_this_machine(host) else len(names)
             if index[host]:
                 names.append(host)
-    placed = [host for host, count in slots for _ in range(count)]
-    placed = [placed[rank % len(placed)] for rank in range(num_ranks)]
-    draw = random.Random()
-    remote_ports = iter(draw.sample(range(*PORTS), len(placed) + 1))
+    remote_ports = iter(random.Random().sample(range(*PORTS), len(leader_hosts)))
     here = loopback_address(0)
 
     def port_on(host: int) -> int:
         return free_port(here) if host == 0 else next(remote_ports)
 
-    leaders = tuple((index[placed[r]], port_on(index[placed[r]]))
-                    for r in leader_ranks(placed, group_size))
-    relay_port = free_port(ps_host)
-    table = PsNodes(hosts=tuple(names), relay_port=relay_port, scheduler=(0, free_port(here)),
+    table = PsNodes(hosts=tuple(names), relay_port=free_port(ps_host),
+                    scheduler=(0, free_port(here)),
                     servers=tuple((0, free_port(here)) for _ in range(num_servers)),
-                    leaders=leaders)
+                    leaders=tuple((index[h], port_on(index[h])) for h in leader_hosts))
     return table, names
 
 
@@ -89,10 +95,15 @@ class Relays:
                 plan = table.relay_plan(host).to_json()
                 command = [sys.executable, "-m", "mxkv_hybrid.launch.relay", "--plan-json", plan,
                            "--key-env", "MXKV_RELAY_KEY"]
-                if host:  # on its host, through mpiexec (Hydra passes the environment on)
-                    command = [mpiexec, "-n", "1", "-hosts", name, *command]
-                self.nodes.append(_start_ready(f"relay on {name}", command,
-                                               dict(os.environ, MXKV_RELAY_KEY=key_text)))
+                if host:  # on its host, through mpiexec (Hydra passes the environment on);
+                    # it ends itself when cut off from this host's relay, as ranks' keepers do
+                    command = [mpiexec, "-n", "1", "-hosts", name, *command, "--watch",
+                               f"{names[0]}:{table.relay_port}", "--lost-seconds",
+                               str(read_knob("MXKV_LOST_SECONDS"))]
+                node = _start_ready(f"relay on {name}", command,
+                                    dict(os.environ, MXKV_RELAY_KEY=key_text))
+                node.vital = host == 0  # another host's loss is its ranks' to report
+                self.nodes.append(node)
         except BaseException:
             for node in self.nodes:
                 end_process_group(node.process, grace=0)

@@ -47,7 +47,7 @@ def supervise(work: Work, helpers: List[Node], deadline: Optional[float],
     stop_on_signals()
     try:
         while True:
-            dead = [h for h in helpers if h.process.poll() not in (None, 0)]
+            dead = [h for h in helpers if h.vital and h.process.poll() not in (None, 0)]
             code = work.poll()
             if dead:
                 say(f"the {dead[0].name} (pid {dead[0].process.pid}) exited with status "
