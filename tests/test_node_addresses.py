@@ -45,3 +45,19 @@ def test_the_table_and_a_plan_survive_json():
     assert PsNodes.from_json(TABLE.to_json()) == TABLE
     plan = TABLE.relay_plan(2)
     assert type(plan).from_json(plan.to_json()) == plan
+
+
+def test_a_restarted_leader_gets_a_port_of_its_own_that_every_relay_knows():
+    """A group job started again must not take its leader's old address (the other nodes'
+    connections to it still hold messages for the dead one)."""
+    table = PsNodes(hosts=TABLE.hosts, relay_port=9443, scheduler=(0, 9000),
+                    servers=((0, 9100),), leaders=((0, 9101), (2, 9101)),
+                    restart_ports=((9102, 9103), (9102, 9103)))
+    assert [table.leader(1, start) for start in range(3)] == [
+        Endpoint("127.77.1.198", port) for port in (9101, 9102, 9103)]
+    assert table.relay_plan(2).local == {Endpoint("127.77.1.198", p) for p in (9101, 9102, 9103)}
+    assert Endpoint("127.77.1.198", 9103) in table.relay_plan(0).stand_ins
+    with pytest.raises(ValueError, match="ports for 2 restart"):
+        table.leader(1, 3)
+    assert PsNodes.from_json(table.to_json()) == table
+    assert TABLE.leader(2) == Endpoint("127.77.1.198", 9101)  # no restarts: the first start's

@@ -177,8 +177,9 @@ def _lost(run: GroupRun, restarts: Restarts, others_running: bool,
     say(line)
 
 
-def _restart(run: GroupRun) -> GroupRun:
+def _restart(run: GroupRun, prepare: Callable[[GroupPlan], None]) -> GroupRun:
     run.release()
+    prepare(run.plan)
     again = start_group(run.plan, run.command, run.env, run.flavour, run.attempt + 1)
     say(f"{run.plan.describe()} restarted (restart {again.attempt}): it rejoins the servers' "
         "model")
@@ -224,21 +225,23 @@ class GroupJobs:
     gradients) ends the others when a group is lost. A group whose host is lost before the
     groups `met` at the parameter server (and not `together`) ends every job, to start
     the others again without it (`left_out`); one that failed then ends them all. A
-    `stop_order` (the reason a serving launcher gave) ends every group."""
+    `stop_order` (the reason a serving launcher gave) ends every group; `prepare` readies
+    what a group needs on its host before it is started again (its host's relay)."""
 
     running, stopping = "groups", "stopping every group"
 
     def __init__(self, runs: List[GroupRun], restarts: Restarts, together: bool,
                  stop_order: Callable[[], Optional[str]], lost_ranks: Optional[LostRanks],
-                 met: Callable[[], bool]):
+                 met: Callable[[], bool], prepare: Callable[[GroupPlan], None]):
         self.runs, self.restarts, self.together = runs, restarts, together
+        self.prepare = prepare
         self.stop_order, self.lost_ranks, self.met = stop_order, lost_ranks, met
         self.left_out: List[GroupPlan] = []
 
     def poll(self) -> Optional[int]:
         for index, run in enumerate(self.runs):
             if run.restart_at is not None and time.monotonic() >= run.restart_at:
-                self.runs[index] = _restart(run)
+                self.runs[index] = _restart(run, self.prepare)
             elif run.code is None:
                 code = self._check(run)
                 if code is not None:
@@ -302,7 +305,8 @@ def supervise_groups(runs: List[GroupRun], helpers: List[Node], timeout: Optiona
                      restarts: Restarts, together: bool = False,
                      stop_order: Callable[[], Optional[str]] = lambda: None,
                      lost_ranks: Optional[LostRanks] = None,
-                     met: Callable[[], bool] = lambda: True) -> GroupsEnded:
+                     met: Callable[[], bool] = lambda: True,
+                     prepare: Callable[[GroupPlan], None] = lambda plan: None) -> GroupsEnded:
     """Watches the group jobs (GroupJobs, supervisor.supervise) until every one is over, or
     a timeout, a dead parameter-server process, a signal or a stop order ends them all;
     ends what is left. The exit status: 0 when every group finished (restarted or not), 1
@@ -310,7 +314,7 @@ def supervise_groups(runs: List[GroupRun], helpers: List[Node], timeout: Optiona
     groups lost before the groups met (GroupsEnded.left_out: to start the others again
     without them)."""
     deadline = None if timeout is None else time.monotonic() + timeout
-    work = GroupJobs(runs, restarts, together, stop_order, lost_ranks, met)
+    work = GroupJobs(runs, restarts, together, stop_order, lost_ranks, met, prepare)
     code = supervise(work, helpers, deadline, timeout)
     left_out = bool(work.left_out) and code == 1
     for run in runs:

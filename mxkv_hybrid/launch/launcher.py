@@ -36,7 +36,7 @@ from .processes import GRACE_SECONDS, Node, end_process_group, free_port, start,
 from .rank_watch import RankWatch
 from . import shm_leftovers, supervisor
 from .reach_check import ReachCheck, probe_command
-from .relay_setup import (Relays, node_environment, one_job_leader_hosts, plan_nodes,
+from .relay_setup import (RelayNode, Relays, node_environment, one_job_leader_hosts, plan_nodes,
                           server_environment)
 from .serve_join import join_group, serve
 from .supervisor import say
@@ -187,7 +187,8 @@ def start_parameter_servers(args: argparse.Namespace, num_groups: int, mpiexec: 
     if relays_wanted(args):  # ps-lite on loopback, between hosts through the relays
         leader_hosts = ([plan.host or args.ps_host for plan in plans] if plans else
                         one_job_leader_hosts(host_slots(args), args.num_ranks, args.group_size))
-        table, names = plan_nodes(args.ps_host, leader_hosts, args.servers)
+        table, names = plan_nodes(args.ps_host, leader_hosts, args.servers,
+                                  args.restarts if plans else 0)
         os.environ.update(node_environment(table))
         nodes += Relays(table, names, mpiexec).nodes
         print(f"mxkv-launch: ps-lite listens on loopback on each of the {len(names)} hosts; "
@@ -595,7 +596,8 @@ def run_group_jobs(args: argparse.Namespace, mpiexec: str, flavour: str, mode: s
         left = None if deadline is None else max(0.0, deadline - time.monotonic())
         ended = supervise_groups(start_group_jobs(args, mpiexec, flavour, plans), helpers, left,
                                  restarts, together=mode == "sync", lost_ranks=lost_ranks,
-                                 met=lost_ranks.link.met)
+                                 met=lost_ranks.link.met,
+                                 prepare=lambda plan: ready_relay_of(plan, helpers))
         if not ended.left_out:
             if left_out:
                 say(f"left out before the groups met: {', '.join(left_out)}")
@@ -605,6 +607,14 @@ def run_group_jobs(args: argparse.Namespace, mpiexec: str, flavour: str, mode: s
         lost_ranks.expect_only({rank: plan.host for plan in plans for rank in plan.members})
         say(f"starting {len(plans)} group(s) of {plans[0].ranks} rank(s) again: "
             + ", ".join(plan.describe_where() for plan in plans))
+
+
+def ready_relay_of(plan: GroupPlan, helpers: List[Node]) -> None:
+    """Before a group starts again: its host's relay answers, or is started again (one
+    cut off from the job has ended itself)."""
+    for node in helpers:
+        if isinstance(node, RelayNode) and node.host_name == plan.host and not node.vital:
+            node.make_ready()
 
 
 def check_reachability(args: argparse.Namespace, mpiexec: str, flavour: str) -> bool:

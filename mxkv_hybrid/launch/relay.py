@@ -127,7 +127,7 @@ class Relay:
         peer = _peer(transport)
         loop = asyncio.get_running_loop()
         reader = asyncio.StreamReader(limit=BUFFERED_BYTES, loop=loop)
-        protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
+        protocol = _OverTls(reader, loop=loop)
         try:
             tls = await loop.start_tls(transport, protocol, self._accepting, server_side=True,
                                        ssl_handshake_timeout=HANDSHAKE_SECONDS)
@@ -219,6 +219,16 @@ async def _copy(reader, writer) -> None:
             await writer.drain()
     except (OSError, ssl.SSLError):
         return
+
+
+class _OverTls(asyncio.StreamReaderProtocol):
+    """A stream's protocol under start_tls: an end of stream closes it (the base class
+    keeps a plain socket half-open, which asyncio warns about over TLS when the peer's
+    end arrives before connection_made, as a ping's does)."""
+
+    def eof_received(self) -> bool:
+        super().eof_received()
+        return False
 
 
 class _Unread(asyncio.Protocol):

@@ -8,17 +8,22 @@ Host 0 is this machine (the scheduler's, and the servers'); the others follow in
 A group's leader is its first rank: every --group-size-th rank, or each host's first."""
 import os
 import random
+import socket
+import ssl
 import subprocess
 import sys
 import tempfile
 import threading
+from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..comm.network import is_this_machine
 from ..config import read_knob
 from ..ps.node_addresses import PsNodes, loopback_address
-from .job_key import make_job_key
+from .job_key import make_job_key, tls_context
 from .processes import Node, end_process_group, free_port
+from .relay import PING, PONG
+from .supervisor import say
 
 PORTS = (20000, 60000)  # where ports are drawn for the nodes of other hosts and the relays
 READY_SECONDS = 60.0
@@ -43,10 +48,11 @@ def one_job_leader_hosts(slots: Sequence[Tuple[str, int]], num_ranks: int,
     return [placed[rank] for rank in leader_ranks(placed, group_size)]
 
 
-def plan_nodes(ps_host: str, leader_hosts: Sequence[str],
-               num_servers: int) -> Tuple[PsNodes, List[str]]:
+def plan_nodes(ps_host: str, leader_hosts: Sequence[str], num_servers: int,
+               restarts: int = 0) -> Tuple[PsNodes, List[str]]:
     """The job's table and its hosts' names (index 0: this machine, named `ps_host`; then
-    the other hosts that run a group leader, in group order)."""
+    the other hosts that run a group leader, in group order); `restarts`: ports for each
+    group's restarts (group jobs' --restarts)."""
     names = [ps_host]
     index: Dict[str, int] = {}
     for host in leader_hosts:
@@ -54,7 +60,8 @@ def plan_nodes(ps_host: str, leader_hosts: Sequence[str],
             index[host] = 0 if is_this_machine(host) else len(names)
             if index[host]:
                 names.append(host)
-    remote_ports = iter(random.Random().sample(range(*PORTS), len(leader_hosts)))
+    remote_ports = iter(random.Random().sample(range(*PORTS),
+                                               len(leader_hosts) * (1 + restarts)))
     here = loopback_address(0)
 
     def port_on(host: int) -> int:
@@ -63,7 +70,9 @@ def plan_nodes(ps_host: str, leader_hosts: Sequence[str],
     table = PsNodes(hosts=tuple(names), relay_port=free_port(ps_host),
                     scheduler=(0, free_port(here)),
                     servers=tuple((0, free_port(here)) for _ in range(num_servers)),
-                    leaders=tuple((index[h], port_on(index[h])) for h in leader_hosts))
+                    leaders=tuple((index[h], port_on(index[h])) for h in leader_hosts),
+                    restart_ports=tuple(tuple(port_on(index[h]) for _ in range(restarts))
+                                        for h in leader_hosts))
     return table, names
 
 
@@ -79,41 +88,84 @@ def server_environment(table: PsNodes, server: int) -> Dict[str, str]:
     return {"DMLC_NODE_HOST": where.host, "PORT": str(where.port)}
 
 
+ANSWER_SECONDS = 3.0  # for a relay's answer to the launcher's ping
+
+
+@dataclass
+class RelayNode(Node):
+    """A host's relay, which the launcher starts again for a group restarted on its host
+    (a relay cut off from the job ends itself)."""
+
+    host_name: str = ""
+    owner: Optional["Relays"] = None
+
+    def make_ready(self) -> None:
+        """Leaves a relay that answers; else ends its process and starts it again."""
+        assert self.owner is not None
+        self.owner.make_ready(self)
+
+
 class Relays:
     """The job's key and the relays of every host, started in order (`nodes`: the launcher
     ends them with the servers)."""
 
     def __init__(self, table: PsNodes, names: List[str], mpiexec: str):
-        self._directory = tempfile.mkdtemp(prefix="mxkv-relay-")
-        self._key = os.path.join(self._directory, "job.pem")
-        make_job_key(self._key)
-        with open(self._key) as f:
-            key_text = f.read()
-        self.nodes: List[Node] = []
+        self._table, self._names, self._mpiexec = table, names, mpiexec
+        directory = tempfile.mkdtemp(prefix="mxkv-relay-")
+        key = os.path.join(directory, "job.pem")
+        try:
+            make_job_key(key)
+            with open(key) as f:
+                self._key_text = f.read()
+            self._dialling = tls_context(key, server=False)
+        finally:
+            os.unlink(key)
+            os.rmdir(directory)
+        self.nodes: List[RelayNode] = []
         try:
             for host, name in enumerate(names):
-                plan = table.relay_plan(host).to_json()
-                command = [sys.executable, "-m", "mxkv_hybrid.launch.relay", "--plan-json", plan,
-                           "--key-env", "MXKV_RELAY_KEY"]
-                if host:  # on its host, through mpiexec (Hydra passes the environment on);
-                    # it ends itself when cut off from this host's relay, as ranks' keepers do
-                    command = [mpiexec, "-n", "1", "-hosts", name, *command, "--watch",
-                               f"{names[0]}:{table.relay_port}", "--lost-seconds",
-                               str(read_knob("MXKV_LOST_SECONDS"))]
-                node = _start_ready(f"relay on {name}", command,
-                                    dict(os.environ, MXKV_RELAY_KEY=key_text))
-                node.vital = host == 0  # another host's loss is its ranks' to report
-                self.nodes.append(node)
+                process = self._start(host)
+                self.nodes.append(RelayNode(f"relay on {name}", process, leaves_by_itself=False,
+                                            vital=host == 0, host_name=name, owner=self))
+                # vital: another host's loss is its ranks' to report
         except BaseException:
             for node in self.nodes:
                 end_process_group(node.process, grace=0)
             raise
-        finally:  # every relay has read the key by now (or is gone)
-            os.unlink(self._key)
-            os.rmdir(self._directory)
+
+    def _start(self, host: int) -> subprocess.Popen:
+        """Host `host`'s relay, once it said it is ready."""
+        name = self._names[host]
+        command = [sys.executable, "-m", "mxkv_hybrid.launch.relay", "--plan-json",
+                   self._table.relay_plan(host).to_json(), "--key-env", "MXKV_RELAY_KEY"]
+        if host:  # on its host, through mpiexec (Hydra passes the environment on); it
+            # ends itself when cut off from this host's relay, as ranks' keepers do
+            command = [self._mpiexec, "-n", "1", "-hosts", name, *command, "--watch",
+                       f"{self._names[0]}:{self._table.relay_port}", "--lost-seconds",
+                       str(read_knob("MXKV_LOST_SECONDS"))]
+        return _start_ready(f"relay on {name}", command,
+                            dict(os.environ, MXKV_RELAY_KEY=self._key_text))
+
+    def answers(self, name: str) -> bool:
+        """Whether the relay of host `name` answers a ping with the job's key."""
+        try:
+            with socket.create_connection((name, self._table.relay_port),
+                                          ANSWER_SECONDS) as plain:
+                with self._dialling.wrap_socket(plain, server_hostname="") as tls:
+                    tls.sendall(PING + b"\n")
+                    return tls.recv(len(PONG)) == PONG
+        except (OSError, ssl.SSLError):
+            return False
+
+    def make_ready(self, node: RelayNode) -> None:
+        if node.process.poll() is None and self.answers(node.host_name):
+            return
+        end_process_group(node.process, grace=0)
+        node.process = self._start(self._names.index(node.host_name))
+        say(f"the relay on {node.host_name} started again (port {self._table.relay_port})")
 
 
-def _start_ready(name: str, command: List[str], env: Dict[str, str]) -> Node:
+def _start_ready(name: str, command: List[str], env: Dict[str, str]) -> subprocess.Popen:
     """Starts a relay and waits for its 'ready' line; its other lines go to stderr."""
     process = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True,
                                start_new_session=True)
@@ -125,7 +177,7 @@ def _start_ready(name: str, command: List[str], env: Dict[str, str]) -> Node:
         end_process_group(process, grace=0)
         raise RuntimeError(f"the {name} did not start: {(first[0] or 'no output').strip()}")
     threading.Thread(target=_forward, args=(process,), daemon=True).start()
-    return Node(name, process, leaves_by_itself=False)
+    return process
 
 
 def _forward(process: subprocess.Popen) -> None:

@@ -295,7 +295,9 @@ def connect_leader(kind: str, config, world, groups) -> Optional[ParameterServer
     nodes = read_knob("MXKV_PS_NODES")
     if nodes:  # behind relays: this leader's loopback address and port (ps/node_addresses)
         table = PsNodes.from_json(nodes)
-        where = table.endpoint(table.leaders[groups.group_index])
+        # a group job started again gets a port of its own; one MPI job gets a new table
+        where = table.leader(groups.group_index,
+                             0 if world.spans_all_ranks else config.attempt)
         os.environ.update({"DMLC_NODE_HOST": where.host, "PORT": str(where.port)})
     return acquire(kind, num_servers, config.ps_timeout,
                    f"rank {world.rank} (leader of group {groups.group_index})",

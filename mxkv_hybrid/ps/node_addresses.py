@@ -72,12 +72,30 @@ class PsNodes:
     scheduler: Tuple[int, int]
     servers: Tuple[Tuple[int, int], ...]
     leaders: Tuple[Tuple[int, int], ...]  # by group
+    # by group, the ports of its restarts (a group job started again): a restarted leader
+    # must not take its predecessor's address, where the other nodes' connections still
+    # hold messages for the dead one (measured: the restarted leader crashed on them)
+    restart_ports: Tuple[Tuple[int, ...], ...] = ()
 
     def endpoint(self, node: Tuple[int, int]) -> Endpoint:
         return Endpoint(loopback_address(node[0]), node[1])
 
+    def leader(self, group: int, start: int = 0) -> Endpoint:
+        """Group `group`'s leader at its `start`-th start (0: the first; then restarts)."""
+        host, port = self.leaders[group]
+        if start == 0:
+            return self.endpoint((host, port))
+        spares = self.restart_ports[group] if group < len(self.restart_ports) else ()
+        if start > len(spares):
+            raise ValueError(f"group {group}'s start {start}: the table has ports for "
+                             f"{len(spares)} restart(s)")
+        return self.endpoint((host, spares[start - 1]))
+
     def nodes_on(self, host: int) -> List[Endpoint]:
-        return [self.endpoint(node) for node in (self.scheduler, *self.servers, *self.leaders)
+        restarted = [(leader[0], port) for leader, ports in zip(self.leaders, self.restart_ports)
+                     for port in ports]
+        return [self.endpoint(node) for node in (self.scheduler, *self.servers, *self.leaders,
+                                                 *restarted)
                 if node[0] == host]
 
     def relay_plan(self, host: int) -> RelayPlan:
@@ -94,11 +112,13 @@ class PsNodes:
         return json.dumps({"hosts": list(self.hosts), "relay_port": self.relay_port,
                            "scheduler": list(self.scheduler),
                            "servers": [list(n) for n in self.servers],
-                           "leaders": [list(n) for n in self.leaders]})
+                           "leaders": [list(n) for n in self.leaders],
+                           "restart_ports": [list(p) for p in self.restart_ports]})
 
     @classmethod
     def from_json(cls, text: str) -> "PsNodes":
         table = json.loads(text)
         return cls(tuple(table["hosts"]), table["relay_port"], tuple(table["scheduler"]),
                    tuple(tuple(n) for n in table["servers"]),
-                   tuple(tuple(n) for n in table["leaders"]))
+                   tuple(tuple(n) for n in table["leaders"]),
+                   tuple(tuple(p) for p in table.get("restart_ports", [])))

@@ -1,0 +1,125 @@
+"""Issue 33's acceptance: jobs across emulated hosts (h1, h2) started by mxkv-launch, which
+puts ps-lite behind its relays, while h3, outside the job, tries every port h1 and h2 accept
+connections on from the network (MPI's, Hydra's, the launcher's link, the relays'):
+4 KB of garbage, a TLS client holding another job's key that names a node and sends 4 KB,
+and a real ps-lite worker registering there. The sync job ends with the weights of the
+same job undisturbed, bit for bit; the easgd group jobs finish as accurate as undisturbed;
+each relay names h3 once and counts the rest. Control seen: the same strangers against the
+same sync job with --trusted-network (ps-lite on the hosts' addresses) end it."""
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict, List
+
+import numpy as np
+
+from conftest import rank_files
+from emulated import HostLauncher, assert_nothing_left, make_cluster, on_emulated_hosts  # noqa: F401,F811
+from mxkv_hybrid.launch.job_key import make_job_key
+
+pytestmark = on_emulated_hosts
+
+JOB = ["-n", "4", "-H", "h1:2,h2:2", "--servers", "1"]
+EPOCHS, LR = 12, 0.1
+STRANGER = """
+import os, signal, socket, ssl, sys, time
+import mxnet as mx
+from mxkv_hybrid.launch.job_key import tls_context
+key, targets = sys.argv[1], [t.rpartition(":") for t in sys.argv[2:]]
+context = tls_context(key, server=False)
+context.verify_mode = ssl.CERT_NONE
+for host, _, port in targets:
+    for attempt in ("garbage", "another job's key"):
+        try:
+            with socket.create_connection((host, int(port)), timeout=3) as conn:
+                if attempt == "garbage":
+                    conn.sendall(os.urandom(4096))
+                else:  # what ended ps-lite jobs in issue 33, under TLS
+                    conn = context.wrap_socket(conn)
+                    conn.sendall(f"127.77.1.200:{port}\\n".encode() + os.urandom(4096))
+                conn.settimeout(1)
+                conn.recv(1 << 16)
+        except OSError:
+            pass
+registering = []
+for host, _, port in targets:  # a ps-lite worker that registers with a scheduler there
+    pid = os.fork()
+    if pid == 0:
+        os.environ.update(DMLC_ROLE="worker", DMLC_PS_ROOT_URI=host, DMLC_PS_ROOT_PORT=port,
+                          DMLC_NUM_WORKER="1", DMLC_NUM_SERVER="1")
+        mx.kv.create("dist_sync")
+        os._exit(0)
+    registering.append(pid)
+time.sleep(3)  # ps-lite dials again every 100 ms
+for pid in registering:
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+print("tried", len(targets), "ports", flush=True)
+"""
+
+
+def reachable(cluster, host: str) -> List[str]:
+    """host:port of every TCP listener of `host` that another host can reach."""
+    done = subprocess.run(cluster.command(host, ["ss", "-ltnH"]), capture_output=True,
+                          text=True, timeout=30, check=True)
+    found = []
+    for line in done.stdout.splitlines():
+        address, _, port = line.split()[3].rpartition(":")
+        if not address.startswith("127.") and address not in ("[::1]", "[::ffff:127.0.0.1]"):
+            found.append(f"{cluster.address(host)}:{port}")
+    return found
+
+
+def run(cluster, job_dir: Path, mode: str, strangers_key: str = "",
+        options: tuple = ()) -> tuple:
+    """The job (its ranks wait after their last step until the strangers are done), its
+    rank files, and what the strangers tried."""
+    gate = job_dir / "strangers_done"
+    launcher = HostLauncher(cluster, "h1", [*JOB, *options],
+                            ["group_job_digits.py", str(job_dir), str(EPOCHS), str(LR)],
+                            env={"MXKV_MODE": mode, "HOLD_UNTIL": str(gate)})
+    tried: Dict[str, List[str]] = {}
+    try:
+        launcher.wait_for(r"rank 0 of 4 starts", seconds=120)
+        if strangers_key:
+            for host in ("h1", "h2"):
+                tried[host] = reachable(cluster, host)
+                done = subprocess.run(cluster.command("h3", [sys.executable, "-c", STRANGER,
+                                                             strangers_key, *tried[host]]),
+                                      capture_output=True, text=True, timeout=120)
+                assert f"tried {len(tried[host])} ports" in done.stdout, done.stderr[-3000:]
+    finally:
+        gate.touch()
+    job = launcher.finish()
+    assert_nothing_left(cluster)
+    return job, tried
+
+
+def test_strangers_reach_neither_a_sync_nor_an_easgd_job(make_cluster, job_dir, tmp_path):
+    cluster = make_cluster(3, rate_mbit=1000)
+    other_key = str(tmp_path / "another_job.pem")
+    make_job_key(other_key)
+    quiet, _ = run(cluster, job_dir / "quiet", "sync")
+    assert quiet.returncode == 0, quiet.output
+    disturbed, tried = run(cluster, job_dir / "disturbed", "sync", other_key)
+    assert disturbed.returncode == 0, disturbed.output
+    assert "relays carry it between them over TLS" in disturbed.output
+    stranger = cluster.address("h3")
+    for host in ("h1", "h2"):  # the relay, the launcher link (h1), Hydra's and MPI's ports
+        assert len(tried[host]) >= 2, tried
+    expected, found = rank_files(job_dir / "quiet", range(4)), rank_files(job_dir / "disturbed",
+                                                                          range(4))
+    for rank in range(4):
+        for name in expected[rank]:
+            if name.startswith("final/"):
+                np.testing.assert_array_equal(found[rank][name], expected[rank][name], name)
+    first = re.findall(rf"mxkv-relay: refused a connection from {re.escape(stranger)}:\d+",
+                       disturbed.output)
+    assert len(first) == 2, disturbed.output  # once on each host; the rest are counted
+    assert "failed to parse string into protobuf" not in disturbed.output
+
+    easgd, _ = run(cluster, job_dir / "easgd", "easgd", other_key)
+    assert easgd.returncode == 0, easgd.output
+    accuracy = [float(f["accuracy"]) for f in rank_files(job_dir / "easgd", range(4)).values()]
+    assert min(accuracy) > 0.93, easgd.output
