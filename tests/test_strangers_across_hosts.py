@@ -122,4 +122,7 @@ def test_strangers_reach_neither_a_sync_nor_an_easgd_job(make_cluster, job_dir, 
     easgd, _ = run(cluster, job_dir / "easgd", "easgd", other_key)
     assert easgd.returncode == 0, easgd.output
     accuracy = [float(f["accuracy"]) for f in rank_files(job_dir / "easgd", range(4)).values()]
-    assert min(accuracy) > 0.93, easgd.output
+    # the consensus's accuracy on the 360 held-out digits, 4 quiet runs of this job through
+    # the relays: 0.961-0.981 (mean 0.969); a 360-image estimate of p = 0.97 has a std of
+    # 0.009, and 4 of them below the mean is 0.933; a model the groups did not train: 0.1
+    assert min(accuracy) >= 0.93, easgd.output
