@@ -2,6 +2,7 @@
 meeting notice, a caller without the token answered nothing, and the failing rank named
 first from its report on the link."""
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -47,6 +48,38 @@ def test_a_leader_that_met_the_others_is_heard_once_the_token_matches():
         assert ask_launcher(f"wrong@{job.where}", timeout=1.0) is None
     finally:
         link.close()
+
+
+def test_strangers_are_refused_with_one_line_and_the_link_keeps_serving(capfd):
+    """What a port scanner or a stranger sends to the link: JSON that is not a message (it
+    once stopped the link's thread), a line without end, another job's token. Each is
+    closed, the first host named once; the link still answers its job."""
+    link = LinkServer("127.0.0.1")
+    try:
+        job = JobAddress.parse(link.address)
+        for stray in (b"5\n", b"x" * 200_000, b'{"token": "wrong", "rank": 0}\n'):
+            with socket.create_connection((job.host, job.port), timeout=5) as conn:
+                conn.sendall(stray)
+                conn.settimeout(5)
+                heard = b""
+                while True:  # closed within seconds (its beats, "{}", are all it hears)
+                    try:
+                        data = conn.recv(1 << 16)
+                    except ConnectionResetError:  # closed with the stray unread
+                        break
+                    if not data:
+                        break
+                    heard += data
+                assert set(heard.split()) <= {b"{}"}, heard
+        tell_launcher_met(link.address)
+        assert wait_until(link.met)
+        assert ask_launcher(link.address) == {}
+    finally:
+        link.close()
+    refused = [line for line in capfd.readouterr().err.splitlines() if "refused" in line]
+    assert refused == ["mxkv-launch: refused a connection to the launcher's link from "
+                       "127.0.0.1: not a message of the link (its host's next ones are "
+                       "closed without a word)"], refused
 
 
 def test_a_script_that_reported_its_failure_is_named_before_the_rank_killed_for_it():

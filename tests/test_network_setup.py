@@ -28,7 +28,8 @@ def test_sync_across_hosts_without_ps_host_matches_one_process(make_cluster, job
     job = launch_on(cluster, "h1", ["-n", "4", "-H", "h1:2,h2:2", "--servers", "1"],
                     ["train_gluon.py", "--out", str(job_dir / "dist")], env=SYNC)
     assert job.returncode == 0, job.output
-    assert f"scheduler listens on {cluster.address('h1')} (eth0)" in job.output
+    assert (f"this host's relay (ps-lite's way in from the other hosts; ps-lite itself listens "
+            f"on loopback) listens on {cluster.address('h1')} (eth0)") in job.output
     run_reference("train_gluon.py", "--out", str(job_dir / "ref"), "--reference", "4")
     weights = load_ranks(job_dir / "dist", 4)
     assert_identical_across_ranks(weights)

@@ -39,6 +39,7 @@ from typing import Dict, List, NamedTuple, Optional
 
 
 BEAT_SECONDS = 1.0
+LINE_BYTES = 1 << 16  # longer than any line of the link: a stranger's, closed
 HELLO_SECONDS = 5.0  # a connection that has not said who it is by then is closed
 HEARD_SECONDS = 3 * BEAT_SECONDS  # a rank heard from within this long is reachable
 
@@ -114,6 +115,7 @@ class LinkServer:
         self._mpi_starts: Dict[int, float] = {}  # ranks in MPI's start, since when
         self._mpi_started: set = set()  # ranks through MPI's start
         self._closed = False
+        self._refused_hosts: set = set()  # hosts whose stray connection was named
         self._wake, self._waker = socket.socketpair()  # close() ends the wait at once
         self._thread = threading.Thread(target=self._serve, name="mxkv-launcher-link",
                                         daemon=True)
@@ -208,15 +210,20 @@ class LinkServer:
             return
         state["buffer"] += data
         *lines, state["buffer"] = state["buffer"].split(b"\n")
+        if len(state["buffer"]) > LINE_BYTES:
+            self._refuse(connection, "a line longer than any the link sends")
+            return
         for line in lines:
             try:
                 message = json.loads(line)
             except ValueError:
-                self._drop(connection)
+                message = None
+            if not isinstance(message, dict):
+                self._refuse(connection, "not a message of the link")
                 return
             if state["rank"] is None:
                 if not hmac.compare_digest(str(message.get("token", "")), self.token):
-                    self._drop(connection)
+                    self._refuse(connection, "not this job's token")
                     return
                 if message.get("ask") == "ranks":
                     self._answer(connection, now)
@@ -263,6 +270,20 @@ class LinkServer:
             pass
         self._connections.pop(connection, None)
         connection.close()
+
+    def _refuse(self, connection: socket.socket, why: str) -> None:
+        """Closes a connection that is not a rank's link, with one line for its host's first
+        (what a stranger or a port scanner sends)."""
+        try:
+            host = connection.getpeername()[0]
+        except OSError:
+            host = "an unknown peer"
+        if host not in self._refused_hosts:
+            self._refused_hosts.add(host)
+            print(f"mxkv-launch: refused a connection to the launcher's link from {host}: "
+                  f"{why} (its host's next ones are closed without a word)", file=sys.stderr,
+                  flush=True)
+        self._drop(connection)
 
     def _drop(self, connection: socket.socket) -> None:
         state = self._connections.pop(connection, None)

@@ -396,8 +396,10 @@ def place_scheduler(parser: argparse.ArgumentParser, args: argparse.Namespace) -
     except PsHostRefused as refused:
         parser.error(str(refused))
     if args.ps_host is None and chosen != LOOPBACK:
-        print(f"mxkv-launch: the parameter-server scheduler listens on "
-              f"{describe_address(chosen)}, where the route towards the other hosts leaves "
+        entry = ("this host's relay (ps-lite's way in from the other hosts; ps-lite itself "
+                 "listens on loopback)" if relays_wanted(args) else
+                 "the parameter-server scheduler")
+        print(f"mxkv-launch: {entry} listens on {describe_address(chosen)}, where the route towards the other hosts leaves "
               "this machine (--ps-host to choose another)", file=sys.stderr, flush=True)
     args.ps_host = chosen
 
