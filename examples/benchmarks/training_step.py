@@ -8,6 +8,10 @@
   sync-1bit   the same with 1bit (1-bit SGD's quantiser),
   async       the hybrid store, 2 groups of 2, 2 dist_async servers holding the weights,
   dist_sync   MXNet's native ps-lite store, every rank a worker, 2 servers,
+  NAME+trusted  any hybrid configuration with mxkv-launch --trusted-network: with --hosts,
+              ps-lite on the hosts' addresses, connected directly instead of through the
+              relays (the default between hosts); e.g. sync, sync+trusted, easgd,
+              easgd+trusted measure what the relays cost,
   horovod     Horovod's MXNet binding (hvd.DistributedTrainer, its own tensor fusion) when it
               is installed (optional; skipped with a note otherwise),
 all in one run, on generated data, every rank and server with OMP_NUM_THREADS=--threads. Per step: compute (forward + backward) and the trainer
@@ -167,12 +171,14 @@ def run_configuration(name: str, ranks: int, steps: int, warmup: int,
         for r in rows:
             r["ps_bytes_per_step"] = 2 * r["gradient_bytes"]
     else:
-        mode, _, compression = name.partition("-")
+        base, _, trusted = name.partition("+")
+        mode, _, compression = base.partition("-")
         env = dict(os.environ, MXKV_MODE="allreduce" if name == "overlap" else mode,
                    MXKV_OVERLAP="1" if name == "overlap" else "0")
         groups = cluster.size if cluster else 2
-        options = ([] if name in ("allreduce", "overlap", "horovod") else
+        options = ([] if base in ("allreduce", "overlap", "horovod") else
                    ["--group-size", str(ranks // groups), "--servers", str(SERVERS)])
+        options += ["--trusted-network"] if trusted == "trusted" else []
         store = "horovod" if name == "horovod" else "hybrid"
         command = ["python", __file__, *args, "--kvstore", store,
                    *(["--gc", compression] if compression else [])]
@@ -191,12 +197,17 @@ def run_configuration(name: str, ranks: int, steps: int, warmup: int,
             "compute_ms": 1e3 * np.median(first["compute"]),
             "step_ms": 1e3 * np.median(first["step"]),
             "total_ms": 1e3 * np.median(first["whole"]),
+            "total_mean_ms": 1e3 * np.mean(first["whole"]),  # easgd: every tau-th step exchanges
             "ps_mb_per_step": sum(r["ps_bytes_per_step"] for r in rows) / 2 ** 20,
             "gradient_mb": first["gradient_bytes"] / 2 ** 20}
 
 
-def link_limit_ms(name: str, gradient_bytes: int, ranks: int, cluster) -> float:
-    """The least time one step's communication can take behind the hosts' links."""
+def link_limit_ms(name: str, gradient_bytes: int, ranks: int, cluster) -> Optional[float]:
+    """The least time one step's communication can take behind the hosts' links (None for
+    the averaging modes, which exchange every tau-th step)."""
+    name = name.partition("+")[0]
+    if name in ("easgd", "lasgd"):
+        return None
     if name in ("allreduce", "overlap", "horovod"):
         seconds = allreduce_limit_seconds(gradient_bytes, cluster.size, cluster.rate_mbit)
     else:
@@ -282,6 +293,12 @@ def main() -> None:
     if "sync" in by_name and "dist_sync" in by_name:
         print(f"sync / dist_sync, whole step: "
               f"{by_name['sync']['total_ms'] / by_name['dist_sync']['total_ms']:.3f}")
+    for name, r in by_name.items():
+        direct = by_name.get(f"{name}+trusted")
+        if direct:
+            print(f"{name} through the relays / {name}+trusted (direct), whole step: median "
+                  f"{r['total_ms'] / direct['total_ms']:.3f}, mean "
+                  f"{r['total_mean_ms'] / direct['total_mean_ms']:.3f}")
     for coded in ("sync-2bit", "sync-1bit"):
         if "sync" in by_name and coded in by_name:
             print(f"{coded} / sync, whole step: "
