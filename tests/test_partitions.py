@@ -48,12 +48,14 @@ def test_a_host_cut_mid_training_is_named_and_the_others_finish(make_cluster):
 
 
 def running(cluster, host: str, script: str) -> bool:
-    """Whether a process of `script` runs on `host` (a rank past its MPI start-up)."""
+    """Whether a rank of `script` runs on `host` (past its MPI start-up; not the launcher,
+    whose command line names the script too)."""
     for pid in cluster.processes(host):
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if script.encode() in f.read():
-                    return True
+                command = f.read()
+            if script.encode() in command and b"mxkv_hybrid.run" in command:
+                return True
         except OSError:
             continue
     return False

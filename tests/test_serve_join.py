@@ -6,12 +6,15 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 import uuid
 
 import numpy as np
+import pytest
 
 from conftest import JOB_TAG, WORKERS, OutputLines, job_environment, processes_of
+from mxkv_hybrid.launch import rendezvous
 from mxkv_hybrid.launch.processes import free_port
 
 TIMEOUT = 150
@@ -198,3 +201,38 @@ def test_check_reports_on_each_joined_group(tmp_path):
         assert launcher.output.count(f"correct on every rank (combined over ranks "
                                      f"[{leader}, {leader + 1}])") == 2, launcher.output
         assert "result:     OK" in launcher.output, launcher.output
+
+
+def test_a_group_waiting_for_the_others_knows_when_the_serving_launcher_falls_silent(
+        monkeypatch):
+    """A joined group waits for its assignment while the others join: the serving launcher
+    beats meanwhile, so a wait longer than the silence allowed goes on; when it stops (a
+    rendezvous that is not gathering here: its host cut off, as seen on emulated hosts),
+    the group is refused naming the silence instead of waiting for ever."""
+    monkeypatch.setattr(rendezvous, "HELLO_SECONDS", 0.5)
+    monkeypatch.setattr(rendezvous, "BEAT_SECONDS", 0.2)
+    silent = rendezvous.Rendezvous(2, "easgd", {}, "127.0.0.1", lost_seconds=0.5)
+    try:
+        started = time.monotonic()
+        with pytest.raises(rendezvous.JoinRefused, match=r"was silent for 1 s while this group "
+                                                         r"waited for the others to join"):
+            rendezvous.join(silent.address, 2, "easgd", timeout=5, lost_seconds=0.5)
+        assert time.monotonic() - started < 5
+    finally:
+        silent.close()
+    gathering = rendezvous.Rendezvous(2, "easgd", {}, "127.0.0.1", lost_seconds=0.5)
+    threading.Thread(target=gathering.gather, daemon=True).start()
+    joined = []
+    try:
+        first = threading.Thread(target=lambda: joined.append(rendezvous.join(
+            gathering.address, 2, "easgd", timeout=5, lost_seconds=0.5)))
+        first.start()
+        time.sleep(3)  # three times the silence allowed, beaten through
+        joined.append(rendezvous.join(gathering.address, 1, "easgd", timeout=5,
+                                      lost_seconds=0.5))
+        first.join(timeout=10)
+        assert sorted(j.assignment["group"] for j in joined) == [0, 1], joined
+    finally:
+        for j in joined:
+            j.report(0)
+        gathering.close()

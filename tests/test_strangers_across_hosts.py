@@ -83,17 +83,24 @@ def run(cluster, job_dir: Path, mode: str, strangers_key: str = "",
     try:
         launcher.wait_for(r"rank 0 of 4 starts", seconds=120)
         if strangers_key:
-            for host in ("h1", "h2"):
-                tried[host] = reachable(cluster, host)
-                done = subprocess.run(cluster.command("h3", [sys.executable, "-c", STRANGER,
-                                                             strangers_key, *tried[host]]),
-                                      capture_output=True, text=True, timeout=120)
-                assert f"tried {len(tried[host])} ports" in done.stdout, done.stderr[-3000:]
+            tried = strangers(cluster, strangers_key)
     finally:
         gate.touch()
     job = launcher.finish()
     assert_nothing_left(cluster)
     return job, tried
+
+
+def strangers(cluster, key: str) -> Dict[str, List[str]]:
+    """h3 tries every port h1 and h2 accept connections on from the network; what it tried."""
+    tried = {}
+    for host in ("h1", "h2"):
+        tried[host] = reachable(cluster, host)
+        done = subprocess.run(cluster.command("h3", [sys.executable, "-c", STRANGER, key,
+                                                     *tried[host]]),
+                              capture_output=True, text=True, timeout=120)
+        assert f"tried {len(tried[host])} ports" in done.stdout, done.stderr[-3000:]
+    return tried
 
 
 def test_strangers_reach_neither_a_sync_nor_an_easgd_job(make_cluster, job_dir, tmp_path):
@@ -126,3 +133,41 @@ def test_strangers_reach_neither_a_sync_nor_an_easgd_job(make_cluster, job_dir, 
     # the relays: 0.961-0.981 (mean 0.969); a 360-image estimate of p = 0.97 has a std of
     # 0.009, and 4 of them below the mean is 0.933; a model the groups did not train: 0.1
     assert min(accuracy) >= 0.93, easgd.output
+
+
+def test_strangers_reach_no_served_job(make_cluster, job_dir, tmp_path):
+    """The same easgd job as two groups that --join a --serve-d job (h1 serves; a group
+    joins from h1, one from h2), its relays keyed by the token."""
+    cluster = make_cluster(3, rate_mbit=1000)
+    other_key = str(tmp_path / "another_job.pem")
+    make_job_key(other_key)
+    gate = job_dir / "strangers_done"
+    env = {"MXKV_MODE": "easgd", "HOLD_UNTIL": str(gate)}
+    serving = HostLauncher(cluster, "h1", ["--servers", "1", "--groups", "2", "--serve",
+                                           "--ps-host", cluster.address("h1")], env=env)
+    groups = []
+    try:
+        address = serving.wait_for(r"--join (\S+@[\d.]+:\d+) -n RANKS").group(1)
+        for number, host in enumerate(("h1", "h2")):  # in turn: h1's is group 0, with rank 0
+            groups.append(HostLauncher(cluster, host, ["--join", address, "-n", "2"],
+                                       ["group_job_digits.py", str(job_dir), str(EPOCHS),
+                                        str(LR)], env=env))
+            serving.wait_for(rf"group {number} joined")
+        groups[0].wait_for(r"rank 0 of 4 starts", seconds=120)
+        tried = strangers(cluster, other_key)
+    finally:
+        gate.touch()
+    jobs = [group.finish() for group in groups]
+    served = serving.finish()
+    assert_nothing_left(cluster)
+    assert all(job.returncode == 0 for job in [*jobs, served]), [j.output for j in jobs] + [
+        served.output]
+    assert "relays carry it between this host and each group's" in served.output
+    assert len(tried["h1"]) >= 2 and len(tried["h2"]) >= 1, tried
+    stranger = cluster.address("h3")
+    for job in (served, *jobs):  # the serving host's relay, and each group's
+        first = re.findall(rf"mxkv-relay: refused a connection from {re.escape(stranger)}:\d+",
+                           job.output)
+        assert len(first) == 1, job.output
+    accuracy = [float(f["accuracy"]) for f in rank_files(job_dir, range(4)).values()]
+    assert min(accuracy) >= 0.93, [j.output for j in jobs]  # the bound above: the same job

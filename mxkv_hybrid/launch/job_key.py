@@ -6,28 +6,46 @@ the TLS is Python's ssl (OpenSSL)."""
 import datetime
 import os
 import ssl
+from typing import Optional
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from cryptography.x509.oid import NameOID
 
 from ..atomic_file import write_atomically
 
 VALID_FOR = datetime.timedelta(days=30)  # a job's key outlives any job
+# a key derived from a token: the same certificate wherever it is made (these dates, a
+# serial from the token, Ed25519's deterministic signature)
+DERIVED_VALIDITY = (datetime.datetime(2020, 1, 1, tzinfo=datetime.timezone.utc),
+                    datetime.datetime(2120, 1, 1, tzinfo=datetime.timezone.utc))
 
 
-def make_job_key(path: str) -> None:
-    """Writes a new job key to `path`, readable by its owner only."""
-    key = ec.generate_private_key(ec.SECP256R1())
+def make_job_key(path: str, secret: Optional[str] = None) -> None:
+    """Writes a job key to `path`, readable by its owner only: a new one, or the one that
+    `secret` (a served job's token) derives, so that every launcher holding the token makes
+    the same key and certificate, byte for byte, without either crossing the network
+    (HKDF-SHA256 to an Ed25519 key)."""
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "mxkv_hybrid job")])
-    now = datetime.datetime.now(datetime.timezone.utc)
-    certificate = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
-                   .public_key(key.public_key()).serial_number(x509.random_serial_number())
-                   .not_valid_before(now - datetime.timedelta(minutes=5))
-                   .not_valid_after(now + VALID_FOR)
-                   .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-                   .sign(key, hashes.SHA256()))
+    builder = x509.CertificateBuilder().subject_name(name).issuer_name(name).add_extension(
+        x509.BasicConstraints(ca=True, path_length=0), critical=True)
+    if secret is None:
+        key = ec.generate_private_key(ec.SECP256R1())
+        now = datetime.datetime.now(datetime.timezone.utc)
+        certificate = (builder.public_key(key.public_key())
+                       .serial_number(x509.random_serial_number())
+                       .not_valid_before(now - datetime.timedelta(minutes=5))
+                       .not_valid_after(now + VALID_FOR).sign(key, hashes.SHA256()))
+    else:
+        material = HKDF(algorithm=hashes.SHA256(), length=48, salt=None,
+                        info=b"mxkv_hybrid job key").derive(secret.encode())
+        key = ed25519.Ed25519PrivateKey.from_private_bytes(material[:32])
+        certificate = (builder.public_key(key.public_key())
+                       .serial_number(int.from_bytes(material[32:], "big") >> 1 | 1)
+                       .not_valid_before(DERIVED_VALIDITY[0])
+                       .not_valid_after(DERIVED_VALIDITY[1]).sign(key, None))
     pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                             serialization.NoEncryption())
     write_atomically(path, pem + certificate.public_bytes(serialization.Encoding.PEM))

@@ -34,7 +34,7 @@ from .ps_address import LOOPBACK, PsHostRefused, choose_ps_host, remote_hosts
 from .processes import GRACE_SECONDS, Node, end_process_group, free_port, start, \
     wait_until_listening
 from .rank_watch import RankWatch
-from . import shm_leftovers, supervisor
+from . import serve_relays, shm_leftovers, supervisor
 from .reach_check import ReachCheck, probe_command
 from .relay_setup import (RelayNode, Relays, node_environment, one_job_leader_hosts, plan_nodes,
                           server_environment)
@@ -195,6 +195,9 @@ def start_parameter_servers(args: argparse.Namespace, num_groups: int, mpiexec: 
               f"relays carry it between them over TLS with this job's key (port "
               f"{table.relay_port}; --trusted-network to connect directly)", file=sys.stderr,
               flush=True)
+    elif args.serve and serve_relays.relays_wanted(args.ps_host, args.trusted_network):
+        table = serve_relays.plan_serving_nodes(args.ps_host, args.servers)  # the groups' later
+        os.environ.update(node_environment(table))
     else:
         os.environ.update({"DMLC_PS_ROOT_URI": args.ps_host,
                            "DMLC_PS_ROOT_PORT": str(free_port(args.ps_host))})
@@ -269,9 +272,10 @@ def parse_arguments(argv: Optional[List[str]] = None) -> argparse.Namespace:
                          "other hosts leaves from; a loopback one with other hosts is refused)")
     ps.add_argument("--ps-interface", help="network interface ps-lite uses (DMLC_INTERFACE)")
     ps.add_argument("--trusted-network", action="store_true",
-                    help="with ranks on other hosts: let ps-lite listen on the hosts' addresses "
-                         "and connect directly, without the relays that otherwise carry its "
-                         "connections between hosts over TLS with the job's key (ps-lite "
+                    help="with ranks on other hosts, or --serve on an address other than "
+                         "loopback: let ps-lite listen on the hosts' addresses and connect "
+                         "directly, without the relays that otherwise carry its connections "
+                         "between hosts over TLS with the job's key (ps-lite "
                          "authenticates nothing and ends on a malformed message: only for "
                          "networks that nothing but the job's machines can reach)")
     layout = ps.add_mutually_exclusive_group()
@@ -379,7 +383,9 @@ def parse_arguments(argv: Optional[List[str]] = None) -> argparse.Namespace:
                      "server: set MXKV_MODE or drop --servers")
     if args.servers and not args.dry_run:  # a dry run starts no scheduler
         place_scheduler(parser, args)
-    if args.servers and args.server_hosts and relays_wanted(args):
+    served_behind_relays = args.serve and args.ps_host and serve_relays.relays_wanted(
+        args.ps_host, args.trusted_network)
+    if args.servers and args.server_hosts and (relays_wanted(args) or served_behind_relays):
         parser.error("--server-hosts with ranks on other hosts: the relays that carry ps-lite "
                      "between hosts do not place servers on other hosts yet; start the "
                      "servers here (drop --server-hosts) or add --trusted-network")
@@ -538,7 +544,8 @@ def launch(args: argparse.Namespace) -> None:
             os.environ.setdefault(name, value)
         sys.exit(serve(args.groups, mode, args.ps_host,
                        lambda groups: start_servers_or_exit(args, mpiexec, flavour, groups),
-                       args.timeout))
+                       args.timeout,
+                       serve_relays.relays_wanted(args.ps_host, args.trusted_network)))
     if args.check and not args.dry_run and not check_reachability(args, mpiexec, flavour):
         sys.exit(1)
     if args.group_size:

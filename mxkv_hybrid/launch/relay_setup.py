@@ -136,14 +136,13 @@ class Relays:
     def _start(self, host: int) -> subprocess.Popen:
         """Host `host`'s relay, once it said it is ready."""
         name = self._names[host]
-        command = [sys.executable, "-m", "mxkv_hybrid.launch.relay", "--plan-json",
-                   self._table.relay_plan(host).to_json(), "--key-env", "MXKV_RELAY_KEY"]
+        command = relay_command(self._table.relay_plan(host).to_json())
         if host:  # on its host, through mpiexec (Hydra passes the environment on); it
             # ends itself when cut off from this host's relay, as ranks' keepers do
             command = [self._mpiexec, "-n", "1", "-hosts", name, *command, "--watch",
                        f"{self._names[0]}:{self._table.relay_port}", "--lost-seconds",
                        str(read_knob("MXKV_LOST_SECONDS"))]
-        return _start_ready(f"relay on {name}", command,
+        return start_ready(f"relay on {name}", command,
                             dict(os.environ, MXKV_RELAY_KEY=self._key_text))
 
     def answers(self, name: str) -> bool:
@@ -165,7 +164,13 @@ class Relays:
         say(f"the relay on {node.host_name} started again (port {self._table.relay_port})")
 
 
-def _start_ready(name: str, command: List[str], env: Dict[str, str]) -> subprocess.Popen:
+def relay_command(plan: str) -> List[str]:
+    """A relay of this job's (its plan as JSON; the key in MXKV_RELAY_KEY)."""
+    return [sys.executable, "-m", "mxkv_hybrid.launch.relay", "--plan-json", plan,
+            "--key-env", "MXKV_RELAY_KEY"]
+
+
+def start_ready(name: str, command: List[str], env: Dict[str, str]) -> subprocess.Popen:
     """Starts a relay and waits for its 'ready' line; its other lines go to stderr."""
     process = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True,
                                start_new_session=True)
@@ -175,7 +180,9 @@ def _start_ready(name: str, command: List[str], env: Dict[str, str]) -> subproce
     reader.join(READY_SECONDS)
     if not first[0] or "ready" not in first[0]:
         end_process_group(process, grace=0)
-        raise RuntimeError(f"the {name} did not start: {(first[0] or 'no output').strip()}")
+        said = ((first[0] or "") + process.stderr.read()).strip().splitlines()
+        raise RuntimeError(f"the {name} did not start: "
+                           + (said[-1] if said else "no output"))
     threading.Thread(target=_forward, args=(process,), daemon=True).start()
     return process
 

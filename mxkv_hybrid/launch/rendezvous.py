@@ -20,9 +20,10 @@ launcher has not heard from for `lost_seconds` (MXKV_LOST_SECONDS: its host cut 
 dead, the connection never closed) is lost, named with its address; a joined launcher
 that has not heard from the serving one that long stops its group, naming the server.
 
-ps-lite authenticates nothing: the token keeps a group of another job, or a mistyped
-address, from joining this one through the launchers, but whoever reaches the
-scheduler's port directly can still register there.
+The token keeps a group of another job, or a mistyped address, from joining this one
+through the launchers. ps-lite itself authenticates nothing: on a host address its
+connections go through relays keyed by the token (serve_relays.py); each joining
+launcher says in its hello where its relay will listen.
 """
 import hmac
 import json
@@ -32,10 +33,11 @@ import socket
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Callable, Dict, List, Optional, Tuple
 
 from ..comm.launcher_link import JobAddress
+from .serve_relays import JoinerRelay
 
 HELLO_SECONDS = 10.0  # how long a connected launcher may take to say who it is
 BEAT_SECONDS = 1.0  # each end says something at least this often
@@ -62,6 +64,7 @@ class Member:
     ranks: int
     connection: socket.socket
     stream: object
+    relay: Optional[JoinerRelay] = None  # where its relay listens (a job behind relays)
     status: Optional[int] = None
     gone: bool = False
     last_heard: float = field(default_factory=time.monotonic)
@@ -86,18 +89,21 @@ class Rendezvous:
     settings: Dict[str, str]  # what a group's ranks need to reach the servers (DMLC_*, PS_*)
     host: str
     lost_seconds: float  # a group not heard from this long is lost (MXKV_LOST_SECONDS)
-    token: str = field(default_factory=lambda: secrets.token_hex(8))
+    token: str = field(default_factory=lambda: secrets.token_hex(16))  # derives the relays' key
     members: List[Member] = field(default_factory=list)
     met: bool = False  # a group said it met the others at the parameter server
     left_out: List[Member] = field(default_factory=list)  # lost before they met
     last_beat: float = field(default=0.0, init=False)
+    # a job behind relays: the table for the members that joined, as environment (and the
+    # serving host's relay started for it)
+    plan_relays: Optional[Callable[[List[Member]], Dict[str, str]]] = None
 
     def __post_init__(self):
         self._listener = socket.create_server((self.host, 0))
         self.address = f"{self.token}@{self.host}:{self._listener.getsockname()[1]}"
 
-    def _greet(self) -> Optional[Tuple[socket.socket, object, int]]:
-        """Accepts one connection; returns it with the ranks it brings, or None (refused)."""
+    def _greet(self) -> Optional[Tuple[socket.socket, object, dict]]:
+        """Accepts one connection; returns it with its hello, or None (refused)."""
         connection, _ = self._listener.accept()
         connection.settimeout(HELLO_SECONDS)
         stream = connection.makefile("r")
@@ -123,16 +129,23 @@ class Rendezvous:
             connection.close()
             return None
         connection.settimeout(None)
-        return connection, stream, int(hello["ranks"])
+        return connection, stream, hello
 
     def gather(self) -> None:
         """Waits until every declared group has joined, then tells each where it stands."""
         while len(self.members) < self.groups:
+            self._beat(self.members)  # the groups that wait know this launcher is there
+            if not select.select([self._listener], [], [], BEAT_SECONDS / 2)[0]:
+                continue
             greeted = self._greet()
             if greeted is not None:
-                self.members.append(Member(len(self.members), greeted[2], greeted[0], greeted[1]))
-                print(f"mxkv-launch: group {len(self.members) - 1} joined with {greeted[2]} "
-                      f"rank(s) ({len(self.members)} of {self.groups})", flush=True)
+                connection, stream, hello = greeted
+                relay = JoinerRelay(**hello["relay"]) if hello.get("relay") else None
+                self.members.append(Member(len(self.members), int(hello["ranks"]), connection,
+                                           stream, relay))
+                print(f"mxkv-launch: group {len(self.members) - 1} joined with "
+                      f"{hello['ranks']} rank(s) ({len(self.members)} of {self.groups})",
+                      flush=True)
         self._assign(None)
 
     def _assign(self, heading: Optional[str]) -> None:
@@ -140,9 +153,11 @@ class Rendezvous:
         `heading`, "again": a place in a job started again)."""
         total = sum(m.ranks for m in self.members)
         first = 0
+        environment = dict(self.settings, **(self.plan_relays(self.members)
+                                              if self.plan_relays else {}))
         for member in self.members:
             assignment = {"group": member.group, "groups": self.groups, "first_rank": first,
-                          "ranks": total, "environment": self.settings}
+                          "ranks": total, "environment": environment}
             try:
                 _send(member.connection, {heading: assignment} if heading else assignment)
             except OSError:
@@ -333,7 +348,7 @@ class Joined:
 
 
 def join(address: str, ranks: int, mode: str, timeout: float, lost_seconds: float,
-         met: Callable[[], bool] = lambda: False) -> Joined:
+         met: Callable[[], bool] = lambda: False, restarts: int = 0) -> Joined:
     """Connects to a serving launcher and returns this group's place in the job (`met`:
     whether the group met the others at the parameter server, told as it comes). Waits as
     long as the other groups take to join; raises JoinRefused with the reason."""
@@ -351,13 +366,26 @@ def join(address: str, ranks: int, mode: str, timeout: float, lost_seconds: floa
         raise JoinRefused(f"could not reach the job at {host}:{port}: {err}; is mxkv-launch "
                           "--serve running there, and is the port reachable from here?"
                           ) from None
-    connection.settimeout(None)
+    # while the others join, the serving launcher beats ({}); silent this long (a stranger
+    # may hold its greeting for HELLO_SECONDS), this host is cut off from it
+    silence = lost_seconds + HELLO_SECONDS
+    connection.settimeout(silence)
     stream = connection.makefile("r")
     try:
-        _send(connection, {"token": token, "ranks": ranks, "mode": mode})
+        relay = JoinerRelay.choose(connection, restarts)  # used if the job has relays
+        _send(connection, {"token": token, "ranks": ranks, "mode": mode,
+                           "relay": asdict(relay)})
         answer = _receive(stream)
+        while answer == {}:
+            answer = _receive(stream)
+    except socket.timeout:
+        answer = {"error": f"the serving launcher at {host}:{port} was silent for {silence:g} s "
+                           "while this group waited for the others to join "
+                           f"(MXKV_LOST_SECONDS={lost_seconds:g}, and {HELLO_SECONDS:g} s "
+                           "more): this host is cut off from it, or it is gone"}
     except (OSError, ValueError) as err:
         answer = {"error": f"the serving launcher at {host}:{port} broke the connection ({err})"}
+    connection.settimeout(None)
     if answer is None or "error" in answer:
         connection.close()
         raise JoinRefused(answer["error"] if answer else "the serving launcher closed the "

@@ -11,11 +11,15 @@ import sys
 import time
 from typing import Callable, Dict, List, Optional
 
+from ..comm.launcher_link import JobAddress
 from ..config import read_knob
+from ..ps.node_addresses import PsNodes
 from .group_jobs import GroupPlan, Restarts, start_group, supervise_groups
 from .lost_hosts import LostRanks
 from .processes import Node, Terminated, end_process_group, stop_on_signals
-from .rendezvous import JoinRefused, Rendezvous, join
+from .relay_setup import node_environment
+from .rendezvous import JoinRefused, Member, Rendezvous, join
+from .serve_relays import HostRelay, whole_table
 from .supervisor import say, supervise
 
 # what a joining group's ranks need to reach the servers; never the serving machine's own
@@ -56,23 +60,35 @@ class ServedGroups:
 
 
 def serve(groups: int, mode: str, host: str, start_servers: Callable[[int], List[Node]],
-          timeout: Optional[float]) -> int:
+          timeout: Optional[float], relayed: bool = False) -> int:
     """Starts the parameter server (`start_servers(groups)`), waits for `groups` groups to
     join, then watches them (ServedGroups, supervisor.supervise) until every group's job
     is over, or the servers die, `timeout` passes, or a signal comes; ends the servers.
     Returns the exit status: 0 when every group finished, 1 otherwise (124 timeout, 130
-    stopped)."""
+    stopped). `relayed`: ps-lite behind relays (serve_relays.py), else on `host`."""
     servers = start_servers(groups)
     rendezvous = Rendezvous(groups, mode, _settings(), host,
                             float(read_knob("MXKV_LOST_SECONDS")))
+    relay = HostRelay(rendezvous.token) if relayed else None
+    if relay is not None:
+        def plan_relays(members: List[Member]) -> Dict[str, str]:
+            serving = PsNodes.from_json(os.environ["MXKV_PS_NODES"])  # of the servers now
+            table = whole_table(serving, [member.relay for member in members])
+            servers.append(relay.start(table, 0))  # watched and ended with the servers
+            return node_environment(table)
+        rendezvous.plan_relays = plan_relays
     print(f"mxkv-launch: serving a job of {groups} group(s) in MXKV_MODE={mode}; start each "
           f"group with\n    MXKV_MODE={mode} mxkv-launch --join {rendezvous.address} -n RANKS "
           "-- python train.py ...", flush=True)
-    if not (host.startswith("127.") or host == "localhost"):
-        print(f"mxkv-launch: {host} is not loopback: the token only keeps other jobs' "
-              "launchers out; ps-lite authenticates nothing, so the scheduler's and the "
-              "servers' ports must be reachable only from this job's machines (a firewall, "
-              "a private network)", file=sys.stderr, flush=True)
+    if relay is not None:
+        print("mxkv-launch: ps-lite listens on loopback on every host; relays carry it between "
+              "this host and each group's over TLS, keyed by the token (--trusted-network to "
+              "connect directly)", file=sys.stderr, flush=True)
+    elif not (host.startswith("127.") or host == "localhost"):
+        print(f"mxkv-launch: {host} is not loopback and --trusted-network is set: the token "
+              "only keeps other jobs' launchers out; ps-lite authenticates nothing, so the "
+              "scheduler's and the servers' ports must be reachable only from this job's "
+              "machines (a firewall, a private network)", file=sys.stderr, flush=True)
     deadline = None if timeout is None else time.monotonic() + timeout
     work = ServedGroups(rendezvous, servers, start_servers)
     try:
@@ -85,6 +101,8 @@ def serve(groups: int, mode: str, host: str, start_servers: Callable[[int], List
         code = supervise(work, servers, deadline, timeout)
     for server in servers:
         end_process_group(server.process)
+    if relay is not None:
+        relay.close()
     for member in rendezvous.members:
         outcome = ("went away without reporting" if member.gone else
                    "is still running" if member.status is None else
@@ -114,13 +132,14 @@ def join_group(address: str, ranks: int, mode: str, command: List[str], flavour:
           "waiting for the other groups to join", flush=True)
     try:
         joined = join(address, ranks, mode, wait_seconds, float(read_knob("MXKV_LOST_SECONDS")),
-                      lost_ranks.link.met)
+                      lost_ranks.link.met, restarts)
     except JoinRefused as refused:
         print(f"mxkv-launch: not joined: {refused}", file=sys.stderr, flush=True)
         return 2
     deadline = None if timeout is None else time.monotonic() + timeout
     assigned = joined.assignment
     remote = lost_ranks.remote_ranks  # numbered from 0 here, from first_rank in the job
+    relay = HostRelay(JobAddress.parse(address).token)
     code = 1
     try:
         while True:
@@ -129,17 +148,22 @@ def join_group(address: str, ranks: int, mode: str, command: List[str], flavour:
             print(f"mxkv-launch: joined as {plan.describe()} of {plan.groups} group(s), "
                   f"{plan.ranks} rank(s) in all", flush=True)
             env = dict(os.environ, **assigned["environment"])
+            helpers = []
+            if "MXKV_PS_NODES" in assigned["environment"]:  # behind relays: this host's
+                table = PsNodes.from_json(env["MXKV_PS_NODES"])
+                helpers.append(relay.start(table, table.leaders[plan.group][0]))
             lost_ranks.expect_only({plan.first_rank + rank: host for rank, host in remote.items()})
             lost_ranks.link.forget_meeting()
             lost_ranks.link.forget(list(plan.members))
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             delay = float(env.get("PS_HEARTBEAT_TIMEOUT", 0)) + 2
-            code = supervise_groups([start_group(plan, command, env, flavour)], [], left,
+            code = supervise_groups([start_group(plan, command, env, flavour)], helpers, left,
                                     Restarts(restarts, delay), stop_order=joined.why_stop,
                                     lost_ranks=lost_ranks).code
             assigned = joined.start_again()
             if assigned is None:
                 break
     finally:
+        relay.close()
         joined.report(code)
     return code

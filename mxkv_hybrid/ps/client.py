@@ -19,7 +19,7 @@ from ..errors import ConfigError
 from ..safety.watchdog import Watchdog
 from .keys import ServerKeys
 from .layout import Chunk, balanced_chunks, bigarray_bound
-from .node_addresses import PsNodes
+from .node_addresses import PsNodes, check_free
 from .optimizers import AGREE_KEY, CHUNK_KEYS
 from .scheduler_reach import wait_for_scheduler
 
@@ -293,11 +293,16 @@ def connect_leader(kind: str, config, world, groups) -> Optional[ParameterServer
     if not groups.is_leader:
         return None
     nodes = read_knob("MXKV_PS_NODES")
-    if nodes:  # behind relays: this leader's loopback address and port (ps/node_addresses)
+    if nodes and _shared["server"] is None:  # behind relays, before this process's ps-lite
+        # starts: this leader's loopback address and port (ps/node_addresses)
         table = PsNodes.from_json(nodes)
         # a group job started again gets a port of its own; one MPI job gets a new table
         where = table.leader(groups.group_index,
                              0 if world.spans_all_ranks else config.attempt)
+        try:
+            check_free(where, f"rank {world.rank}, the leader of group {groups.group_index},")
+        except OSError as err:
+            raise ConfigError(err.strerror) from None
         os.environ.update({"DMLC_NODE_HOST": where.host, "PORT": str(where.port)})
     return acquire(kind, num_servers, config.ps_timeout,
                    f"rank {world.rank} (leader of group {groups.group_index})",

@@ -8,6 +8,7 @@ host's address at a port of its own; every host's relay accepts the other relays
 host's network address and stands in, on its loopback, for every other host's nodes.
 The table travels to the ranks and servers in MXKV_PS_NODES (JSON)."""
 import json
+import socket
 from dataclasses import dataclass
 from typing import Dict, FrozenSet, List, Tuple
 
@@ -33,6 +34,22 @@ class Endpoint:
 
     def __str__(self) -> str:
         return f"{self.host}:{self.port}"
+
+
+def check_free(node: Endpoint, what: str) -> None:
+    """Raises OSError naming `what` unless `node` can be bound here now: ps-lite takes a
+    random port without a word when its PORT is taken, and the relays, which know only the
+    planned one, would never reach it (the job would wait until MXKV_PS_TIMEOUT)."""
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as zmq binds
+        try:
+            probe.bind((node.host, node.port))
+        except OSError as err:
+            raise OSError(err.errno, f"{what} must listen for ps-lite at {node}, as mxkv-launch "
+                          f"planned (MXKV_PS_NODES), and that port is taken here "
+                          f"({err.strerror}): ps-lite would take another port without a word, "
+                          "which the other hosts' relays never reach. Free the port, or start "
+                          "the job again (the launcher draws other ports)") from None
 
 
 @dataclass(frozen=True)
@@ -76,6 +93,7 @@ class PsNodes:
     # must not take its predecessor's address, where the other nodes' connections still
     # hold messages for the dead one (measured: the restarted leader crashed on them)
     restart_ports: Tuple[Tuple[int, ...], ...] = ()
+    relay_ports: Tuple[int, ...] = ()  # by host, where they differ (a served job's groups)
 
     def endpoint(self, node: Tuple[int, int]) -> Endpoint:
         return Endpoint(loopback_address(node[0]), node[1])
@@ -98,22 +116,32 @@ class PsNodes:
                                                  *restarted)
                 if node[0] == host]
 
+    def relay_of(self, host: int) -> Endpoint:
+        """Where host `host`'s relay accepts the others."""
+        port = self.relay_ports[host] if self.relay_ports else self.relay_port
+        return Endpoint(self.hosts[host], port)
+
     def relay_plan(self, host: int) -> RelayPlan:
-        """Host `host`'s relay: its own nodes reachable, a stand-in for every other's."""
+        """Host `host`'s relay: its own nodes reachable, a stand-in for every other host's.
+        Hosts at one address (a served job's groups joined from one machine, or from the
+        serving one) share a machine's loopback: they reach each other's nodes there, and
+        only the first of them stands in for the nodes elsewhere."""
         stand_ins = {}
+        if self.hosts.index(self.hosts[host]) != host:  # another relay here stands in
+            return RelayPlan(self.relay_of(host), frozenset(self.nodes_on(host)), {})
         for other in range(len(self.hosts)):
-            if other != host:
-                relay = Endpoint(self.hosts[other], self.relay_port)
+            if self.hosts[other] != self.hosts[host]:
+                relay = self.relay_of(other)
                 stand_ins.update({node: StandIn(relay, node) for node in self.nodes_on(other)})
-        return RelayPlan(Endpoint(self.hosts[host], self.relay_port),
-                         frozenset(self.nodes_on(host)), stand_ins)
+        return RelayPlan(self.relay_of(host), frozenset(self.nodes_on(host)), stand_ins)
 
     def to_json(self) -> str:
         return json.dumps({"hosts": list(self.hosts), "relay_port": self.relay_port,
                            "scheduler": list(self.scheduler),
                            "servers": [list(n) for n in self.servers],
                            "leaders": [list(n) for n in self.leaders],
-                           "restart_ports": [list(p) for p in self.restart_ports]})
+                           "restart_ports": [list(p) for p in self.restart_ports],
+                           "relay_ports": list(self.relay_ports)})
 
     @classmethod
     def from_json(cls, text: str) -> "PsNodes":
@@ -121,4 +149,5 @@ class PsNodes:
         return cls(tuple(table["hosts"]), table["relay_port"], tuple(table["scheduler"]),
                    tuple(tuple(n) for n in table["servers"]),
                    tuple(tuple(n) for n in table["leaders"]),
-                   tuple(tuple(p) for p in table.get("restart_ports", [])))
+                   tuple(tuple(p) for p in table.get("restart_ports", [])),
+                   tuple(table.get("relay_ports", [])))
