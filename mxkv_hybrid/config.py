@@ -202,6 +202,14 @@ KNOBS: Dict[str, Knob] = {
                                "computed while the next MXKV_TAU local steps run, and applied at "
                                "the next point (x += average - snapshot); 0: a blocking average "
                                "(x = mean of x) at every point."),
+    "MXKV_OUTER": Knob(_choice(("none", "nesterov", "sgd")), "none",
+                       "lasgd (with MXKV_LASGD_OVERLAP=0): an outer optimizer at each averaging "
+                       "point (DiLoCo): the averaged model's change since the last point is a "
+                       "gradient of the model shared then, applied with Nesterov momentum "
+                       "(nesterov) or heavy-ball momentum (sgd); none: plain averaging."),
+    "MXKV_OUTER_LR": Knob(float, "0.7", "The outer optimizer's learning rate (DiLoCo: 0.7)."),
+    "MXKV_OUTER_MOMENTUM": Knob(float, "0.9",
+                                "The outer optimizer's momentum (DiLoCo: 0.9)."),
     "MXKV_GROUP_SIZE": Knob(_whole_number(0, None, "0 (one group per host) or a positive "
                                                     "number of ranks"), "0",
                             "Ranks per group: 0 puts the ranks of one host in one group; N makes "
@@ -371,6 +379,9 @@ class Config:
     transport: str
     rma_progress_us: int
     lasgd_overlap: bool
+    outer: str
+    outer_lr: float
+    outer_momentum: float
     hierarchy: str
     throttle_mbps: float
     throttle_latency_ms: float
@@ -404,6 +415,13 @@ class Config:
             raise ConfigError("MXKV_LASGD_OVERLAP=1 (the default) averages behind MXNet's threaded "
                               "engine, and MXNET_ENGINE_TYPE=NaiveEngine runs every operation at "
                               "once: set MXKV_LASGD_OVERLAP=0 or unset MXNET_ENGINE_TYPE")
+        if values["MXKV_OUTER"] != "none" and (values["MXKV_MODE"] != "lasgd"
+                                               or values["MXKV_LASGD_OVERLAP"]):
+            raise ConfigError(f"MXKV_OUTER={values['MXKV_OUTER']} is built for MXKV_MODE=lasgd "
+                              "with MXKV_LASGD_OVERLAP=0 (blocking averages), and this job has "
+                              f"MXKV_MODE={values['MXKV_MODE']}, MXKV_LASGD_OVERLAP="
+                              f"{int(values['MXKV_LASGD_OVERLAP'])}: set those, or unset "
+                              "MXKV_OUTER")
         if values["MXKV_TRANSPORT"] == "rma" and values["MXKV_MODE"] != "easgd":
             raise ConfigError(f"MXKV_TRANSPORT=rma is built for MXKV_MODE=easgd (its centre "
                               f"variable), and MXKV_MODE is {values['MXKV_MODE']}: unset "
@@ -424,7 +442,9 @@ class Config:
                    easgd_alpha=values["MXKV_EASGD_ALPHA"], warmup_steps=values["MXKV_WARMUP_STEPS"],
                    easgd_sync=values["MXKV_EASGD_SYNC"], transport=values["MXKV_TRANSPORT"],
                    rma_progress_us=values["MXKV_RMA_PROGRESS_US"],
-                   lasgd_overlap=values["MXKV_LASGD_OVERLAP"],
+                   lasgd_overlap=values["MXKV_LASGD_OVERLAP"], outer=values["MXKV_OUTER"],
+                   outer_lr=values["MXKV_OUTER_LR"],
+                   outer_momentum=values["MXKV_OUTER_MOMENTUM"],
                    hierarchy=values["MXKV_HIERARCHY"],
                    throttle_mbps=values["MXKV_THROTTLE_MBPS"],
                    throttle_latency_ms=values["MXKV_THROTTLE_LATENCY_MS"],

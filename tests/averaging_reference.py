@@ -67,6 +67,33 @@ def lasgd(steps: int, ranks: int, tau: int, warmup: int, overlap: bool,
     return records
 
 
+def lasgd_outer(steps: int, ranks: int, tau: int, warmup: int, optimizer: str, outer: str,
+                outer_lr: float, outer_momentum: float) -> List[dict]:
+    """Blocking lasgd with an outer optimizer (modes/outer_optimizer.py): at each averaging
+    point delta = anchor - mean(x), m = mu m + delta, anchor -= lr (delta + mu m)
+    (nesterov) or lr m (sgd), and every rank goes on from the anchor. [{weights}]."""
+    goal = targets(ranks)
+    x = np.tile(START, (ranks, 1))
+    mom = np.zeros_like(x)
+    anchor, velocity = START.copy(), np.zeros_like(START)
+    records = []
+    for step in range(1, steps + 1):
+        grad = x - goal
+        if step <= warmup:
+            grad = np.tile(grad.mean(axis=0), (ranks, 1))
+        x, mom = optimizer_step(x, mom, grad, optimizer)
+        if step == warmup:  # every rank holds the same model
+            anchor = x[0].copy()
+        if is_averaging_point(step, warmup, tau):
+            delta = anchor - x.mean(axis=0)
+            velocity = outer_momentum * velocity + delta
+            anchor = anchor - outer_lr * (delta + outer_momentum * velocity
+                                          if outer == "nesterov" else velocity)
+            x = np.tile(anchor, (ranks, 1))
+        records.append({"weights": x.copy()})
+    return records
+
+
 def consensus_of_lasgd(record: dict, overlap: bool) -> np.ndarray:
     """What consensus gives after a lasgd step: the pending average applied, then the mean."""
     x = record["weights"]

@@ -42,6 +42,52 @@ def test_lasgd_steps_follow_the_formula(job_dir, overlap, optimizer):
     assert all(row == agreed[0] for row in agreed)  # bitwise the same model everywhere
 
 
+@pytest.mark.parametrize("outer", ["nesterov", "sgd"])
+def test_an_outer_optimizer_follows_its_formula(job_dir, outer):
+    """MXKV_OUTER (DiLoCo) on blocking averages, every step against the numpy reference;
+    control: the same steps without it differ (plain averaging)."""
+    settings = {"MXKV_LASGD_OVERLAP": "0", "MXKV_OUTER": outer, "MXKV_OUTER_LR": "0.7",
+                "MXKV_OUTER_MOMENTUM": "0.9"}
+    seen, _ = run_steps(job_dir, str(STEPS), "nag", **settings)
+    expected = reference.lasgd_outer(STEPS, RANKS, TAU, WARMUP, "nag", outer, 0.7, 0.9)
+    for record, want in zip(seen, expected):
+        np.testing.assert_allclose(record["weights"], want["weights"], rtol=0, atol=1e-5,
+                                   err_msg=f"step {record['step']}")
+    plain = reference.lasgd(STEPS, RANKS, TAU, WARMUP, False, "nag")
+    assert np.abs(plain[-1]["weights"] - expected[-1]["weights"]).max() > 1e-2
+
+
+def test_an_outer_optimizer_s_state_survives_a_checkpoint(tmp_path):
+    """Saved after step 5, between the outer steps of 4 and 6: the anchor and the momentum
+    come back with it, and the resumed run ends where the straight one does."""
+    settings = {"MXKV_LASGD_OVERLAP": "0", "MXKV_OUTER": "nesterov"}
+    run_steps(tmp_path / "straight", str(STEPS), "nag", **settings)
+    per_rank = str(tmp_path / "ckpt-{rank}")
+    run_steps(tmp_path / "first", str(STEPS), "nag", "--save", "5", per_rank, **settings)
+    resumed, _ = run_steps(tmp_path / "second", str(STEPS), "nag", "--resume", per_rank,
+                           **settings)
+    assert [r["step"] for r in resumed] == list(range(6, STEPS + 1))
+    for rank in range(RANKS):
+        straight = np.load(tmp_path / "straight" / f"rank{rank}.npz")
+        second = np.load(tmp_path / "second" / f"rank{rank}.npz")
+        np.testing.assert_allclose(second["w"], straight["w"], rtol=0, atol=1e-6)
+
+
+def test_an_outer_optimizer_outside_blocking_lasgd_is_refused():
+    for mode, overlap in (("lasgd", "1"), ("easgd", "0"), ("sync", "0")):
+        with pytest.raises(ConfigError, match="MXKV_OUTER=nesterov is built for MXKV_MODE=lasgd "
+                                              "with MXKV_LASGD_OVERLAP=0"):
+            Config.from_environment({"MXKV_MODE": mode, "MXKV_LASGD_OVERLAP": overlap,
+                                     "MXKV_OUTER": "nesterov"})
+
+
+def test_an_outer_optimizer_with_lr_1_and_no_momentum_is_plain_averaging():
+    plain = reference.lasgd(STEPS, RANKS, TAU, WARMUP, False, "sgd")
+    outer = reference.lasgd_outer(STEPS, RANKS, TAU, WARMUP, "sgd", "sgd", 1.0, 0.0)
+    for a, b in zip(plain, outer):
+        np.testing.assert_allclose(a["weights"], b["weights"], rtol=0, atol=1e-12)
+
+
 def test_lasgd_correction_keeps_the_mean_over_ranks(job_dir):
     """Applying x += A - S does not move the mean of x over the ranks (sum of A - S is 0)."""
     seen, _ = run_steps(job_dir, str(STEPS), "sgd")

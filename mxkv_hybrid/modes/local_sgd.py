@@ -26,6 +26,7 @@ from ..comm.topology import World, groups
 from ..config import Config
 from ..errors import MXKVError
 from .averaging import allreduce_split, check_state_mode
+from .outer_optimizer import OuterOptimizer
 
 
 class DeviceSum:
@@ -68,6 +69,8 @@ class LocalSGD:
         self._snapshot: Dict[Key, mx.nd.NDArray] = {}  # S: this rank's x when the average began
         self._average: Dict[Key, mx.nd.NDArray] = {}   # A: the mean of S, being computed
         self._in_flight: List[Key] = []
+        self._outer = (OuterOptimizer(config.outer, config.outer_lr, config.outer_momentum)
+                       if config.outer != "none" else None)
 
     @property
     def buckets_in_flight(self) -> int:
@@ -93,10 +96,14 @@ class LocalSGD:
     def register(self, keys: Sequence[Key], weights: Sequence[mx.nd.NDArray]) -> None:
         """Marks `keys` as weights (their gradients stay local after the warm-up)."""
         self._weight_keys.update(keys)
+        if self._outer is not None:  # the model every rank starts from
+            self._outer.anchor(keys, weights)
 
     def after_step(self, keys: Sequence[Key], weights: Sequence[Arrays]) -> bool:
         """Counts an optimizer step; every tau-th one after the warm-up is an averaging point."""
         self.steps += 1
+        if self._outer is not None and self.steps == self.warmup_steps:  # the model shared
+            self._outer.anchor(keys, [copies[0] for copies in weights])  # after the warm-up
         if self.steps <= self.warmup_steps or (self.steps - self.warmup_steps) % self.period:
             return False
         self.average(keys, weights)
@@ -106,6 +113,8 @@ class LocalSGD:
         """One averaging point (collective: every rank calls it at the same step)."""
         if not self.overlap:
             self._world.allreduce("model averaging", keys, weights, weights, average=True)
+            if self._outer is not None:
+                self._outer.step(keys, weights)
             self.rounds += 1
             return
         self._apply_in_flight(keys, weights)
@@ -146,11 +155,18 @@ class LocalSGD:
         """The step counter and this rank's average in flight (waits for it)."""
         return {"mode": "lasgd", "steps": self.steps, "rounds": self.rounds,
                 "in_flight": [(k, self._snapshot[k].asnumpy(), self._average[k].asnumpy())
-                              for k in self._in_flight]}
+                              for k in self._in_flight],
+                "outer": None if self._outer is None else self._outer.state()}
 
     def load_state(self, state: dict) -> None:
         check_state_mode(state, "lasgd")
         self.steps, self.rounds = state["steps"], state["rounds"]
+        if (state.get("outer") is None) != (self._outer is None):
+            raise MXKVError("lasgd: this checkpoint was written "
+                            + ("without" if self._outer is not None else "with")
+                            + " an outer optimizer (MXKV_OUTER); resume with the same setting")
+        if self._outer is not None:
+            self._outer.load_state(state["outer"])
         self._in_flight = []
         for k, snapshot, average in state["in_flight"]:
             self._snapshot[k] = mx.nd.array(snapshot, dtype=snapshot.dtype)

@@ -1,0 +1,51 @@
+"""An outer optimizer for the averaging modes (DiLoCo, Douillard et al. 2023; SlowMo, Wang
+et al. 2020): at each averaging point the change of the averaged model since the last one
+is taken as a gradient of the model every rank shared then (the anchor, theta):
+
+    delta = theta - mean(x)              (the outer gradient)
+    m = mu * m + delta                   (its momentum)
+    theta -= lr * (delta + mu * m)       (MXKV_OUTER=nesterov)
+    theta -= lr * m                      (MXKV_OUTER=sgd)
+
+and every rank starts the next local steps from the new theta. With lr 1 and mu 0 it is
+plain averaging. DiLoCo's defaults: lr 0.7, mu 0.9 (MXKV_OUTER_LR, MXKV_OUTER_MOMENTUM)."""
+from typing import Dict, Sequence
+
+import mxnet as mx
+
+from ..comm.collectives import Arrays, Key
+
+
+class OuterOptimizer:
+    """The anchor and the outer momentum of every weight."""
+
+    def __init__(self, kind: str, learning_rate: float, momentum: float):
+        self.kind, self.learning_rate, self.momentum = kind, learning_rate, momentum
+        self._anchor: Dict[Key, mx.nd.NDArray] = {}
+        self._velocity: Dict[Key, mx.nd.NDArray] = {}
+
+    def anchor(self, keys: Sequence[Key], weights: Sequence[mx.nd.NDArray]) -> None:
+        """The model every rank shares now (after the first broadcast, after the warm-up)."""
+        for key, weight in zip(keys, weights):
+            self._anchor[key] = weight.copy()
+
+    def step(self, keys: Sequence[Key], weights: Sequence[Arrays]) -> None:
+        """`weights` hold the mean of the ranks' models; each becomes the new anchor."""
+        for key, copies in zip(keys, weights):
+            anchor = self._anchor[key]
+            delta = anchor - copies[0].as_in_context(anchor.context)
+            velocity = self._velocity.get(key)
+            velocity = delta if velocity is None else self.momentum * velocity + delta
+            self._velocity[key] = velocity
+            direction = delta + self.momentum * velocity if self.kind == "nesterov" else velocity
+            anchor -= self.learning_rate * direction
+            for copy in copies:
+                anchor.copyto(copy)
+
+    def state(self) -> dict:
+        return {"anchor": {k: v.asnumpy() for k, v in self._anchor.items()},
+                "velocity": {k: v.asnumpy() for k, v in self._velocity.items()}}
+
+    def load_state(self, state: dict) -> None:
+        self._anchor = {k: mx.nd.array(v, dtype=v.dtype) for k, v in state["anchor"].items()}
+        self._velocity = {k: mx.nd.array(v, dtype=v.dtype) for k, v in state["velocity"].items()}
