@@ -6,7 +6,8 @@ the TLS is Python's ssl (OpenSSL)."""
 import datetime
 import os
 import ssl
-from typing import Optional
+import tempfile
+from typing import Optional, Tuple
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -50,6 +51,17 @@ def make_job_key(path: str, secret: Optional[str] = None) -> None:
                             serialization.NoEncryption())
     write_atomically(path, pem + certificate.public_bytes(serialization.Encoding.PEM))
     os.chmod(path, 0o600)
+
+
+def job_key_text(secret: Optional[str] = None) -> Tuple[str, ssl.SSLContext]:
+    """A job key (as make_job_key makes it) as PEM text, which launchers hand to relays in
+    their environment, and a client context holding it; the file it passes through (in a
+    directory only its owner can read) is gone on return."""
+    with tempfile.TemporaryDirectory(prefix="mxkv-relay-") as directory:
+        path = os.path.join(directory, "job.pem")
+        make_job_key(path, secret)
+        with open(path) as f:
+            return f.read(), tls_context(path, server=False)
 
 
 def tls_context(path: str, server: bool) -> ssl.SSLContext:

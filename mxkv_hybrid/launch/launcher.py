@@ -182,7 +182,7 @@ def start_parameter_servers(args: argparse.Namespace, num_groups: int, mpiexec: 
     variables the ranks inherit."""
     os.environ.update({"DMLC_NUM_SERVER": str(args.servers), "DMLC_NUM_WORKER": str(num_groups),
                        "DMLC_ROLE": "worker"})
-    nodes: List[Node] = []
+    relays: List[Node] = []  # started first; listed after the scheduler and servers
     table = None
     if relays_wanted(args):  # ps-lite on loopback, between hosts through the relays
         leader_hosts = ([plan.host or args.ps_host for plan in plans] if plans else
@@ -190,7 +190,7 @@ def start_parameter_servers(args: argparse.Namespace, num_groups: int, mpiexec: 
         table, names = plan_nodes(args.ps_host, leader_hosts, args.servers,
                                   args.restarts if plans else 0)
         os.environ.update(node_environment(table))
-        nodes += Relays(table, names, mpiexec).nodes
+        relays += Relays(table, names, mpiexec).nodes
         print(f"mxkv-launch: ps-lite listens on loopback on each of the {len(names)} hosts; "
               f"relays carry it between them over TLS with this job's key (port "
               f"{table.relay_port}; --trusted-network to connect directly)", file=sys.stderr,
@@ -206,27 +206,28 @@ def start_parameter_servers(args: argparse.Namespace, num_groups: int, mpiexec: 
         # otherwise every ps-lite node announces the address its host reaches the scheduler
         # from (comm/network.py, at the package's import): loopback when it runs here
     node = [sys.executable, "-m", "mxkv_hybrid.ps.server"]
+    nodes: List[Node] = []
     try:
         scheduler = start("parameter-server scheduler",
                           [sys.executable, scheduler_script.__file__],
                           dict(os.environ, DMLC_ROLE="scheduler"))
-        nodes.insert(0, scheduler)
+        nodes.append(scheduler)
         wait_until_listening(scheduler, os.environ["DMLC_PS_ROOT_URI"],
                              int(os.environ["DMLC_PS_ROOT_PORT"]), timeout=60)
         server_env = dict(os.environ, DMLC_ROLE="server")
         if args.server_hosts:
             hosts = ["-hosts", args.server_hosts] if flavour == "hydra" else ["-H", args.server_hosts]
-            nodes.insert(1, start("parameter servers",
-                                  [mpiexec, "-n", str(args.servers), *hosts, *node], server_env))
+            nodes.append(start("parameter servers",
+                               [mpiexec, "-n", str(args.servers), *hosts, *node], server_env))
         else:
             for i in range(args.servers):
                 env = dict(server_env, **(server_environment(table, i) if table else {}))
-                nodes.insert(1 + i, start(f"parameter server {i}", node, env))
+                nodes.append(start(f"parameter server {i}", node, env))
     except BaseException:
-        for n in nodes:
+        for n in nodes + relays:
             end_process_group(n.process, grace=0)
         raise
-    return nodes
+    return nodes + relays
 
 
 def relays_wanted(args: argparse.Namespace) -> bool:
@@ -405,8 +406,9 @@ def place_scheduler(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         entry = ("this host's relay (ps-lite's way in from the other hosts; ps-lite itself "
                  "listens on loopback)" if relays_wanted(args) else
                  "the parameter-server scheduler")
-        print(f"mxkv-launch: {entry} listens on {describe_address(chosen)}, where the route towards the other hosts leaves "
-              "this machine (--ps-host to choose another)", file=sys.stderr, flush=True)
+        print(f"mxkv-launch: {entry} listens on {describe_address(chosen)}, where the route "
+              "towards the other hosts leaves this machine (--ps-host to choose another)",
+              file=sys.stderr, flush=True)
     args.ps_host = chosen
 
 

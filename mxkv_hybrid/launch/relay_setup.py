@@ -12,7 +12,6 @@ import socket
 import ssl
 import subprocess
 import sys
-import tempfile
 import threading
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -20,7 +19,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from ..comm.network import is_this_machine
 from ..config import read_knob
 from ..ps.node_addresses import PsNodes, loopback_address
-from .job_key import make_job_key, tls_context
+from .job_key import job_key_text
 from .processes import Node, end_process_group, free_port
 from .relay import PING, PONG
 from .supervisor import say
@@ -111,16 +110,7 @@ class Relays:
 
     def __init__(self, table: PsNodes, names: List[str], mpiexec: str):
         self._table, self._names, self._mpiexec = table, names, mpiexec
-        directory = tempfile.mkdtemp(prefix="mxkv-relay-")
-        key = os.path.join(directory, "job.pem")
-        try:
-            make_job_key(key)
-            with open(key) as f:
-                self._key_text = f.read()
-            self._dialling = tls_context(key, server=False)
-        finally:
-            os.unlink(key)
-            os.rmdir(directory)
+        self._key_text, self._dialling = job_key_text()
         self.nodes: List[RelayNode] = []
         try:
             for host, name in enumerate(names):

@@ -2,7 +2,7 @@
 `--join`): ps-lite listens on loopback on every host, and its connections between the
 serving host and each joined group's travel through the hosts' relays (launch/relay.py),
 keyed by the job's token: every launcher that holds the token makes the same key
-(job_key.make_job_key), which never crosses the network.
+(job_key.job_key_text), which never crosses the network.
 
 The serving launcher plans its own nodes when it starts the servers (host 0: the scheduler
 and the servers) and each group's leader once every group has joined: group g is host
@@ -12,13 +12,12 @@ told in its hello)."""
 import os
 import random
 import socket
-import tempfile
 from dataclasses import dataclass, replace
-from typing import Dict, Optional, Sequence
+from typing import Optional, Sequence
 
 from ..comm.network import is_loopback
 from ..ps.node_addresses import PsNodes, loopback_address
-from .job_key import make_job_key
+from .job_key import job_key_text
 from .processes import Node, end_process_group, free_port
 from .relay_setup import PORTS, relay_command, start_ready
 
@@ -64,31 +63,19 @@ def whole_table(serving: PsNodes, groups: Sequence[JoinerRelay]) -> PsNodes:
                                        for group in groups))
 
 
-def key_environment(token: str) -> Dict[str, str]:
-    """MXKV_RELAY_KEY: the job's key (PEM), as the token derives it."""
-    directory = tempfile.mkdtemp(prefix="mxkv-relay-")
-    path = os.path.join(directory, "job.pem")
-    try:
-        make_job_key(path, secret=token)
-        with open(path) as f:
-            return dict(os.environ, MXKV_RELAY_KEY=f.read())
-    finally:
-        os.unlink(path)
-        os.rmdir(directory)
-
-
 class HostRelay:
     """This launcher's relay for one host of a served job's table, started again with each
     new table (a job that regroups)."""
 
     def __init__(self, token: str):
-        self._env = key_environment(token)
+        self._token = token
         self.node: Optional[Node] = None
 
     def start(self, table: PsNodes, host: int) -> Node:
         self.close()
         name = "relay of the serving host" if host == 0 else f"relay of group {host - 1}"
-        process = start_ready(name, relay_command(table.relay_plan(host).to_json()), self._env)
+        env = dict(os.environ, MXKV_RELAY_KEY=job_key_text(secret=self._token)[0])
+        process = start_ready(name, relay_command(table.relay_plan(host).to_json()), env)
         self.node = Node(name, process, leaves_by_itself=False)
         return self.node
 
