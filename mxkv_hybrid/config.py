@@ -210,6 +210,11 @@ KNOBS: Dict[str, Knob] = {
     "MXKV_OUTER_LR": Knob(float, "0.7", "The outer optimizer's learning rate (DiLoCo: 0.7)."),
     "MXKV_OUTER_MOMENTUM": Knob(float, "0.9",
                                 "The outer optimizer's momentum (DiLoCo: 0.9)."),
+    "MXKV_ASYNC_DAMPING": Knob(_choice(("none", "staleness")), "none",
+                               "async: staleness damps each group's gradient by 1 / (1 + s), s "
+                               "the updates other groups applied since its leader last read the "
+                               "weights (asked of the servers' push counter just before the "
+                               "push); none: applied as it is, as MXNet's dist_async does."),
     "MXKV_GROUP_SIZE": Knob(_whole_number(0, None, "0 (one group per host) or a positive "
                                                     "number of ranks"), "0",
                             "Ranks per group: 0 puts the ranks of one host in one group; N makes "
@@ -382,6 +387,7 @@ class Config:
     outer: str
     outer_lr: float
     outer_momentum: float
+    async_damping: str
     hierarchy: str
     throttle_mbps: float
     throttle_latency_ms: float
@@ -422,6 +428,10 @@ class Config:
                               f"MXKV_MODE={values['MXKV_MODE']}, MXKV_LASGD_OVERLAP="
                               f"{int(values['MXKV_LASGD_OVERLAP'])}: set those, or unset "
                               "MXKV_OUTER")
+        if values["MXKV_ASYNC_DAMPING"] != "none" and values["MXKV_MODE"] != "async":
+            raise ConfigError(f"MXKV_ASYNC_DAMPING={values['MXKV_ASYNC_DAMPING']} damps the "
+                              "stale gradients of MXKV_MODE=async, and this job has MXKV_MODE="
+                              f"{values['MXKV_MODE']}: unset MXKV_ASYNC_DAMPING")
         if values["MXKV_TRANSPORT"] == "rma" and values["MXKV_MODE"] != "easgd":
             raise ConfigError(f"MXKV_TRANSPORT=rma is built for MXKV_MODE=easgd (its centre "
                               f"variable), and MXKV_MODE is {values['MXKV_MODE']}: unset "
@@ -445,6 +455,7 @@ class Config:
                    lasgd_overlap=values["MXKV_LASGD_OVERLAP"], outer=values["MXKV_OUTER"],
                    outer_lr=values["MXKV_OUTER_LR"],
                    outer_momentum=values["MXKV_OUTER_MOMENTUM"],
+                   async_damping=values["MXKV_ASYNC_DAMPING"],
                    hierarchy=values["MXKV_HIERARCHY"],
                    throttle_mbps=values["MXKV_THROTTLE_MBPS"],
                    throttle_latency_ms=values["MXKV_THROTTLE_LATENCY_MS"],

@@ -8,7 +8,8 @@ from mxnet.kvstore import KVStoreBase
 from .comm import row_sparse, stall
 from .comm.collectives import Key, TensorCollectives
 from .comm.topology import groups, world
-from .comm.compression import Compression, QuantisedReducer, parse_compression
+from .comm.compression import QuantisedReducer
+from .comm.compression_params import Compression, parse_compression
 from .config import Config
 from .errors import MXKVError
 from .ps.client import barrier_across_groups
@@ -24,8 +25,6 @@ from .observe.step_summary import summary_for
 from .safety.fault import FaultInjector
 from .safety.finite_check import check_finite
 
-
-COMPRESSION_MODES = ("allreduce", "sync", "easgd", "lasgd")  # take set_gradient_compression
 
 
 def _as_key_lists(key, value) -> Tuple[List[Key], List[List[mx.nd.NDArray]]]:
@@ -78,7 +77,8 @@ class Hybrid(KVStoreBase):
         self._this_group = this_group
         self._share = share
         self._sparse_gradients: List[Key] = []  # expect_row_sparse_gradients
-        self._summary = summary_for(self._config)  # MXKV_SUMMARY_EVERY
+        staleness = (lambda: self._weights.staleness) if mode == "async" else None
+        self._summary = summary_for(self._config, staleness)  # MXKV_SUMMARY_EVERY
 
     # ---- identity -------------------------------------------------------------------
     @property
@@ -295,22 +295,22 @@ class Hybrid(KVStoreBase):
         (flat 2-bit is dist_sync's result, in 2 bits a value) or per group (hierarchical).
         Mode sync: each group's sum, as codes the servers sum (ps/summed_codes.py);
         call it before set_optimizer (Trainer and Module do): the optimizer then runs on
-        every rank, since the servers see codes, not gradients. Modes easgd, lasgd: each
-        rank's gradients where ranks sum them (easgd: in the group; lasgd: in the warm-up);
-        the weights' averaging stays float32."""
+        every rank, since the servers see codes, not gradients. Mode async: each group's
+        gradient of a weight, as codes the servers decode and apply, as MXNet's dist_async
+        servers do (ps/coded_gradients.py; before set_optimizer too). Modes easgd, lasgd:
+        each rank's gradients where ranks sum them (easgd: in the group; lasgd: in the
+        warm-up); the weights' averaging stays float32."""
         compression = parse_compression(compression_params)
         mode = self._config.mode
-        if mode not in COMPRESSION_MODES:
-            raise MXKVError(f"set_gradient_compression: MXKV_MODE={mode} does not take it yet "
-                            f"(modes that do: {', '.join(COMPRESSION_MODES)}); its servers apply "
-                            "each push as an update and cannot decode codes: use MXKV_MODE="
-                            "sync or allreduce, or MXKV_COMPRESS=fp16|bf16 for 16-bit values "
-                            "in the allreduce inside a group")
         if self._config.compress != "none":
             raise MXKVError(f"set_gradient_compression: MXKV_COMPRESS={self._config.compress} "
                             "already compresses float32 values; use one of the two")
         if mode == "sync":
             self._compress_across_groups(compression)
+            return
+        if mode == "async":
+            self._active()
+            self._weights.compress_gradients(compression)
             return
         if self._averaging is not None:
             self._active()

@@ -2,8 +2,8 @@
 result equal to a quantiser summed over every rank's gradients, MXNet's own for flat
 2-bit, numpy's for the rest, so no check of the sum passes without the exchange; this
 rank's residuals equal to numpy's; tests/workers/sync_compression.py: mode sync's group
-sums through the servers as summed 2-bit codes), and its refusal where a mode does not
-take it yet.
+sums through the servers as summed codes; tests/workers/async_compression.py: mode
+async's codes decoded and applied by the servers).
 MXNet's `--gc-type 2bit` script path: tests/test_unmodified_scripts.py."""
 import pytest
 
@@ -36,12 +36,21 @@ def test_one_bit_equals_numpys_scaled_sign_step_by_step(job_dir):
     assert_checks_passed(job, 3, EXPECTED_CHECKS)
 
 
-def test_modes_without_compression_refuse_it_naming_the_fix(job_dir):
-    job = launch(2, "compression.py", env={"MXKV_MODE": "async"},
-                 launcher_options=["--group-size", "1", "--servers", "1", "--one-job"])
-    assert job.returncode != 0
-    assert ("set_gradient_compression: MXKV_MODE=async does not take it yet (modes that do: "
-            "allreduce, sync, easgd, lasgd)") in job.output, job.output
+@pytest.mark.parametrize("kind", ["2bit", "1bit"])
+def test_async_servers_decode_each_groups_codes_and_apply_them_at_once(job_dir, kind):
+    """Mode async, 2 groups of 2 in one job, 2 servers, MXNet's big-array bound at 1000 so
+    that one weight is split over both servers: the groups push in turn, and after every
+    push the servers' weights equal numpy's SGD on that group's quantised sum (residual
+    per group, quantised part by part as MXNet splits the weight); a leader pushes only
+    the codes and the push counter; a float16 weight crosses as it is; a Trainer's
+    compression_params reach the store. Each rank's gradients are its own: no group alone
+    gives the weights. Sabotaged (the servers not applying decoded codes), the step check
+    fails."""
+    job = launch(4, "async_compression.py",
+                 env={"MXKV_MODE": "async", "COMPRESSION": kind,
+                      "MXNET_KVSTORE_BIGARRAY_BOUND": "1000"},
+                 launcher_options=["--group-size", "2", "--servers", "2", "--one-job"])
+    assert_checks_passed(job, 4, 4)
 
 
 @pytest.mark.parametrize("mode,kind", [("easgd", "2bit"), ("easgd", "1bit"), ("lasgd", "2bit")])

@@ -4,8 +4,8 @@ of its table, computed from MXNet's placement rule (ps/layout.py)."""
 import pytest
 
 from mxkv_hybrid.plan.model_sizes import array_bytes
-from mxkv_hybrid.ps.layout import (MXNET_BIGARRAY_BOUND, balanced_chunks, server_bytes_of_chunks,
-                                   server_bytes_per_key, server_of)
+from mxkv_hybrid.ps.layout import (MXNET_BIGARRAY_BOUND, balanced_chunks, parts_of,
+                                   server_bytes_of_chunks, server_bytes_per_key, server_of)
 
 
 @pytest.mark.parametrize("servers, per_key, chunks", [(2, 1.005, 26), (3, 1.035, 27),
@@ -25,6 +25,16 @@ def test_fused_chunks_load_every_server_alike_where_keys_per_array_do_not(server
     assert max(loads) / (sum(loads) / servers) == pytest.approx(1.0, abs=1e-5)
     mxnet = server_bytes_per_key(sizes, servers, 4, MXNET_BIGARRAY_BOUND)
     assert max(mxnet) / (sum(mxnet) / servers) == pytest.approx(per_key, abs=5e-4)
+
+
+def test_parts_of_an_array_are_where_mxnet_puts_them():
+    """MXNet's EncodeDefaultKey: below the bound whole on server (key * 9973) % S; from the
+    bound on, part i of n starts at C's round(n / S * i), which rounds halves up (Python's
+    round would give 2 for 2.5, and code the wrong values of a part)."""
+    assert [(p.start, p.stop, p.server) for p in parts_of(3, 999, 2, 1000)] == [(0, 999, 1)]
+    assert [(p.start, p.stop, p.server) for p in parts_of(3, 5, 2, 5)] == [(0, 3, 0), (3, 5, 1)]
+    assert [(p.start, p.stop) for p in parts_of(0, 10, 4, 10)] == [(0, 3), (3, 5), (5, 8),
+                                                                   (8, 10)]
 
 
 def test_push_pull_paces_the_keys_in_consecutive_batches_of_at_least_the_pace():

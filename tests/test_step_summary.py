@@ -73,6 +73,8 @@ def test_the_summary_counts_every_byte_and_names_the_slow_rank(case):
             assert f"{inside} B sent inside groups and {across + first:.0f} B across groups" \
                 in line, line
             assert ("summary: group" in line) == (mode in ("async", "easgd")), line
+            # async: the staleness of the window's pushes, one per step
+            assert (f"staleness of {EVERY} push(es)" in line) == (mode == "async"), line
             if slow in range(rank, rank + ranks):  # the slow rank is in this line's ranks
                 # (a line of one rank names no slowest rank: its mean is that rank's time)
                 pattern = rf"slowest rank {slow} computes ([\d.]+) ms" if ranks > 1 else \

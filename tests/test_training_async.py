@@ -57,3 +57,20 @@ def test_module_fit_in_async_mode(job_dir):
             job.output
     for weights in load_ranks(job_dir, 2):
         assert all(np.isfinite(w).all() for w in weights.values())
+
+
+@pytest.mark.parametrize("damping,stale_weight", [("staleness", -3 - 10 / 4), ("none", -3.0 - 10)])
+def test_a_stale_push_is_damped_by_one_over_one_plus_its_staleness(job_dir, damping,
+                                                                   stale_weight):
+    """Group 1 pushes 10s after 3 updates of group 0 it has not read (tests/workers/
+    stale_push.py): with MXKV_ASYNC_DAMPING=staleness the servers' SGD (lr 1) applies 10 /
+    (1 + 3); group 0's own pushes, never stale, go undamped. Without damping (MXNet's
+    dist_async) the whole 10 lands: the same check fails."""
+    job = launch(2, "stale_push.py", env=dict(ASYNC, MXKV_ASYNC_DAMPING=damping),
+                 launcher_options=["--group-size", "1", "--servers", "1", "--one-job"])
+    assert job.returncode == 0, job.output
+    assert "weights 0 [-3.0]" in job.lines_of(0), job.output
+    assert f"weights 1 [{stale_weight}]" in job.lines_of(1), job.output
+    if damping == "staleness":
+        assert "damped 0 [0, 0, 0]" in job.lines_of(0), job.output
+        assert "damped 1 [3]" in job.lines_of(1), job.output

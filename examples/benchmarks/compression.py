@@ -50,7 +50,8 @@ def worker(group_size: int, reps: int) -> None:
     import mxkv_hybrid  # noqa: F401
     from mxkv_hybrid.comm.collectives import TensorCollectives
     from mxkv_hybrid.comm.topology import groups
-    from mxkv_hybrid.comm.compression import Compression, QuantisedReducer
+    from mxkv_hybrid.comm.compression import QuantisedReducer
+    from mxkv_hybrid.comm.compression_params import Compression
     from mxkv_hybrid.config import Config
 
     comm = MPI.COMM_WORLD

@@ -7,6 +7,8 @@
               workers (not in the default list; name it in --configurations),
   sync-1bit   the same with 1bit (1-bit SGD's quantiser),
   async       the hybrid store, 2 groups of 2, 2 dist_async servers holding the weights,
+  async-2bit  the same with compression_params 2bit: each group's gradients cross as codes
+              the servers decode and apply (weights pulled in float32); async-1bit: 1bit,
   dist_sync   MXNet's native ps-lite store, every rank a worker, 2 servers,
   NAME+trusted  any hybrid configuration with mxkv-launch --trusted-network: with --hosts,
               ps-lite on the hosts' addresses, connected directly instead of through the
@@ -299,10 +301,11 @@ def main() -> None:
             print(f"{name} through the relays / {name}+trusted (direct), whole step: median "
                   f"{r['total_ms'] / direct['total_ms']:.3f}, mean "
                   f"{r['total_mean_ms'] / direct['total_mean_ms']:.3f}")
-    for coded in ("sync-2bit", "sync-1bit"):
-        if "sync" in by_name and coded in by_name:
-            print(f"{coded} / sync, whole step: "
-                  f"{by_name[coded]['total_ms'] / by_name['sync']['total_ms']:.3f}")
+    for coded in ("sync-2bit", "sync-1bit", "async-2bit", "async-1bit"):
+        plain = coded.partition("-")[0]
+        if plain in by_name and coded in by_name:
+            print(f"{coded} / {plain}, whole step: "
+                  f"{by_name[coded]['total_ms'] / by_name[plain]['total_ms']:.3f}")
     os.makedirs(args.out, exist_ok=True)
     name = f"training_step_{args.hosts}_hosts" if args.hosts else "training_step"
     with open(os.path.join(args.out, f"{name}.json"), "w") as f:

@@ -1,10 +1,8 @@
 """Python face of the C++ tensor collectives: keys and NDArrays in, errors that name keys out."""
 import atexit
-import ctypes
 import hashlib
 import secrets
 import weakref
-from functools import lru_cache
 from typing import Hashable, List, Optional, Sequence, Tuple
 
 import mxnet as mx
@@ -14,30 +12,13 @@ from ..config import Config
 from ..errors import ConfigError, MismatchError, MXKVError
 from . import algorithm_table, row_sparse, stall, timeline
 from .dtype_codes import DTYPE_CODES
+from .extension import extension
 from .device_staging import DeviceStaging
 from .hierarchy import use_hierarchy
 from .topology import Groups
 
 Key = Hashable  # int or str, as MXNet passes them
 Arrays = Sequence[mx.nd.NDArray]
-
-_MXNET_FUNCTIONS = ("MXNDArrayGetData", "MXNDArrayGetShapeEx", "MXNDArrayGetDType",
-                    "MXNDArrayGetContext", "MXNDArrayGetStorageType", "MXNDArrayWaitAll",
-                    "MXGetLastError", "MXEnginePushAsyncND")
-
-
-@lru_cache(maxsize=None)
-def _extension():
-    """Imports _C after mpi4py has loaded libmpi, and hands it MXNet's C API."""
-    from mpi4py import MPI  # noqa: F401  (loads libmpi.so for _C)
-
-    from . import _C
-
-    lib = mx.base._LIB
-    _C.bind_mxnet_api({name: ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
-                       for name in _MXNET_FUNCTIONS})
-    return _C
-
 
 def _key_signature(keys: Sequence[Key]) -> int:
     """A hash of the keys that is the same in every process (unlike hash())."""
@@ -96,7 +77,7 @@ class TensorCollectives:
         self._comm = comm
         if config.overlap:
             _require_thread_multiple()
-        self._impl = _extension().TensorCollectives(
+        self._impl = extension().TensorCollectives(
             comm.py2f(), config.bucket_bytes, config.algorithm,
             _algorithm_rules(comm, config, comm.size), config.compress_dtype,
             config.segment_bytes)
@@ -166,7 +147,7 @@ class TensorCollectives:
                                config.throttle_latency_ms / 1000, shared_link)
         if shared_link:
             self._comm.Barrier()  # every rank has it open: its name can go
-            _extension().TensorCollectives.unlink_shared_link(shared_link)
+            extension().TensorCollectives.unlink_shared_link(shared_link)
         if use_hierarchy(hierarchy, group_of_rank):
             # the ranks holding the same slice: this rank's index in every group
             cross = self._comm.Split(color=groups.group_comm.Get_rank(), key=groups.group_index)

@@ -5,7 +5,8 @@ from typing import Sequence
 import mxnet as mx
 import numpy as np
 
-from .collectives import HOST_DEVICES, _extension
+from .collectives import HOST_DEVICES
+from .extension import extension
 
 FUSED_DTYPES = ("float32", "float64")
 
@@ -21,7 +22,7 @@ def elastic_step(alpha: float, weights: Sequence[mx.nd.NDArray], centres: Sequen
         host = entry[0].context.device_type in HOST_DEVICES
         (fused if host and np.dtype(entry[0].dtype).name in FUSED_DTYPES else other).append(entry)
     if fused:
-        _extension().elastic_step(alpha, [tuple(a.handle.value for a in entry) for entry in fused],
+        extension().elastic_step(alpha, [tuple(a.handle.value for a in entry) for entry in fused],
                                   ready)
     for weight, centre, difference in other:
         mx.nd.elemwise_sub(weight, centre, out=difference)

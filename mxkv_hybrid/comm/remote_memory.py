@@ -16,7 +16,8 @@ from typing import Callable, List, Optional, Sequence, Tuple
 import mxnet as mx
 
 from . import mpi_settings
-from .collectives import DTYPE_CODES, HOST_DEVICES, _extension
+from .collectives import DTYPE_CODES, HOST_DEVICES
+from .extension import extension
 from ..errors import MXKVError
 
 Pieces = Sequence[Tuple[int, mx.nd.NDArray]]  # (first element in the remote array, local array)
@@ -44,7 +45,7 @@ def holder_progress(comm, period_us: int) -> Optional[object]:
                       "MPI_THREAD_MULTIPLE, so no progress thread; reads and adds of this "
                       "rank's windows wait until it enters MPI")
         return None
-    return _extension().HolderProgress(comm.py2f(), float(period_us))
+    return extension().HolderProgress(comm.py2f(), float(period_us))
 
 
 def traffic() -> int:
@@ -62,7 +63,7 @@ class RemoteArray:
             raise MXKVError(f"remote memory holds float32 or float64 arrays, not {dtype} (MPI "
                             "has no accumulate for 16-bit floats): keep the weights in float32")
         self.dtype = dtype
-        self._impl = _extension().RemoteArray(comm.py2f(), int(total), DTYPE_CODES[dtype],
+        self._impl = extension().RemoteArray(comm.py2f(), int(total), DTYPE_CODES[dtype],
                                               list(holders))
 
     @property

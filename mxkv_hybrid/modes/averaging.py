@@ -4,7 +4,8 @@ from typing import Callable, Protocol, Sequence
 import mxnet as mx
 
 from ..comm.collectives import Arrays, Key, TensorCollectives
-from ..comm.compression import Compression, QuantisedReducer
+from ..comm.compression import QuantisedReducer
+from ..comm.compression_params import Compression
 from ..errors import MXKVError
 
 

@@ -27,7 +27,8 @@ import mxnet as mx
 
 from ..comm import timeline
 from ..comm.collectives import Arrays, Key, TensorCollectives
-from ..comm.compression import Compression, QuantisedReducer
+from ..comm.compression import QuantisedReducer
+from ..comm.compression_params import Compression
 from ..comm.kernels import elastic_step
 from ..comm.link_throttle import link_throttle
 from ..comm.topology import Groups, World, wait_for_leader

@@ -28,7 +28,7 @@ import numpy as np
 
 from ..comm import row_sparse
 from ..comm.collectives import Arrays, Key, TensorCollectives
-from ..comm.compression import Compression
+from ..comm.compression_params import Compression
 from ..comm.lockstep import tie_groups
 from ..comm.topology import Groups, World, wait_for_leader
 from ..config import Config

@@ -21,7 +21,8 @@ from typing import Dict, List, Optional, Sequence
 import mxnet as mx
 
 from ..comm.collectives import Arrays, Key, TensorCollectives
-from ..comm.compression import Compression, QuantisedReducer
+from ..comm.compression import QuantisedReducer
+from ..comm.compression_params import Compression
 from ..comm.topology import World, groups
 from ..config import Config
 from ..errors import MXKVError

@@ -31,19 +31,22 @@ the dense weight fetches every row."""
 import atexit
 from dataclasses import replace
 import sys
-from typing import List, Optional, Sequence, Set, Tuple
+from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import mxnet as mx
 import numpy as np
 
 from ..comm import row_sparse
 from ..comm.collectives import Arrays, Key, TensorCollectives
+from ..comm.compression_params import Compression
 from ..comm.topology import Groups, World, wait_for_leader
 from ..config import Config
 from ..errors import MXKVError
 from ..ps.client import connect_leader, release
+from ..ps.coded_gradients import CodeDecoder, GradientCoder
 from ..ps.finish_line import finish_line_for
 from ..ps.keys import ServerKeys
+from ..ps.layout import bigarray_bound
 from ..ps.optimizers import COUNTER_KEY, FINISH_KEY, SETTINGS_KEYS, ServerOptimizer
 from .worker_weights import Share
 
@@ -80,12 +83,17 @@ class ServerWeights:
         self._server_keys = ServerKeys()
         self._rows: Set[Key] = set()  # the keys the servers keep row_sparse
         self._sparse_gradients: Set[Key] = set()  # keys to keep row_sparse when initialised
+        self._dense_float32: Dict[int, Tuple[int, ...]] = {}  # server key: shape
+        self._compression: Optional[Compression] = None  # async: set_gradient_compression
+        self._coder: Optional[GradientCoder] = None  # async with compression, leaders
         self._who = f"group {groups.group_index} (leader rank {world.rank})"
         self._counter = mx.nd.zeros((1,))
         self._one = mx.nd.ones((1,))
         self._count_at_pull = 0.0
         self._pushes_since_pull = 0
         self.staleness: List[int] = []  # per applied gradient (leaders only)
+        self._damps_stale_gradients = config.async_damping == "staleness"
+        self.damped: List[int] = []  # MXKV_ASYNC_DAMPING=staleness: s of each push damped
         self._separate_jobs = not world.spans_all_ranks  # each group its own MPI job
         restartable = self._separate_jobs and self._asynchronous  # a group rejoins alone
         # separate async group jobs: steps this group took before this start (None: not
@@ -114,6 +122,18 @@ class ServerWeights:
     def updater(self):
         raise MXKVError(SERVER_SIDE_STATES[self._mode])
 
+    def compress_gradients(self, compression: Compression) -> None:
+        """Mode async: each group's gradients of the dense float32 weights cross as codes
+        (ps/coded_gradients.py), from the servers' optimizer on."""
+        if self._optimizer is not None:
+            raise MXKVError("set_gradient_compression: the parameter servers already run this "
+                            "store's optimizer without it; call set_gradient_compression "
+                            "before set_optimizer (gluon.Trainer and Module do)")
+        self._compression = compression
+        if self._ps is not None:
+            self._coder = GradientCoder(compression)
+            self._add_codes(list(self._dense_float32))
+
     def set_optimizer(self, optimizer: mx.optimizer.Optimizer) -> None:
         if self._optimizer is None:  # the first time: the keys of the counter and settings
             self._server_keys.claim(COUNTER_KEY, "the servers' optimizer (its push counter)")
@@ -124,9 +144,28 @@ class ServerWeights:
                               [mx.nd.zeros((1,))] + [mx.nd.zeros((2,), dtype="float64")
                                                      for _ in self._settings_keys])
         if self._ps is not None:
-            self._ps.set_optimizer(ServerOptimizer(optimizer))
+            decoder = None if self._compression is None else CodeDecoder(self._compression)
+            self._ps.set_optimizer(ServerOptimizer(optimizer, decoder))
         self._optimizer = optimizer
         self._sent_settings = None
+        if self._coder is not None:  # the servers' new optimizer learns the coded parts
+            self._register_codes(list(self._coder.parts))
+
+    def _add_codes(self, numbers: Sequence[int]) -> None:
+        """A leader's code keys for the weights `numbers` that are dense float32, created
+        on the servers (an init: every leader at once)."""
+        shapes = {n: self._dense_float32[n] for n in numbers if n in self._dense_float32}
+        parts = self._coder.add(shapes, self._ps.num_servers, bigarray_bound())
+        for part in parts:
+            self._server_keys.claim(part.code_key, f"the codes of key {part.weight}")
+        if parts:
+            self._ps.init([p.code_key for p in parts], [mx.nd.zeros((p.words,)) for p in parts])
+
+    def _register_codes(self, numbers: Sequence[int]) -> None:
+        """Tells the servers which parts the code keys of weights `numbers` update."""
+        coded = [n for n in numbers if n in self._coder.parts]
+        if coded:
+            self._ps.push_pull(coded, [self._coder.registration(n) for n in coded], [])
 
     def init(self, op: str, keys: Sequence[Key], values: Sequence[Arrays],
              outs: Sequence[Arrays]) -> None:
@@ -146,11 +185,17 @@ class ServerWeights:
         if self._share is not None and new:
             self._share(op, [keys[i] for i in new], [kept[i] for i in new])
         for i in new:
-            self._server_keys.add(keys[i])
+            number = self._server_keys.add(keys[i])
+            if np.dtype(kept[i][0].dtype) == np.float32:
+                self._dense_float32[number] = kept[i][0].shape
         done = 0
         if self._ps is not None and new:
             server_keys = [self._server_keys[keys[i]] for i in new]
             self._ps.init(server_keys, [kept[i][0] for i in new])
+            if self._coder is not None:
+                self._add_codes(server_keys)
+                if self._optimizer is not None:
+                    self._register_codes(server_keys)
             if self._separate_jobs:
                 self._ps.push_pull(server_keys, [], [kept[i][0] for i in new])
                 if self._finish is not None:
@@ -243,6 +288,10 @@ class ServerWeights:
             if values is not None:
                 self._send_settings(1.0 / self._world_size
                                     if average and not self._asynchronous else 1.0)
+                if self._damps_stale_gradients:
+                    factor = self._staleness_damping()
+                    for value in values:
+                        value[0] *= factor
             rows = [i for i, k in enumerate(keys) if k in self._rows]
             entries = (keys, values or [None] * len(keys), outs or [None] * len(keys))
             pulled_as_kept = self._exchange_dense(*row_sparse.dense_entries(rows, *entries),
@@ -309,6 +358,15 @@ class ServerWeights:
                 through.append((mx.nd.empty(out.shape, dtype=out.dtype), out))
                 out = through[-1][0]
             pulled.append(out)
+        coded_keys, coded_outs = [], []
+        if pushes and self._coder is not None:  # async compression: codes, then the rest
+            coded = [i for i, n in enumerate(server_keys) if n in self._coder.parts]
+            coded_keys = [server_keys[i] for i in coded]
+            self._ps.push_pull(*self._coder.encode(coded_keys, [pushed[i] for i in coded]), [])
+            coded_outs = [pulled[i] for i in coded] if pulls else []
+            rest = [i for i in range(len(server_keys)) if i not in set(coded)]
+            server_keys, pushed = [server_keys[i] for i in rest], [pushed[i] for i in rest]
+            pulled = [pulled[i] for i in rest] if pulls else []
         if self._optimizer is not None and self._asynchronous:  # pushes counted: staleness
             server_keys.append(COUNTER_KEY)
             pushed += [self._one] if pushes else []
@@ -319,6 +377,8 @@ class ServerWeights:
                 pulled += [self._finish.progress()] if pulls else []
         if server_keys:
             self._ps.push_pull(server_keys, pushed, pulled)
+        if coded_outs:
+            self._ps.push_pull(coded_keys, [], coded_outs)
         self._count_staleness(pushes, pulls)
         return through
 
@@ -358,6 +418,16 @@ class ServerWeights:
                            [mx.nd.array(pushed, dtype="float64") for _ in self._settings_keys], [])
         self._sent_settings = settings
 
+    def _staleness_damping(self) -> float:
+        """1 / (1 + s) for the gradient this leader pushes now, s the updates of other
+        groups the servers applied since it last read the weights (their push counter,
+        read just before the push; MXKV_ASYNC_DAMPING=staleness)."""
+        self._ps.push_pull([COUNTER_KEY], [], [self._counter])
+        others = float(self._counter.asscalar()) - self._count_at_pull - self._pushes_since_pull
+        stale = max(0, int(others))
+        self.damped.append(stale)
+        return 1.0 / (1 + stale)
+
     def _count_staleness(self, pushed: bool, pulled: bool) -> None:
         """Updates applied between this leader's last two pulls, less its own pushes: the
         other groups' updates its gradient did not see (an upper estimate: updates landing
@@ -376,10 +446,12 @@ class ServerWeights:
         if not self.staleness:
             return ""
         values = np.array(self.staleness)
+        damped = (f"; each damped by 1 / (1 + s), s at the push: mean {np.mean(self.damped):.2f}"
+                  if self.damped else "")
         return (f"mxkv_hybrid: {self._who}: {len(values)} asynchronous updates; staleness "
                 f"(updates by other groups between reading the weights and applying the "
                 f"gradient) mean {values.mean():.2f}, median {np.median(values):.0f}, "
-                f"max {values.max()}")
+                f"max {values.max()}{damped}")
 
     def save_optimizer_states(self, fname: str, dump_optimizer: bool) -> None:
         raise MXKVError(SERVER_SIDE_STATES[self._mode])

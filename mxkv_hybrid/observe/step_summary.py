@@ -8,11 +8,12 @@ algorithms sent (as they travel: compressed float32 counts 2 bytes a value) to r
 its own group and of other groups, and what it pushed to and pulled from the parameter
 servers (across groups). The first of the ranks that step together (rank 0; in modes
 async and asynchronous easgd each group's leader) gathers the figures and prints them,
-bytes summed over the ranks.
+bytes summed over the ranks; in mode async with the staleness of the group's pushes in
+the window (the updates of other groups each missed).
 """
 import time
 import weakref
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 
@@ -47,9 +48,13 @@ def _size_text(nbytes: float) -> str:
 class StepSummary:
     """Times this rank's store calls and prints a summary line every `every` steps."""
 
-    def __init__(self, every: int, config: Config):
-        """Collective over all ranks (the store's constructor creates it on every rank)."""
+    def __init__(self, every: int, config: Config,
+                 staleness: Optional[Callable[[], Sequence[int]]] = None):
+        """Collective over all ranks (the store's constructor creates it on every rank).
+        staleness: mode async, the staleness of each push of this rank's group so far."""
         self._every = every
+        self._staleness = staleness
+        self._staleness_seen = 0
         this_group = groups(config.group_size)
         self._label = ("" if in_lockstep(config) or this_group.num_groups == 1
                        else f"group {this_group.group_index}, ")
@@ -132,10 +137,22 @@ class StepSummary:
             text += (f"; slowest rank {ranks[slowest]} computes {compute[slowest]:.2f} ms "
                      f"(+{over:.0f}% over the mean), fastest rank {ranks[fastest]} "
                      f"{compute[fastest]:.2f} ms")
-        return text
+        return text + self._staleness_text()
+
+    def _staleness_text(self) -> str:
+        """'; staleness of the pushes median m, max x (n pushes)' for the window's pushes."""
+        pushes = list(self._staleness()) if self._staleness is not None else []
+        window, self._staleness_seen = pushes[self._staleness_seen:], len(pushes)
+        if not window:
+            return ""
+        return (f"; staleness of {len(window)} push(es) (updates of other groups each missed): "
+                f"median {np.median(window):.0f}, mean {np.mean(window):.2f}, max {max(window)}")
 
 
-def summary_for(config: Config) -> Optional[StepSummary]:
+def summary_for(config: Config, staleness: Optional[Callable[[], Sequence[int]]] = None
+                ) -> Optional[StepSummary]:
     """The step summary when MXKV_SUMMARY_EVERY is set, else None."""
-    return StepSummary(config.summary_every, config) if config.summary_every > 0 else None
+    if config.summary_every <= 0:
+        return None
+    return StepSummary(config.summary_every, config, staleness)
 

@@ -28,7 +28,7 @@ def server_of(key: int, num_servers: int) -> int:
 @dataclass(frozen=True)
 class Chunk:
     key: int    # the PS key
-    start: int  # element range in the fused buffer
+    start: int  # its elements in the (fused) array it is part of
     stop: int
     server: int
 
@@ -66,15 +66,21 @@ def server_bytes_of_chunks(chunks: Sequence[Chunk], num_servers: int, itemsize: 
     return loads
 
 
+def parts_of(key: int, size: int, num_servers: int, bound: int) -> List[Chunk]:
+    """Where MXNet's dist kvstore puts an array of `size` elements pushed under `key`
+    (EncodeDefaultKey): whole on server_of(key) below `bound`, else split over every
+    server, part i from round(size / S * i), rounded half away from zero as C's round."""
+    if size < bound:
+        return [Chunk(key, 0, size, server_of(key, num_servers))]
+    edges = [math.floor(size / num_servers * i + 0.5) for i in range(num_servers + 1)]
+    return [Chunk(key, edges[i], edges[i + 1], i) for i in range(num_servers)]
+
+
 def server_bytes_per_key(sizes: Sequence[int], num_servers: int, itemsize: int,
                          bound: int) -> List[int]:
     """Bytes per server when every array is its own key 0, 1, 2, ... (MXNet's placement)."""
     loads = [0] * num_servers
     for key, n in enumerate(sizes):
-        if n < bound:
-            loads[server_of(key, num_servers)] += n * itemsize
-        else:
-            for i in range(num_servers):
-                part = round(n / num_servers * (i + 1)) - round(n / num_servers * i)
-                loads[i] += part * itemsize
+        for part in parts_of(key, n, num_servers, bound):
+            loads[part.server] += (part.stop - part.start) * itemsize
     return loads

@@ -1,6 +1,11 @@
 """Optimizers that run inside MXNet's parameter servers (unpickled there: ps.server
 imports this package before it starts serving)."""
+from typing import Optional
+
 import mxnet as mx
+import numpy as np
+
+from .coded_gradients import CODE_KEYS, CodeDecoder
 
 # The servers' reserved keys, above any parameter index a Trainer uses (Module's string
 # keys map to 0, 1, ...):
@@ -17,7 +22,7 @@ CHUNK_KEYS = range(100_000, 2 ** 31 // 9973)
 
 def _is_reserved(index: int) -> bool:
     return index in (COUNTER_KEY, FINISH_KEY, AGREE_KEY) or index in SETTINGS_KEYS \
-        or index in CHUNK_KEYS
+        or index in CHUNK_KEYS or index in CODE_KEYS
 
 
 class ServerOptimizer(mx.optimizer.Optimizer):
@@ -28,11 +33,15 @@ class ServerOptimizer(mx.optimizer.Optimizer):
     SETTINGS_KEYS is [learning rate, rescale_grad] for its `inner` from now on (so a
     Trainer's set_learning_rate and a changed batch size reach the servers, whose optimizer
     is a pickled copy); AGREE_KEY and CHUNK_KEYS keep the sum of the pushes (dist_sync: what
-    the groups sum through the servers, untouched by the optimizer)."""
+    the groups sum through the servers, untouched by the optimizer). With `codes` (mode
+    async's gradient compression, coded_gradients.py) a dense float32 push to a weight
+    registers its part here, and a push to a code key is decoded and applied to the part
+    it names."""
 
-    def __init__(self, inner: mx.optimizer.Optimizer):
+    def __init__(self, inner: mx.optimizer.Optimizer, codes: Optional[CodeDecoder] = None):
         super().__init__()
         self.inner = inner
+        self.codes = codes
         self.multi_precision = inner.multi_precision
         self.aggregate_num = 0  # one key per call, as the server applies them
 
@@ -48,11 +57,17 @@ class ServerOptimizer(mx.optimizer.Optimizer):
             weight += grad
         elif index == AGREE_KEY or index in CHUNK_KEYS:
             weight[:] = grad
+        elif index in CODE_KEYS:
+            target, part, part_state, gradient = self.codes.gradient(index, grad)
+            self.inner.update_multi_precision(target, part, gradient, part_state)
+            part.wait_to_read()  # the server answers a pull of the part without waiting
         elif index in SETTINGS_KEYS:
             learning_rate, rescale_grad = (float(x) for x in grad.asnumpy())
             if self.inner.lr_scheduler is None:
                 self.inner.lr = learning_rate
             self.inner.rescale_grad = rescale_grad
+        elif self.codes is not None and grad.stype == "default" and grad.dtype == np.float32:
+            self.codes.register(index, weight, state, grad)
         else:
             self.inner.update_multi_precision(index, weight, grad, state)
 

@@ -14,7 +14,7 @@ import mxnet as mx
 import numpy as np
 
 from ..comm import _C
-from ..comm.compression import Compression
+from ..comm.compression_params import Compression
 from .client import ParameterServer
 
 
