@@ -18,7 +18,7 @@ from typing import BinaryIO, Callable, Dict, List, Optional, Tuple
 
 from ..comm.launcher_link import RankExit
 from .lost_hosts import LostRanks
-from .processes import Node, end_process_group
+from .processes import GRACE_SECONDS, Node, end_process_group
 from .rank_watch import RankWatch, wait_for_any
 from .supervisor import OUTPUT_LOCK, say, supervise
 
@@ -118,6 +118,7 @@ class GroupRun:
     code: Optional[int] = None
     restart_at: Optional[float] = None  # lost, to be started again at this time
     started: float = field(default_factory=time.monotonic)
+    cut_off: bool = False  # ended because the launcher's link lost its host
 
     @property
     def over(self) -> bool:
@@ -267,7 +268,7 @@ class GroupJobs:
         failed = lost_ranks.failed_alone(run.plan.members) if running else None
         if cut_off:
             end_process_group(run.process)
-            run.code = LOST_STATUS
+            run.code, run.cut_off = LOST_STATUS, True
         elif failed:
             say(f"{run.plan.describe()}: rank {failed.rank}'s script exited with status "
                 f"{failed.status}, and its group's other ranks went on: ending its MPI job")
@@ -321,8 +322,12 @@ def supervise_groups(runs: List[GroupRun], helpers: List[Node], timeout: Optiona
         if left_out:
             run.muted.set()  # mpiexec's banner about the ranks ended here says nothing new
         end_process_group(run.process)
+    # the relay of a host cut off ends itself (it watches this host's relay); its mpiexec
+    # here would wait for that host in vain before it ends (seen: 5 s, then SIGKILL)
+    cut_hosts = {run.plan.host for run in runs if run.cut_off}
     for helper in helpers:  # servers of separate group jobs are never told to stop
-        end_process_group(helper.process)
+        cut = getattr(helper, "host_name", None) in cut_hosts
+        end_process_group(helper.process, patience=0 if cut else GRACE_SECONDS)
     for run in runs:
         run.release()
     if left_out:

@@ -37,9 +37,10 @@ def live_group_members(pgid: int) -> List[int]:
     return [pid for pid, group in live_processes().items() if group == pgid]
 
 
-def end_process_group(process: subprocess.Popen, grace: float = 0.0) -> None:
+def end_process_group(process: subprocess.Popen, grace: float = 0.0,
+                      patience: float = GRACE_SECONDS) -> None:
     """Gives the process group `grace` seconds to end by itself, then SIGTERM, then
-    SIGKILL for whatever outlives GRACE_SECONDS."""
+    SIGKILL for whatever outlives `patience` seconds more."""
     deadline = time.monotonic() + grace
     while process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -50,7 +51,7 @@ def end_process_group(process: subprocess.Popen, grace: float = 0.0) -> None:
             os.killpg(process.pid, sig)
         except ProcessLookupError:
             break
-        deadline = time.monotonic() + GRACE_SECONDS
+        deadline = time.monotonic() + patience
         while live_group_members(process.pid) and time.monotonic() < deadline:
             time.sleep(0.1)
     process.wait()
