@@ -43,6 +43,9 @@ def parse_arguments() -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int, default=32, help="images per rank and step")
     parser.add_argument("--lr", type=float, default=0.1)
     parser.add_argument("--momentum", type=float, default=0.9)
+    parser.add_argument("--optimizer", choices=["sgd", "dcasgd"], default="sgd",
+                        help="dcasgd: MXNet's delay-compensated SGD (for MXKV_MODE=async, "
+                             "where the servers run it)")
     parser.add_argument("--classes", choices=["all", "even", "odd", "split"], default="all",
                         help="train on every digit, the even or odd ones, or (split) the even "
                              "ones on the first half of the ranks and the odd on the second")
@@ -114,7 +117,7 @@ def main() -> None:
     net.hybridize()
     compression = {"2bit": {"type": "2bit", "threshold": args.gc_threshold},
                    "1bit": {"type": "1bit"}}.get(args.gc_type)
-    trainer = gluon.Trainer(net.collect_params(), "sgd",
+    trainer = gluon.Trainer(net.collect_params(), args.optimizer,
                             {"learning_rate": args.lr, "momentum": args.momentum}, kvstore=kv,
                             compression_params=compression)
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
