@@ -1,4 +1,7 @@
-"""Helpers for tests that start real MPI jobs through mxkv-launch."""
+"""Helpers for tests that start real MPI jobs through mxkv-launch, and the fast tier:
+`pytest -m unit` runs the tests that start no process (no MPI job, server, relay or
+emulated host), found by reading each test's code and what it calls."""
+import inspect
 import os
 import re
 import subprocess
@@ -20,6 +23,59 @@ EXAMPLES = Path(__file__).parent.parent / "examples"
 TINY_IMAGENET_CLASSES = 10  # 64 training and 16 validation images each, 32 x 32 pixels
 JOB_TIMEOUT = 180  # seconds; a hard bound on every multi-process test
 JOB_TAG = "PYTEST_MXKV_JOB"  # marks every process of one test job (not an MXKV_* knob)
+
+
+# what starts a process, in a test's code or in the fixtures and test-module functions it uses
+STARTS_PROCESSES = re.compile(r"\b(launch|start_job|launch_on|HostLauncher|run_reference|"
+                              r"Popen|subprocess|make_cluster|Cluster|run_ps_job|mpiexec)\b")
+_unit_tier = False  # `-m unit`: a job started anyway is a misfiled test
+
+
+def _code_of(function, seen: set) -> str:
+    """The source of `function` and of the test-side functions it names, transitively."""
+    if function in seen or not inspect.isfunction(function):
+        return ""
+    seen.add(function)
+    try:
+        text = inspect.getsource(function)
+    except (OSError, TypeError):
+        return ""
+    names = set(re.findall(r"\b([A-Za-z_]\w*)\b", text))
+    module = function.__globals__
+    here = Path(__file__).parent
+    for name in names:
+        called = module.get(name)
+        origin = getattr(getattr(called, "__code__", None), "co_filename", "")
+        if origin.startswith(str(here)):
+            text += _code_of(called, seen)
+    return text
+
+
+def starts_processes(item) -> bool:
+    """Whether a collected test starts a process (its code, its fixtures' code)."""
+    seen: set = set()
+    text = _code_of(getattr(item, "obj", None), seen)
+    for definitions in item._fixtureinfo.name2fixturedefs.values():
+        text += _code_of(definitions[-1].func, seen)
+    return bool(STARTS_PROCESSES.search(text))
+
+
+def pytest_configure(config) -> None:
+    global _unit_tier
+    config.addinivalue_line("markers", "unit: starts no process (pytest -m unit, the fast tier)")
+    _unit_tier = config.getoption("markexpr", "") == "unit"
+
+
+def pytest_collection_modifyitems(items) -> None:
+    for item in items:
+        if not starts_processes(item):
+            item.add_marker(pytest.mark.unit)
+
+
+def refuse_in_the_unit_tier(what: str) -> None:
+    if _unit_tier:
+        raise RuntimeError(f"a test of the unit tier {what}: tests/conftest.py's "
+                           "STARTS_PROCESSES did not see it; name what starts it there")
 
 
 @dataclass
@@ -96,6 +152,7 @@ def start_job(num_ranks: int, script: Optional[str], *args: str,
     """Starts `mxkv-launch -n N [options] -- python workers/script args` (script "-m":
     `python -m args`; None: no program, for --check), every process of it marked with a
     fresh JOB_TAG."""
+    refuse_in_the_unit_tier("started an MPI job")
     if script is None:
         program = []
     else:
@@ -150,6 +207,7 @@ def environment_of(pid: int) -> Dict[str, str]:
 
 def run_reference(script: str, *args: str) -> str:
     """Runs a worker as one plain process (no MPI job) and returns its output."""
+    refuse_in_the_unit_tier("started a worker process")
     done = subprocess.run([sys.executable, str(WORKERS / script), *args], capture_output=True,
                           text=True, timeout=JOB_TIMEOUT)
     assert done.returncode == 0, done.stdout + done.stderr
