@@ -7,9 +7,10 @@ A weight's part on a server is where MXNet puts it (layout.parts_of); the codes 
 travel under a key of their own (CODE_KEYS) that lands on the same server, created with
 the weight. Once the servers have the optimizer, each leader registers every coded weight:
 it pushes the weight key an array of zeros but for each part's first value, the part's
-code key. With compression on, the servers' optimizer (ServerOptimizer) takes every dense
-float32 push to a weight key as such a registration (the codes carry the gradients), and
-keeps the part's storage and state for its code key. The codes are csrc/code_sums.h's
+code key. The servers' optimizer (ServerOptimizer) takes a dense push of that form as a
+registration, not as a gradient (a gradient of exactly that form, a whole number between
+60000 and 100000 first and zeros elsewhere, would be taken for one too), and keeps the
+part's storage and state for its code key. The codes are csrc/code_sums.h's
 words for one group: 2bit, 15 values a float32 word (base 3 digits); 1bit, a sign a value
 and each sign's mean per 256 values (40 bytes per 256 values).
 """
@@ -144,6 +145,18 @@ class CodeDecoder:
 
     def __getstate__(self):
         return {**self.__dict__, "_targets": {}, "_decoded": {}}
+
+    @staticmethod
+    def registers(pushed: nd.NDArray) -> bool:
+        """Whether a dense push to a weight is a registration: a code key at its first
+        value, zeros elsewhere. (Not its dtype: MXNet 1.9.1's servers leave their
+        multi_precision_ flag uninitialised, and where it happens to be true they hand
+        float16 pushes over as float32 copies; seen.)"""
+        if pushed.size == 0:
+            return False
+        values = pushed.asnumpy().ravel()
+        first = float(values[0])
+        return first.is_integer() and int(first) in CODE_KEYS and not values[1:].any()
 
     def register(self, weight: int, part: nd.NDArray, state, registration: nd.NDArray
                  ) -> None:

@@ -3,7 +3,6 @@ imports this package before it starts serving)."""
 from typing import Optional
 
 import mxnet as mx
-import numpy as np
 
 from .coded_gradients import CODE_KEYS, CodeDecoder
 
@@ -34,7 +33,7 @@ class ServerOptimizer(mx.optimizer.Optimizer):
     Trainer's set_learning_rate and a changed batch size reach the servers, whose optimizer
     is a pickled copy); AGREE_KEY and CHUNK_KEYS keep the sum of the pushes (dist_sync: what
     the groups sum through the servers, untouched by the optimizer). With `codes` (mode
-    async's gradient compression, coded_gradients.py) a dense float32 push to a weight
+    async's gradient compression, coded_gradients.py) a registration pushed to a weight
     registers its part here, and a push to a code key is decoded and applied to the part
     it names."""
 
@@ -66,7 +65,7 @@ class ServerOptimizer(mx.optimizer.Optimizer):
             if self.inner.lr_scheduler is None:
                 self.inner.lr = learning_rate
             self.inner.rescale_grad = rescale_grad
-        elif self.codes is not None and grad.stype == "default" and grad.dtype == np.float32:
+        elif self.codes is not None and grad.stype == "default" and self.codes.registers(grad):
             self.codes.register(index, weight, state, grad)
         else:
             self.inner.update_multi_precision(index, weight, grad, state)
