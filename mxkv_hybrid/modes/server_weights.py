@@ -84,7 +84,6 @@ class ServerWeights:
         self._rows: Set[Key] = set()  # the keys the servers keep row_sparse
         self._sparse_gradients: Set[Key] = set()  # keys to keep row_sparse when initialised
         self._dense_float32: Dict[int, Tuple[int, ...]] = {}  # server key: shape
-        self._compression: Optional[Compression] = None  # async: set_gradient_compression
         self._coder: Optional[GradientCoder] = None  # async with compression, leaders
         self._who = f"group {groups.group_index} (leader rank {world.rank})"
         self._counter = mx.nd.zeros((1,))
@@ -129,7 +128,6 @@ class ServerWeights:
             raise MXKVError("set_gradient_compression: the parameter servers already run this "
                             "store's optimizer without it; call set_gradient_compression "
                             "before set_optimizer (gluon.Trainer and Module do)")
-        self._compression = compression
         if self._ps is not None:
             self._coder = GradientCoder(compression)
             self._add_codes(list(self._dense_float32))
@@ -144,7 +142,7 @@ class ServerWeights:
                               [mx.nd.zeros((1,))] + [mx.nd.zeros((2,), dtype="float64")
                                                      for _ in self._settings_keys])
         if self._ps is not None:
-            decoder = None if self._compression is None else CodeDecoder(self._compression)
+            decoder = None if self._coder is None else CodeDecoder(self._coder.compression)
             self._ps.set_optimizer(ServerOptimizer(optimizer, decoder))
         self._optimizer = optimizer
         self._sent_settings = None
@@ -364,7 +362,7 @@ class ServerWeights:
             coded_keys = [server_keys[i] for i in coded]
             self._ps.push_pull(*self._coder.encode(coded_keys, [pushed[i] for i in coded]), [])
             coded_outs = [pulled[i] for i in coded] if pulls else []
-            rest = [i for i in range(len(server_keys)) if i not in set(coded)]
+            rest = sorted(set(range(len(server_keys))) - set(coded))
             server_keys, pushed = [server_keys[i] for i in rest], [pushed[i] for i in rest]
             pulled = [pulled[i] for i in rest] if pulls else []
         if self._optimizer is not None and self._asynchronous:  # pushes counted: staleness
@@ -423,8 +421,7 @@ class ServerWeights:
         groups the servers applied since it last read the weights (their push counter,
         read just before the push; MXKV_ASYNC_DAMPING=staleness)."""
         self._ps.push_pull([COUNTER_KEY], [], [self._counter])
-        others = float(self._counter.asscalar()) - self._count_at_pull - self._pushes_since_pull
-        stale = max(0, int(others))
+        stale = max(0, self._updates_of_others())
         self.damped.append(stale)
         return 1.0 / (1 + stale)
 
@@ -436,10 +433,15 @@ class ServerWeights:
             return
         self._pushes_since_pull += int(pushed)
         if pulled:
-            now = float(self._counter.asscalar())
             if self._pushes_since_pull:
-                self.staleness.append(int(now - self._count_at_pull - self._pushes_since_pull))
-            self._count_at_pull, self._pushes_since_pull = now, 0
+                self.staleness.append(self._updates_of_others())
+            self._count_at_pull, self._pushes_since_pull = float(self._counter.asscalar()), 0
+
+    def _updates_of_others(self) -> int:
+        """Updates in the servers' push counter (as last read) since this leader's last
+        pull, less its own pushes since."""
+        return int(float(self._counter.asscalar()) - self._count_at_pull
+                   - self._pushes_since_pull)
 
     def report(self) -> str:
         """One line about the staleness measured by this leader ('' elsewhere)."""

@@ -15,7 +15,7 @@ words for one group: 2bit, 15 values a float32 word (base 3 digits); 1bit, a sig
 and each sign's mean per 256 values (40 bytes per 256 values).
 """
 from dataclasses import dataclass
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 from mxnet import ndarray as nd  # (mx.nd is not there yet on a server: see ps/server.py)
@@ -147,24 +147,24 @@ class CodeDecoder:
         return {**self.__dict__, "_targets": {}, "_decoded": {}}
 
     @staticmethod
-    def registers(pushed: nd.NDArray) -> bool:
-        """Whether a dense push to a weight is a registration: a code key at its first
-        value, zeros elsewhere. (Not its dtype: MXNet 1.9.1's servers leave their
-        multi_precision_ flag uninitialised, and where it happens to be true they hand
-        float16 pushes over as float32 copies; seen.)"""
-        if pushed.size == 0:
-            return False
-        values = pushed.asnumpy().ravel()
-        first = float(values[0])
-        return first.is_integer() and int(first) in CODE_KEYS and not values[1:].any()
+    def registration_of(pushed: nd.NDArray) -> Optional[int]:
+        """The code key a dense push to a weight registers, if it is a registration: a code
+        key at its first value, zeros elsewhere; else None. (Not its dtype: MXNet 1.9.1's
+        servers leave their multi_precision_ flag uninitialised, and where it happens to
+        be true they hand float16 pushes over as float32 copies; seen.) A gradient's first
+        value alone almost always answers, without reading the rest."""
+        flat = pushed.reshape((-1,))
+        if flat.size == 0:
+            return None
+        first = float(flat[0:1].asnumpy()[0])
+        if not (first.is_integer() and int(first) in CODE_KEYS) or flat[1:].asnumpy().any():
+            return None
+        return int(first)
 
-    def register(self, weight: int, part: nd.NDArray, state, registration: nd.NDArray
-                 ) -> None:
-        """This server's part of `weight` (its storage and optimizer state), for the code
-        key the registration names at its first value."""
-        if part.size:
-            code_key = int(registration[0].asscalar())
-            self._targets[code_key] = (weight, part, state)
+    def register(self, code_key: int, weight: int, part: nd.NDArray, state) -> None:
+        """This server's part of `weight` (its storage and optimizer state), which the
+        codes under `code_key` update."""
+        self._targets[code_key] = (weight, part, state)
 
     def gradient(self, code_key: int, words: nd.NDArray
                  ) -> Tuple[int, nd.NDArray, object, nd.NDArray]:

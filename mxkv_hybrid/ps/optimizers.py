@@ -65,8 +65,9 @@ class ServerOptimizer(mx.optimizer.Optimizer):
             if self.inner.lr_scheduler is None:
                 self.inner.lr = learning_rate
             self.inner.rescale_grad = rescale_grad
-        elif self.codes is not None and grad.stype == "default" and self.codes.registers(grad):
-            self.codes.register(index, weight, state, grad)
+        elif self.codes is not None and grad.stype == "default" \
+                and (code_key := self.codes.registration_of(grad)) is not None:
+            self.codes.register(code_key, index, weight, state)
         else:
             self.inner.update_multi_precision(index, weight, grad, state)
 
