@@ -1,6 +1,6 @@
 """The launcher's link (comm/launcher_link.py) on loopback: its address form, the groups'
-meeting notice, a caller without the token answered nothing, and the failing rank named
-first from its report on the link."""
+meeting notice, a caller without the token answered nothing, the failing rank named
+first from its report on the link, and the groups it gave up, as the finish line reads them."""
 import os
 import socket
 import subprocess
@@ -10,7 +10,8 @@ import time
 import pytest
 
 from mxkv_hybrid.comm.launcher_link import JobAddress, LinkServer, RankExit, ask_launcher, \
-    tell_launcher_met
+    groups_given_up, tell_launcher_met
+from mxkv_hybrid.ps.finish_line import reason_to_go_on
 from mxkv_hybrid.launch.rank_watch import RankWatch
 
 
@@ -107,3 +108,26 @@ def test_a_script_that_reported_its_failure_is_named_before_the_rank_killed_for_
             rank.kill()
             rank.wait()
         watch.close()
+
+
+def test_the_groups_a_launcher_gave_up_are_told_to_callers_with_its_token():
+    link = LinkServer("127.0.0.1")
+    try:
+        assert groups_given_up(link.address) == []
+        link.give_up(2)
+        link.give_up(0)
+        assert groups_given_up(link.address) == [0, 2]
+        job = JobAddress.parse(link.address)
+        assert groups_given_up(f"wrong@{job.where}") == []  # answered nothing
+        assert groups_given_up("") == []  # a rank not started by mxkv-launch
+    finally:
+        link.close()
+
+
+def test_the_finish_line_goes_on_once_every_unfinished_group_is_given_up_or_quiet():
+    assert reason_to_go_on([1, 2], [2], quiet=1.0, timeout=15) is None  # 1 may still come
+    assert reason_to_go_on([1, 2], None, quiet=1.0, timeout=15) is None  # not asked this time
+    assert reason_to_go_on([1, 2], [0, 1, 2], quiet=1.0, timeout=15) == \
+        "were given up by the launcher (lost, no restart left)"
+    assert reason_to_go_on([1], [], quiet=15.5, timeout=15) == \
+        "neither finished nor made progress for 15 s (MXKV_PS_TIMEOUT)"

@@ -1,6 +1,7 @@
 """A host cut off mid-training (emulated hosts, easgd, one group job per host): the
 launcher names the group and its host from its link's silence within MXKV_LOST_SECONDS, no
-rank on another host crashes, the other groups finish at the accuracy they reach
+rank on another host crashes, the other groups finish (their finish line told by the
+launcher that it gave the group up) at the accuracy they reach
 undisturbed, the launcher exits by itself, and the ranks on the cut host end themselves
 (their keeper no longer hears the launcher): nothing is left in any namespace."""
 import re
@@ -13,7 +14,7 @@ pytestmark = on_emulated_hosts
 
 LOST_SECONDS = 10
 EASGD = {"MXKV_MODE": "easgd", "MXKV_LOST_SECONDS": str(LOST_SECONDS),
-         "MXKV_PS_TIMEOUT": "15"}  # the finish line waits this long for the lost group
+         "MXKV_PS_TIMEOUT": "15"}  # how long a group not given up is waited for
 # UCX fails a connection to a cut-off peer after its TCP keepalive (about 20 s by default)
 FAST_UCX_FAILURE = {"UCX_TCP_KEEPIDLE": "1s", "UCX_TCP_KEEPINTVL": "1s", "UCX_TCP_KEEPCNT": "2",
                     "UCX_KEEPALIVE_INTERVAL": "1s"}
@@ -44,6 +45,9 @@ def test_a_host_cut_mid_training_is_named_and_the_others_finish(make_cluster):
                       r"last heard from (\d+) s ago \(MXKV_LOST_SECONDS=10\)", job.output)
     assert named and named.group(1) == cluster.address("h3"), job.output
     assert "1 of 3 groups lost: group 2 (ranks 4-5)" in job.output
+    for leader in (0, 2):  # told by the launcher, not after MXKV_PS_TIMEOUT without progress
+        assert re.search(rf"^\[{leader}\] mxkv_hybrid: group {leader // 2}: group\(s\) \[2\] were "
+                         r"given up by the launcher", job.output, re.MULTILINE), job.output
     assert_the_others_finished_and_h3_emptied(job, cluster)
 
 
@@ -144,7 +148,7 @@ def test_a_joined_group_cut_off_is_named_by_both_launchers(make_cluster):
     """--serve on h1, a group --join-ed from each host, h3 cut mid-training: the serving
     launcher names h3's group and address from the rendezvous connection's silence, h3's
     launcher stops its group naming the serving launcher, both within MXKV_LOST_SECONDS;
-    the other groups finish."""
+    the other groups finish, told by the serving launcher that it gave h3's group up."""
     cluster = make_cluster(3, rate_mbit=1000)
     serving = HostLauncher(cluster, "h1", ["--servers", "1", "--groups", "3", "--serve",
                                            "--ps-host", cluster.address("h1")], env=EASGD)
@@ -169,6 +173,10 @@ def test_a_joined_group_cut_off_is_named_by_both_launchers(make_cluster):
                      r"heard from \d+ s ago \(MXKV_LOST_SECONDS=10\).*: stopping this group",
                      jobs["h3"].output), jobs["h3"].output
     assert jobs["h1"].returncode == 0 and jobs["h2"].returncode == 0, everything
+    # the serving launcher tells the others' launchers it gave h3's group up: h1's leader
+    # goes on at once, not after MXKV_PS_TIMEOUT without progress
+    assert "group(s) [2] were given up by the launcher (lost, no restart left)" in \
+        jobs["h1"].output, jobs["h1"].output
     accuracy = re.search(r"^\[0\] final test accuracy ([\d.]+)", jobs["h1"].output, re.MULTILINE)
     assert accuracy and float(accuracy.group(1)) >= 0.95, jobs["h1"].output
     assert_nothing_left(cluster)

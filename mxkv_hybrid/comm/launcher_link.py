@@ -21,7 +21,9 @@ starts the others again without it. A rank whose script ends says with which sta
 hold them in their next collective, and mpiexec does not end them. A rank also says when it
 starts MPI and when its start is through (`tell_launcher_mpi`): MPI's start waits for every
 rank of the MPI job, so a rank whose script ended before it started MPI, even with status 0,
-holds the others there for ever, before any stall monitor runs.
+holds the others there for ever, before any stall monitor runs. The launcher says which
+groups it gave up (lost, no restart left: `groups_given_up`), so that the others' finish
+line goes on without them at once.
 """
 import hmac
 import json
@@ -116,6 +118,7 @@ class LinkServer:
         self._mpi_started: set = set()  # ranks through MPI's start
         self._closed = False
         self._refused_hosts: set = set()  # hosts whose stray connection was named
+        self._given_up: set = set()  # groups lost for good (no restart left)
         self._wake, self._waker = socket.socketpair()  # close() ends the wait at once
         self._thread = threading.Thread(target=self._serve, name="mxkv-launcher-link",
                                         daemon=True)
@@ -145,6 +148,12 @@ class LinkServer:
         """Whether `rank` said it started MPI (or is starting it)."""
         with self._lock:
             return rank in self._mpi_started or rank in self._mpi_starts
+
+    def give_up(self, group: int) -> None:
+        """Group `group` was lost and will not be started again: its peers' finish line
+        need not wait for it (ask_launcher tells them)."""
+        with self._lock:
+            self._given_up.add(group)
 
     def forget_meeting(self) -> None:
         """The parameter server is started again: its groups have not met yet."""
@@ -263,9 +272,11 @@ class LinkServer:
         with self._lock:
             ranks = {rank: {"host": seen.host, "address": seen.address, "left": seen.left,
                             "silent": seen.silent_for(now)} for rank, seen in self._ranks.items()}
+            given_up = sorted(self._given_up)
         connection.setblocking(True)
         try:
-            connection.sendall(json.dumps({"ranks": ranks}).encode() + b"\n")
+            connection.sendall(json.dumps({"ranks": ranks, "given_up": given_up}).encode()
+                               + b"\n")
         except OSError:
             pass
         self._connections.pop(connection, None)
@@ -378,21 +389,36 @@ class LinkKeeper:
                                f"{self._where[1]} for {time.monotonic() - heard:.0f} s")
 
 
-def ask_launcher(address: str, timeout: float = 2 * BEAT_SECONDS) -> Optional[Dict[int, RankSeen]]:
-    """What the launcher at `address` (MXKV_LAUNCHER_LINK) knows of every rank, as seen now
-    on this clock; None when it cannot be asked within `timeout` seconds."""
+def _ask(address: str, what: str, timeout: float) -> Optional[dict]:
+    """The launcher's answer at `address` (MXKV_LAUNCHER_LINK), `what` of it; None when it
+    cannot be asked within `timeout` seconds."""
     try:
         job = JobAddress.parse(address)
         with socket.create_connection((job.host, job.port), timeout=timeout) as connection:
             connection.sendall(json.dumps({"token": job.token, "ask": "ranks"}).encode() + b"\n")
             reply = connection.makefile("rb").readline()
-        ranks = json.loads(reply)["ranks"]
+        return json.loads(reply)[what]
     except (OSError, ValueError, KeyError):
+        return None
+
+
+def ask_launcher(address: str, timeout: float = 2 * BEAT_SECONDS) -> Optional[Dict[int, RankSeen]]:
+    """What the launcher at `address` (MXKV_LAUNCHER_LINK) knows of every rank, as seen now
+    on this clock; None when it cannot be asked within `timeout` seconds."""
+    ranks = _ask(address, "ranks", timeout)
+    if ranks is None:
         return None
     now = time.monotonic()
     return {int(rank): RankSeen(int(rank), seen["host"], seen["address"],
                                 now - float(seen["silent"]), bool(seen["left"]))
             for rank, seen in ranks.items()}
+
+
+def groups_given_up(address: str, timeout: float = 2 * BEAT_SECONDS) -> List[int]:
+    """The groups the launcher at `address` gave up (lost, no restart left); [] when it
+    cannot be asked or there is no launcher."""
+    given_up = _ask(address, "given_up", timeout) if address else None
+    return [int(group) for group in given_up or []]
 
 
 def _tell_launcher(address: str, message: dict, timeout: float = 2 * BEAT_SECONDS) -> None:

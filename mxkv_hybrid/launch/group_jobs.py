@@ -290,6 +290,8 @@ class GroupJobs:
             return None
         _lost(run, self.restarts, any(r.code is None for r in self.runs) and not self.together
               and not before_meeting, cut_off, first_failed)
+        if run.restart_at is None and lost_ranks is not None:
+            lost_ranks.link.give_up(run.plan.group)
         if run.restart_at is None and (self.together or before_meeting):
             why = ("in MXKV_MODE=sync the servers wait for every group's gradients"
                    if self.together else "it was lost before the groups met at the parameter "

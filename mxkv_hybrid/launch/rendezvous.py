@@ -10,7 +10,8 @@ launcher ends the servers once every group has reported or gone away. In mode sy
 the servers wait for every group's gradients, a group that failed or went away makes the
 serving launcher order the other groups to stop, naming it. A joined launcher says when
 its group met the others at the parameter server (its leader passed ps-lite's start,
-which waits for every group): before that, a group that went away holds every group
+which waits for every group): after that, the others are told of a lost group that it was
+given up (their finish line need not wait for it); before that, a group that went away holds every group
 back, so (async, easgd) the serving launcher leaves it out and tells the others their
 places in a job of one group less, with fresh servers (`again`); a group that failed
 then stops them all. One JSON object per line.
@@ -234,7 +235,8 @@ class Rendezvous:
         for it in ps-lite's start: one that went away (its host cut off or dead) is left
         out (async, easgd: the job goes on without it), one that failed stops the others.
         Mode sync: the servers wait for every group's gradients, so a lost group stops the
-        others. Each running group's launcher is told which group was lost."""
+        others. Each running group's launcher is told which group was lost: after the groups
+        met (async, easgd) that it was given up, for its finish line."""
         running = [other for other in self.members
                    if other is not member and other.status is None and not other.gone]
         if not running:
@@ -252,7 +254,12 @@ class Rendezvous:
             why = "in MXKV_MODE=sync the servers wait for every group's gradients"
         elif not self.met:
             why = "before the groups met at the parameter server, whose start waits for all"
-        else:
+        else:  # the others go on: their finish line need not wait for it
+            for other in running:
+                try:
+                    _send(other.connection, {"given_up": member.group})
+                except OSError:
+                    pass
             return
         reason = f"{member.describe()} {how}, and {why}, so the other groups cannot go on"
         print(f"mxkv-launch: {reason}: stopping them", file=sys.stderr, flush=True)
@@ -274,9 +281,12 @@ class Joined:
     sync: another group was lost), read as it comes."""
 
     def __init__(self, connection: socket.socket, stream, assignment: dict, lost_seconds: float,
-                 met: Callable[[], bool] = lambda: False):
-        """met: whether this group met the others at the parameter server (said once)."""
+                 met: Callable[[], bool] = lambda: False,
+                 given_up: Callable[[int], None] = lambda group: None):
+        """met: whether this group met the others at the parameter server (said once);
+        given_up: called with each group the serving launcher gave up."""
         self.connection = connection
+        self._given_up = given_up
         self.assignment = assignment
         self.stop_order: Optional[str] = None
         self.again: Optional[dict] = None  # this group's place in the job started again
@@ -297,6 +307,8 @@ class Joined:
                 order = json.loads(line)
                 if "stop" in order:
                     self.stop_order = order["stop"]
+                elif "given_up" in order:
+                    self._given_up(int(order["given_up"]))
                 elif "again" in order:
                     self.again = order["again"]
                     self.stop_order = ("a group was lost before the groups met at the parameter "
@@ -348,9 +360,11 @@ class Joined:
 
 
 def join(address: str, ranks: int, mode: str, timeout: float, lost_seconds: float,
-         met: Callable[[], bool] = lambda: False, restarts: int = 0) -> Joined:
+         met: Callable[[], bool] = lambda: False, restarts: int = 0,
+         given_up: Callable[[int], None] = lambda group: None) -> Joined:
     """Connects to a serving launcher and returns this group's place in the job (`met`:
-    whether the group met the others at the parameter server, told as it comes). Waits as
+    whether the group met the others at the parameter server, told as it comes; `given_up`:
+    called with each group the serving launcher gave up). Waits as
     long as the other groups take to join; raises JoinRefused with the reason."""
     try:
         token, host, port = JobAddress.parse(address)
@@ -390,4 +404,4 @@ def join(address: str, ranks: int, mode: str, timeout: float, lost_seconds: floa
         connection.close()
         raise JoinRefused(answer["error"] if answer else "the serving launcher closed the "
                           "connection without an answer")
-    return Joined(connection, stream, answer, lost_seconds, met)
+    return Joined(connection, stream, answer, lost_seconds, met, given_up)

@@ -132,7 +132,7 @@ def join_group(address: str, ranks: int, mode: str, command: List[str], flavour:
           "waiting for the other groups to join", flush=True)
     try:
         joined = join(address, ranks, mode, wait_seconds, float(read_knob("MXKV_LOST_SECONDS")),
-                      lost_ranks.link.met, restarts)
+                      lost_ranks.link.met, restarts, lost_ranks.link.give_up)
     except JoinRefused as refused:
         print(f"mxkv-launch: not joined: {refused}", file=sys.stderr, flush=True)
         return 2

@@ -4,8 +4,10 @@ Each group's leader tells the servers, through one tally key (FINISH_KEY: a done
 a step count per group, which the servers add up), how many optimizer steps its group took
 (with every push) and, at the end, that it is done. A restarted group reads its count back
 to train only the steps it had left. A leader that is done waits for the other
-groups, but not for a lost one: when no unfinished group has made progress for
-MXKV_PS_TIMEOUT seconds, it goes on without them and says which groups it left behind.
+groups, but not for a lost one: when its launcher gave up every unfinished group (lost,
+no restart left), or no unfinished group has made progress for MXKV_PS_TIMEOUT seconds (a
+group of another launcher, or none), it goes on without them and says which groups it left
+behind and why.
 """
 import sys
 import time
@@ -14,11 +16,14 @@ from typing import List, Optional, Sequence
 import mxnet as mx
 import numpy as np
 
+from ..comm.launcher_link import groups_given_up
+from ..config import read_knob
 from .client import ParameterServer
 from .keys import ServerKeys
 from .optimizers import FINISH_KEY
 
 POLL_SECONDS = 0.2
+ASK_SECONDS = 1.0  # how often a waiting leader asks its launcher which groups it gave up
 _shared: Optional["FinishLine"] = None  # this process's, once a store created it
 
 
@@ -76,24 +81,40 @@ class FinishLine:
 
     def cross(self) -> List[int]:
         """Reports this group done and waits for the others; returns the groups left
-        behind (not done, no progress for `timeout` seconds)."""
+        behind (not done: given up by the launcher, or no progress for `timeout` seconds)."""
         done = np.zeros(2 * self._groups, np.float32)
         done[self._group] = 1
         self._ps.push_pull([FINISH_KEY], [mx.nd.array(done)], [])
         tally = mx.nd.zeros((2 * self._groups,))
-        seen, changed = None, time.monotonic()
+        seen, changed, asked = None, time.monotonic(), 0.0
+        launcher = read_knob("MXKV_LAUNCHER_LINK")
         while True:
             self._ps.push_pull([FINISH_KEY], [], [tally])
             now = tally.asnumpy()
             finished, progress = now[:self._groups] >= 1, now[self._groups:]
-            if finished.all():
+            left = [g for g in range(self._groups) if not finished[g]]
+            if not left:
                 return []
             if seen is None or not np.array_equal(progress, seen):
                 seen, changed = progress, time.monotonic()
-            elif time.monotonic() - changed > self._timeout:
-                left = [g for g in range(self._groups) if not finished[g]]
-                print(f"mxkv_hybrid: group {self._group}: group(s) {left} neither finished nor "
-                      f"made progress for {self._timeout:g} s (MXKV_PS_TIMEOUT): going on "
+            given_up = None
+            if launcher and time.monotonic() - asked > ASK_SECONDS:
+                asked, given_up = time.monotonic(), groups_given_up(launcher)
+            why = reason_to_go_on(left, given_up, time.monotonic() - changed, self._timeout)
+            if why:
+                print(f"mxkv_hybrid: group {self._group}: group(s) {left} {why}: going on "
                       "without them", file=sys.stderr, flush=True)
                 return left
             time.sleep(POLL_SECONDS)
+
+
+def reason_to_go_on(left: List[int], given_up: Optional[List[int]], quiet: float,
+                    timeout: float) -> Optional[str]:
+    """Why a leader at the finish line goes on without the unfinished groups `left`, or
+    None to wait on: its launcher gave them all up (`given_up`; None: not asked this time),
+    or none of them made progress for more than `timeout` seconds (`quiet`)."""
+    if given_up is not None and set(left) <= set(given_up):
+        return "were given up by the launcher (lost, no restart left)"
+    if quiet > timeout:
+        return f"neither finished nor made progress for {timeout:g} s (MXKV_PS_TIMEOUT)"
+    return None
