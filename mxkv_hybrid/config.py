@@ -210,11 +210,13 @@ KNOBS: Dict[str, Knob] = {
     "MXKV_OUTER_LR": Knob(float, "0.7", "The outer optimizer's learning rate (DiLoCo: 0.7)."),
     "MXKV_OUTER_MOMENTUM": Knob(float, "0.9",
                                 "The outer optimizer's momentum (DiLoCo: 0.9)."),
-    "MXKV_ASYNC_DAMPING": Knob(_choice(("none", "staleness")), "none",
+    "MXKV_ASYNC_DAMPING": Knob(_choice(("none", "staleness", "momentum")), "none",
                                "async: staleness damps each group's gradient by 1 / (1 + s), s "
                                "the updates other groups applied since its leader last read the "
                                "weights (asked of the servers' push counter just before the "
-                               "push); none: applied as it is, as MXNet's dist_async does."),
+                               "push); momentum: the servers' optimizer runs with its momentum "
+                               "less 1 - 1/G for G groups (the momentum asynchrony adds; never "
+                               "below 0); none: applied as it is, as MXNet's dist_async does."),
     "MXKV_GROUP_SIZE": Knob(_whole_number(0, None, "0 (one group per host) or a positive "
                                                     "number of ranks"), "0",
                             "Ranks per group: 0 puts the ranks of one host in one group; N makes "

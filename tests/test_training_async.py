@@ -2,9 +2,12 @@
 servers that hold the weights and the optimizer."""
 import re
 
+import mxnet as mx
 import numpy as np
 import pytest
 
+from mxkv_hybrid.errors import MXKVError
+from mxkv_hybrid.modes.async_momentum import with_async_momentum
 from conftest import (CONVEX_LEARNED, CONVEX_STEPS, assert_identical_across_ranks, convex_loss,
                       launch, load_ranks)
 
@@ -74,3 +77,40 @@ def test_a_stale_push_is_damped_by_one_over_one_plus_its_staleness(job_dir, damp
     if damping == "staleness":
         assert "damped 0 [0, 0, 0]" in job.lines_of(0), job.output
         assert "damped 1 [3]" in job.lines_of(1), job.output
+
+
+def servers_sgd(gradients, momentum: float) -> list:
+    """The weights after each of `gradients` (scalars) under MXNet's SGD, lr 1, from 0:
+    m = momentum m - g; w += m, in float32 as the servers compute."""
+    weight, state, seen = np.float32(0), np.float32(0), []
+    for gradient in gradients:
+        state = np.float32(momentum) * state - np.float32(gradient)
+        weight = np.float32(weight + state)
+        seen.append(float(weight))
+    return seen
+
+
+@pytest.mark.parametrize("damping,momentum", [("momentum", 0.9 - (1 - 1 / 2)), ("none", 0.9)])
+def test_momentum_damping_runs_the_servers_sgd_with_the_momentum_asynchrony_leaves(
+        job_dir, damping, momentum):
+    """The same stale push under SGD with momentum 0.9: with MXKV_ASYNC_DAMPING=momentum
+    the servers run it with 0.9 - (1 - 1/2) = 0.4 for 2 groups (and rank 0 says so); the
+    weights both groups read equal numpy's SGD with that momentum, step by step. Without,
+    0.9: the same check with 0.4 fails (the weights differ from the second push on)."""
+    job = launch(2, "stale_push.py", env=dict(ASYNC, MXKV_ASYNC_DAMPING=damping, MOMENTUM="0.9"),
+                 launcher_options=["--group-size", "1", "--servers", "1", "--one-job"])
+    assert job.returncode == 0, job.output
+    expected = servers_sgd([1, 1, 1, 10], momentum)
+    seen = {group: float(re.search(rf"weights {group} \[(\S+)\]", "\n".join(
+        job.lines_of(group))).group(1)) for group in (0, 1)}
+    assert seen == {0: expected[2], 1: expected[3]}, (seen, expected, job.output)
+    told = "the servers' SGD runs with momentum 0.4 instead of 0.9 (2 groups updating"
+    assert (told in job.output) == (damping == "momentum"), job.output
+
+
+def test_momentum_damping_never_goes_below_zero_and_refuses_an_optimizer_without_one():
+    sgd = mx.optimizer.SGD(momentum=0.5)
+    adjusted, _ = with_async_momentum(sgd, 4)  # 0.5 - 0.75
+    assert adjusted.momentum == 0.0 and sgd.momentum == 0.5  # the script's own is kept
+    with pytest.raises(MXKVError, match="Adam has none: use MXKV_ASYNC_DAMPING=staleness"):
+        with_async_momentum(mx.optimizer.Adam(), 4)

@@ -48,6 +48,7 @@ from ..ps.finish_line import finish_line_for
 from ..ps.keys import ServerKeys
 from ..ps.layout import bigarray_bound
 from ..ps.optimizers import COUNTER_KEY, FINISH_KEY, SETTINGS_KEYS, ServerOptimizer
+from .async_momentum import with_async_momentum
 from .worker_weights import Share
 
 
@@ -92,6 +93,8 @@ class ServerWeights:
         self._pushes_since_pull = 0
         self.staleness: List[int] = []  # per applied gradient (leaders only)
         self._damps_stale_gradients = config.async_damping == "staleness"
+        self._lowers_momentum = config.async_damping == "momentum"
+        self._group_index, self._groups = groups.group_index, groups.num_groups
         self.damped: List[int] = []  # MXKV_ASYNC_DAMPING=staleness: s of each push damped
         self._separate_jobs = not world.spans_all_ranks  # each group its own MPI job
         restartable = self._separate_jobs and self._asynchronous  # a group rejoins alone
@@ -143,11 +146,21 @@ class ServerWeights:
                                                      for _ in self._settings_keys])
         if self._ps is not None:
             decoder = None if self._coder is None else CodeDecoder(self._coder.compression)
-            self._ps.set_optimizer(ServerOptimizer(optimizer, decoder))
+            self._ps.set_optimizer(ServerOptimizer(self._for_the_servers(optimizer), decoder))
         self._optimizer = optimizer
         self._sent_settings = None
         if self._coder is not None:  # the servers' new optimizer learns the coded parts
             self._register_codes(list(self._coder.parts))
+
+    def _for_the_servers(self, optimizer: mx.optimizer.Optimizer) -> mx.optimizer.Optimizer:
+        """The optimizer the servers run: the script's, or with MXKV_ASYNC_DAMPING=momentum
+        a copy whose momentum leaves room for the groups' own (async_momentum.py)."""
+        if not self._lowers_momentum:
+            return optimizer
+        adjusted, line = with_async_momentum(optimizer, self._groups)
+        if self._group_index == 0:
+            print(f"mxkv_hybrid: {line}", file=sys.stderr, flush=True)
+        return adjusted
 
     def _add_codes(self, numbers: Sequence[int]) -> None:
         """A leader's code keys for the weights `numbers` that are dense float32, created
