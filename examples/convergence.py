@@ -1,39 +1,50 @@
-"""Convergence study: the digits CNN of train_digits.py on 4 workers in 2 groups of 2,
-trained with the same hyper-parameters (epochs, batch per rank, learning rate, momentum)
-in every mode:
+"""Convergence study: the modes against each other on one task, with the same budget
+(epochs, batch per rank, learning rate, momentum 0.9) and the same seeds in every
+configuration, on the plain machine and behind emulated slow links between the groups.
 
-  allreduce      one allreduce over all 4 ranks per step (hierarchical: MXKV_HIERARCHY=auto)
+    python examples/convergence.py [--task digits|mnist1d] [--groups 2] [--seeds 42 1 2]
+        [--links 0 50] [--configurations allreduce "lasgd tau=100 outer=nesterov" ...]
+
+A configuration is a mode and its settings, `MODE [tau=T] [transport=rma]
+[outer=nesterov|sgd] [outer_lr=L] [outer_momentum=M] [damping=staleness|momentum]`
+(MXKV_TAU, MXKV_TRANSPORT, MXKV_OUTER with MXKV_LASGD_OVERLAP=0, MXKV_OUTER_LR,
+MXKV_OUTER_MOMENTUM, MXKV_ASYNC_DAMPING), and [lr=L] its own learning rate:
+
+  allreduce      one allreduce over all ranks per step (hierarchical: MXKV_HIERARCHY=auto)
   sync           group allreduce + dist_sync servers (1 server)
   async          group allreduce + dist_async servers holding the weights
   easgd tau=T    group-synchronous SGD, elastic exchange with the centre every T steps
-  ... rma        the same with the centre in the leaders' MPI windows (MXKV_TRANSPORT=rma)
-  lasgd tau=T    local steps on every rank, model average every T steps, overlapped
+  lasgd tau=T    local steps on every rank, model average every T steps
+  ... outer=nesterov   DiLoCo: the average's change is the outer gradient of Nesterov SGD
+
+Tasks (examples/study_tasks.py): `digits` (UCI's 8x8 digits) and `mnist1d` (MNIST-1D,
+generated offline; `pip install -e '.[study]'`), each with its budget.
 
 Per epoch: the test accuracy of rank 0's model (in easgd/lasgd the ranks' models differ
 between averagings), the bytes sent across groups so far, and the wall time; at the end
 the accuracy of the one model mxkv_hybrid.consensus gives every rank (easgd: the
 centre; lasgd: the average; the others: the common weights).
 
-Bytes across groups (every mode runs with MXKV_GROUP_SIZE=2): what the collectives' algorithms
-sent to ranks of the other group (counted at every exchange step in the C++) plus what the
-leaders pushed to and pulled from the servers, or read from and accumulated into the other
-leader's window (rma), summed over the ranks.
+Bytes across groups: what the collectives' algorithms sent to ranks of other groups
+(counted at every exchange step in the C++) plus what the leaders pushed to and pulled
+from the servers, or read from and accumulated into another leader's window (rma),
+summed over the ranks. A slow link (MXKV_THROTTLE_MBPS / MXKV_THROTTLE_LATENCY_MS: every
+cross-group transfer step takes at least latency + bytes / bandwidth, per rank; see
+mxkv_hybrid/comm/link_throttle.py) is the setting the averaging modes exist for.
 
-The study runs once on the plain machine and once behind an emulated slow link between
-the groups (MXKV_THROTTLE_MBPS / MXKV_THROTTLE_LATENCY_MS: every cross-group transfer
-step takes at least latency + bytes / bandwidth, per rank; see
-mxkv_hybrid/comm/link_throttle.py), the
-setting the averaging algorithms exist for. Prints a table, writes convergence.json and
-convergence.png to --out.
-
-    python examples/convergence.py [--epochs 12] [--throttle-mbps 50] [--latency-ms 2]
+Prints a table (means over the seeds), writes convergence_<task>.json, .png and .txt
+to --out: accuracy against epochs, bytes across groups and wall time (means over the
+seeds), and for every configuration the bytes and the time it took to reach the final
+accuracy of allreduce less --within, against allreduce's own.
 """
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
+from typing import Dict, List, NamedTuple, Optional
 
 import numpy as np
 
@@ -43,16 +54,47 @@ sys.path.insert(0, os.path.join(HERE, "benchmarks"))
 
 from job_output import json_lines  # noqa: E402
 
-RANKS = 4
-CONFIGURATIONS = [("allreduce", {}), ("sync", {}), ("async", {}),
-                  ("easgd", {"MXKV_TAU": "1"}), ("easgd", {"MXKV_TAU": "4"}),
-                  ("easgd", {"MXKV_TAU": "16"}), ("easgd", {"MXKV_TAU": "4", "MXKV_TRANSPORT": "rma"}),
-                  ("lasgd", {"MXKV_TAU": "4"})]
+SETTINGS = {"tau": "MXKV_TAU", "transport": "MXKV_TRANSPORT", "outer": "MXKV_OUTER",
+            "outer_lr": "MXKV_OUTER_LR", "outer_momentum": "MXKV_OUTER_MOMENTUM",
+            "damping": "MXKV_ASYNC_DAMPING"}
+MODES = ("allreduce", "sync", "async", "easgd", "lasgd")
+DEFAULT_CONFIGURATIONS = {
+    "digits": ["allreduce", "sync", "async", "easgd tau=1", "easgd tau=4", "easgd tau=16",
+               "easgd tau=4 transport=rma", "lasgd tau=4"],
+    # the local-step methods at lr 0.05: at the task's 0.1, with 4x the gradient noise of
+    # the allreduce's batch, lasgd tau=100 ended at 0.53 and DiLoCo's at 0.10 (seed 42)
+    "mnist1d": ["allreduce", "sync", "sync lr=0.05", "async lr=0.05",
+                "async damping=momentum lr=0.05", "easgd tau=16 lr=0.05", "lasgd tau=128 lr=0.05",
+                "lasgd tau=128 outer=nesterov lr=0.05",
+                "lasgd tau=128 outer=nesterov outer_momentum=0.5 lr=0.05"],
+}
 
 
-def label(mode: str, env: dict) -> str:
-    name = f"{mode} tau={env['MXKV_TAU']}" if "MXKV_TAU" in env else mode
-    return name + (" rma" if env.get("MXKV_TRANSPORT") == "rma" else "")
+class Configuration(NamedTuple):
+    mode: str
+    env: Dict[str, str]
+    lr: Optional[float]  # the configuration's own learning rate (lr=...), else --lr
+
+
+def parse_configuration(text: str) -> Configuration:
+    """'lasgd tau=100 outer=nesterov lr=0.05' -> its mode, environment and learning rate."""
+    mode, *settings = text.split()
+    if mode not in MODES:
+        raise argparse.ArgumentTypeError(f"{text!r}: the mode is one of {', '.join(MODES)}")
+    env, lr = {}, None
+    for setting in settings:
+        name, _, value = setting.partition("=")
+        if name == "lr" and value:
+            lr = float(value)
+            continue
+        if name not in SETTINGS or not value:
+            raise argparse.ArgumentTypeError(
+                f"{text!r}: {setting!r} is not NAME=VALUE with NAME one of "
+                f"{', '.join([*SETTINGS, 'lr'])}")
+        env[SETTINGS[name]] = value
+        if name == "outer":  # the outer step needs the average in hand (no overlap)
+            env["MXKV_LASGD_OVERLAP"] = "0"
+    return Configuration(mode, env, lr)
 
 
 def worker(args: argparse.Namespace) -> None:
@@ -65,15 +107,17 @@ def worker(args: argparse.Namespace) -> None:
     from mxkv_hybrid.comm.collectives import live_collectives
     from mxkv_hybrid.comm import remote_memory
     from mxkv_hybrid.ps.client import traffic
-    from train_digits import accuracy, build_network, load_data
+    from study_tasks import TASKS
+    from train_digits import accuracy
 
+    task = TASKS[args.task]
     comm = MPI.COMM_WORLD
     kv = mx.kv.create("hybrid")
-    train_x, train_y, test_x, test_y = load_data(args.seed)
+    train_x, train_y, test_x, test_y = task.load_data(args.seed)
     shard_x, shard_y = train_x[kv.rank::kv.num_workers], train_y[kv.rank::kv.num_workers]
     steps = len(train_x) // kv.num_workers // args.batch_size
     mx.random.seed(args.seed)
-    net = build_network()
+    net = task.build_network()
     net.initialize(mx.init.Xavier(magnitude=2.0))
     net.hybridize()
     trainer = gluon.Trainer(net.collect_params(), "sgd",
@@ -105,112 +149,196 @@ def worker(args: argparse.Namespace) -> None:
             print(json.dumps({"epoch": epoch, "accuracy": accuracy(net, test_x, test_y, mx.cpu()),
                               "seconds": seconds, "cross_group_bytes": sent}), flush=True)
     mxkv_hybrid.consensus(trainer)
+    sent = cross_group_bytes()
     if kv.rank == 0:
         print(json.dumps({"final_accuracy": accuracy(net, test_x, test_y, mx.cpu()),
-                          "steps_per_epoch": steps, "model_bytes": model_bytes}), flush=True)
+                          "cross_group_bytes": sent, "steps_per_epoch": steps,
+                          "model_bytes": model_bytes}), flush=True)
     kv.close()
 
 
-def run(mode: str, env: dict, args: argparse.Namespace, throttle: float) -> dict:
-    name = label(mode, env)
-    print(f"-- {name}{f', link {throttle:g} Mbit/s' if throttle else ''} ...", flush=True)
-    launcher = [sys.executable, "-m", "mxkv_hybrid.launch", "-n", str(RANKS), "--timeout", "900"]
+def run(configuration: str, seed: int, link: float, args: argparse.Namespace) -> dict:
+    """One job; its rows and totals."""
+    mode, env, lr = parse_configuration(configuration)
+    size = args.ranks // args.groups
+    print(f"-- {configuration}, seed {seed}{f', link {link:g} Mbit/s' if link else ''} ...",
+          flush=True)
+    launcher = [sys.executable, "-m", "mxkv_hybrid.launch", "-n", str(args.ranks),
+                "--timeout", "1800"]
     if env.get("MXKV_TRANSPORT") == "rma":  # the centre in the leaders' windows: no servers
-        launcher += ["--group-size", str(RANKS // 2)]
+        launcher += ["--group-size", str(size)]
     elif mode in ("sync", "async", "easgd"):
-        launcher += ["--group-size", str(RANKS // 2), "--servers", "1"]
+        launcher += ["--group-size", str(size), "--servers", "1"]
         if mode in ("async", "easgd"):  # one MPI job: the byte counts are summed over all ranks
             launcher += ["--one-job"]
-    environment = dict(os.environ, MXKV_MODE=mode, MXKV_GROUP_SIZE=str(RANKS // 2), **env,
-                       MXKV_THROTTLE_MBPS=str(throttle),
-                       MXKV_THROTTLE_LATENCY_MS=str(args.latency_ms if throttle else 0))
-    worker_args = ["--worker", "--epochs", str(args.epochs), "--batch-size", str(args.batch_size),
-                   "--lr", str(args.lr), "--seed", str(args.seed)]
+    environment = dict(os.environ, MXKV_MODE=mode, MXKV_GROUP_SIZE=str(size), **env,
+                       OMP_NUM_THREADS="1", MXKV_THROTTLE_MBPS=str(link),
+                       MXKV_THROTTLE_LATENCY_MS=str(args.latency_ms if link else 0))
+    worker_args = ["--worker", "--task", args.task, "--epochs", str(args.epochs),
+                   "--batch-size", str(args.batch_size), "--lr", str(lr or args.lr), "--seed", str(seed)]
     begun = time.perf_counter()
     done = subprocess.run([*launcher, "--", "python", __file__, *worker_args],
                           capture_output=True, text=True, env=environment)
     if done.returncode != 0:
-        sys.exit(f"{name} failed:\n{done.stdout}\n{done.stderr}")
+        sys.exit(f"{configuration} (seed {seed}) failed:\n{done.stdout}\n{done.stderr}")
     rows = json_lines(done.stdout)
     final = rows[-1]
-    return {"configuration": name, "mode": mode, "throttle_mbps": throttle,
+    print(f"   final accuracy {final['final_accuracy']:.4f}, {rows[-2]['seconds']:.1f} s, "
+          f"{final['cross_group_bytes'] / 1e6:.2f} MB across", flush=True)
+    return {"configuration": configuration, "mode": mode, "seed": seed, "link_mbps": link,
             "epochs": rows[:-1], "final_accuracy": final["final_accuracy"],
-            "model_bytes": final["model_bytes"], "steps_per_epoch": final["steps_per_epoch"],
+            "cross_group_bytes": final["cross_group_bytes"], "model_bytes": final["model_bytes"],
+            "steps_per_epoch": final["steps_per_epoch"],
             "job_seconds": time.perf_counter() - begun}
 
 
-def epochs_to(result: dict, target: float):
-    """First epoch whose rank-0 accuracy reaches `target` (None if never)."""
-    return next((e["epoch"] for e in result["epochs"] if e["accuracy"] >= target), None)
+def mean_curve(runs: List[dict]) -> List[dict]:
+    """Per epoch, the mean over the seeds' runs of accuracy, seconds and bytes."""
+    return [{key: statistics.mean(run["epochs"][i][key] for run in runs)
+             for key in ("epoch", "accuracy", "seconds", "cross_group_bytes")}
+            for i in range(len(runs[0]["epochs"]))]
 
 
-def print_table(results: list, target: float) -> None:
-    print(f"\n{'configuration':>15} {'link':>9} {'final acc':>9} {'train s':>8} "
-          f"{'MB across':>10} {'epochs to ' + format(target, '.0%'):>12}")
-    for r in results:
-        last = r["epochs"][-1]
-        reached = epochs_to(r, target)
-        link = f"{r['throttle_mbps']:g} Mb/s" if r["throttle_mbps"] else "-"
-        print(f"{r['configuration']:>15} {link:>9} {r['final_accuracy']:9.4f} "
-              f"{last['seconds']:8.1f} {last['cross_group_bytes'] / 1e6:10.1f} "
-              f"{reached if reached else '-':>12}")
+def reached(curve: List[dict], target: float) -> Optional[dict]:
+    """The first epoch of `curve` whose (mean) accuracy reaches `target`, or None."""
+    return next((row for row in curve if row["accuracy"] >= target), None)
 
 
-def plot(results: list, path: str) -> None:
+def summarise(results: List[dict], within: float) -> List[dict]:
+    """One row per (link, configuration): means over the seeds, and the bytes and seconds
+    to reach allreduce's final accuracy less `within` on the same link, with the ratios."""
+    rows = []
+    for link in sorted({r["link_mbps"] for r in results}):
+        on_link = [r for r in results if r["link_mbps"] == link]
+        configurations = list(dict.fromkeys(r["configuration"] for r in on_link))
+        runs = {c: [r for r in on_link if r["configuration"] == c] for c in configurations}
+        reference = runs.get("allreduce")
+        target = (statistics.mean(r["final_accuracy"] for r in reference) - within
+                  if reference else None)
+        baseline = reached(mean_curve(reference), target) if reference else None
+        for configuration in configurations:
+            mine = runs[configuration]
+            curve = mean_curve(mine)
+            there = reached(curve, target) if target is not None else None
+            row = {"link_mbps": link, "configuration": configuration,
+                   "seeds": [r["seed"] for r in mine],
+                   "final_accuracy": [r["final_accuracy"] for r in mine],
+                   "mean_final_accuracy": statistics.mean(r["final_accuracy"] for r in mine),
+                   "train_seconds": statistics.mean(r["epochs"][-1]["seconds"] for r in mine),
+                   "cross_group_bytes": statistics.mean(r["cross_group_bytes"] for r in mine),
+                   "target": target, "epoch_at_target": there and there["epoch"],
+                   "seconds_to_target": there and there["seconds"],
+                   "bytes_to_target": there and there["cross_group_bytes"], "curve": curve}
+            if reference:
+                allreduce_bytes = statistics.mean(r["cross_group_bytes"] for r in reference)
+                row["bytes_ratio"] = allreduce_bytes / max(row["cross_group_bytes"], 1.0)
+                if there and baseline:
+                    row["sooner"] = baseline["seconds"] / there["seconds"]
+            rows.append(row)
+    return rows
+
+
+def table(rows: List[dict], within: float) -> str:
+    lines = [f"{'configuration':>30} {'link':>9} {'final acc (per seed)':>28} {'mean':>6} "
+             f"{'train s':>8} {'MB across':>10} {'fewer bytes':>11} "
+             f"{'s to target':>11} {'sooner':>7}"]
+    for row in rows:
+        link = f"{row['link_mbps']:g} Mb/s" if row["link_mbps"] else "-"
+        seeds = " ".join(f"{a:.3f}" for a in row["final_accuracy"])
+        to_target = (f"{row['seconds_to_target']:.1f}" if row["seconds_to_target"] is not None
+                     else "never")
+        lines.append(f"{row['configuration']:>30} {link:>9} {seeds:>28} "
+                     f"{row['mean_final_accuracy']:6.3f} {row['train_seconds']:8.1f} "
+                     f"{row['cross_group_bytes'] / 1e6:10.2f} "
+                     f"{row.get('bytes_ratio', float('nan')):10.1f}x {to_target:>11} "
+                     f"{row.get('sooner', float('nan')):6.1f}x")
+    lines.append(f"target: allreduce's mean final accuracy on the same link less {within}; "
+                 "'s to target': the first epoch whose mean accuracy (rank 0's model) reaches "
+                 "it; 'sooner' and 'fewer bytes': allreduce's over the configuration's")
+    return "\n".join(lines)
+
+
+def plot(rows: List[dict], path: str, title: str) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    links = sorted({r["throttle_mbps"] for r in results})
+    links = sorted({row["link_mbps"] for row in rows})
     fig, axes = plt.subplots(len(links), 3, figsize=(15, 4.2 * len(links)), squeeze=False)
-    for row, link in zip(axes, links):
-        for r in (r for r in results if r["throttle_mbps"] == link):
-            accuracy = [e["accuracy"] for e in r["epochs"]]
-            row[0].plot([e["epoch"] for e in r["epochs"]], accuracy, marker=".",
-                        label=r["configuration"])
-            row[1].plot([max(e["cross_group_bytes"], 1) / 1e6 for e in r["epochs"]], accuracy,
-                        marker=".")
-            row[2].plot([e["seconds"] for e in r["epochs"]], accuracy, marker=".")
-        title = f"link {link:g} Mbit/s" if link else "no throttle"
-        row[0].set(xlabel="epoch", ylabel="test accuracy (rank 0's model)", title=title)
-        row[1].set(xlabel="MB sent across groups (log)", xscale="log", title=title)
-        row[2].set(xlabel="wall time, s", title=title)
-        for axis in row:
+    for axis_row, link in zip(axes, links):
+        for row in (row for row in rows if row["link_mbps"] == link):
+            curve = row["curve"]
+            accuracy = [point["accuracy"] for point in curve]
+            axis_row[0].plot([point["epoch"] for point in curve], accuracy,
+                             label=row["configuration"])
+            axis_row[1].plot([max(point["cross_group_bytes"], 1) / 1e6 for point in curve],
+                             accuracy)
+            axis_row[2].plot([point["seconds"] for point in curve], accuracy)
+        name = f"link {link:g} Mbit/s" if link else "no throttle"
+        axis_row[0].set(xlabel="epoch", ylabel="test accuracy (rank 0's model, mean of seeds)",
+                        title=f"{title}, {name}")
+        axis_row[1].set(xlabel="MB sent across groups (log)", xscale="log", title=name)
+        axis_row[2].set(xlabel="wall time, s", title=name)
+        for axis in axis_row:
             axis.set_ylim(0.5, 1.0)
             axis.grid(alpha=0.3)
-        row[0].legend(fontsize=8)
+        axis_row[0].legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
 
 
 def main() -> None:
+    from study_tasks import TASKS
+
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--epochs", type=int, default=12)
-    parser.add_argument("--batch-size", type=int, default=16, help="images per rank and step")
-    parser.add_argument("--lr", type=float, default=0.05)
-    parser.add_argument("--seed", type=int, default=42)
-    parser.add_argument("--throttle-mbps", type=float, default=50,
-                        help="the slow link of the second run (0: only the plain run)")
+    parser.add_argument("--task", choices=sorted(TASKS), default="digits")
+    parser.add_argument("--ranks", type=int, default=4)
+    parser.add_argument("--groups", type=int, default=2, help="groups of ranks // groups each")
+    parser.add_argument("--epochs", type=int, help="the task's budget unless given")
+    parser.add_argument("--batch-size", type=int, help="per rank and step (the task's)")
+    parser.add_argument("--lr", type=float, help="the task's unless given")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[42])
+    parser.add_argument("--links", type=float, nargs="+", default=[0.0, 50.0],
+                        help="Mbit/s between the groups, 0: no throttle")
     parser.add_argument("--latency-ms", type=float, default=2.0)
-    parser.add_argument("--target", type=float, default=0.95, help="accuracy for 'epochs to'")
+    parser.add_argument("--configurations", nargs="+", help="the task's set unless given")
+    parser.add_argument("--within", type=float, default=0.005,
+                        help="the target: allreduce's final accuracy less this much")
     parser.add_argument("--out", default=os.path.join(HERE, "benchmarks", "results"))
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--seed", type=int, help=argparse.SUPPRESS)  # a worker's
     args = parser.parse_args()
+    task = TASKS[args.task]
+    args.epochs = args.epochs or task.epochs
+    args.batch_size = args.batch_size or task.batch_size
+    args.lr = args.lr or task.lr
     if args.worker:
         return worker(args)
-
-    links = [0.0] + ([args.throttle_mbps] if args.throttle_mbps else [])
-    results = [run(mode, env, args, link) for link in links for mode, env in CONFIGURATIONS]
-    print(f"\ndigits CNN, {RANKS} ranks in 2 groups, {args.epochs} epochs, batch "
-          f"{args.batch_size}/rank, lr {args.lr}, momentum 0.9; slow link: "
-          f"{args.throttle_mbps:g} Mbit/s + {args.latency_ms:g} ms per transfer")
-    print_table(results, args.target)
+    if args.ranks % args.groups:
+        parser.error(f"--ranks {args.ranks} do not split into --groups {args.groups}")
+    configurations = args.configurations or DEFAULT_CONFIGURATIONS[args.task]
+    for configuration in configurations:
+        try:
+            parse_configuration(configuration)
+        except argparse.ArgumentTypeError as err:
+            parser.error(str(err))
+    results = [run(configuration, seed, link, args) for link in args.links
+               for seed in args.seeds for configuration in configurations]
+    rows = summarise(results, args.within)
+    title = (f"{args.task}, {args.ranks} ranks in {args.groups} groups, {args.epochs} epochs, "
+             f"batch {args.batch_size}/rank, lr {args.lr}, momentum 0.9, seeds "
+             f"{' '.join(map(str, args.seeds))}; slow links + {args.latency_ms:g} ms a transfer")
+    text = f"{title}\n{table(rows, args.within)}"
+    print(f"\n{text}")
     os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "convergence.json"), "w") as f:
-        json.dump({"settings": vars(args), "results": results}, f, indent=1)
-    plot(results, os.path.join(args.out, "convergence.png"))
-    print(f"\nwrote {args.out}/convergence.json and convergence.png")
+    stem = os.path.join(args.out, f"convergence_{args.task}")
+    with open(f"{stem}.json", "w") as f:
+        json.dump({"settings": vars(args), "summary": rows, "runs": results}, f, indent=1)
+    with open(f"{stem}.txt", "w") as f:
+        f.write(text + "\n")
+    plot(rows, f"{stem}.png", f"{args.task}, {args.groups} groups")
+    print(f"\nwrote {stem}.json, .txt and .png")
 
 
 if __name__ == "__main__":

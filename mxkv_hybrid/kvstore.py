@@ -145,6 +145,8 @@ class Hybrid(KVStoreBase):
         (easgd: the centre; lasgd: the average, after applying the one in flight; async:
         the servers' weights once every group's last update landed); the synchronous
         modes' weights already agree, so nothing changes there."""
+        if self._averaging is not None or self._config.mode == "async":
+            _to_default_layout(weights)
         if self._averaging is not None:
             self._averaging.consensus(keys, weights)
         elif self._config.mode == "async":
@@ -404,3 +406,15 @@ class Hybrid(KVStoreBase):
         missing = [k for k in keys if not self._weights.holds(k)]
         if missing:
             raise MXKVError(f"{op}: key(s) {missing!r} not initialised; call init first")
+
+
+def _to_default_layout(weights: Sequence[Sequence[mx.nd.NDArray]]) -> None:
+    """Puts every dense weight back in MXNet's default layout, in place: an inference
+    forward (the usual last thing before consensus) can leave one in MKLDNN's, and MXNet
+    1.9.1 cannot copy into a 3-D one (a Conv1D weight: "Check failed: to.IsDefaultData()"
+    when the servers' weights are pulled into it). An operator's output can be written."""
+    for arrays in weights:
+        for weight in arrays:
+            if not row_sparse.is_row_sparse(weight):
+                mx.nd.identity(weight.copy(), out=weight)
+

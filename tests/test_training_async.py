@@ -114,3 +114,16 @@ def test_momentum_damping_never_goes_below_zero_and_refuses_an_optimizer_without
     assert adjusted.momentum == 0.0 and sgd.momentum == 0.5  # the script's own is kept
     with pytest.raises(MXKVError, match="Adam has none: use MXKV_ASYNC_DAMPING=staleness"):
         with_async_momentum(mx.optimizer.Adam(), 4)
+
+
+@pytest.mark.parametrize("mode", ["async", "easgd"])
+def test_consensus_after_an_inference_forward_writes_into_conv1d_weights(job_dir, mode):
+    """An inference forward leaves a Conv1D weight in MKLDNN's layout, which MXNet 1.9.1
+    cannot copy into: the consensus that pulls the servers' weights (async) or the centre
+    (easgd) into it ended with 'Check failed: to.IsDefaultData()' (seen in the mnist1d
+    study; control: this test, both modes). The weights are put back in the default
+    layout first: every rank ends on the same weights."""
+    job = launch(2, "consensus_after_inference.py", str(job_dir), env={"MXKV_MODE": mode},
+                 launcher_options=["--group-size", "1", "--servers", "1", "--one-job"])
+    assert job.returncode == 0, job.output
+    assert_identical_across_ranks(load_ranks(job_dir, 2))
