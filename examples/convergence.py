@@ -4,6 +4,7 @@ configuration, on the plain machine and behind emulated slow links between the g
 
     python examples/convergence.py [--task digits|mnist1d] [--groups 2] [--seeds 42 1 2]
         [--links 0 50] [--configurations allreduce "lasgd tau=100 outer=nesterov" ...]
+    python examples/convergence.py --task mnist1d --merge plain.json slow.json  # together
 
 A configuration is a mode and its settings, `MODE [tau=T] [transport=rma]
 [outer=nesterov|sgd] [outer_lr=L] [outer_momentum=M] [damping=staleness|momentum]`
@@ -44,7 +45,7 @@ import statistics
 import subprocess
 import sys
 import time
-from typing import Dict, List, NamedTuple, Optional
+from typing import Dict, List, NamedTuple, Optional, Tuple
 
 import numpy as np
 
@@ -264,16 +265,19 @@ def plot(rows: List[dict], path: str, title: str) -> None:
     import matplotlib.pyplot as plt
 
     links = sorted({row["link_mbps"] for row in rows})
+    configurations = dict.fromkeys(row["configuration"] for row in rows)
+    colours = {c: f"C{i % 10}" for i, c in enumerate(configurations)}  # the same on every link
     fig, axes = plt.subplots(len(links), 3, figsize=(15, 4.2 * len(links)), squeeze=False)
     for axis_row, link in zip(axes, links):
         for row in (row for row in rows if row["link_mbps"] == link):
             curve = row["curve"]
             accuracy = [point["accuracy"] for point in curve]
-            axis_row[0].plot([point["epoch"] for point in curve], accuracy,
+            colour = colours[row["configuration"]]
+            axis_row[0].plot([point["epoch"] for point in curve], accuracy, colour,
                              label=row["configuration"])
             axis_row[1].plot([max(point["cross_group_bytes"], 1) / 1e6 for point in curve],
-                             accuracy)
-            axis_row[2].plot([point["seconds"] for point in curve], accuracy)
+                             accuracy, colour)
+            axis_row[2].plot([point["seconds"] for point in curve], accuracy, colour)
         name = f"link {link:g} Mbit/s" if link else "no throttle"
         axis_row[0].set(xlabel="epoch", ylabel="test accuracy (rank 0's model, mean of seeds)",
                         title=f"{title}, {name}")
@@ -285,6 +289,26 @@ def plot(rows: List[dict], path: str, title: str) -> None:
         axis_row[0].legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
+
+
+def merged(paths: List[str], args: argparse.Namespace) -> Tuple[List[dict], argparse.Namespace]:
+    """The runs of earlier studies (their JSON), which must share the task, ranks, groups
+    and budget; and the settings, with every seed and link they ran."""
+    studies = []
+    for path in paths:
+        with open(path) as f:
+            studies.append(json.load(f))
+    shared = ("task", "ranks", "groups", "epochs", "batch_size", "lr", "latency_ms")
+    first = studies[0]["settings"]
+    for path, study in zip(paths, studies):
+        differing = [k for k in shared if study["settings"][k] != first[k]]
+        if differing:
+            sys.exit(f"--merge: {path} differs from {paths[0]} in {', '.join(differing)}")
+    results = [run for study in studies for run in study["runs"]]
+    settings = dict(vars(args), **{k: first[k] for k in shared},
+                    seeds=list(dict.fromkeys(r["seed"] for r in results)),
+                    links=sorted({r["link_mbps"] for r in results}))
+    return results, argparse.Namespace(**settings)
 
 
 def main() -> None:
@@ -306,6 +330,9 @@ def main() -> None:
     parser.add_argument("--within", type=float, default=0.005,
                         help="the target: allreduce's final accuracy less this much")
     parser.add_argument("--out", default=os.path.join(HERE, "benchmarks", "results"))
+    parser.add_argument("--merge", nargs="+", metavar="JSON",
+                        help="train nothing: summarise the runs of these earlier studies' "
+                             "convergence_<task>.json together (say, one per link)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, help=argparse.SUPPRESS)  # a worker's
     args = parser.parse_args()
@@ -317,24 +344,29 @@ def main() -> None:
         return worker(args)
     if args.ranks % args.groups:
         parser.error(f"--ranks {args.ranks} do not split into --groups {args.groups}")
-    configurations = args.configurations or DEFAULT_CONFIGURATIONS[args.task]
-    for configuration in configurations:
-        try:
-            parse_configuration(configuration)
-        except argparse.ArgumentTypeError as err:
-            parser.error(str(err))
-    results = [run(configuration, seed, link, args) for link in args.links
-               for seed in args.seeds for configuration in configurations]
+    if args.merge:
+        results, args = merged(args.merge, args)
+    else:
+        configurations = args.configurations or DEFAULT_CONFIGURATIONS[args.task]
+        for configuration in configurations:
+            try:
+                parse_configuration(configuration)
+            except argparse.ArgumentTypeError as err:
+                parser.error(str(err))
+        results = [run(configuration, seed, link, args) for link in args.links
+                   for seed in args.seeds for configuration in configurations]
     rows = summarise(results, args.within)
     title = (f"{args.task}, {args.ranks} ranks in {args.groups} groups, {args.epochs} epochs, "
-             f"batch {args.batch_size}/rank, lr {args.lr}, momentum 0.9, seeds "
-             f"{' '.join(map(str, args.seeds))}; slow links + {args.latency_ms:g} ms a transfer")
+             f"batch {args.batch_size}/rank, lr {args.lr} (unless the configuration names "
+             f"one), momentum 0.9, seeds {' '.join(map(str, args.seeds))}; slow links + "
+             f"{args.latency_ms:g} ms a transfer")
     text = f"{title}\n{table(rows, args.within)}"
     print(f"\n{text}")
     os.makedirs(args.out, exist_ok=True)
     stem = os.path.join(args.out, f"convergence_{args.task}")
     with open(f"{stem}.json", "w") as f:
-        json.dump({"settings": vars(args), "summary": rows, "runs": results}, f, indent=1)
+        summary = [{k: v for k, v in row.items() if k != "curve"} for row in rows]
+        json.dump({"settings": vars(args), "summary": summary, "runs": results}, f)
     with open(f"{stem}.txt", "w") as f:
         f.write(text + "\n")
     plot(rows, f"{stem}.png", f"{args.task}, {args.groups} groups")
