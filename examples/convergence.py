@@ -146,8 +146,11 @@ def worker(args: argparse.Namespace) -> None:
         mx.nd.waitall()
         seconds = time.perf_counter() - started
         sent = cross_group_bytes()
+        own = accuracy(net, test_x, test_y, mx.cpu()) if kv.rank == 0 else None
+        average = average_model_accuracy(comm, net, lambda: accuracy(net, test_x, test_y,
+                                                                     mx.cpu()))
         if kv.rank == 0:
-            print(json.dumps({"epoch": epoch, "accuracy": accuracy(net, test_x, test_y, mx.cpu()),
+            print(json.dumps({"epoch": epoch, "accuracy": own, "average_accuracy": average,
                               "seconds": seconds, "cross_group_bytes": sent}), flush=True)
     mxkv_hybrid.consensus(trainer)
     sent = cross_group_bytes()
@@ -156,6 +159,26 @@ def worker(args: argparse.Namespace) -> None:
                           "cross_group_bytes": sent, "steps_per_epoch": steps,
                           "model_bytes": model_bytes}), flush=True)
     kv.close()
+
+
+def average_model_accuracy(comm, net, evaluate) -> Optional[float]:
+    """Rank 0's evaluation of the average of every rank's model, for the study only:
+    summed with mpi4py (neither the store's traffic nor its time), then every rank's own
+    weights are put back (written by an operator: an inference forward may have left them
+    in MKLDNN's layout, which MXNet cannot copy into). Collective."""
+    import mxnet as mx
+
+    weights = [p.data() for p in net.collect_params().values()]
+    own = [w.asnumpy() for w in weights]
+    for weight, mine in zip(weights, own):
+        total = np.empty_like(mine)
+        comm.Allreduce(mine, total)
+        mx.nd.identity(mx.nd.array(total / comm.size, dtype=mine.dtype), out=weight)
+    found = evaluate() if comm.rank == 0 else None
+    for weight, mine in zip(weights, own):
+        mx.nd.identity(mx.nd.array(mine, dtype=mine.dtype), out=weight)
+    mx.nd.waitall()
+    return found
 
 
 def run(configuration: str, seed: int, link: float, args: argparse.Namespace) -> dict:
@@ -176,7 +199,8 @@ def run(configuration: str, seed: int, link: float, args: argparse.Namespace) ->
                        OMP_NUM_THREADS="1", MXKV_THROTTLE_MBPS=str(link),
                        MXKV_THROTTLE_LATENCY_MS=str(args.latency_ms if link else 0))
     worker_args = ["--worker", "--task", args.task, "--epochs", str(args.epochs),
-                   "--batch-size", str(args.batch_size), "--lr", str(lr or args.lr), "--seed", str(seed)]
+                   "--batch-size", str(args.batch_size), "--lr", str(lr or args.lr),
+                   "--seed", str(seed)]
     begun = time.perf_counter()
     done = subprocess.run([*launcher, "--", "python", __file__, *worker_args],
                           capture_output=True, text=True, env=environment)
@@ -194,15 +218,23 @@ def run(configuration: str, seed: int, link: float, args: argparse.Namespace) ->
 
 
 def mean_curve(runs: List[dict]) -> List[dict]:
-    """Per epoch, the mean over the seeds' runs of accuracy, seconds and bytes."""
+    """Per epoch, the mean over the seeds' runs of accuracy (rank 0's model, and the
+    average model's where every run measured it), seconds and bytes."""
+    keys = ["epoch", "accuracy", "seconds", "cross_group_bytes"]
+    keys += ["average_accuracy"] if measures_the_average(runs) else []
     return [{key: statistics.mean(run["epochs"][i][key] for run in runs)
-             for key in ("epoch", "accuracy", "seconds", "cross_group_bytes")}
-            for i in range(len(runs[0]["epochs"]))]
+             for key in keys} for i in range(len(runs[0]["epochs"]))]
 
 
-def reached(curve: List[dict], target: float) -> Optional[dict]:
-    """The first epoch of `curve` whose (mean) accuracy reaches `target`, or None."""
-    return next((row for row in curve if row["accuracy"] >= target), None)
+def measures_the_average(runs: List[dict]) -> bool:
+    """Whether every run evaluated the average of the ranks' models at each epoch's end
+    (runs of the study before it did not)."""
+    return all("average_accuracy" in run["epochs"][0] for run in runs)
+
+
+def reached(curve: List[dict], target: float, key: str) -> Optional[dict]:
+    """The first epoch of `curve` whose (mean) `key` reaches `target`, or None."""
+    return next((row for row in curve if row[key] >= target), None)
 
 
 def summarise(results: List[dict], within: float) -> List[dict]:
@@ -216,18 +248,20 @@ def summarise(results: List[dict], within: float) -> List[dict]:
         reference = runs.get("allreduce")
         target = (statistics.mean(r["final_accuracy"] for r in reference) - within
                   if reference else None)
-        baseline = reached(mean_curve(reference), target) if reference else None
+        key = "average_accuracy" if measures_the_average(on_link) else "accuracy"
+        baseline = reached(mean_curve(reference), target, key) if reference else None
         for configuration in configurations:
             mine = runs[configuration]
             curve = mean_curve(mine)
-            there = reached(curve, target) if target is not None else None
+            there = reached(curve, target, key) if target is not None else None
             row = {"link_mbps": link, "configuration": configuration,
                    "seeds": [r["seed"] for r in mine],
                    "final_accuracy": [r["final_accuracy"] for r in mine],
                    "mean_final_accuracy": statistics.mean(r["final_accuracy"] for r in mine),
                    "train_seconds": statistics.mean(r["epochs"][-1]["seconds"] for r in mine),
                    "cross_group_bytes": statistics.mean(r["cross_group_bytes"] for r in mine),
-                   "target": target, "epoch_at_target": there and there["epoch"],
+                   "target": target, "measured": key,
+                   "epoch_at_target": there and there["epoch"],
                    "seconds_to_target": there and there["seconds"],
                    "bytes_to_target": there and there["cross_group_bytes"], "curve": curve}
             if reference:
@@ -253,8 +287,10 @@ def table(rows: List[dict], within: float) -> str:
                      f"{row['cross_group_bytes'] / 1e6:10.2f} "
                      f"{row.get('bytes_ratio', float('nan')):10.1f}x {to_target:>11} "
                      f"{row.get('sooner', float('nan')):6.1f}x")
+    models = {"accuracy": "rank 0's model", "average_accuracy": "the average of the ranks' models"}
+    measured = ", ".join(sorted({models[row["measured"]] for row in rows}))
     lines.append(f"target: allreduce's mean final accuracy on the same link less {within}; "
-                 "'s to target': the first epoch whose mean accuracy (rank 0's model) reaches "
+                 f"'s to target': the first epoch whose mean accuracy ({measured}) reaches "
                  "it; 'sooner' and 'fewer bytes': allreduce's over the configuration's")
     return "\n".join(lines)
 

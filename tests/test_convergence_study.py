@@ -48,3 +48,14 @@ def test_the_summary_measures_both_against_allreduces_final_accuracy_less_the_ma
     assert lasgd["sooner"] == pytest.approx(30 / 4)
     assert lasgd["bytes_ratio"] == pytest.approx(301 / 4)  # the consensus's bytes included
     assert lasgd["mean_final_accuracy"] == pytest.approx(0.95)
+
+
+def test_where_every_run_evaluated_the_average_model_the_target_is_read_from_it():
+    runs = [job("allreduce", 1, [0.5, 0.9, 0.95], [10, 20, 30], [100, 200, 300], 0.95),
+            job("lasgd", 1, [0.5, 0.6, 0.95], [2, 4, 6], [1, 2, 3], 0.95)]
+    for run, averages in zip(runs, ([0.5, 0.9, 0.95], [0.7, 0.95, 0.95])):
+        for epoch, average in zip(run["epochs"], averages):
+            epoch["average_accuracy"] = average
+    allreduce, lasgd = convergence.summarise(runs, within=0.01)
+    assert lasgd["measured"] == "average_accuracy" and lasgd["epoch_at_target"] == 2
+    assert lasgd["sooner"] == pytest.approx(30 / 4)  # rank 0's own model: epoch 3, 5x
