@@ -145,11 +145,12 @@ class Hybrid(KVStoreBase):
         (easgd: the centre; lasgd: the average, after applying the one in flight; async:
         the servers' weights once every group's last update landed); the synchronous
         modes' weights already agree, so nothing changes there."""
-        if self._averaging is not None or self._config.mode == "async":
-            _to_default_layout(weights)
+        if self._averaging is None and self._config.mode != "async":
+            return
+        _to_default_layout(weights)
         if self._averaging is not None:
             self._averaging.consensus(keys, weights)
-        elif self._config.mode == "async":
+        else:
             self._active()
             self._weights.consensus(list(keys), [list(w) for w in weights])
 
@@ -417,4 +418,3 @@ def _to_default_layout(weights: Sequence[Sequence[mx.nd.NDArray]]) -> None:
         for weight in arrays:
             if not row_sparse.is_row_sparse(weight):
                 mx.nd.identity(weight.copy(), out=weight)
-

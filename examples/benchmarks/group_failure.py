@@ -7,12 +7,13 @@ same run undisturbed, side by side.
 Every run trains the digits CNN (tests/workers/group_job_digits.py: each rank its shard,
 `consensus` at the end). `lost` kills group 1's first rank at its --kill-step-th step and
 does not restart it: the other groups train on and, at the end, go on without it once
-the launcher gave it up (MXKV_PS_TIMEOUT without progress bounds that wait). `rejoined` restarts it (--restarts 1): it re-enters
-ps-lite after PS_HEARTBEAT_TIMEOUT + 2 s and trains, from the centre, the steps it had left
-(it skips the steps the servers recorded for it: mxkv_hybrid.steps_done). The runs
-alternate; the table shows medians of wall time, the group-steps reached (the last step of
-every rank that finished, over the ranks per group), the group-steps trained by the last
-start of each group that finished, and the consensus accuracy. Writes group_failure.json
+the launcher gave it up (MXKV_PS_TIMEOUT without progress bounds that wait). `rejoined`
+restarts it (--restarts 1): it re-enters ps-lite after PS_HEARTBEAT_TIMEOUT + 2 s and
+trains, from the centre, the steps it had left (it skips the steps the servers recorded
+for it: mxkv_hybrid.steps_done). The runs alternate; the table shows medians of wall
+time, the group-steps reached (the last step of every rank that finished, over the ranks
+per group), the group-steps trained by the last start of each group that finished, and
+the consensus accuracy. Writes group_failure.json
 and group_failure.png to --out.
 """
 import argparse

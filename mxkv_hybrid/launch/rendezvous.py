@@ -10,11 +10,11 @@ launcher ends the servers once every group has reported or gone away. In mode sy
 the servers wait for every group's gradients, a group that failed or went away makes the
 serving launcher order the other groups to stop, naming it. A joined launcher says when
 its group met the others at the parameter server (its leader passed ps-lite's start,
-which waits for every group): after that, the others are told of a lost group that it was
-given up (their finish line need not wait for it); before that, a group that went away holds every group
-back, so (async, easgd) the serving launcher leaves it out and tells the others their
-places in a job of one group less, with fresh servers (`again`); a group that failed
-then stops them all. One JSON object per line.
+which waits for every group): after that, the others are told of a lost group that it
+was given up (their finish line need not wait for it); before that, a group that went
+away holds every group back, so (async, easgd) the serving launcher leaves it out and
+tells the others their places in a job of one group less, with fresh servers (`again`);
+a group that failed then stops them all. One JSON object per line.
 
 Both ends beat on the connection every BEAT_SECONDS: a group whose launcher the serving
 launcher has not heard from for `lost_seconds` (MXKV_LOST_SECONDS: its host cut off or

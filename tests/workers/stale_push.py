@@ -23,6 +23,6 @@ if group == 0:
 kv.barrier()
 if group == 1:
     kv.pushpull(0, mx.nd.ones((4,)) * 10, out=weights)
-print(f"weights {group} {np.unique(weights.asnumpy()).tolist()!r}", flush=True)
+print(f"weights {group} {np.unique(weights.asnumpy()).tolist()}", flush=True)
 print(f"damped {group} {kv._weights.damped}", flush=True)
 kv.close()
