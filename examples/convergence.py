@@ -7,9 +7,10 @@ configuration, on the plain machine and behind emulated slow links between the g
     python examples/convergence.py --task mnist1d --merge plain.json slow.json  # together
 
 A configuration is a mode and its settings, `MODE [tau=T] [transport=rma]
-[outer=nesterov|sgd] [outer_lr=L] [outer_momentum=M] [damping=staleness|momentum]`
-(MXKV_TAU, MXKV_TRANSPORT, MXKV_OUTER with MXKV_LASGD_OVERLAP=0, MXKV_OUTER_LR,
-MXKV_OUTER_MOMENTUM, MXKV_ASYNC_DAMPING), and [lr=L] its own learning rate:
+[outer=nesterov|sgd] [outer_lr=L] [outer_momentum=M] [damping=staleness|momentum]
+[overlap=0|1] [fragments=P]` (MXKV_TAU, MXKV_TRANSPORT, MXKV_OUTER, MXKV_OUTER_LR,
+MXKV_OUTER_MOMENTUM, MXKV_ASYNC_DAMPING, MXKV_LASGD_OVERLAP: 0 with outer= unless
+given, MXKV_FRAGMENTS), and [lr=L] its own learning rate:
 
   allreduce      one allreduce over all ranks per step (hierarchical: MXKV_HIERARCHY=auto)
   sync           group allreduce + dist_sync servers (1 server)
@@ -17,6 +18,7 @@ MXKV_OUTER_MOMENTUM, MXKV_ASYNC_DAMPING), and [lr=L] its own learning rate:
   easgd tau=T    group-synchronous SGD, elastic exchange with the centre every T steps
   lasgd tau=T    local steps on every rank, model average every T steps
   ... outer=nesterov   DiLoCo: the average's change is the outer gradient of Nesterov SGD
+  ... fragments=P      Streaming DiLoCo: one 1/P fragment averaged every T/P steps
 
 Tasks (examples/study_tasks.py): `digits` (UCI's 8x8 digits) and `mnist1d` (MNIST-1D,
 generated offline; `pip install -e '.[study]'`), each with its budget.
@@ -25,6 +27,10 @@ Per epoch: the test accuracy of rank 0's model (in easgd/lasgd the ranks' models
 between averagings), the bytes sent across groups so far, and the wall time; at the end
 the accuracy of the one model mxkv_hybrid.consensus gives every rank (easgd: the
 centre; lasgd: the average; the others: the common weights).
+
+Peak bytes: the most bytes one rank sent across groups in one training step (the
+largest exchange, where averages block; an overlapped average's bytes spread over the
+steps it overlaps).
 
 Bytes across groups: what the collectives' algorithms sent to ranks of other groups
 (counted at every exchange step in the C++) plus what the leaders pushed to and pulled
@@ -57,7 +63,8 @@ from job_output import json_lines  # noqa: E402
 
 SETTINGS = {"tau": "MXKV_TAU", "transport": "MXKV_TRANSPORT", "outer": "MXKV_OUTER",
             "outer_lr": "MXKV_OUTER_LR", "outer_momentum": "MXKV_OUTER_MOMENTUM",
-            "damping": "MXKV_ASYNC_DAMPING"}
+            "damping": "MXKV_ASYNC_DAMPING", "overlap": "MXKV_LASGD_OVERLAP",
+            "fragments": "MXKV_FRAGMENTS"}
 MODES = ("allreduce", "sync", "async", "easgd", "lasgd")
 DEFAULT_CONFIGURATIONS = {
     "digits": ["allreduce", "sync", "async", "easgd tau=1", "easgd tau=4", "easgd tau=16",
@@ -93,8 +100,8 @@ def parse_configuration(text: str) -> Configuration:
                 f"{text!r}: {setting!r} is not NAME=VALUE with NAME one of "
                 f"{', '.join([*SETTINGS, 'lr'])}")
         env[SETTINGS[name]] = value
-        if name == "outer":  # the outer step needs the average in hand (no overlap)
-            env["MXKV_LASGD_OVERLAP"] = "0"
+    if "MXKV_OUTER" in env:  # as the published runs of DiLoCo were: blocking averages
+        env.setdefault("MXKV_LASGD_OVERLAP", "0")
     return Configuration(mode, env, lr)
 
 
@@ -126,11 +133,17 @@ def worker(args: argparse.Namespace) -> None:
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
     model_bytes = None
 
-    def cross_group_bytes() -> float:
-        """Bytes across the groups so far (every rank calls it: collective)."""
+    def bytes_sent_here() -> float:
+        """Bytes this rank sent across the groups so far."""
         pushed, pulled = traffic()
         sent = sum(c.bytes_sent_across for c in live_collectives())
-        return comm.allreduce(pushed + pulled + sent + remote_memory.traffic())
+        return pushed + pulled + sent + remote_memory.traffic()
+
+    def cross_group_bytes() -> float:
+        """Bytes across the groups so far, over every rank (collective)."""
+        return comm.allreduce(bytes_sent_here())
+
+    peak_step_bytes, last = 0.0, bytes_sent_here()
 
     started, evaluating = time.perf_counter(), 0.0  # the evaluations' time is not training
     for epoch in range(1, args.epochs + 1):
@@ -141,6 +154,8 @@ def worker(args: argparse.Namespace) -> None:
                 loss = loss_fn(net(mx.nd.array(shard_x[batch])), mx.nd.array(shard_y[batch]))
             loss.backward()
             trainer.step(len(batch))
+            now = bytes_sent_here()
+            peak_step_bytes, last = max(peak_step_bytes, now - last), now
         if model_bytes is None:
             model_bytes = 4 * sum(p.data().size for p in net.collect_params().values())
         mx.nd.waitall()
@@ -154,12 +169,14 @@ def worker(args: argparse.Namespace) -> None:
         if kv.rank == 0:
             print(json.dumps({"epoch": epoch, "accuracy": own, "average_accuracy": average,
                               "seconds": seconds, "cross_group_bytes": sent}), flush=True)
+    peak_step_bytes = comm.allreduce(peak_step_bytes, op=MPI.MAX)
     mxkv_hybrid.consensus(trainer)
     sent = cross_group_bytes()
     if kv.rank == 0:
         print(json.dumps({"final_accuracy": accuracy(net, test_x, test_y, mx.cpu()),
                           "cross_group_bytes": sent, "steps_per_epoch": steps,
-                          "model_bytes": model_bytes}), flush=True)
+                          "model_bytes": model_bytes, "peak_step_bytes": peak_step_bytes}),
+              flush=True)
     kv.close()
 
 
@@ -216,7 +233,7 @@ def run(configuration: str, seed: int, link: float, args: argparse.Namespace) ->
             "epochs": rows[:-1], "final_accuracy": final["final_accuracy"],
             "cross_group_bytes": final["cross_group_bytes"], "model_bytes": final["model_bytes"],
             "steps_per_epoch": final["steps_per_epoch"],
-            "job_seconds": time.perf_counter() - begun}
+            "peak_step_bytes": final["peak_step_bytes"], "job_seconds": time.perf_counter() - begun}
 
 
 def mean_curve(runs: List[dict]) -> List[dict]:
@@ -262,6 +279,8 @@ def summarise(results: List[dict], within: float) -> List[dict]:
                    "mean_final_accuracy": statistics.mean(r["final_accuracy"] for r in mine),
                    "train_seconds": statistics.mean(r["epochs"][-1]["seconds"] for r in mine),
                    "cross_group_bytes": statistics.mean(r["cross_group_bytes"] for r in mine),
+                   "peak_step_bytes": (None if any("peak_step_bytes" not in r for r in mine)
+                                       else max(r["peak_step_bytes"] for r in mine)),
                    "target": target, "measured": key,
                    "epoch_at_target": there and there["epoch"],
                    "seconds_to_target": there and there["seconds"],
@@ -277,23 +296,26 @@ def summarise(results: List[dict], within: float) -> List[dict]:
 
 def table(rows: List[dict], within: float) -> str:
     lines = [f"{'configuration':>30} {'link':>9} {'final acc (per seed)':>28} {'mean':>6} "
-             f"{'train s':>8} {'MB across':>10} {'fewer bytes':>11} "
+             f"{'train s':>8} {'MB across':>10} {'fewer bytes':>11} {'peak MB':>8} "
              f"{'s to target':>11} {'sooner':>7}"]
     for row in rows:
         link = f"{row['link_mbps']:g} Mb/s" if row["link_mbps"] else "-"
         seeds = " ".join(f"{a:.3f}" for a in row["final_accuracy"])
         to_target = (f"{row['seconds_to_target']:.1f}" if row["seconds_to_target"] is not None
                      else "never")
+        peak = (f"{row['peak_step_bytes'] / 1e6:8.3f}" if row.get("peak_step_bytes") is not None
+                else f"{'-':>8}")
         lines.append(f"{row['configuration']:>30} {link:>9} {seeds:>28} "
                      f"{row['mean_final_accuracy']:6.3f} {row['train_seconds']:8.1f} "
                      f"{row['cross_group_bytes'] / 1e6:10.2f} "
-                     f"{row.get('bytes_ratio', float('nan')):10.1f}x {to_target:>11} "
+                     f"{row.get('bytes_ratio', float('nan')):10.1f}x {peak} {to_target:>11} "
                      f"{row.get('sooner', float('nan')):6.1f}x")
     models = {"accuracy": "rank 0's model", "average_accuracy": "the average of the ranks' models"}
     measured = ", ".join(sorted({models[row["measured"]] for row in rows}))
     lines.append(f"target: allreduce's mean final accuracy on the same link less {within}; "
                  f"'s to target': the first epoch whose mean accuracy ({measured}) reaches "
-                 "it; 'sooner' and 'fewer bytes': allreduce's over the configuration's")
+                 "it; 'sooner' and 'fewer bytes': allreduce's over the configuration's; "
+                 "'peak MB': the most one rank sent across groups in one step (max over seeds)")
     return "\n".join(lines)
 
 
@@ -309,7 +331,7 @@ def plot(rows: List[dict], path: str, title: str) -> None:
     for axis_row, link in zip(axes, links):
         for row in (row for row in rows if row["link_mbps"] == link):
             curve = row["curve"]
-            accuracy = [point["accuracy"] for point in curve]
+            accuracy = [point[row["measured"]] for point in curve]
             colour = colours[row["configuration"]]
             axis_row[0].plot([point["epoch"] for point in curve], accuracy, colour,
                              label=row["configuration"])
@@ -317,7 +339,9 @@ def plot(rows: List[dict], path: str, title: str) -> None:
                              accuracy, colour)
             axis_row[2].plot([point["seconds"] for point in curve], accuracy, colour)
         name = f"link {link:g} Mbit/s" if link else "no throttle"
-        axis_row[0].set(xlabel="epoch", ylabel="test accuracy (rank 0's model, mean of seeds)",
+        measured = ("the average model" if row["measured"] == "average_accuracy"
+                    else "rank 0's model")
+        axis_row[0].set(xlabel="epoch", ylabel=f"test accuracy ({measured}, mean of seeds)",
                         title=f"{title}, {name}")
         axis_row[1].set(xlabel="MB sent across groups (log)", xscale="log", title=name)
         axis_row[2].set(xlabel="wall time, s", title=name)
@@ -368,6 +392,8 @@ def main() -> None:
     parser.add_argument("--within", type=float, default=0.005,
                         help="the target: allreduce's final accuracy less this much")
     parser.add_argument("--out", default=os.path.join(HERE, "benchmarks", "results"))
+    parser.add_argument("--label", help="written as convergence_<task>_<label>.* (default: "
+                                        "convergence_<task>.*)")
     parser.add_argument("--merge", nargs="+", metavar="JSON",
                         help="train nothing: summarise the runs of these earlier studies' "
                              "convergence_<task>.json together (say, one per link)")
@@ -401,7 +427,8 @@ def main() -> None:
     text = f"{title}\n{table(rows, args.within)}"
     print(f"\n{text}")
     os.makedirs(args.out, exist_ok=True)
-    stem = os.path.join(args.out, f"convergence_{args.task}")
+    stem = os.path.join(args.out, "_".join(["convergence", args.task]
+                                           + ([args.label] if args.label else [])))
     with open(f"{stem}.json", "w") as f:
         summary = [{k: v for k, v in row.items() if k != "curve"} for row in rows]
         json.dump({"settings": vars(args), "summary": summary, "runs": results}, f)

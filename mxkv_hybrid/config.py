@@ -203,10 +203,17 @@ KNOBS: Dict[str, Knob] = {
                                "the next point (x += average - snapshot); 0: a blocking average "
                                "(x = mean of x) at every point."),
     "MXKV_OUTER": Knob(_choice(("none", "nesterov", "sgd")), "none",
-                       "lasgd (with MXKV_LASGD_OVERLAP=0): an outer optimizer at each averaging "
-                       "point (DiLoCo): the averaged model's change since the last point is a "
-                       "gradient of the model shared then, applied with Nesterov momentum "
-                       "(nesterov) or heavy-ball momentum (sgd); none: plain averaging."),
+                       "lasgd: an outer optimizer at each averaging point (DiLoCo): the "
+                       "averaged model's change since the last point is a gradient of the model "
+                       "shared then, applied with Nesterov momentum (nesterov) or heavy-ball "
+                       "momentum (sgd); none: plain averaging. With MXKV_LASGD_OVERLAP=1 the "
+                       "outer step is taken when the average arrives (x += new model - snapshot)."),
+    "MXKV_FRAGMENTS": Knob(_whole_number(1, None, "a whole number >= 1"), "1",
+                           "lasgd: the model is cut into this many fragments of equal element "
+                           "counts, and fragment p is averaged every MXKV_TAU steps at steps "
+                           "offset by p x MXKV_TAU / MXKV_FRAGMENTS (Streaming DiLoCo): each "
+                           "exchange sends 1/MXKV_FRAGMENTS of the model. MXKV_TAU must be a "
+                           "multiple of it."),
     "MXKV_OUTER_LR": Knob(float, "0.7", "The outer optimizer's learning rate (DiLoCo: 0.7)."),
     "MXKV_OUTER_MOMENTUM": Knob(float, "0.9",
                                 "The outer optimizer's momentum (DiLoCo: 0.9)."),
@@ -389,6 +396,7 @@ class Config:
     outer: str
     outer_lr: float
     outer_momentum: float
+    fragments: int
     async_damping: str
     hierarchy: str
     throttle_mbps: float
@@ -423,13 +431,16 @@ class Config:
             raise ConfigError("MXKV_LASGD_OVERLAP=1 (the default) averages behind MXNet's threaded "
                               "engine, and MXNET_ENGINE_TYPE=NaiveEngine runs every operation at "
                               "once: set MXKV_LASGD_OVERLAP=0 or unset MXNET_ENGINE_TYPE")
-        if values["MXKV_OUTER"] != "none" and (values["MXKV_MODE"] != "lasgd"
-                                               or values["MXKV_LASGD_OVERLAP"]):
-            raise ConfigError(f"MXKV_OUTER={values['MXKV_OUTER']} is built for MXKV_MODE=lasgd "
-                              "with MXKV_LASGD_OVERLAP=0 (blocking averages), and this job has "
-                              f"MXKV_MODE={values['MXKV_MODE']}, MXKV_LASGD_OVERLAP="
-                              f"{int(values['MXKV_LASGD_OVERLAP'])}: set those, or unset "
-                              "MXKV_OUTER")
+        for knob, unset in (("MXKV_OUTER", "none"), ("MXKV_FRAGMENTS", 1)):
+            if values[knob] != unset and values["MXKV_MODE"] != "lasgd":
+                raise ConfigError(f"{knob}={values[knob]} is built for MXKV_MODE=lasgd, and this "
+                                  f"job has MXKV_MODE={values['MXKV_MODE']}: unset {knob} or use "
+                                  "MXKV_MODE=lasgd")
+        if values["MXKV_TAU"] % values["MXKV_FRAGMENTS"]:
+            raise ConfigError(f"MXKV_FRAGMENTS={values['MXKV_FRAGMENTS']} averages one fragment "
+                              "every MXKV_TAU / MXKV_FRAGMENTS steps, and MXKV_TAU="
+                              f"{values['MXKV_TAU']} is not a multiple of it: make MXKV_TAU a "
+                              "multiple of MXKV_FRAGMENTS")
         if values["MXKV_ASYNC_DAMPING"] != "none" and values["MXKV_MODE"] != "async":
             raise ConfigError(f"MXKV_ASYNC_DAMPING={values['MXKV_ASYNC_DAMPING']} damps the "
                               "stale gradients of MXKV_MODE=async, and this job has MXKV_MODE="
@@ -457,6 +468,7 @@ class Config:
                    lasgd_overlap=values["MXKV_LASGD_OVERLAP"], outer=values["MXKV_OUTER"],
                    outer_lr=values["MXKV_OUTER_LR"],
                    outer_momentum=values["MXKV_OUTER_MOMENTUM"],
+                   fragments=values["MXKV_FRAGMENTS"],
                    async_damping=values["MXKV_ASYNC_DAMPING"],
                    hierarchy=values["MXKV_HIERARCHY"],
                    throttle_mbps=values["MXKV_THROTTLE_MBPS"],

@@ -94,6 +94,59 @@ def lasgd_outer(steps: int, ranks: int, tau: int, warmup: int, optimizer: str, o
     return records
 
 
+def streaming_lasgd(steps: int, ranks: int, tau: int, warmup: int, overlap: bool, optimizer: str,
+                    fragments: int, outer: str = "none", outer_lr: float = 0.7,
+                    outer_momentum: float = 0.9) -> List[dict]:
+    """lasgd with the model's elements cut into `fragments` equal ranges (Streaming DiLoCo,
+    modes/fragments.py): a point every tau / fragments steps averages the next fragment
+    only, plainly or through the outer optimizer; overlapped, the average is applied at
+    the next point (x += A' - S, A' the outer step's new model, or A). [{weights,
+    consensus}] after each step; consensus: the pending average applied, then the mean."""
+    goal = targets(ranks)
+    x = np.tile(START, (ranks, 1))
+    mom = np.zeros_like(x)
+    bounds = [f * START.size // fragments for f in range(fragments + 1)]
+    anchor, velocity = START.copy(), np.zeros_like(START)
+    pending = None  # (elements, S, A) of the average in flight
+
+    def outer_step(part: slice, mean: np.ndarray) -> np.ndarray:
+        if outer == "none":
+            return mean
+        delta = anchor[part] - mean
+        velocity[part] = outer_momentum * velocity[part] + delta
+        anchor[part] -= outer_lr * (delta + outer_momentum * velocity[part]
+                                    if outer == "nesterov" else velocity[part])
+        return anchor[part].copy()
+
+    records = []
+    for step in range(1, steps + 1):
+        grad = x - goal
+        if step <= warmup:
+            grad = np.tile(grad.mean(axis=0), (ranks, 1))
+        x, mom = optimizer_step(x, mom, grad, optimizer)
+        if step == warmup:
+            anchor = x[0].copy()
+        interval = tau // fragments
+        if step > warmup and (step - warmup) % interval == 0:
+            fragment = ((step - warmup) // interval - 1) % fragments
+            part = slice(bounds[fragment], bounds[fragment + 1])
+            if not overlap:
+                x[:, part] = outer_step(part, x[:, part].mean(axis=0))
+            else:
+                if pending is not None:
+                    flying, snapshot, average = pending
+                    x[:, flying] += outer_step(flying, average) - snapshot
+                pending = (part, x[:, part].copy(), x[:, part].mean(axis=0))
+        agreed = x.copy()
+        if pending is not None:  # what consensus would apply (on copies of the outer state)
+            saved = anchor.copy(), velocity.copy()
+            flying, snapshot, average = pending
+            agreed[:, flying] += outer_step(flying, average) - snapshot
+            anchor[:], velocity[:] = saved
+        records.append({"weights": x.copy(), "consensus": agreed.mean(axis=0)})
+    return records
+
+
 def consensus_of_lasgd(record: dict, overlap: bool) -> np.ndarray:
     """What consensus gives after a lasgd step: the pending average applied, then the mean."""
     x = record["weights"]

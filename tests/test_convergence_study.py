@@ -23,6 +23,10 @@ def test_a_configuration_names_knobs_that_exist_and_its_own_learning_rate():
         for text in configurations:
             mode, env, _ = convergence.parse_configuration(text)
             assert set(env) <= set(KNOBS), text
+    streaming = convergence.parse_configuration("lasgd tau=128 outer=nesterov fragments=4 "
+                                                "overlap=1")
+    assert streaming.env == {"MXKV_TAU": "128", "MXKV_OUTER": "nesterov",
+                             "MXKV_FRAGMENTS": "4", "MXKV_LASGD_OVERLAP": "1"}
     with pytest.raises(argparse.ArgumentTypeError, match="'tua=4' is not NAME=VALUE"):
         convergence.parse_configuration("easgd tua=4")
     with pytest.raises(argparse.ArgumentTypeError, match="the mode is one of"):
@@ -59,3 +63,14 @@ def test_where_every_run_evaluated_the_average_model_the_target_is_read_from_it(
     allreduce, lasgd = convergence.summarise(runs, within=0.01)
     assert lasgd["measured"] == "average_accuracy" and lasgd["epoch_at_target"] == 2
     assert lasgd["sooner"] == pytest.approx(30 / 4)  # rank 0's own model: epoch 3, 5x
+
+
+def test_the_peak_bytes_of_a_step_are_the_most_any_seed_sent_and_absent_from_older_runs():
+    runs = [job("lasgd", seed, [0.9], [1], [1], 0.9) for seed in (1, 2)]
+    older = job("lasgd", 3, [0.9], [1], [1], 0.9)
+    runs[0]["peak_step_bytes"], runs[1]["peak_step_bytes"] = 2e5, 3e5
+    (row,) = convergence.summarise(runs, within=0.01)
+    assert row["peak_step_bytes"] == 3e5
+    (row,) = convergence.summarise(runs + [older], within=0.01)
+    assert row["peak_step_bytes"] is None
+    assert "   -    " in convergence.table([row], within=0.01)

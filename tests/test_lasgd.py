@@ -73,12 +73,90 @@ def test_an_outer_optimizer_s_state_survives_a_checkpoint(tmp_path):
         np.testing.assert_allclose(second["w"], straight["w"], rtol=0, atol=1e-6)
 
 
-def test_an_outer_optimizer_outside_blocking_lasgd_is_refused():
-    for mode, overlap in (("lasgd", "1"), ("easgd", "0"), ("sync", "0")):
-        with pytest.raises(ConfigError, match="MXKV_OUTER=nesterov is built for MXKV_MODE=lasgd "
-                                              "with MXKV_LASGD_OVERLAP=0"):
-            Config.from_environment({"MXKV_MODE": mode, "MXKV_LASGD_OVERLAP": overlap,
-                                     "MXKV_OUTER": "nesterov"})
+def test_an_outer_optimizer_and_fragments_outside_lasgd_are_refused():
+    for mode in ("easgd", "sync", "allreduce"):
+        with pytest.raises(ConfigError, match="MXKV_OUTER=nesterov is built for MXKV_MODE=lasgd"):
+            Config.from_environment({"MXKV_MODE": mode, "MXKV_OUTER": "nesterov"})
+        with pytest.raises(ConfigError, match="MXKV_FRAGMENTS=2 is built for MXKV_MODE=lasgd"):
+            Config.from_environment({"MXKV_MODE": mode, "MXKV_FRAGMENTS": "2"})
+
+
+def test_fragments_must_divide_tau():
+    with pytest.raises(ConfigError, match="MXKV_TAU=6 is not a multiple of it: make MXKV_TAU a "
+                                          "multiple of MXKV_FRAGMENTS"):
+        Config.from_environment({"MXKV_MODE": "lasgd", "MXKV_TAU": "6", "MXKV_FRAGMENTS": "4"})
+    assert Config.from_environment({"MXKV_MODE": "lasgd", "MXKV_TAU": "8",
+                                    "MXKV_FRAGMENTS": "4"}).fragments == 4
+    with pytest.raises(ValueError, match="fragments must be a whole number >= 1 that divides "
+                                         "period 4, got 3"):
+        mxkv_hybrid.PeriodicModelAverager(period=4, fragments=3)
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_the_streaming_reference_with_one_fragment_is_lasgd(overlap):
+    """The numpy reference itself: one fragment is plain lasgd, and with the outer
+    optimizer (blocking) lasgd_outer."""
+    plain = reference.lasgd(STEPS, RANKS, TAU, WARMUP, overlap, "nag")
+    streaming = reference.streaming_lasgd(STEPS, RANKS, TAU, WARMUP, overlap, "nag", 1)
+    for a, b in zip(plain, streaming):
+        np.testing.assert_allclose(a["weights"], b["weights"], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(streaming[-1]["consensus"],
+                               reference.consensus_of_lasgd(plain[-1], overlap), atol=1e-12)
+    outer = reference.lasgd_outer(STEPS, RANKS, TAU, WARMUP, "nag", "nesterov", 0.7, 0.9)
+    streaming = reference.streaming_lasgd(STEPS, RANKS, TAU, WARMUP, False, "nag", 1, "nesterov")
+    for a, b in zip(outer, streaming):
+        np.testing.assert_allclose(a["weights"], b["weights"], rtol=0, atol=1e-12)
+
+
+STREAMING_TAU, STREAMING_STEPS = 4, 11  # 2 fragments: points at steps 4, 6, 8, 10
+
+
+@pytest.mark.parametrize("overlap, outer, fragments", [
+    (False, "none", 2), (True, "none", 2), (False, "nesterov", 2), (True, "nesterov", 2),
+    (True, "sgd", 1)])
+def test_streaming_fragments_and_outer_steps_follow_the_formula(job_dir, overlap, outer,
+                                                                fragments):
+    """MXKV_FRAGMENTS (the 3 weights cut into [0:1] and [1:3]) and MXKV_OUTER, blocking
+    and overlapped, every step and the consensus against the numpy reference; control:
+    the reference without fragments, or without the outer optimizer, differs."""
+    seen, agreed = run_steps(job_dir, str(STREAMING_STEPS), "nag", "--consensus",
+                             MXKV_TAU=str(STREAMING_TAU), MXKV_LASGD_OVERLAP=str(int(overlap)),
+                             MXKV_FRAGMENTS=str(fragments), MXKV_OUTER=outer)
+    expected = reference.streaming_lasgd(STREAMING_STEPS, RANKS, STREAMING_TAU, WARMUP, overlap,
+                                         "nag", fragments, outer)
+    assert [r["step"] for r in seen] == list(range(1, STREAMING_STEPS + 1))
+    for record, want in zip(seen, expected):
+        np.testing.assert_allclose(record["weights"], want["weights"], rtol=0, atol=1e-5,
+                                   err_msg=f"step {record['step']}")
+    np.testing.assert_allclose(agreed, np.tile(expected[-1]["consensus"], (RANKS, 1)),
+                               rtol=0, atol=1e-5)
+    assert all(row == agreed[0] for row in agreed)
+    other = reference.streaming_lasgd(STREAMING_STEPS, RANKS, STREAMING_TAU, WARMUP, overlap,
+                                      "nag", 3 - fragments if outer == "none" else fragments,
+                                      "none" if outer != "none" else outer)
+    assert np.abs(other[-1]["weights"] - expected[-1]["weights"]).max() > 1e-2
+
+
+def test_streaming_state_survives_a_checkpoint(tmp_path):
+    """Overlapped, 2 fragments, Nesterov: saved after step 5, while fragment 0's average
+    (started at step 4) is in flight; the resumed run ends where the straight one does."""
+    settings = {"MXKV_TAU": str(STREAMING_TAU), "MXKV_FRAGMENTS": "2", "MXKV_OUTER": "nesterov"}
+    run_steps(tmp_path / "straight", str(STREAMING_STEPS), "nag", **settings)
+    per_rank = str(tmp_path / "ckpt-{rank}")
+    run_steps(tmp_path / "first", str(STREAMING_STEPS), "nag", "--save", "5", per_rank,
+              **settings)
+    resumed, _ = run_steps(tmp_path / "second", str(STREAMING_STEPS), "nag", "--resume",
+                           per_rank, **settings)
+    assert [r["step"] for r in resumed] == list(range(6, STREAMING_STEPS + 1))
+    expected = reference.streaming_lasgd(STREAMING_STEPS, RANKS, STREAMING_TAU, WARMUP, True,
+                                         "nag", 2, "nesterov")
+    for record in resumed:
+        np.testing.assert_allclose(record["weights"], expected[record["step"] - 1]["weights"],
+                                   rtol=0, atol=1e-5, err_msg=f"step {record['step']}")
+    for rank in range(RANKS):
+        straight = np.load(tmp_path / "straight" / f"rank{rank}.npz")
+        second = np.load(tmp_path / "second" / f"rank{rank}.npz")
+        np.testing.assert_allclose(second["w"], straight["w"], rtol=0, atol=1e-6)
 
 
 def test_an_outer_optimizer_with_lr_1_and_no_momentum_is_plain_averaging():

@@ -12,7 +12,9 @@ PeriodicModelAverager: train with a local store (kvstore=None or 'local'), call
 Unlike PyTorch's, a step counts once the optimizer has run: the first average follows
 step warmup_steps + period (PyTorch's averages at step warmup_steps already). With
 overlap=True the average travels while the next `period` steps compute (mode lasgd's
-algorithm, see local_sgd.py); `consensus` then gives every rank the same model."""
+algorithm, see local_sgd.py); `consensus` then gives every rank the same model. With
+fragments=P the model is cut into P fragments, and one is averaged every period / P steps
+(Streaming DiLoCo: each exchange sends 1/P of the model)."""
 import warnings
 from typing import Iterable, List, Tuple, Union
 
@@ -56,7 +58,8 @@ def broadcast_parameters(params: Parameters, root: int = 0) -> None:
 class PeriodicModelAverager:
     """Averages the parameters over all ranks every `period` steps after `warmup_steps`."""
 
-    def __init__(self, period: int, warmup_steps: int = 0, overlap: bool = False):
+    def __init__(self, period: int, warmup_steps: int = 0, overlap: bool = False,
+                 fragments: int = 1):
         if not isinstance(period, int) or period < 1:
             raise ValueError(f"period must be a whole number >= 1, got {period!r}")
         if not isinstance(warmup_steps, int) or warmup_steps < 0:
@@ -65,8 +68,12 @@ class PeriodicModelAverager:
             warnings.warn("period=1 averages the whole model after every step, which costs at "
                           "least as much as averaging the gradients: use kvstore='hybrid' "
                           "(MXKV_MODE=allreduce) instead", stacklevel=2)
+        if not isinstance(fragments, int) or fragments < 1 or period % fragments:
+            raise ValueError(f"fragments must be a whole number >= 1 that divides period "
+                             f"{period}, got {fragments!r}")
         self._schedule = LocalSGD(Config.from_environment(), world(), period=period,
-                                  warmup_steps=warmup_steps, overlap=bool(overlap))
+                                  warmup_steps=warmup_steps, overlap=bool(overlap),
+                                  fragments=fragments)
 
     @property
     def period(self) -> int:

@@ -13,10 +13,15 @@ run synchronous SGD over all ranks, "post-local SGD") an averaging point:
 
 Step 1 does not change the mean of x over the ranks (the mean of A - S is 0). With
 MXKV_LASGD_OVERLAP=0 the average is blocking instead: x = mean of x at every point.
+With an outer optimizer (MXKV_OUTER, outer_optimizer.py) the mean is its gradient, and
+x (blocking) or A (overlapped) becomes the outer step's new model. With P fragments
+(MXKV_FRAGMENTS, fragments.py; Streaming DiLoCo) there is a point every tau / P steps,
+and each averages the next fragment only: every fragment is still averaged every tau
+steps, and an overlapped one is applied tau / P steps later, at the next point.
 `consensus` ends the delay: it applies what is in flight, then averages (blocking), so
 every rank holds the same model (use it before evaluating or saving a final model)."""
 from dataclasses import replace
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import mxnet as mx
 
@@ -27,6 +32,7 @@ from ..comm.topology import World, groups
 from ..config import Config
 from ..errors import MXKVError
 from .averaging import allreduce_split, check_state_mode
+from .fragments import Piece, cut_into_fragments
 from .outer_optimizer import OuterOptimizer
 
 
@@ -53,8 +59,10 @@ class LocalSGD:
     averaged over all ranks."""
 
     def __init__(self, config: Config, world: World, period: Optional[int] = None,
-                 warmup_steps: Optional[int] = None, overlap: Optional[bool] = None):
+                 warmup_steps: Optional[int] = None, overlap: Optional[bool] = None,
+                 fragments: Optional[int] = None):
         self.period = config.tau if period is None else period
+        self.fragments = config.fragments if fragments is None else fragments
         self.warmup_steps = config.warmup_steps if warmup_steps is None else warmup_steps
         self.overlap = config.lasgd_overlap if overlap is None else overlap
         self.steps = 0
@@ -67,9 +75,11 @@ class LocalSGD:
         self._averaging = TensorCollectives(world.comm, replace(config, overlap=self.overlap),
                                             this_group)
         self._weight_keys: set = set()
-        self._snapshot: Dict[Key, mx.nd.NDArray] = {}  # S: this rank's x when the average began
+        self._fragments: Dict[Tuple[Key, ...], List[List[Piece]]] = {}  # by the keys stepped
+        self._snapshot: Dict[Key, mx.nd.NDArray] = {}  # S of each piece, by its name
         self._average: Dict[Key, mx.nd.NDArray] = {}   # A: the mean of S, being computed
-        self._in_flight: List[Key] = []
+        self._in_flight: List[Piece] = []
+        self._in_flight_keys: Tuple[Key, ...] = ()     # the keys stepped when it started
         self._outer = (OuterOptimizer(config.outer, config.outer_lr, config.outer_momentum)
                        if config.outer != "none" else None)
 
@@ -101,33 +111,41 @@ class LocalSGD:
             self._outer.anchor(keys, weights)
 
     def after_step(self, keys: Sequence[Key], weights: Sequence[Arrays]) -> bool:
-        """Counts an optimizer step; every tau-th one after the warm-up is an averaging point."""
+        """Counts an optimizer step; every (tau / fragments)-th one after the warm-up is an
+        averaging point, of fragment (point - 1) mod fragments."""
         self.steps += 1
         if self._outer is not None and self.steps == self.warmup_steps:  # the model shared
             self._outer.anchor(keys, [copies[0] for copies in weights])  # after the warm-up
-        if self.steps <= self.warmup_steps or (self.steps - self.warmup_steps) % self.period:
+        interval = self.period // self.fragments
+        if self.steps <= self.warmup_steps or (self.steps - self.warmup_steps) % interval:
             return False
-        self.average(keys, weights)
+        point = (self.steps - self.warmup_steps) // interval
+        self.average(keys, weights, fragment=(point - 1) % self.fragments)
         return True
 
-    def average(self, keys: Sequence[Key], weights: Sequence[Arrays]) -> None:
-        """One averaging point (collective: every rank calls it at the same step)."""
+    def average(self, keys: Sequence[Key], weights: Sequence[Arrays], fragment: int = 0) -> None:
+        """One averaging point of one fragment (collective: every rank calls it at the same
+        step)."""
+        pieces = self._fragments_of(keys, weights)[fragment]
+        names = [piece.name for piece in pieces]
         if not self.overlap:
-            self._world.allreduce("model averaging", keys, weights, weights, average=True)
+            views = _views(pieces, keys, weights)
+            self._world.allreduce("model averaging", names, views, views, average=True)
             if self._outer is not None:
-                self._outer.step(keys, weights)
+                self._outer.step(pieces, views)
             self.rounds += 1
             return
         self._apply_in_flight(keys, weights)
-        for k, w in zip(keys, weights):
-            if k not in self._snapshot:
-                self._snapshot[k] = mx.nd.empty(w[0].shape, ctx=w[0].context, dtype=w[0].dtype)
-                self._average[k] = mx.nd.empty(w[0].shape, ctx=w[0].context, dtype=w[0].dtype)
-            w[0].copyto(self._snapshot[k])
-            w[0].copyto(self._average[k])
-        averages = [[self._average[k]] for k in keys]
-        self._averaging.allreduce("model averaging", keys, averages, averages, average=True)
-        self._in_flight = list(keys)
+        for piece, copies in zip(pieces, _views(pieces, keys, weights)):
+            if piece.name not in self._snapshot:
+                shape, where, dtype = copies[0].shape, copies[0].context, copies[0].dtype
+                self._snapshot[piece.name] = mx.nd.empty(shape, ctx=where, dtype=dtype)
+                self._average[piece.name] = mx.nd.empty(shape, ctx=where, dtype=dtype)
+            copies[0].copyto(self._snapshot[piece.name])
+            copies[0].copyto(self._average[piece.name])
+        averages = [[self._average[name]] for name in names]
+        self._averaging.allreduce("model averaging", names, averages, averages, average=True)
+        self._in_flight, self._in_flight_keys = pieces, tuple(keys)
         self.rounds += 1
 
     def consensus(self, keys: Sequence[Key], weights: Sequence[Arrays]) -> None:
@@ -136,18 +154,29 @@ class LocalSGD:
             self._apply_in_flight(keys, weights)
         self._world.allreduce("model averaging", keys, weights, weights, average=True)
 
+    def _fragments_of(self, keys: Sequence[Key], weights: Sequence[Arrays]) -> List[List[Piece]]:
+        """The fragments of the model these keys make (the same on every rank)."""
+        if tuple(keys) not in self._fragments:
+            sizes = [copies[0].size for copies in weights]
+            self._fragments[tuple(keys)] = cut_into_fragments(keys, sizes, self.fragments)
+        return self._fragments[tuple(keys)]
+
     def _apply_in_flight(self, keys: Sequence[Key], weights: Sequence[Arrays]) -> None:
-        """x += A - S on every device's copy (MXNet's engine waits for A)."""
+        """x += A - S on every device's copy of each piece in flight (MXNet's engine waits
+        for A); with an outer optimizer A first becomes its step's new model."""
         if not self._in_flight:
             return
-        if list(keys) != self._in_flight:
-            raise MXKVError(f"lasgd: the averaging of keys {self._in_flight!r} is in flight, but "
-                            f"this step updated keys {list(keys)!r}: every step must update the "
-                            "same parameters (freeze parameters with grad_req='null' before "
-                            "training starts)")
-        for k, w in zip(keys, weights):
-            correction = self._average[k] - self._snapshot[k]
-            for copy in w:
+        if tuple(keys) != self._in_flight_keys:
+            raise MXKVError(f"lasgd: the averaging of keys {list(self._in_flight_keys)!r} is in "
+                            f"flight, but this step updated keys {list(keys)!r}: every step must "
+                            "update the same parameters (freeze parameters with grad_req='null' "
+                            "before training starts)")
+        averages = [[self._average[piece.name]] for piece in self._in_flight]
+        if self._outer is not None:
+            self._outer.step(self._in_flight, averages)
+        for piece, copies in zip(self._in_flight, _views(self._in_flight, keys, weights)):
+            correction = self._average[piece.name] - self._snapshot[piece.name]
+            for copy in copies:
                 copy += correction.as_in_context(copy.context)
         self._in_flight = []
 
@@ -155,13 +184,18 @@ class LocalSGD:
     def state(self) -> dict:
         """The step counter and this rank's average in flight (waits for it)."""
         return {"mode": "lasgd", "steps": self.steps, "rounds": self.rounds,
-                "in_flight": [(k, self._snapshot[k].asnumpy(), self._average[k].asnumpy())
-                              for k in self._in_flight],
+                "fragments": self.fragments, "in_flight_keys": list(self._in_flight_keys),
+                "in_flight": [((p.key, p.start, p.stop, p.size), self._snapshot[p.name].asnumpy(),
+                               self._average[p.name].asnumpy()) for p in self._in_flight],
                 "outer": None if self._outer is None else self._outer.state()}
 
     def load_state(self, state: dict) -> None:
         check_state_mode(state, "lasgd")
         self.steps, self.rounds = state["steps"], state["rounds"]
+        if state.get("fragments", 1) != self.fragments:
+            raise MXKVError(f"lasgd: this checkpoint was written with MXKV_FRAGMENTS="
+                            f"{state.get('fragments', 1)}, and this job has {self.fragments}: "
+                            "resume with the same setting")
         if (state.get("outer") is None) != (self._outer is None):
             raise MXKVError("lasgd: this checkpoint was written "
                             + ("without" if self._outer is not None else "with")
@@ -169,10 +203,14 @@ class LocalSGD:
         if self._outer is not None:
             self._outer.load_state(state["outer"])
         self._in_flight = []
-        for k, snapshot, average in state["in_flight"]:
-            self._snapshot[k] = mx.nd.array(snapshot, dtype=snapshot.dtype)
-            self._average[k] = mx.nd.array(average, dtype=average.dtype)
-            self._in_flight.append(k)
+        for where, snapshot, average in state["in_flight"]:  # older checkpoints: whole keys
+            piece = (Piece(*where) if isinstance(where, tuple)
+                     else Piece(where, 0, snapshot.size, snapshot.size))
+            self._snapshot[piece.name] = mx.nd.array(snapshot, dtype=snapshot.dtype)
+            self._average[piece.name] = mx.nd.array(average, dtype=average.dtype)
+            self._in_flight.append(piece)
+        self._in_flight_keys = tuple(state.get("in_flight_keys",
+                                               [piece.key for piece in self._in_flight]))
         if self._in_flight and not self.overlap:
             raise MXKVError("lasgd: this checkpoint holds an average in flight, written with "
                             "MXKV_LASGD_OVERLAP=1; resume with MXKV_LASGD_OVERLAP=1")
@@ -181,3 +219,10 @@ class LocalSGD:
         """Waits for the average in flight (the communication thread then ends at exit)."""
         self._averaging.finish()
 
+
+
+def _views(pieces: Sequence[Piece], keys: Sequence[Key],
+           weights: Sequence[Arrays]) -> List[List[mx.nd.NDArray]]:
+    """Each piece's view of every device's copy of its weight."""
+    index = {key: i for i, key in enumerate(keys)}
+    return [[piece.view(copy) for copy in weights[index[piece.key]]] for piece in pieces]

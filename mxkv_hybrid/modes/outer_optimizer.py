@@ -8,12 +8,14 @@ is taken as a gradient of the model every rank shared then (the anchor, theta):
     theta -= lr * m                      (MXKV_OUTER=sgd)
 
 and every rank starts the next local steps from the new theta. With lr 1 and mu 0 it is
-plain averaging. DiLoCo's defaults: lr 0.7, mu 0.9 (MXKV_OUTER_LR, MXKV_OUTER_MOMENTUM)."""
+plain averaging. With MXKV_FRAGMENTS each fragment takes its outer steps at its own
+points (the anchor is the whole model's; the momentum is each piece's). DiLoCo's defaults: lr 0.7, mu 0.9 (MXKV_OUTER_LR, MXKV_OUTER_MOMENTUM)."""
 from typing import Dict, Sequence
 
 import mxnet as mx
 
 from ..comm.collectives import Arrays, Key
+from .fragments import Piece
 
 
 class OuterOptimizer:
@@ -29,16 +31,17 @@ class OuterOptimizer:
         for key, weight in zip(keys, weights):
             self._anchor[key] = weight.copy()
 
-    def step(self, keys: Sequence[Key], weights: Sequence[Arrays]) -> None:
-        """`weights` hold the mean of the ranks' models; each becomes the new anchor."""
-        for key, copies in zip(keys, weights):
-            anchor = self._anchor[key]
+    def step(self, pieces: Sequence[Piece], averages: Sequence[Arrays]) -> None:
+        """`averages[i]` hold the mean of the ranks' piece i of the model (a whole weight
+        or a fragment's part of one); each becomes that piece of the new anchor."""
+        for piece, copies in zip(pieces, averages):
+            anchor = piece.view(self._anchor[piece.key])
             delta = anchor - copies[0].as_in_context(anchor.context)
-            velocity = self._velocity.get(key)
+            velocity = self._velocity.get(piece.name)
             velocity = delta if velocity is None else self.momentum * velocity + delta
-            self._velocity[key] = velocity
+            self._velocity[piece.name] = velocity
             direction = delta + self.momentum * velocity if self.kind == "nesterov" else velocity
-            anchor -= self.learning_rate * direction
+            anchor -= self.learning_rate * direction  # in place: a view writes into the anchor
             for copy in copies:
                 anchor.copyto(copy)
 
