@@ -28,9 +28,11 @@ between averagings), the bytes sent across groups so far, and the wall time; at 
 the accuracy of the one model mxkv_hybrid.consensus gives every rank (easgd: the
 centre; lasgd: the average; the others: the common weights).
 
-Peak bytes: the most bytes one rank sent across groups in one training step (the
-largest exchange, where averages block; an overlapped average's bytes spread over the
-steps it overlaps).
+Peak bytes: the most bytes one rank sent across groups in one training step after the
+first (which also broadcasts the initial weights): the largest exchange, where averages
+block; an overlapped average's bytes spread over the steps it overlaps. They are what
+the allreduce's algorithm sent (MXKV_ALGO=auto picks recursive doubling for small
+messages, which sends more than a ring), not the size of what was averaged.
 
 Bytes across groups: what the collectives' algorithms sent to ranks of other groups
 (counted at every exchange step in the C++) plus what the leaders pushed to and pulled
@@ -143,7 +145,7 @@ def worker(args: argparse.Namespace) -> None:
         """Bytes across the groups so far, over every rank (collective)."""
         return comm.allreduce(bytes_sent_here())
 
-    peak_step_bytes, last = 0.0, bytes_sent_here()
+    peak_step_bytes, last = 0.0, None  # the first step also broadcasts the initial weights
 
     started, evaluating = time.perf_counter(), 0.0  # the evaluations' time is not training
     for epoch in range(1, args.epochs + 1):
@@ -155,7 +157,8 @@ def worker(args: argparse.Namespace) -> None:
             loss.backward()
             trainer.step(len(batch))
             now = bytes_sent_here()
-            peak_step_bytes, last = max(peak_step_bytes, now - last), now
+            peak_step_bytes = peak_step_bytes if last is None else max(peak_step_bytes, now - last)
+            last = now
         if model_bytes is None:
             model_bytes = 4 * sum(p.data().size for p in net.collect_params().values())
         mx.nd.waitall()
