@@ -8,9 +8,10 @@ configuration, on the plain machine and behind emulated slow links between the g
 
 A configuration is a mode and its settings, `MODE [tau=T] [transport=rma]
 [outer=nesterov|sgd] [outer_lr=L] [outer_momentum=M] [damping=staleness|momentum]
-[overlap=0|1] [fragments=P]` (MXKV_TAU, MXKV_TRANSPORT, MXKV_OUTER, MXKV_OUTER_LR,
-MXKV_OUTER_MOMENTUM, MXKV_ASYNC_DAMPING, MXKV_LASGD_OVERLAP: 0 with outer= unless
-given, MXKV_FRAGMENTS), and [lr=L] its own learning rate:
+[overlap=0|1] [fragments=P] [compress=fp16|bf16] [algo=ring|...]` (MXKV_TAU,
+MXKV_TRANSPORT, MXKV_OUTER, MXKV_OUTER_LR, MXKV_OUTER_MOMENTUM, MXKV_ASYNC_DAMPING,
+MXKV_LASGD_OVERLAP: 0 with outer= unless given, MXKV_FRAGMENTS, MXKV_COMPRESS,
+MXKV_ALGO), and [lr=L] its own learning rate:
 
   allreduce      one allreduce over all ranks per step (hierarchical: MXKV_HIERARCHY=auto)
   sync           group allreduce + dist_sync servers (1 server)
@@ -66,7 +67,7 @@ from job_output import json_lines  # noqa: E402
 SETTINGS = {"tau": "MXKV_TAU", "transport": "MXKV_TRANSPORT", "outer": "MXKV_OUTER",
             "outer_lr": "MXKV_OUTER_LR", "outer_momentum": "MXKV_OUTER_MOMENTUM",
             "damping": "MXKV_ASYNC_DAMPING", "overlap": "MXKV_LASGD_OVERLAP",
-            "fragments": "MXKV_FRAGMENTS"}
+            "fragments": "MXKV_FRAGMENTS", "compress": "MXKV_COMPRESS", "algo": "MXKV_ALGO"}
 MODES = ("allreduce", "sync", "async", "easgd", "lasgd")
 DEFAULT_CONFIGURATIONS = {
     "digits": ["allreduce", "sync", "async", "easgd tau=1", "easgd tau=4", "easgd tau=16",

@@ -207,7 +207,9 @@ KNOBS: Dict[str, Knob] = {
                        "averaged model's change since the last point is a gradient of the model "
                        "shared then, applied with Nesterov momentum (nesterov) or heavy-ball "
                        "momentum (sgd); none: plain averaging. With MXKV_LASGD_OVERLAP=1 the "
-                       "outer step is taken when the average arrives (x += new model - snapshot)."),
+                       "outer step is taken when the average arrives (x += new model - snapshot). "
+                       "easgd: each leader sends the centre the outer step of its elastic "
+                       "difference e (lr (e + mu m), m its momentum of e) instead of e."),
     "MXKV_FRAGMENTS": Knob(_whole_number(1, None, "a whole number >= 1"), "1",
                            "lasgd: the model is cut into this many fragments of equal element "
                            "counts, and fragment p is averaged every MXKV_TAU steps at steps "
@@ -280,7 +282,10 @@ KNOBS: Dict[str, Knob] = {
     "MXKV_COMPRESS": Knob(_choice(tuple(COMPRESSIONS)), "none",
                           "fp16 or bf16: float32 gradients travel in 16 bits and are summed in "
                           "float32 (half the bytes; rounding error about 1e-3 relative for fp16, "
-                          "1e-2 for bf16). Other dtypes travel as they are. Not with MXKV_ALGO=mpi."),
+                          "1e-2 for bf16). Other dtypes travel as they are. Not with MXKV_ALGO=mpi. "
+                          "lasgd's model averages send each rank's change since the last shared "
+                          "model instead, with error feedback (the rounding is relative to the "
+                          "change, not to the weight)."),
     "MXKV_OVERLAP": Knob(_parse_bool, "0",
                          "1: each gradient bucket is reduced as soon as backward has written it, "
                          "while backward goes on (MXNet engine operations and one communication "
@@ -431,11 +436,12 @@ class Config:
             raise ConfigError("MXKV_LASGD_OVERLAP=1 (the default) averages behind MXNet's threaded "
                               "engine, and MXNET_ENGINE_TYPE=NaiveEngine runs every operation at "
                               "once: set MXKV_LASGD_OVERLAP=0 or unset MXNET_ENGINE_TYPE")
-        for knob, unset in (("MXKV_OUTER", "none"), ("MXKV_FRAGMENTS", 1)):
-            if values[knob] != unset and values["MXKV_MODE"] != "lasgd":
-                raise ConfigError(f"{knob}={values[knob]} is built for MXKV_MODE=lasgd, and this "
-                                  f"job has MXKV_MODE={values['MXKV_MODE']}: unset {knob} or use "
-                                  "MXKV_MODE=lasgd")
+        for knob, unset, modes in (("MXKV_OUTER", "none", ("lasgd", "easgd")),
+                                   ("MXKV_FRAGMENTS", 1, ("lasgd",))):
+            if values[knob] != unset and values["MXKV_MODE"] not in modes:
+                raise ConfigError(f"{knob}={values[knob]} is built for MXKV_MODE="
+                                  f"{' or '.join(modes)}, and this job has MXKV_MODE="
+                                  f"{values['MXKV_MODE']}: unset {knob} or change the mode")
         if values["MXKV_TAU"] % values["MXKV_FRAGMENTS"]:
             raise ConfigError(f"MXKV_FRAGMENTS={values['MXKV_FRAGMENTS']} averages one fragment "
                               "every MXKV_TAU / MXKV_FRAGMENTS steps, and MXKV_TAU="

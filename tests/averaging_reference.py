@@ -1,10 +1,11 @@
 """The averaging algorithms written out in numpy (float64), step by step, for the tests to
 compare with what tests/workers/averaging_steps.py prints."""
-from typing import List
+from typing import Callable, List, Optional
 
 import numpy as np
 
 START = np.array([2.0, -1.0, 0.5])
+Rounding = Callable[[np.ndarray], np.ndarray]
 LEARNING_RATE, MOMENTUM = 0.1, 0.5
 
 
@@ -25,18 +26,27 @@ def is_averaging_point(step: int, warmup: int, tau: int) -> bool:
 
 
 def easgd_sync(steps: int, groups: int, tau: int, warmup: int, alpha: float,
-               optimizer: str) -> List[dict]:
-    """Synchronous EASGD with one rank per group: [{weights, centre} after each step]."""
+               optimizer: str, outer: str = "none", outer_lr: float = 0.7,
+               outer_momentum: float = 0.9) -> List[dict]:
+    """Synchronous EASGD with one rank per group: [{weights, centre} after each step].
+    With an outer optimizer the centre takes its step on the sum E of the elastic
+    differences: M = mu M + E, c += lr (E + mu M) (nesterov) or lr M (sgd)."""
     goal = targets(groups)
     x = np.tile(START, (groups, 1))
     mom = np.zeros_like(x)
     centre = START.copy()
+    velocity = np.zeros_like(START)
     records = []
     for step in range(1, steps + 1):
         x, mom = optimizer_step(x, mom, x - goal, optimizer)
         if is_averaging_point(step, warmup, tau):
             elastic = alpha * (x - centre)
-            x, centre = x - elastic, centre + elastic.sum(axis=0)
+            x, move = x - elastic, elastic.sum(axis=0)
+            if outer != "none":
+                velocity = outer_momentum * velocity + move
+                move = outer_lr * (move + outer_momentum * velocity if outer == "nesterov"
+                                   else velocity)
+            centre = centre + move
         records.append({"weights": x.copy(), "centre": centre.copy()})
     return records
 
@@ -96,21 +106,37 @@ def lasgd_outer(steps: int, ranks: int, tau: int, warmup: int, optimizer: str, o
 
 def streaming_lasgd(steps: int, ranks: int, tau: int, warmup: int, overlap: bool, optimizer: str,
                     fragments: int, outer: str = "none", outer_lr: float = 0.7,
-                    outer_momentum: float = 0.9) -> List[dict]:
+                    outer_momentum: float = 0.9, round16: Optional[Rounding] = None,
+                    offset: float = 0.0) -> List[dict]:
     """lasgd with the model's elements cut into `fragments` equal ranges (Streaming DiLoCo,
     modes/fragments.py): a point every tau / fragments steps averages the next fragment
     only, plainly or through the outer optimizer; overlapped, the average is applied at
     the next point (x += A' - S, A' the outer step's new model, or A). [{weights,
-    consensus}] after each step; consensus: the pending average applied, then the mean."""
-    goal = targets(ranks)
-    x = np.tile(START, (ranks, 1))
+    consensus, change}] after each step; consensus: the pending average applied, then the
+    mean. With round16 (modes/rounded_deltas.py) each rank's change since the anchor, plus
+    its residual, is rounded before the (exact) mean; change: the largest such change
+    rounded at this step. offset moves the start and every target by that much."""
+    goal = targets(ranks) + offset
+    x = np.tile(START + offset, (ranks, 1))
     mom = np.zeros_like(x)
     bounds = [f * START.size // fragments for f in range(fragments + 1)]
-    anchor, velocity = START.copy(), np.zeros_like(START)
+    anchor, velocity = START + offset, np.zeros_like(START)
+    residual = np.zeros_like(x)
     pending = None  # (elements, S, A) of the average in flight
+    changes: List[float] = []
+
+    def mean_of(part: slice, models: np.ndarray) -> np.ndarray:
+        if round16 is None:
+            return models.mean(axis=0)
+        change = anchor[part] - models + residual[:, part]
+        sent = round16(change.astype(np.float32)).astype(np.float64)
+        residual[:, part] = change - sent
+        changes.append(float(np.abs(change).max()))
+        return anchor[part] - sent.mean(axis=0)
 
     def outer_step(part: slice, mean: np.ndarray) -> np.ndarray:
         if outer == "none":
+            anchor[part] = mean  # the model every rank shares after the point
             return mean
         delta = anchor[part] - mean
         velocity[part] = outer_momentum * velocity[part] + delta
@@ -131,19 +157,21 @@ def streaming_lasgd(steps: int, ranks: int, tau: int, warmup: int, overlap: bool
             fragment = ((step - warmup) // interval - 1) % fragments
             part = slice(bounds[fragment], bounds[fragment + 1])
             if not overlap:
-                x[:, part] = outer_step(part, x[:, part].mean(axis=0))
+                x[:, part] = outer_step(part, mean_of(part, x[:, part]))
             else:
                 if pending is not None:
                     flying, snapshot, average = pending
                     x[:, flying] += outer_step(flying, average) - snapshot
-                pending = (part, x[:, part].copy(), x[:, part].mean(axis=0))
+                pending = (part, x[:, part].copy(), mean_of(part, x[:, part]))
         agreed = x.copy()
         if pending is not None:  # what consensus would apply (on copies of the outer state)
             saved = anchor.copy(), velocity.copy()
             flying, snapshot, average = pending
             agreed[:, flying] += outer_step(flying, average) - snapshot
             anchor[:], velocity[:] = saved
-        records.append({"weights": x.copy(), "consensus": agreed.mean(axis=0)})
+        records.append({"weights": x.copy(), "consensus": agreed.mean(axis=0),
+                        "change": max(changes, default=0.0)})
+        changes.clear()
     return records
 
 

@@ -2,7 +2,6 @@
 leaders' MPI windows (MXKV_TRANSPORT=rma): the elastic exchange follows the formulas exactly
 and conserves weights + centre; groups train a convex problem."""
 import json
-import re
 
 import numpy as np
 import pytest
@@ -146,12 +145,12 @@ def test_module_fit_in_easgd_mode_updates_locally_and_exchanges_every_tau_steps(
 SYNC_TAU, SYNC_WARMUP, SYNC_STEPS = 2, 1, 7
 
 
-def trainer_steps(job_dir, *args: str, transport: str = "ps"):
-    """averaging_steps.py: synchronous EASGD through the Trainer hooks, 2 groups of 1 rank;
-    (STEP records, CONSENSUS or None)."""
-    env = dict(EASGD, MXKV_EASGD_SYNC="1", MXKV_TAU=str(SYNC_TAU),
-               MXKV_WARMUP_STEPS=str(SYNC_WARMUP), MXKV_TRANSPORT=transport)
-    job = launch(2, "averaging_steps.py", str(job_dir), *args, env=env, timeout=120,
+def trainer_steps(job_dir, *args: str, transport: str = "ps", groups: int = 2, **env: str):
+    """averaging_steps.py: synchronous EASGD through the Trainer hooks, `groups` groups of
+    1 rank; (STEP records, CONSENSUS or None)."""
+    env = {**EASGD, "MXKV_EASGD_SYNC": "1", "MXKV_TAU": str(SYNC_TAU),
+           "MXKV_WARMUP_STEPS": str(SYNC_WARMUP), "MXKV_TRANSPORT": transport, **env}
+    job = launch(groups, "averaging_steps.py", str(job_dir), *args, env=env, timeout=120,
                  launcher_options=groups_of(1, transport))
     assert job.returncode == 0, job.output
     lines = job.lines_of(0)
@@ -175,15 +174,43 @@ def test_trainer_steps_follow_synchronous_easgd_and_eamsgd(job_dir, optimizer, t
     np.testing.assert_allclose(agreed, [expected[-1]["centre"]] * 2, rtol=0, atol=1e-5)
 
 
-@pytest.mark.parametrize("transport", TRANSPORTS)
-def test_easgd_checkpoint_resumes_the_same_trajectory(tmp_path, transport):
+@pytest.mark.parametrize("outer, transport, groups, sync", [
+    ("nesterov", "ps", 2, "1"), ("sgd", "rma", 2, "1"), ("nesterov", "ps", 1, "0")])
+def test_an_outer_optimizer_moves_the_centre_by_its_step(job_dir, outer, transport, groups,
+                                                           sync):
+    """MXKV_OUTER in easgd: each leader sends lr (e + mu m) with its own momentum m of its
+    own e; the reference takes the outer step on the sum of the groups' e (the momentum is
+    linear, so the two agree when the groups exchange together; one group alone is
+    asynchronous EASGD too). Control: plain EASGD's centre differs."""
+    alpha = 0.9 / groups
+    seen, agreed = trainer_steps(job_dir, str(SYNC_STEPS), "nag", "--consensus",
+                                 transport=transport, groups=groups, MXKV_EASGD_SYNC=sync,
+                                 MXKV_OUTER=outer, MXKV_OUTER_LR="0.7",
+                                 MXKV_OUTER_MOMENTUM="0.9")
+    expected = reference.easgd_sync(SYNC_STEPS, groups, SYNC_TAU, SYNC_WARMUP, alpha, "nag",
+                                    outer, 0.7, 0.9)
+    for record, want in zip(seen, expected):
+        np.testing.assert_allclose(record["weights"], want["weights"], rtol=0, atol=1e-5,
+                                   err_msg=f"step {record['step']}")
+        np.testing.assert_allclose(record["centre"], want["centre"], rtol=0, atol=1e-5,
+                                   err_msg=f"step {record['step']}")
+    np.testing.assert_allclose(agreed, [expected[-1]["centre"]] * groups, rtol=0, atol=1e-5)
+    plain = reference.easgd_sync(SYNC_STEPS, groups, SYNC_TAU, SYNC_WARMUP, alpha, "nag")
+    assert np.abs(plain[-1]["centre"] - expected[-1]["centre"]).max() > 1e-2
+
+
+@pytest.mark.parametrize("transport, outer", [("ps", "none"), ("rma", "none"),
+                                               ("ps", "nesterov")])
+def test_easgd_checkpoint_resumes_the_same_trajectory(tmp_path, transport, outer):
     """Saved after step 4 (exchanges after steps 3, 5, 7): weights, momentum, the centre
-    (on the servers, or in the leaders' windows) and the step counter come back."""
-    straight, _ = trainer_steps(tmp_path / "straight", str(SYNC_STEPS), "nag", transport=transport)
+    (on the servers, or in the leaders' windows), the leaders' outer momentum and the step
+    counter come back."""
+    settings = {"transport": transport, "MXKV_OUTER": outer}
+    straight, _ = trainer_steps(tmp_path / "straight", str(SYNC_STEPS), "nag", **settings)
     trainer_steps(tmp_path / "first", str(SYNC_STEPS), "nag", "--save", "4", str(tmp_path / "ckpt"),
-                  transport=transport)
+                  **settings)
     resumed, _ = trainer_steps(tmp_path / "second", str(SYNC_STEPS), "nag", "--resume",
-                               str(tmp_path / "ckpt"), transport=transport)
+                               str(tmp_path / "ckpt"), **settings)
     assert [r["step"] for r in resumed] == list(range(5, SYNC_STEPS + 1))
     for record, want in zip(resumed, straight[4:]):
         np.testing.assert_allclose(record["weights"], want["weights"], rtol=0, atol=1e-6)

@@ -10,7 +10,9 @@ import averaging_reference as reference
 import mxkv_hybrid
 from conftest import launch, load_ranks
 from mxkv_hybrid.config import Config
-from mxkv_hybrid.errors import ConfigError
+from mxkv_hybrid.errors import ConfigError, MXKVError
+from mxkv_hybrid.modes.averaging import check_saved_with
+from mxkv_hybrid.modes.rounded_deltas import round_to_16_bits
 
 RANKS, TAU, WARMUP, STEPS = 3, 2, 2, 9
 
@@ -73,11 +75,13 @@ def test_an_outer_optimizer_s_state_survives_a_checkpoint(tmp_path):
         np.testing.assert_allclose(second["w"], straight["w"], rtol=0, atol=1e-6)
 
 
-def test_an_outer_optimizer_and_fragments_outside_lasgd_are_refused():
-    for mode in ("easgd", "sync", "allreduce"):
-        with pytest.raises(ConfigError, match="MXKV_OUTER=nesterov is built for MXKV_MODE=lasgd"):
+def test_an_outer_optimizer_and_fragments_outside_their_modes_are_refused():
+    for mode in ("sync", "async", "allreduce"):
+        with pytest.raises(ConfigError, match="MXKV_OUTER=nesterov is built for MXKV_MODE=lasgd "
+                                              "or easgd, and this job has MXKV_MODE="):
             Config.from_environment({"MXKV_MODE": mode, "MXKV_OUTER": "nesterov"})
-        with pytest.raises(ConfigError, match="MXKV_FRAGMENTS=2 is built for MXKV_MODE=lasgd"):
+    for mode in ("easgd", "sync", "allreduce"):
+        with pytest.raises(ConfigError, match="MXKV_FRAGMENTS=2 is built for MXKV_MODE=lasgd, "):
             Config.from_environment({"MXKV_MODE": mode, "MXKV_FRAGMENTS": "2"})
 
 
@@ -271,3 +275,45 @@ def test_the_average_in_flight_does_not_hold_up_the_local_steps():
         seen = json.loads(job.lines_of(rank)[-1])
         assert seen["in_flight_after_step_3"] >= 1, seen
         assert seen["in_flight_after_close"] == 0, seen
+
+
+HALF_UNIT = {"bf16": 2.0 ** -8, "fp16": 2.0 ** -11}  # the largest relative rounding error
+
+
+@pytest.mark.parametrize("compress, overlap", [("bf16", False), ("bf16", True),
+                                               ("fp16", False)])
+def test_16_bit_averages_send_rounded_changes_with_error_feedback(job_dir, compress, overlap):
+    """MXKV_COMPRESS in lasgd, the weights near 100 (start and targets moved by 100), no
+    warm-up: every step is within a derived bound of the reference that rounds each
+    rank's change since the anchor (plus its residual). Per point the wire adds at most
+    4 half-units of the largest change D (each rank's own rounding, the ring's partial
+    sums of up to 3 D, a residual counted twice, over 3 ranks); twice that for what the
+    local steps carry on (momentum 0.5); and float32's own arithmetic at 100 (2^-24 x 128
+    an operation, a few a step: 1e-4 over the 9 steps). Control: rounding the weights
+    themselves, as 16-bit averages did before, misses by more than the bound."""
+    offset, unit = 100.0, HALF_UNIT[compress]
+    seen, agreed = run_steps(job_dir, str(STEPS), "nag", "--offset", str(offset), "--consensus",
+                             MXKV_COMPRESS=compress, MXKV_LASGD_OVERLAP=str(int(overlap)),
+                             MXKV_WARMUP_STEPS="0", MXKV_ALGO="ring")
+    rounding = lambda values: round_to_16_bits(values, compress)  # noqa: E731
+    expected = reference.streaming_lasgd(STEPS, RANKS, TAU, 0, overlap, "nag", 1,
+                                         round16=rounding, offset=offset)
+    bound = 1e-4
+    for record, want in zip(seen, expected):
+        bound += 8 * unit * want["change"]
+        np.testing.assert_allclose(record["weights"], want["weights"], rtol=0, atol=bound,
+                                   err_msg=f"step {record['step']}")
+    assert all(row == agreed[0] for row in agreed)
+    exact = reference.streaming_lasgd(STEPS, RANKS, TAU, 0, overlap, "nag", 1, offset=offset)
+    means = [record["weights"].mean(axis=0) for record in exact]
+    assert max(np.abs(rounding(mean) - mean).max() for mean in means) > bound
+
+
+def test_a_checkpoint_written_with_other_averaging_settings_is_refused():
+    with pytest.raises(MXKVError, match="lasgd: this checkpoint was written without an outer "
+                                        "optimizer \\(MXKV_OUTER\\); resume with the same"):
+        check_saved_with({"outer": None}, "outer", True, "lasgd", "an outer optimizer (MXKV_OUTER)")
+    with pytest.raises(MXKVError, match="written with 16-bit averages"):
+        check_saved_with({"deltas": {"residual": {}}}, "deltas", False, "lasgd",
+                         "16-bit averages (MXKV_COMPRESS)")
+    check_saved_with({}, "deltas", False, "lasgd", "16-bit averages")  # older: none saved

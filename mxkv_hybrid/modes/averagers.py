@@ -14,8 +14,10 @@ step warmup_steps + period (PyTorch's averages at step warmup_steps already). Wi
 overlap=True the average travels while the next `period` steps compute (mode lasgd's
 algorithm, see local_sgd.py); `consensus` then gives every rank the same model. With
 fragments=P the model is cut into P fragments, and one is averaged every period / P steps
-(Streaming DiLoCo: each exchange sends 1/P of the model)."""
+(Streaming DiLoCo: each exchange sends 1/P of the model). The averages are plain and in
+float32 (MXKV_OUTER and MXKV_COMPRESS are mode lasgd's)."""
 import warnings
+from dataclasses import replace
 from typing import Iterable, List, Tuple, Union
 
 import mxnet as mx
@@ -71,7 +73,8 @@ class PeriodicModelAverager:
         if not isinstance(fragments, int) or fragments < 1 or period % fragments:
             raise ValueError(f"fragments must be a whole number >= 1 that divides period "
                              f"{period}, got {fragments!r}")
-        self._schedule = LocalSGD(Config.from_environment(), world(), period=period,
+        plain = replace(Config.from_environment(), outer="none", compress="none")
+        self._schedule = LocalSGD(plain, world(), period=period,
                                   warmup_steps=warmup_steps, overlap=bool(overlap),
                                   fragments=fragments)
 

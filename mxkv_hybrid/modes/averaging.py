@@ -38,6 +38,14 @@ def check_state_mode(state: dict, mode: str) -> None:
                         f"job runs MXKV_MODE={mode}: resume with the mode it was saved in")
 
 
+def check_saved_with(state: dict, entry: str, here: bool, mode: str, setting: str) -> None:
+    """Refuses a state saved with `setting` (its `entry` not None) where this job runs
+    without it, or the other way round."""
+    if (state.get(entry) is not None) != here:
+        raise MXKVError(f"{mode}: this checkpoint was written {'without' if here else 'with'} "
+                        f"{setting}; resume with the same setting")
+
+
 def allreduce_split(op: str, keys: Sequence[Key], inputs: Sequence[Arrays],
                     outputs: Sequence[Arrays], average: bool, is_weight: Callable[[Key], bool],
                     weights: "TensorCollectives | QuantisedReducer",

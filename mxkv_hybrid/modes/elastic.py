@@ -17,6 +17,9 @@ With MXKV_TRANSPORT=rma the centre lives in MPI windows on the group leaders ins
 accumulates; synchronous EASGD puts a barrier of the leaders between the reads and the
 adds, and after the adds.
 
+With MXKV_OUTER each leader sends the centre an outer optimizer's move instead of e
+(outer_optimizer.py): c += lr (e + mu m) with m = mu m + e, the leader's momentum.
+
 EAMSGD (the paper's momentum variant) is this mode with a Nesterov-momentum optimizer
 ('nag'): the elastic step moves x and leaves the momentum alone, as in the paper."""
 import atexit
@@ -38,7 +41,8 @@ from ..ps.client import connect_leader, release
 from ..ps.finish_line import finish_line_for
 from ..ps.keys import ServerKeys
 from ..ps.optimizers import FINISH_KEY, ElasticCentre
-from .averaging import allreduce_split, check_state_mode
+from .averaging import allreduce_split, check_saved_with, check_state_mode
+from .outer_optimizer import OuterOptimizer
 from .remote_centre import RemoteCentre
 
 
@@ -72,6 +76,8 @@ class ElasticAveraging:
         self._remote = (RemoteCentre(world, groups, link_throttle(config),
                                      config.rma_progress_us)
                         if config.transport == "rma" else None)
+        self._outer = (OuterOptimizer(config.outer, config.outer_lr, config.outer_momentum)
+                       if config.outer != "none" else None)  # the leader's moves of c
         self._ps = None
         if self._remote is None:
             kind = "dist_sync" if config.easgd_sync else "dist_async"
@@ -171,6 +177,10 @@ class ElasticAveraging:
         `ready`: no operation is pending on these arrays (kernels.elastic_step)."""
         elastic = [self._elastic[k] for k in keys]
         elastic_step(self.alpha, [w[0] for w in weights], centres, elastic, ready)
+        if self._outer is not None:  # what the centre receives: the outer step's move
+            self._outer.scale_moves(keys, elastic)
+            for move in elastic:  # one-sided adds read them in place
+                move.wait_to_read()
         return elastic
 
     def centre(self, keys: Sequence[Key], outs: Sequence[mx.nd.NDArray]) -> None:
@@ -199,7 +209,8 @@ class ElasticAveraging:
             keys = list(self._centre)
             self.centre(keys, [self._centre[k] for k in keys])
             centre = {k: self._centre[k].asnumpy() for k in keys}
-        return {"mode": "easgd", "steps": self.steps, "rounds": self.rounds, "centre": centre}
+        return {"mode": "easgd", "steps": self.steps, "rounds": self.rounds, "centre": centre,
+                "outer": None if self._outer is None else self._outer.state()}
 
     def load_state(self, state: dict) -> None:
         """Restores the counters; world rank 0 sets the centre (on the servers, or in the
@@ -210,6 +221,10 @@ class ElasticAveraging:
         of a restarted group kept the centre the other groups moved on."""
         check_state_mode(state, "easgd")
         self.steps, self.rounds = state["steps"], state["rounds"]
+        check_saved_with(state, "outer", self._outer is not None, "easgd",
+                         "an outer optimizer (MXKV_OUTER)")
+        if self._outer is not None:
+            self._outer.load_state(state["outer"])
         if self._leads:
             keys = list(self._centre)
             restores = self._rank == 0 and not (self._separate_jobs and self._attempt > 0)

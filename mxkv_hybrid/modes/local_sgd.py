@@ -31,9 +31,10 @@ from ..comm.compression_params import Compression
 from ..comm.topology import World, groups
 from ..config import Config
 from ..errors import MXKVError
-from .averaging import allreduce_split, check_state_mode
+from .averaging import allreduce_split, check_saved_with, check_state_mode
 from .fragments import Piece, cut_into_fragments
 from .outer_optimizer import OuterOptimizer
+from .rounded_deltas import RoundedDeltas
 
 
 class DeviceSum:
@@ -80,8 +81,12 @@ class LocalSGD:
         self._average: Dict[Key, mx.nd.NDArray] = {}   # A: the mean of S, being computed
         self._in_flight: List[Piece] = []
         self._in_flight_keys: Tuple[Key, ...] = ()     # the keys stepped when it started
+        # 16-bit averages send changes from the anchor, which plain averaging keeps as an
+        # outer SGD with lr 1 and no momentum
+        self._deltas = RoundedDeltas(config.compress) if config.compress != "none" else None
         self._outer = (OuterOptimizer(config.outer, config.outer_lr, config.outer_momentum)
-                       if config.outer != "none" else None)
+                       if config.outer != "none"
+                       else OuterOptimizer("sgd", 1.0, 0.0) if self._deltas is not None else None)
 
     @property
     def buckets_in_flight(self) -> int:
@@ -130,7 +135,10 @@ class LocalSGD:
         names = [piece.name for piece in pieces]
         if not self.overlap:
             views = _views(pieces, keys, weights)
-            self._world.allreduce("model averaging", names, views, views, average=True)
+            if self._deltas is None:
+                self._world.allreduce("model averaging", names, views, views, average=True)
+            else:
+                self._average_changes(pieces, views)
             if self._outer is not None:
                 self._outer.step(pieces, views)
             self.rounds += 1
@@ -143,6 +151,10 @@ class LocalSGD:
                 self._average[piece.name] = mx.nd.empty(shape, ctx=where, dtype=dtype)
             copies[0].copyto(self._snapshot[piece.name])
             copies[0].copyto(self._average[piece.name])
+        if self._deltas is not None:  # A = this rank's change since the anchor
+            self._deltas.changes(names, [self._outer.anchor_of(p) for p in pieces],
+                                 [self._snapshot[name] for name in names],
+                                 [self._average[name] for name in names])
         averages = [[self._average[name]] for name in names]
         self._averaging.allreduce("model averaging", names, averages, averages, average=True)
         self._in_flight, self._in_flight_keys = pieces, tuple(keys)
@@ -153,6 +165,21 @@ class LocalSGD:
         if self.overlap:
             self._apply_in_flight(keys, weights)
         self._world.allreduce("model averaging", keys, weights, weights, average=True)
+
+    def _average_changes(self, pieces: Sequence[Piece], views: List[List[mx.nd.NDArray]]
+                         ) -> None:
+        """Blocking, in 16 bits: every copy of each piece becomes anchor - mean(d)."""
+        names = [piece.name for piece in pieces]
+        anchors = [self._outer.anchor_of(piece) for piece in pieces]
+        changes = [mx.nd.empty(copies[0].shape, ctx=copies[0].context, dtype=copies[0].dtype)
+                   for copies in views]
+        self._deltas.changes(names, anchors, [copies[0] for copies in views], changes)
+        self._world.allreduce("model averaging", names, [[c] for c in changes],
+                              [[c] for c in changes], average=True)
+        self._deltas.models(anchors, changes)
+        for change, copies in zip(changes, views):
+            for copy in copies:
+                change.copyto(copy)
 
     def _fragments_of(self, keys: Sequence[Key], weights: Sequence[Arrays]) -> List[List[Piece]]:
         """The fragments of the model these keys make (the same on every rank)."""
@@ -172,6 +199,9 @@ class LocalSGD:
                             "update the same parameters (freeze parameters with grad_req='null' "
                             "before training starts)")
         averages = [[self._average[piece.name]] for piece in self._in_flight]
+        if self._deltas is not None:  # the mean change becomes the mean model
+            self._deltas.models([self._outer.anchor_of(p) for p in self._in_flight],
+                                [copies[0] for copies in averages])
         if self._outer is not None:
             self._outer.step(self._in_flight, averages)
         for piece, copies in zip(self._in_flight, _views(self._in_flight, keys, weights)):
@@ -187,7 +217,8 @@ class LocalSGD:
                 "fragments": self.fragments, "in_flight_keys": list(self._in_flight_keys),
                 "in_flight": [((p.key, p.start, p.stop, p.size), self._snapshot[p.name].asnumpy(),
                                self._average[p.name].asnumpy()) for p in self._in_flight],
-                "outer": None if self._outer is None else self._outer.state()}
+                "outer": None if self._outer is None else self._outer.state(),
+                "deltas": None if self._deltas is None else self._deltas.state()}
 
     def load_state(self, state: dict) -> None:
         check_state_mode(state, "lasgd")
@@ -196,12 +227,14 @@ class LocalSGD:
             raise MXKVError(f"lasgd: this checkpoint was written with MXKV_FRAGMENTS="
                             f"{state.get('fragments', 1)}, and this job has {self.fragments}: "
                             "resume with the same setting")
-        if (state.get("outer") is None) != (self._outer is None):
-            raise MXKVError("lasgd: this checkpoint was written "
-                            + ("without" if self._outer is not None else "with")
-                            + " an outer optimizer (MXKV_OUTER); resume with the same setting")
+        check_saved_with(state, "deltas", self._deltas is not None, "lasgd",
+                         "16-bit averages (MXKV_COMPRESS)")
+        check_saved_with(state, "outer", self._outer is not None, "lasgd",
+                         "an outer optimizer (MXKV_OUTER)")
         if self._outer is not None:
             self._outer.load_state(state["outer"])
+        if self._deltas is not None:
+            self._deltas.load_state(state["deltas"])
         self._in_flight = []
         for where, snapshot, average in state["in_flight"]:  # older checkpoints: whole keys
             piece = (Piece(*where) if isinstance(where, tuple)

@@ -1,6 +1,6 @@
 """An outer optimizer for the averaging modes (DiLoCo, Douillard et al. 2023; SlowMo, Wang
-et al. 2020): at each averaging point the change of the averaged model since the last one
-is taken as a gradient of the model every rank shared then (the anchor, theta):
+et al. 2020). lasgd: at each averaging point the change of the averaged model since the
+last one is taken as a gradient of the model every rank shared then (the anchor, theta):
 
     delta = theta - mean(x)              (the outer gradient)
     m = mu * m + delta                   (its momentum)
@@ -9,7 +9,15 @@ is taken as a gradient of the model every rank shared then (the anchor, theta):
 
 and every rank starts the next local steps from the new theta. With lr 1 and mu 0 it is
 plain averaging. With MXKV_FRAGMENTS each fragment takes its outer steps at its own
-points (the anchor is the whole model's; the momentum is each piece's). DiLoCo's defaults: lr 0.7, mu 0.9 (MXKV_OUTER_LR, MXKV_OUTER_MOMENTUM)."""
+points (the anchor is the whole model's; the momentum is each piece's).
+
+easgd: the centre c is the outer model, and the groups' elastic differences e (the
+centre's plain move is c += sum of e) its negative gradient. Each leader keeps the
+momentum of its own e and sends lr (e + mu m) (nesterov) or lr m (sgd) instead of e;
+the momentum is linear, so when all groups exchange at once (MXKV_EASGD_SYNC=1) the
+centre takes exactly the outer step of the sum of the e; asynchronous groups each give
+their own moves momentum. DiLoCo's defaults: lr 0.7, mu 0.9 (MXKV_OUTER_LR,
+MXKV_OUTER_MOMENTUM)."""
 from typing import Dict, Sequence
 
 import mxnet as mx
@@ -19,7 +27,7 @@ from .fragments import Piece
 
 
 class OuterOptimizer:
-    """The anchor and the outer momentum of every weight."""
+    """The anchor (lasgd) and the outer momentum of every weight."""
 
     def __init__(self, kind: str, learning_rate: float, momentum: float):
         self.kind, self.learning_rate, self.momentum = kind, learning_rate, momentum
@@ -31,19 +39,33 @@ class OuterOptimizer:
         for key, weight in zip(keys, weights):
             self._anchor[key] = weight.copy()
 
+    def anchor_of(self, piece: Piece) -> mx.nd.NDArray:
+        """The anchor's elements of `piece` (a view: the anchor's own memory)."""
+        return piece.view(self._anchor[piece.key])
+
     def step(self, pieces: Sequence[Piece], averages: Sequence[Arrays]) -> None:
-        """`averages[i]` hold the mean of the ranks' piece i of the model (a whole weight
-        or a fragment's part of one); each becomes that piece of the new anchor."""
+        """lasgd: `averages[i]` hold the mean of the ranks' piece i of the model (a whole
+        weight or a fragment's part of one); each becomes that piece of the new anchor."""
         for piece, copies in zip(pieces, averages):
-            anchor = piece.view(self._anchor[piece.key])
-            delta = anchor - copies[0].as_in_context(anchor.context)
-            velocity = self._velocity.get(piece.name)
-            velocity = delta if velocity is None else self.momentum * velocity + delta
-            self._velocity[piece.name] = velocity
-            direction = delta + self.momentum * velocity if self.kind == "nesterov" else velocity
+            anchor = self.anchor_of(piece)
+            direction = self._direction(piece.name, anchor - copies[0].as_in_context(
+                anchor.context))
             anchor -= self.learning_rate * direction  # in place: a view writes into the anchor
             for copy in copies:
                 anchor.copyto(copy)
+
+    def scale_moves(self, keys: Sequence[Key], moves: Sequence[mx.nd.NDArray]) -> None:
+        """easgd: each of this leader's elastic differences e becomes, in place, the move
+        it sends the centre: lr (e + mu m) or lr m, after m = mu m + e."""
+        for key, move in zip(keys, moves):
+            move[:] = self.learning_rate * self._direction(key, move)
+
+    def _direction(self, name: Key, delta: mx.nd.NDArray) -> mx.nd.NDArray:
+        """Updates the momentum of `name` by `delta`; the step's direction."""
+        velocity = self._velocity.get(name)
+        velocity = delta.copy() if velocity is None else self.momentum * velocity + delta
+        self._velocity[name] = velocity
+        return delta + self.momentum * velocity if self.kind == "nesterov" else velocity
 
     def state(self) -> dict:
         return {"anchor": {k: v.asnumpy() for k, v in self._anchor.items()},

@@ -5,7 +5,7 @@ test to compare with the formulas. Optionally saves a checkpoint after step K an
 or resumes from one; writes the final weights to OUT/rank<r>.npz.
 With --consensus, the ranks then agree on one model (mxkv_hybrid.consensus), which
 rank 0 prints as CONSENSUS.
-argv: OUT STEPS OPTIMIZER(sgd|nag) [--save K DIR | --resume DIR] [--consensus]
+argv: OUT STEPS OPTIMIZER(sgd|nag) [--save K DIR | --resume DIR] [--consensus] [--offset D]
 ({rank} in DIR: a checkpoint directory per rank, as on disks local to each host)."""
 import argparse
 import json
@@ -22,16 +22,17 @@ START = [2.0, -1.0, 0.5]
 LEARNING_RATE, MOMENTUM = 0.1, 0.5
 
 
-def target(rank: int) -> mx.nd.NDArray:
-    return mx.nd.array([rank + 1.0, -2.0 * rank, 0.5 * rank])
+def target(rank: int, offset: float = 0.0) -> mx.nd.NDArray:
+    return mx.nd.array([rank + 1.0, -2.0 * rank, 0.5 * rank]) + offset
 
 
 class Point(gluon.Block):
     """One parameter w; forward gives 0.5 |w - target|^2."""
 
-    def __init__(self):
+    def __init__(self, offset: float = 0.0):
         super().__init__()
-        self.w = self.params.get("w", shape=(3,), init=mx.init.Constant(mx.nd.array(START)))
+        self.w = self.params.get("w", shape=(3,),
+                                 init=mx.init.Constant(mx.nd.array(START) + offset))
 
     def forward(self, goal):
         return 0.5 * ((self.w.data() - goal) ** 2).sum()
@@ -45,11 +46,13 @@ def main() -> None:
     parser.add_argument("--save", nargs=2, metavar=("K", "DIR"))
     parser.add_argument("--resume", metavar="DIR")
     parser.add_argument("--consensus", action="store_true")
+    parser.add_argument("--offset", type=float, default=0.0,
+                        help="moves the start and every target by this much")
     args = parser.parse_args()
 
     comm = MPI.COMM_WORLD
     kv = mx.kv.create("hybrid")
-    net = Point()
+    net = Point(args.offset)
     net.initialize()
     trainer = gluon.Trainer(net.collect_params(), args.optimizer,
                             {"learning_rate": LEARNING_RATE, "momentum": MOMENTUM}, kvstore=kv)
@@ -61,7 +64,7 @@ def main() -> None:
     stop = int(args.save[0]) if args.save else args.steps
     for step in range(first, stop):
         with autograd.record():
-            loss = net(target(comm.rank))
+            loss = net(target(comm.rank, args.offset))
         loss.backward()
         trainer.step(1)
         record = {"step": step + 1, "weights": comm.gather(net.w.data().asnumpy().tolist())}
