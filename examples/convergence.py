@@ -103,7 +103,7 @@ def parse_configuration(text: str) -> Configuration:
                 f"{text!r}: {setting!r} is not NAME=VALUE with NAME one of "
                 f"{', '.join([*SETTINGS, 'lr'])}")
         env[SETTINGS[name]] = value
-    if "MXKV_OUTER" in env:  # as the published runs of DiLoCo were: blocking averages
+    if "MXKV_OUTER" in env and mode == "lasgd":  # as the published DiLoCo runs: blocking
         env.setdefault("MXKV_LASGD_OVERLAP", "0")
     return Configuration(mode, env, lr)
 
