@@ -40,7 +40,10 @@ Bytes across groups: what the collectives' algorithms sent to ranks of other gro
 from the servers, or read from and accumulated into another leader's window (rma),
 summed over the ranks. A slow link (MXKV_THROTTLE_MBPS / MXKV_THROTTLE_LATENCY_MS: every
 cross-group transfer step takes at least latency + bytes / bandwidth, per rank; see
-mxkv_hybrid/comm/link_throttle.py) is the setting the averaging modes exist for.
+mxkv_hybrid/comm/link_throttle.py) is the setting the averaging modes exist for. With
+--hosts (root) every group runs on an emulated host of its own instead
+(mxkv_hybrid.testing.cluster: a network namespace, MPI over TCP, one tbf-shaped link per
+host at the --links rate, 0 unlimited), and nothing is throttled in the process.
 
 Prints a table (means over the seeds), writes convergence_<task>.json, .png and .txt
 to --out: accuracy against epochs, bytes across groups and wall time (means over the
@@ -204,29 +207,35 @@ def average_model_accuracy(comm, net, evaluate) -> Optional[float]:
     return found
 
 
-def run(configuration: str, seed: int, link: float, args: argparse.Namespace) -> dict:
-    """One job; its rows and totals."""
+def run(configuration: str, seed: int, link: float, args: argparse.Namespace,
+        cluster=None) -> dict:
+    """One job (on `cluster`'s emulated hosts, one group each, if given); its rows and
+    totals."""
     mode, env, lr = parse_configuration(configuration)
     size = args.ranks // args.groups
     print(f"-- {configuration}, seed {seed}{f', link {link:g} Mbit/s' if link else ''} ...",
           flush=True)
-    launcher = [sys.executable, "-m", "mxkv_hybrid.launch", "-n", str(args.ranks),
-                "--timeout", "1800"]
+    options = []
     if env.get("MXKV_TRANSPORT") == "rma":  # the centre in the leaders' windows: no servers
-        launcher += ["--group-size", str(size)]
+        options += ["--group-size", str(size)]
     elif mode in ("sync", "async", "easgd"):
-        launcher += ["--group-size", str(size), "--servers", "1"]
+        options += ["--group-size", str(size), "--servers", "1"]
         if mode in ("async", "easgd"):  # one MPI job: the byte counts are summed over all ranks
-            launcher += ["--one-job"]
+            options += ["--one-job"]
+    throttle = 0 if cluster is not None else link  # emulated hosts: their links are the limit
     environment = dict(os.environ, MXKV_MODE=mode, MXKV_GROUP_SIZE=str(size), **env,
-                       OMP_NUM_THREADS="1", MXKV_THROTTLE_MBPS=str(link),
-                       MXKV_THROTTLE_LATENCY_MS=str(args.latency_ms if link else 0))
-    worker_args = ["--worker", "--task", args.task, "--epochs", str(args.epochs),
-                   "--batch-size", str(args.batch_size), "--lr", str(lr or args.lr),
-                   "--seed", str(seed)]
+                       OMP_NUM_THREADS="1", MXKV_THROTTLE_MBPS=str(throttle),
+                       MXKV_THROTTLE_LATENCY_MS=str(args.latency_ms if throttle else 0))
+    worker = ["python", __file__, "--worker", "--task", args.task, "--epochs", str(args.epochs),
+              "--batch-size", str(args.batch_size), "--lr", str(lr or args.lr), "--seed", str(seed)]
     begun = time.perf_counter()
-    done = subprocess.run([*launcher, "--", "python", __file__, *worker_args],
-                          capture_output=True, text=True, env=environment)
+    if cluster is None:
+        done = subprocess.run([sys.executable, "-m", "mxkv_hybrid.launch", "-n", str(args.ranks),
+                               "--timeout", "1800", *options, "--", *worker],
+                              capture_output=True, text=True, env=environment)
+    else:
+        from emulated_hosts import launch_on_hosts
+        done = launch_on_hosts(cluster, size, worker, environment, options)
     if done.returncode != 0:
         sys.exit(f"{configuration} (seed {seed}) failed:\n{done.stdout}\n{done.stderr}")
     rows = json_lines(done.stdout)
@@ -364,17 +373,32 @@ def merged(paths: List[str], args: argparse.Namespace) -> Tuple[List[dict], argp
     for path in paths:
         with open(path) as f:
             studies.append(json.load(f))
-    shared = ("task", "ranks", "groups", "epochs", "batch_size", "lr", "latency_ms")
+    shared = ("task", "ranks", "groups", "epochs", "batch_size", "lr", "latency_ms", "hosts")
     first = studies[0]["settings"]
     for path, study in zip(paths, studies):
-        differing = [k for k in shared if study["settings"][k] != first[k]]
+        differing = [k for k in shared if study["settings"].get(k) != first.get(k)]
         if differing:
             sys.exit(f"--merge: {path} differs from {paths[0]} in {', '.join(differing)}")
     results = [run for study in studies for run in study["runs"]]
-    settings = dict(vars(args), **{k: first[k] for k in shared},
+    settings = dict(vars(args), **{k: first.get(k) for k in shared},
                     seeds=list(dict.fromkeys(r["seed"] for r in results)),
                     links=sorted({r["link_mbps"] for r in results}))
     return results, argparse.Namespace(**settings)
+
+
+def links(args: argparse.Namespace):
+    """(link rate, the emulated cluster whose hosts' links run at it, or None) for each of
+    --links; a cluster lives while its link's jobs run."""
+    if not args.hosts:
+        yield from ((link, None) for link in args.links)
+        return
+    from emulated_hosts import require_emulated_hosts
+    from mxkv_hybrid.testing.cluster import Cluster
+
+    require_emulated_hosts()
+    for link in args.links:
+        with Cluster(args.groups, link or None) as cluster:
+            yield link, cluster
 
 
 def main() -> None:
@@ -391,7 +415,12 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[42])
     parser.add_argument("--links", type=float, nargs="+", default=[0.0, 50.0],
                         help="Mbit/s between the groups, 0: no throttle")
-    parser.add_argument("--latency-ms", type=float, default=2.0)
+    parser.add_argument("--latency-ms", type=float, default=2.0,
+                        help="the throttle's latency a transfer (not with --hosts)")
+    parser.add_argument("--hosts", action="store_true",
+                        help="every group on an emulated host of its own (root; network "
+                             "namespaces, MPI over TCP) whose link runs at --links Mbit/s "
+                             "(tbf; 0: unlimited), instead of the in-process throttle")
     parser.add_argument("--configurations", nargs="+", help="the task's set unless given")
     parser.add_argument("--within", type=float, default=0.005,
                         help="the target: allreduce's final accuracy less this much")
@@ -421,13 +450,16 @@ def main() -> None:
                 parse_configuration(configuration)
             except argparse.ArgumentTypeError as err:
                 parser.error(str(err))
-        results = [run(configuration, seed, link, args) for link in args.links
-                   for seed in args.seeds for configuration in configurations]
+        results = [run(configuration, seed, link, args, cluster)
+                   for link, cluster in links(args) for seed in args.seeds
+                   for configuration in configurations]
     rows = summarise(results, args.within)
+    where = ("one emulated host per group, links of the rate shown (0: unlimited)"
+             if args.hosts else
+             f"slow links + {args.latency_ms:g} ms a transfer")
     title = (f"{args.task}, {args.ranks} ranks in {args.groups} groups, {args.epochs} epochs, "
              f"batch {args.batch_size}/rank, lr {args.lr} (unless the configuration names "
-             f"one), momentum 0.9, seeds {' '.join(map(str, args.seeds))}; slow links + "
-             f"{args.latency_ms:g} ms a transfer")
+             f"one), momentum 0.9, seeds {' '.join(map(str, args.seeds))}; {where}")
     text = f"{title}\n{table(rows, args.within)}"
     print(f"\n{text}")
     os.makedirs(args.out, exist_ok=True)
