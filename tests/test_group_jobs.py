@@ -52,8 +52,11 @@ def test_a_lost_easgd_group_ends_alone_and_the_others_finish(job_dir):
     epochs = 30  # 20 once ended at 0.947 in CI, under load
     job = train(job_dir, 6, "easgd", epochs, 0.1, {"MXKV_FAULT": "kill:rank=2:step=20"})
     assert job.returncode == 1, job.output
+    # A rank of the lost group is named first: rank 2, or, under load, rank 3, which
+    # mpiexec stopped after it (seen once in CI: rank 2 killed itself, and its threads and
+    # memory took longer to go than its mate's); the naming itself is test_failures.py's
     assert re.search(r"mxkv-launch: group 1 \(ranks 2-3\) was lost: its MPI job exited with "
-                     r"status \d+; ranks? 2 \(pid \d+", job.output), job.output
+                     r"status \d+; ranks? [23] \(pid \d+", job.output), job.output
     assert "mxkv-launch: 1 of 3 groups lost: group 1 (ranks 2-3)" in job.output
     for leader in (0, 4):
         assert any("group(s) [1] were given up by the launcher (lost, no restart left)" in line
