@@ -283,27 +283,31 @@ HALF_UNIT = {"bf16": 2.0 ** -8, "fp16": 2.0 ** -11}  # the largest relative roun
 @pytest.mark.parametrize("compress, overlap", [("bf16", False), ("bf16", True),
                                                ("fp16", False)])
 def test_16_bit_averages_send_rounded_changes_with_error_feedback(job_dir, compress, overlap):
-    """MXKV_COMPRESS in lasgd, the weights near 100 (start and targets moved by 100), no
+    """MXKV_COMPRESS in lasgd, the weights near 1000 (start and targets moved by 1000), no
     warm-up: every step is within a derived bound of the reference that rounds each
     rank's change since the anchor (plus its residual). Per point the wire adds at most
     4 half-units of the largest change D (each rank's own rounding, the ring's partial
     sums of up to 3 D, a residual counted twice, over 3 ranks); twice that for what the
-    local steps carry on (momentum 0.5); and float32's own arithmetic at 100 (2^-24 x 128
-    an operation, a few a step: 1e-4 over the 9 steps). Control: rounding the weights
-    themselves, as 16-bit averages did before, misses by more than the bound."""
-    offset, unit = 100.0, HALF_UNIT[compress]
+    local steps carry on (momentum 0.5); and float32's own arithmetic at 1000 (2^-24 x 1024
+    an operation, a few a step: 1e-3 over the 9 steps). Control: rounding the weights
+    themselves, as 16-bit averages did before (bf16 steps of 4 there), misses the bound."""
+    offset, unit = 1000.0, HALF_UNIT[compress]
     seen, agreed = run_steps(job_dir, str(STEPS), "nag", "--offset", str(offset), "--consensus",
                              MXKV_COMPRESS=compress, MXKV_LASGD_OVERLAP=str(int(overlap)),
                              MXKV_WARMUP_STEPS="0", MXKV_ALGO="ring")
     rounding = lambda values: round_to_16_bits(values, compress)  # noqa: E731
     expected = reference.streaming_lasgd(STEPS, RANKS, TAU, 0, overlap, "nag", 1,
                                          round16=rounding, offset=offset)
-    bound = 1e-4
+    bound = 1e-3
     for record, want in zip(seen, expected):
         bound += 8 * unit * want["change"]
         np.testing.assert_allclose(record["weights"], want["weights"], rtol=0, atol=bound,
                                    err_msg=f"step {record['step']}")
     assert all(row == agreed[0] for row in agreed)
+    # consensus averages the changes too: one more point's error, of changes at most D
+    consensus_bound = bound + 8 * unit * max(want["change"] for want in expected)
+    np.testing.assert_allclose(agreed, np.tile(expected[-1]["consensus"], (RANKS, 1)), rtol=0,
+                               atol=consensus_bound)
     exact = reference.streaming_lasgd(STEPS, RANKS, TAU, 0, overlap, "nag", 1, offset=offset)
     means = [record["weights"].mean(axis=0) for record in exact]
     assert max(np.abs(rounding(mean) - mean).max() for mean in means) > bound

@@ -161,10 +161,15 @@ class LocalSGD:
         self.rounds += 1
 
     def consensus(self, keys: Sequence[Key], weights: Sequence[Arrays]) -> None:
-        """Applies the average in flight, then averages at once: identical weights everywhere."""
+        """Applies the average in flight, then averages at once: identical weights everywhere
+        (in 16 bits: as changes from the anchor, as every average)."""
         if self.overlap:
             self._apply_in_flight(keys, weights)
-        self._world.allreduce("model averaging", keys, weights, weights, average=True)
+        if self._deltas is None:
+            self._world.allreduce("model averaging", keys, weights, weights, average=True)
+            return
+        whole = cut_into_fragments(keys, [copies[0].size for copies in weights], 1)[0]
+        self._average_changes(whole, _views(whole, keys, weights))
 
     def _average_changes(self, pieces: Sequence[Piece], views: List[List[mx.nd.NDArray]]
                          ) -> None:
