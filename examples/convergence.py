@@ -161,7 +161,8 @@ def worker(args: argparse.Namespace) -> None:
             loss.backward()
             trainer.step(len(batch))
             now = bytes_sent_here()
-            peak_step_bytes = peak_step_bytes if last is None else max(peak_step_bytes, now - last)
+            if last is not None:
+                peak_step_bytes = max(peak_step_bytes, now - last)
             last = now
         if model_bytes is None:
             model_bytes = 4 * sum(p.data().size for p in net.collect_params().values())

@@ -258,7 +258,6 @@ class LocalSGD:
         self._averaging.finish()
 
 
-
 def _views(pieces: Sequence[Piece], keys: Sequence[Key],
            weights: Sequence[Arrays]) -> List[List[mx.nd.NDArray]]:
     """Each piece's view of every device's copy of its weight."""

@@ -39,11 +39,9 @@ class RoundedDeltas:
         """into[i] = d of piece names[i] (anchor - model + r); keeps the new r."""
         for name, anchor, model, out in zip(names, anchors, models, into):
             change = (anchor - model.as_in_context(anchor.context)).asnumpy()
-            if change.dtype != np.float32:
-                out[:] = mx.nd.array(change, ctx=out.context, dtype=change.dtype)
-                continue
-            change += self._residual.get(name, 0.0)
-            self._residual[name] = change - round_to_16_bits(change, self.compress)
+            if change.dtype == np.float32:  # other dtypes travel as they are
+                change += self._residual.get(name, 0.0)
+                self._residual[name] = change - round_to_16_bits(change, self.compress)
             out[:] = mx.nd.array(change, ctx=out.context, dtype=change.dtype)
 
     @staticmethod
