@@ -3,7 +3,7 @@
 `import mxkv_hybrid` registers the store `hybrid` (class Hybrid) and installs the
 Trainer/Module hooks; then `gluon.Trainer(..., kvstore='hybrid')`,
 `Module.fit(kvstore='hybrid')` and `mx.kv.create('hybrid')` train data-parallel
-over the MPI ranks this process was started with (see README.md). With
+over the MPI ranks this process was started with (see docs/). With
 MXKV_AUTO=1 (`mxkv-launch --auto`) scripts with no kvstore flag are made
 data-parallel too (integration/auto.py).
 

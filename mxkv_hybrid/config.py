@@ -170,11 +170,12 @@ KNOBS: Dict[str, Knob] = {
                      "centre variable on the parameter server. lasgd: local steps between two "
                      "model averagings."),
     "MXKV_EASGD_BETA": Knob(_parse_fraction, "0.9",
-                            "easgd: the moving rate beta = groups x alpha (the paper's 0.9); "
-                            "alpha = beta / number of groups unless MXKV_EASGD_ALPHA is set."),
+                            "`easgd`: the moving rate beta = groups x alpha (the paper's 0.9); "
+                            "alpha = beta / number of groups unless `MXKV_EASGD_ALPHA` is set."),
     "MXKV_EASGD_ALPHA": Knob(_parse_fraction, "",
-                             "easgd: the elastic moving rate alpha of each exchange "
-                             "(e = alpha (x - centre); x -= e; centre += e). Empty: beta / groups."),
+                             "`easgd`: the elastic moving rate of each exchange (e = alpha (x - "
+                             "centre); x -= e; centre += e), between 0 and 1. Empty: beta / "
+                             "groups."),
     "MXKV_EASGD_SYNC": Knob(_parse_bool, "0",
                             "easgd: 0: each group exchanges with the centre on its own "
                             "(asynchronous EASGD, dist_async servers); 1: all groups exchange at "
@@ -189,110 +190,162 @@ KNOBS: Dict[str, Knob] = {
                            "needs every group in one MPI job (mxkv-launch without --servers)."),
     "MXKV_RMA_PROGRESS_US": Knob(_whole_number(0, None, "a whole number of microseconds >= 0"),
                                  "500",
-                                 "easgd over rma, leaders on more than one host: a thread of each "
-                                 "leader enters MPI this often, so the other leaders' reads and adds "
-                                 "of the centre it holds move on while it computes (over TCP, MPICH "
-                                 "serves them only inside MPI); 0: no thread."),
+                                 "`easgd` over `rma`, leaders on more than one host: a thread of "
+                                 "each leader enters MPI this often (microseconds), so the other "
+                                 "leaders' reads and adds of the centre it holds move on while it"
+                                 " computes (over TCP, MPICH serves one-sided operations only "
+                                 "inside MPI). `0`: no thread."),
     "MXKV_WARMUP_STEPS": Knob(_whole_number(0, None, "a whole number >= 0"), "0",
-                              "easgd, lasgd: steps of synchronous SGD (easgd: inside each group; "
-                              "lasgd: over all ranks) before the first elastic exchange / model "
-                              "averaging."),
+                              "`easgd`: steps of group-synchronous SGD before the first elastic "
+                              "exchange. `lasgd`: steps of synchronous SGD over all ranks before "
+                              "the first local step."),
     "MXKV_LASGD_OVERLAP": Knob(_parse_bool, "1",
-                               "lasgd: 1: the model average started at one averaging point is "
-                               "computed while the next MXKV_TAU local steps run, and applied at "
-                               "the next point (x += average - snapshot); 0: a blocking average "
-                               "(x = mean of x) at every point."),
+                               "`lasgd`: `1`: the average started at one averaging point is "
+                               "computed while the next `MXKV_TAU` steps run and applied at the "
+                               "next point (x += A - S); `0`: a blocking average (x = mean of x) "
+                               "at every point. `1` needs MXNet's threaded engine (refused with "
+                               "`NaiveEngine`) and MPI_THREAD_MULTIPLE (mpi4py's default; refused"
+                               " with a `ConfigError` otherwise)."),
     "MXKV_OUTER": Knob(_choice(("none", "nesterov", "sgd")), "none",
-                       "lasgd: an outer optimizer at each averaging point (DiLoCo): the "
-                       "averaged model's change since the last point is a gradient of the model "
-                       "shared then, applied with Nesterov momentum (nesterov) or heavy-ball "
-                       "momentum (sgd); none: plain averaging. With MXKV_LASGD_OVERLAP=1 the "
-                       "outer step is taken when the average arrives (x += new model - snapshot). "
-                       "easgd: each leader sends the centre the outer step of its elastic "
-                       "difference e (lr (e + mu m), m its momentum of e) instead of e."),
+                       "`lasgd`: an outer optimizer at each averaging point (DiLoCo, SlowMo): "
+                       "delta = anchor - mean(x) (the anchor: the model every rank shared at the "
+                       "last point, or after the warm-up), m = mu m + delta, anchor -= lr (delta "
+                       "+ mu m) (`nesterov`) or lr m (`sgd`); every rank goes on from the new "
+                       "anchor. With `MXKV_LASGD_OVERLAP=1` the outer step is taken when the "
+                       "average arrives, at the next point, and every rank keeps the local "
+                       "progress made meanwhile: x += new anchor - snapshot. `none`: plain "
+                       "averaging. `easgd` (either transport, sync or async): the centre is the "
+                       "outer model and each leader sends it lr (e + mu m) instead of its elastic"
+                       " difference e, m = mu m + e its own momentum; the momentum is linear, so "
+                       "with `MXKV_EASGD_SYNC=1` the centre takes exactly the outer step of the "
+                       "sum of the groups' e, and asynchronous groups each give their own moves "
+                       "momentum (x + c is then no longer conserved). Other modes are refused "
+                       "(`ConfigError`). The anchor and m (easgd: each leader's m) are in the "
+                       "checkpoint. Tested step by step against numpy (`tests/test_lasgd.py`, "
+                       "`tests/test_easgd.py`)."),
     "MXKV_FRAGMENTS": Knob(_whole_number(1, None, "a whole number >= 1"), "1",
-                           "lasgd: the model is cut into this many fragments of equal element "
-                           "counts, and fragment p is averaged every MXKV_TAU steps at steps "
-                           "offset by p x MXKV_TAU / MXKV_FRAGMENTS (Streaming DiLoCo): each "
-                           "exchange sends 1/MXKV_FRAGMENTS of the model. MXKV_TAU must be a "
-                           "multiple of it."),
-    "MXKV_OUTER_LR": Knob(float, "0.7", "The outer optimizer's learning rate (DiLoCo: 0.7)."),
+                           "`lasgd`: Streaming DiLoCo's partial averages. The weights, read in "
+                           "key order as one vector, are cut into this many ranges of equal "
+                           "element counts (a weight may be split between two); there is an "
+                           "averaging point every `MXKV_TAU / MXKV_FRAGMENTS` steps, and point n "
+                           "averages fragment (n - 1) mod P only, so each fragment is still "
+                           "averaged every `MXKV_TAU` steps and each exchange sends 1/P of the "
+                           "model. Works with `MXKV_OUTER` (each piece has its own outer "
+                           "momentum) and with `MXKV_LASGD_OVERLAP=1` (a fragment's average is "
+                           "applied at the next point, `MXKV_TAU / P` steps later). `MXKV_TAU` "
+                           "must be a multiple of it; other modes are refused. "
+                           "`PeriodicModelAverager(..., fragments=P)` does the same."),
+    "MXKV_OUTER_LR": Knob(float, "0.7", "The outer optimizer's learning rate (DiLoCo's 0.7). With"
+                                        " `1` and momentum `0` the outer step is plain averaging."),
     "MXKV_OUTER_MOMENTUM": Knob(float, "0.9",
-                                "The outer optimizer's momentum (DiLoCo: 0.9)."),
+                                "The outer optimizer's momentum mu (DiLoCo's 0.9)."),
     "MXKV_ASYNC_DAMPING": Knob(_choice(("none", "staleness", "momentum")), "none",
-                               "async: staleness damps each group's gradient by 1 / (1 + s), s "
-                               "the updates other groups applied since its leader last read the "
-                               "weights (asked of the servers' push counter just before the "
-                               "push); momentum: the servers' optimizer runs with its momentum "
-                               "less 1 - 1/G for G groups (the momentum asynchrony adds; never "
-                               "below 0); none: applied as it is, as MXNet's dist_async does."),
+                               "`async`: `staleness` damps each group's gradient by 1 / (1 + s) "
+                               "before its leader pushes it, s the updates of other groups the "
+                               "servers applied since that leader last read the weights (the "
+                               "servers' push counter, read just before the push: one small round"
+                               " trip more a step). `momentum`: the servers' optimizer runs with "
+                               "its momentum less 1 - 1/G for G groups (never below 0: the "
+                               "momentum asynchrony adds), the one setting that makes async "
+                               "converge at sync's lr 0.05 and momentum 0.9 on digits (Modes); an"
+                               " optimizer without momentum is refused. `none`: every gradient "
+                               "applied as it is, as MXNet's `dist_async` does. Other modes "
+                               "refuse it. Tested with a deliberately stale push "
+                               "(`tests/test_training_async.py`), with and without momentum."),
     "MXKV_GROUP_SIZE": Knob(_whole_number(0, None, "0 (one group per host) or a positive "
                                                     "number of ranks"), "0",
-                            "Ranks per group: 0 puts the ranks of one host in one group; N makes "
-                            "groups of N consecutive ranks (the last may be smaller). Modes sync, "
-                            "async and easgd join the groups through the parameter server; in "
-                            "modes allreduce and lasgd the groups are where the slow link runs "
-                            "(MXKV_HIERARCHY, MXKV_THROTTLE_*, the summary's bytes across groups)."),
+                            "Ranks per group: `0` puts the ranks of one host in one group; N "
+                            "makes groups of N consecutive ranks (the last may be smaller). Modes"
+                            " `sync`, `async` and `easgd` join the groups through the parameter "
+                            "server; in modes `allreduce` and `lasgd` the groups are where the "
+                            "slow link runs (`MXKV_HIERARCHY`, `MXKV_THROTTLE_*`, the summary's "
+                            "bytes across groups). `mxkv-launch --group-size` sets it."),
     "MXKV_GROUP_JOB": Knob(parse_group_job, "",
-                           "Set by `mxkv-launch --group-jobs` for each group's own MPI job "
-                           "(modes sync, async and easgd): group=G:groups=N:first_rank=F:ranks=R says "
-                           "which group this job is and which of all ranks it holds; with "
-                           ":local_first=L:local_ranks=H (group jobs sharing one host) its ranks "
-                           "are local ranks L, L+1, ... of the host's H, which pick the GPUs. "
-                           "Empty: one MPI job holds every rank."),
+                           "Set by `mxkv-launch` (modes `async`/`easgd` by default, `--group-"
+                           "jobs`, `--join`) for each group's own MPI job: "
+                           "`group=G:groups=N:first_rank=F:ranks=R` (which group, which of all "
+                           "ranks it holds), with `:local_first=L:local_ranks=H` when the group "
+                           "jobs share one host (`--group-size`): its ranks are local ranks L, "
+                           "L+1, ... of the host's H, so they pick distinct GPUs. Modes `sync`, "
+                           "`async` and asynchronous `easgd`. Empty: one MPI job holds every "
+                           "rank."),
     "MXKV_ATTEMPT": Knob(_whole_number(0, None, "a whole number >= 0"), "0",
-                         "Set by `mxkv-launch --restarts`: 0 for the first start, k for the k-th "
-                         "restart of the job (or, with --group-jobs / --join, of a lost group, "
-                         "whose leader then rejoins the servers' model). MXKV_FAULT fires only "
-                         "in attempt 0."),
+                         "Set by `mxkv-launch --restarts`: `0` for the first start, k for the "
+                         "k-th restart of the job (or, where each group is its own MPI job, of a "
+                         "lost group, whose leader then rejoins the servers' model). `MXKV_FAULT`"
+                         " fires only in attempt 0."),
     "MXKV_PS_TIMEOUT": Knob(_parse_seconds, "60",
                             "Seconds a group leader waits for the parameter server (connecting, "
-                            "or one push/pull) before it ends the job with an error."),
+                            "or one push/pull) before it ends the job with an error naming what "
+                            "it waited for. With `--group-jobs`: also how long a finished group "
+                            "waits at `consensus` for groups that make no progress and that its "
+                            "launcher has not given up."),
     "MXKV_HIERARCHY": Knob(_choice(HIERARCHIES), "auto",
-                           "Mode allreduce: on: hierarchical allreduce (reduce-scatter inside "
-                           "each group, allreduce of each slice across groups, allgather inside "
-                           "the group), so the link between groups carries about one model per "
-                           "group; off: one flat allreduce over all ranks; auto: on when the "
-                           "ranks form more than one group (MXKV_GROUP_SIZE, or hosts) of equal "
-                           "size. on refuses groups of unequal size."),
+                           "Mode `allreduce`: `on`: hierarchical allreduce (ring reduce-scatter "
+                           "inside each group, an allreduce of each 1/g slice across groups among"
+                           " the ranks that hold it, ring allgather inside the group), so the "
+                           "link between groups carries about one model per group instead of one "
+                           "per rank pair that straddles it; `off`: one flat allreduce over all "
+                           "ranks; `auto`: on when the ranks form more than one group "
+                           "(`MXKV_GROUP_SIZE`, or hosts) and all groups have the same size. `on`"
+                           " refuses groups of unequal size with a `ConfigError`. See "
+                           "Hierarchical allreduce."),
     "MXKV_THROTTLE_MBPS": Knob(_non_negative, "0",
-                               "Emulates a slow link between groups (benchmarks, rehearsals on "
-                               "one machine): each group has one full-duplex link to the other "
-                               "groups, shared by its ranks as a host's network card is, and "
-                               "every transfer step across groups (an algorithm's exchange with "
-                               "a rank of another group, a parameter-server push and pull) takes "
-                               "at least latency + bytes / this many megabits per second, for "
-                               "the bytes that step really sends and receives, queued after "
-                               "what the group's other ranks put on the link. 0: no throttle."),
+                               "Emulates a slow link between groups (for benchmarks and "
+                               "rehearsals on one machine). Each group has one full-duplex link "
+                               "to the other groups, shared by its ranks as a host's network card"
+                               " is (a shared-memory clock per direction, "
+                               "`csrc/shared_link_clock.h`); every transfer step across groups — "
+                               "one exchange of an allreduce algorithm with a rank of another "
+                               "group (mode `allreduce`, flat or hierarchical; lasgd's model "
+                               "average), a leader's parameter-server push and pull — takes at "
+                               "least latency + bytes / this many megabits per second, for the "
+                               "bytes that step really sends and receives, queued after what the "
+                               "group's other ranks put on the link. So each algorithm pays for "
+                               "its own traffic over the boundary. A transfer that overlaps "
+                               "computation (lasgd's average in flight) is only waited for when "
+                               "its result is used. `0`: off."),
     "MXKV_THROTTLE_LATENCY_MS": Knob(_non_negative, "0",
-                                     "The emulated link's latency per transfer step in "
-                                     "milliseconds (only with MXKV_THROTTLE_MBPS > 0)."),
+                                     "The emulated link's latency per transfer step across "
+                                     "groups, in milliseconds (with `MXKV_THROTTLE_MBPS` > 0)."),
     "MXKV_BUCKET_MB": Knob(_parse_bucket_mb, "1",
-                           "Fusion bucket size in MiB: smaller arrays are packed together up to this "
-                           "size; larger ones are reduced whole, in place."),
+                           "Fusion bucket size in MiB (0.001 to 1024): smaller arrays are packed "
+                           "together up to this size; larger ones are reduced whole, in place. 1 "
+                           "MiB measured best here (below)."),
     "MXKV_ALGO": Knob(_choice(ALGORITHMS), "auto",
-                      "Allreduce algorithm: ring (pipelined ring), rhd (recursive halving/"
-                      "doubling), rd (recursive doubling), mpi (MPI_Allreduce), or auto: chosen "
-                      "per bucket by size and rank count from the algorithm table."),
+                      "Allreduce algorithm: `ring`, `rhd` (recursive halving/doubling), `rd` "
+                      "(recursive doubling), `mpi` (MPI_Allreduce), or `auto`: chosen per bucket "
+                      "by size and rank count from the algorithm table (see Allreduce "
+                      "algorithms)."),
     "MXKV_ALGO_TABLE": Knob(str, "",
-                            "JSON algorithm table for auto, written by `python -m mxkv_hybrid.tune`. "
-                            "Empty: the table tune saved in ~/.cache/mxkv_hybrid/ if there is one, "
-                            "else the one shipped with the package. Rank 0's table is used on every "
+                            "JSON algorithm table for `auto`, written by `python -m "
+                            "mxkv_hybrid.tune`. Empty: the table tune saved in "
+                            "`~/.cache/mxkv_hybrid/allreduce_table.json` if there is one, else "
+                            "the one shipped in the package. Rank 0's table is used on every "
                             "rank."),
     "MXKV_COMPRESS": Knob(_choice(tuple(COMPRESSIONS)), "none",
-                          "fp16 or bf16: float32 gradients travel in 16 bits and are summed in "
-                          "float32 (half the bytes; rounding error about 1e-3 relative for fp16, "
-                          "1e-2 for bf16). Other dtypes travel as they are. Not with MXKV_ALGO=mpi. "
-                          "lasgd's model averages send each rank's change since the last shared "
-                          "model instead, with error feedback (the rounding is relative to the "
-                          "change, not to the weight)."),
+                          "`fp16` or `bf16`: float32 gradients travel in 16 bits and are summed "
+                          "in float32 (half the bytes). Other dtypes travel as they are. Not with"
+                          " `MXKV_ALGO=mpi`. In `lasgd` the model averages (as Streaming DiLoCo's"
+                          " outer gradients) send each rank's change since the model all ranks "
+                          "last shared, d = anchor - x + r, rounded to 16 bits on the wire, with "
+                          "error feedback (r = d - round(d) goes out with the next change; "
+                          "`modes/rounded_deltas.py`; `consensus` averages the same way): the "
+                          "rounding is relative to the change, not to the weight (bf16 rounds a "
+                          "weight near 100 by up to 0.25). It keeps one more copy of the model "
+                          "and one of the residual; the residual is in the checkpoint."),
     "MXKV_OVERLAP": Knob(_parse_bool, "0",
-                         "1: each gradient bucket is reduced as soon as backward has written it, "
-                         "while backward goes on (MXNet engine operations and one communication "
-                         "thread); same numbers as 0, which reduces after the whole backward."),
+                         "`1`: in mode `allreduce`, each gradient bucket becomes an MXNet engine "
+                         "operation that starts as soon as backward has written its gradients, "
+                         "while backward goes on; one communication thread runs the buckets in "
+                         "the same order on every rank. Same numbers as `0` (tested bitwise). "
+                         "Needs MPI_THREAD_MULTIPLE (mpi4py's default; a lower level, e.g. "
+                         "`MPI4PY_RC_THREAD_LEVEL=serialized`, gets a `ConfigError` when the "
+                         "store is created) and MXNet's threaded engine."),
     "MXKV_SEGMENT_KB": Knob(_whole_number(4, 65536, "a size in KiB between 4 and 65536"), "1024",
-                            "Segment size in KiB of the ring/rhd/rd algorithms: each message is cut "
-                            "into segments this large, two in flight, reduced while in cache."),
+                            "Segment size in KiB (4 to 65536) of the `ring`/`rhd`/`rd` "
+                            "algorithms: every message is cut into segments this large, two in "
+                            "flight, each reduced while it is in cache."),
     "MXKV_AUTO": Knob(_parse_bool, "0",
                       "1 (set by `mxkv-launch --auto`): for scripts with no kvstore flag, the "
                       "stores 'local' and 'device' (the Trainer's and Module.fit's defaults) "
@@ -301,17 +354,27 @@ KNOBS: Dict[str, Knob] = {
                       "(validation) data stays whole; a script argument --gpus LIST becomes "
                       "the rank's share of LIST. Each change is logged once by rank 0."),
     "MXKV_LOST_SECONDS": Knob(_parse_seconds, "30",
-                              "Bound on noticing a lost host: mxkv-launch names a rank it has "
-                              "not heard from for this long (a cut-off or dead host; its group "
-                              "is ended: in async/easgd group jobs the others train on), and a "
-                              "rank that has not heard from its launcher for this long exits by "
-                              "itself. mxkv-launch passes it on to the ranks."),
+                              "The bound on noticing a lost host. `mxkv-launch` keeps a link with"
+                              " every rank (a TCP connection each, a heartbeat a second each way,"
+                              " kept on the rank's side by a small keeper process); a rank it has"
+                              " not heard from for this long is lost: its group job is ended and "
+                              "named with its host (async/easgd: the others train on; one MPI "
+                              "job: the job ends naming the host), and a rank that has not heard "
+                              "from its launcher for this long is ended by its keeper, so nothing"
+                              " is left running on a cut-off host. Ranks on other hosts that "
+                              "never call within this time after their job started count as lost "
+                              "too. With `--serve` / `--join`, the serving launcher and each "
+                              "joined group's launcher beat on their rendezvous connection: a "
+                              "group not heard from this long is named lost (`group 2 (2 rank(s),"
+                              " joined from 198.18.7.13) was last heard from 10 s ago ...`; sync:"
+                              " the others are stopped), and a joined launcher that has not heard"
+                              " from the serving one this long stops its group."),
     "MXKV_LAUNCHER_LINK": Knob(str, "",
                                "Set by mxkv-launch: TOKEN@HOST:PORT of its link with every rank "
                                "(heartbeats both ways, comm/launcher_link.py)."),
     "MXKV_PS_NODES": Knob(str, "",
-                          "Set by mxkv-launch when relays carry ps-lite between hosts: where "
-                          "every ps-lite node listens (JSON, ps/node_addresses.py); a group "
+                          "Set by `mxkv-launch` when relays carry ps-lite between hosts: where "
+                          "every ps-lite node listens (JSON, `ps/node_addresses.py`); a group "
                           "leader takes its address and port from it."),
     "MXKV_STALL_TIMEOUT": Knob(_non_negative, "30",
                                "Seconds a rank waits for the others in one collective before it "
@@ -320,31 +383,34 @@ KNOBS: Dict[str, Knob] = {
                                "rank legitimately works alone longer (rank-0-only evaluation); "
                                "0: wait for ever."),
     "MXKV_CHECK_FINITE": Knob(_parse_bool, "0",
-                              "1: before each pushpull combines anything, the ranks check their "
-                              "values for NaN/Inf and, if any rank has one, every rank raises "
-                              "NonFiniteError naming the first key and the ranks (costs one "
-                              "pass over the gradients and a 4-byte allreduce per step)."),
+                              "`1`: before each `pushpull` combines anything, the ranks check "
+                              "their values for NaN/Inf (one `multi_all_finite` over the arrays, "
+                              "one 4-byte allreduce); if any rank has one, every rank raises "
+                              "`NonFiniteError` naming the first key per rank, and nothing is "
+                              "combined or updated."),
     "MXKV_TIMELINE": Knob(str, "",
-                          "path.json: every rank records its collectives, each bucket's pack, "
-                          "allreduce and unpack, the parameter-server exchanges and the "
-                          "averaging rounds; mxkv-launch merges them into this Chrome-trace "
-                          "file when the job ends. Empty: off."),
+                          "`path.json`: every rank records its collectives, each bucket's pack, "
+                          "allreduce (algorithm, bytes) and unpack, the parameter-server "
+                          "exchanges and the elastic exchanges, on one clock; `mxkv-launch` "
+                          "merges them into this Chrome-trace file when the job ends (see "
+                          "Timeline). Kept in memory until exit: record short runs."),
     "MXKV_SUMMARY_EVERY": Knob(_whole_number(0, None, "a whole number of steps, 0 for off"), "0",
-                               "k > 0: every k steps (pushpulls) the first rank prints one line: "
-                               "communication and compute time a step (means over ranks), bytes "
-                               "moved inside groups and across groups, and the slowest and "
-                               "fastest rank's compute time. 0: off."),
+                               "k > 0: every k steps (one `pushpull` each) the first rank of the "
+                               "ranks that step together prints one line: compute and "
+                               "communication time a step (means over ranks), bytes sent inside "
+                               "groups and across groups, the slowest and fastest rank's compute "
+                               "time (see Step summary). `0`: off."),
     "MXKV_FAULT": Knob(parse_fault, "",
-                       "Rehearses a failure: ACTION:rank=R:step=S makes rank R, at its S-th "
-                       "pushpull (one per training step), kill itself with SIGKILL (kill), raise "
-                       "an exception (raise), hang for ever (hang) or end its script with status 0 "
-                       "(exit: a rank that finished early). Empty: no fault."),
+                       "Rehearses a failure: `ACTION:rank=R:step=S` makes rank R, at its S-th "
+                       "`pushpull` (one per training step), `kill` itself (SIGKILL, like the out-"
+                       "of-memory killer), `raise` an exception, `hang` for ever, or `exit` (its "
+                       "script ends there with status 0, like a rank that finished early)."),
     "MXKV_AVERAGE": Knob(_parse_bool, "1",
-                         "How the Trainer and Module hooks combine the ranks' gradients. 1: "
+                         "How the Trainer and Module hooks combine the ranks' gradients. `1`: "
                          "averaged (a script written for one process trains on the union of the "
-                         "batches; Module's result with dist_sync, Horovod's convention). 0: "
-                         "summed (gluon.Trainer's with dist_sync). The store's own calls "
-                         "(kv.push, kv.pushpull) always sum, as every MXNet store does."),
+                         "batches; Module's result with `dist_sync`, Horovod's convention). `0`: "
+                         "summed (gluon.Trainer's with `dist_sync`). The store's own calls "
+                         "(`kv.push`, `kv.pushpull`) always sum, as every MXNet store does."),
 }
 
 
@@ -421,7 +487,7 @@ class Config:
         if unknown:
             raise ConfigError(
                 f"unknown setting {', '.join(unknown)}; the known MXKV_* knobs are "
-                f"{', '.join(KNOBS)} (see README.md, 'Knobs'). Unset or rename it.")
+                f"{', '.join(KNOBS)} (see docs/reference/knobs.md). Unset or rename it.")
         values = {name: read_knob(name, environ) for name in KNOBS}
         if values["MXKV_ALGO"] == "mpi" and values["MXKV_COMPRESS"] != "none":
             raise ConfigError(f"MXKV_COMPRESS={values['MXKV_COMPRESS']} needs one of this "

@@ -38,7 +38,7 @@ def _as_key_lists(key, value) -> Tuple[List[Key], List[List[mx.nd.NDArray]]]:
 
 @KVStoreBase.register
 class Hybrid(KVStoreBase):
-    """Data-parallel KVStore over MPI ranks (see README.md for modes and knobs).
+    """Data-parallel KVStore over MPI ranks (docs/modes/, docs/reference/knobs.md).
 
     Values are combined by fused tensor collectives; pushpull on many keys at once
     (which the Trainer and Module hooks of this package do) reduces them in buckets.

@@ -85,13 +85,18 @@ def rules_from(results: Dict[int, Dict[str, float]]) -> algorithm_table.Rules:
     return rules
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
+def build_parser() -> argparse.ArgumentParser:
+    """The tuner's flags (the docs' flag page is generated from it)."""
+    parser = argparse.ArgumentParser(prog="python -m mxkv_hybrid.tune", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default=algorithm_table.SAVED,
                         help="table to add this rank count's rules to (default: %(default)s)")
     parser.add_argument("--quick", action="store_true", help="fewer sizes and repetitions")
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = build_parser().parse_args()
     comm = MPI.COMM_WORLD
     config = Config.from_environment()
     if comm.rank == 0:

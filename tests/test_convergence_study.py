@@ -1,5 +1,5 @@
 """examples/convergence.py's own arithmetic: how a configuration's text becomes knobs,
-and how the summary finds the target, the bytes ratio and the time ratio that the README
+and how the summary finds the target, the bytes ratio and the time ratio that docs/performance/convergence.md
 quotes (the study itself runs by hand: minutes of training per configuration)."""
 import argparse
 import sys

@@ -1,4 +1,4 @@
-"""The README's main job, and the same real network trained in every mode and transport on
+"""The README's main job (its first command), and the same real network trained in every mode and transport on
 digits split by class between two halves of the ranks (even digits on the first half,
 odd on the second): the model scores on all ten digits only if what each half learned
 crossed to the other, so every test here fails when the exchange is gone. The control, in

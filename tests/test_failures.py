@@ -24,7 +24,7 @@ def test_a_rank_that_dies_ends_the_job_and_is_named(action):
     assert_stopped_by_the_failure(job)
     assert "mxkv_hybrid: MXKV_FAULT: rank 1 will " + action in job.output
     assert re.search(r"rank 1 \(pid \d+ on \S+\) was the first rank to end", job.output), job.output
-    if action == "kill":  # the line the README quotes, word for word
+    if action == "kill":  # the line docs/troubleshooting.md quotes, word for word
         assert re.search(r"mxkv-launch: the job failed with exit status \d+; rank 1 \(pid \d+ "
                          r"on \S+\) was the first rank to end \(the PID in mpiexec's report, if "
                          r"it printed one, can be a rank it stopped itself\)", job.output), \
@@ -70,7 +70,7 @@ def test_a_hung_rank_is_reported_by_a_waiting_rank():
 
 def test_a_rank_stuck_with_the_gil_held_is_reported_as_not_answering():
     """Rank 1 sleeps in C with Python's lock held: its monitor thread cannot answer the
-    waiting ranks, and the report says so (README, the stall report's "no answer")."""
+    waiting ranks, and the report says so (docs/troubleshooting.md, the stall report's "no answer")."""
     job = launch(2, "train_steps.py", "--hold-gil", "1:3", env=STALL, timeout=LAUNCH_TIMEOUT)
     report = stall_report(job, culprit=1, ranks=2)
     assert re.search(r"rank 1: no answer within \d+ s \(dead, exiting, or stuck with Python's "

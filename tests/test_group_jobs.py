@@ -261,7 +261,7 @@ def test_a_lost_sync_group_stops_the_others(job_dir):
 
 
 def test_sync_group_jobs_refuse_checkpoints(job_dir):
-    """README ("mxkv-launch"): a sync group job cannot commit a checkpoint with the other
+    """docs/launcher.md: a sync group job cannot commit a checkpoint with the other
     groups, so the checkpoint calls (load_latest, the script's first) refuse it, naming the
     layout that can."""
     job = train(job_dir, 4, "sync", 1, 0.1, checkpoint=(job_dir / "checkpoints", 1))

@@ -1,4 +1,4 @@
-"""ps-lite through the relays between emulated hosts (docs/ps_lite_wiring.md's scheme, set up
+"""ps-lite through the relays between emulated hosts (docs/architecture/ps-lite-wiring.md's scheme, set up
 by hand here; the launcher does not start relays yet): MXNet's own dist_sync job, scheduler,
 server and a worker on h1 and a worker on h2, every ps-lite node listening on its host's
 loopback address (ps/node_addresses.py's table) and dialling the other host's nodes

@@ -1,5 +1,5 @@
-"""The README's claim on the servers' load ("Balanced servers"): the fused chunks put the
-same bytes on every server, where MXNet's one key per array does not; the ResNet-50 rows
+"""docs/modes/sync.md's claim on the servers' load ("Balance across servers"): the fused
+chunks put the same bytes on every server, where MXNet's one key per array does not; the ResNet-50 rows
 of its table, computed from MXNet's placement rule (ps/layout.py)."""
 import pytest
 

@@ -198,7 +198,7 @@ def test_broadcasting_parameters_of_unknown_shape_says_to_run_a_batch_first():
 
 
 def test_csr_arrays_are_refused_and_row_sparse_ones_kept_saying_what_to_use():
-    """README, "Errors": csr arrays and compression types other than 2bit and 1bit raise
+    """docs/troubleshooting.md: csr arrays and compression types other than 2bit and 1bit raise
     MXKVError naming the alternative; row_sparse arrays are kept and pulled by rows (one rank: the sum is
     the array itself)."""
     kv = mx.kv.create("hybrid")

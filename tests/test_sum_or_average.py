@@ -1,4 +1,4 @@
-"""Sum or average (README, "Averaging or summing"). The store's own calls sum, as every
+"""Sum or average (docs/guides/batches-and-gradients.md). The store's own calls sum, as every
 MXNet store does (tests/workers/store_api.py checks it in every mode). Through the hooks,
 gradients are averaged by default (MXKV_AVERAGE=1), which is what Module gets from MXNet's
 dist_sync; MXKV_AVERAGE=0 sums them, which is what gluon.Trainer gets from dist_sync. Each

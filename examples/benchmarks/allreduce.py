@@ -79,7 +79,7 @@ def horovod_binding():
 
         if MPI.COMM_WORLD.rank == 0:
             print("note: Horovod's MXNet binding is not installed: the horovod column is "
-                  "skipped (README, Performance, says how to build it)", flush=True)
+                  "skipped (docs/performance/index.md says how to build it)", flush=True)
         return None
     hvd.init()
     return hvd

@@ -156,7 +156,7 @@ def run_configuration(name: str, ranks: int, steps: int, warmup: int,
     args = ["--worker", "--steps", str(steps), "--warmup", str(warmup)]
     if name == "horovod" and importlib.util.find_spec("horovod") is None:
         print("note: Horovod's MXNet binding is not installed: the horovod configuration is "
-              "skipped (README, Performance, says how to build it)", flush=True)
+              "skipped (docs/performance/index.md says how to build it)", flush=True)
         return None
     if name == "horovod" and ranks > (os.cpu_count() or 1):
         print(f"note: horovod is skipped with {ranks} ranks on {os.cpu_count()} cores: measured "

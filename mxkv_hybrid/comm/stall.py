@@ -53,7 +53,8 @@ class Whereabouts:
                     f"(after wait #{self.waits}; MXKV_PS_TIMEOUT bounds it)")
         if self.finished:
             return (f"rank {self.rank} on {self.host}: its script ended after {self.waits} waits "
-                    "(the ranks ran different numbers of steps? see README, 'Uneven shards')")
+                    "(the ranks ran different numbers of steps? see "
+                    "docs/guides/batches-and-gradients.md)")
         if self.waiting_in is not None:
             return (f"rank {self.rank} on {self.host}: waiting in #{self.waits} "
                     f"({self.waiting_in}) for {self.seconds:.0f} s")

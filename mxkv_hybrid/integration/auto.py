@@ -116,4 +116,4 @@ def install() -> None:
         patch(owner, "ImageRecordIter", _image_record_iter)
     patch(mxnet.gluon.data.dataloader.DataLoader, "__init__", _data_loader_init)
     _log_once("on: default stores become 'hybrid', shuffled training data is sharded by rank "
-              "(see README.md, 'Unmodified scripts')")
+              "(see docs/guides/drop-in.md, 'Unmodified scripts')")

@@ -247,7 +247,8 @@ def count_groups(args: argparse.Namespace) -> int:
     return 1
 
 
-def parse_arguments(argv: Optional[List[str]] = None) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
+    """mxkv-launch's flags (the docs' flag page is generated from it)."""
     parser = argparse.ArgumentParser(
         prog="mxkv-launch", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-n", "--num-ranks", type=int,
@@ -313,13 +314,18 @@ def parse_arguments(argv: Optional[List[str]] = None) -> argparse.Namespace:
                         help="for scripts with no kvstore flag: the default stores become "
                              "'hybrid', shuffled training data is sharded by rank and the "
                              "script's --gpus LIST becomes the rank's share "
-                             "(sets MXKV_AUTO=1; see README.md, 'Unmodified scripts')")
+                             "(sets MXKV_AUTO=1; see docs/guides/drop-in.md)")
     parser.add_argument("--check", action="store_true",
                         help="run a self-test of the installation and the topology on the ranks "
                              "(and servers) instead of a program, and print a report")
     parser.add_argument("--dry-run", action="store_true", help="print the mpiexec command only")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- program [args...]")
     parser.set_defaults(group_jobs_by_default=False)
+    return parser
+
+
+def parse_arguments(argv: Optional[List[str]] = None) -> argparse.Namespace:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.command[:1] == ["--"]:
         args.command = args.command[1:]

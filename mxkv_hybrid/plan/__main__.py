@@ -1,5 +1,5 @@
 """Which mode, algorithm and averaging period for a model on a cluster: an alpha-beta cost
-model of every configuration (README, "The planner").
+model of every configuration (docs/planner.md).
 
     python -m mxkv_hybrid.plan --model resnet50_v1 --hosts 8 --ranks-per-host 8 \\
         --between-gbps 25 --compute-ms 110 [--plot plan.png]
@@ -23,7 +23,8 @@ from .report import plot, recommendation, scaling_table, table
 from .summary_reader import read_summaries
 
 
-def parse_arguments(argv: List[str]) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
+    """The planner's flags (the docs' flag page is generated from it)."""
     parser = argparse.ArgumentParser(prog="python -m mxkv_hybrid.plan", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     model = parser.add_argument_group("the model")
@@ -90,6 +91,11 @@ def parse_arguments(argv: List[str]) -> argparse.Namespace:
     plan.add_argument("--plot-hosts", type=int, nargs="+",
                       default=[1, 2, 4, 8, 16, 32, 64, 128, 256])
     plan.add_argument("--json", help="write the predictions to this file")
+    return parser
+
+
+def parse_arguments(argv: List[str]) -> argparse.Namespace:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.from_summary:
         try:

@@ -33,8 +33,8 @@ def recommendation(rows: Sequence[Prediction]) -> str:
                      "bytes across hosts")
     fastest = min(rows, key=lambda r: r.step_seconds)
     if not fastest.synchronous and fastest.step_seconds < 0.77 * synchronous.step_seconds:
-        text += (f".\nfaster still if averaging converges for this model (see the README's "
-                 f"convergence study): {fastest.configuration}, "
+        text += (f".\nfaster still if averaging converges for this model (see "
+                 f"docs/performance/convergence.md): {fastest.configuration}, "
                  f"{synchronous.step_seconds / fastest.step_seconds:.2f}x")
     return text + "."
 

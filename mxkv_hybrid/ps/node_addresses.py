@@ -1,5 +1,5 @@
 """Where every ps-lite node of a job listens when relays carry ps-lite between hosts
-(docs/ps_lite_wiring.md, section 6), and each host's relay plan.
+(docs/architecture/ps-lite-wiring.md, section 6), and each host's relay plan.
 
 Host h (0: the scheduler's) gets the loopback address 127.77.1.(200 - h): ps-lite numbers
 nodes by host name descending (then port), so host 0's nodes come first, and the last

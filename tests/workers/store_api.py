@@ -1,7 +1,7 @@
 """Exercises the KVStore API the way scripts call it (string keys, init/push/pull/pushpull/
 broadcast, optimizer states) in any mode and prints one CHECK line per verified fact:
-what every mode does alike, and where modes differ, what each does (README, "The KVStore
-API in every mode")."""
+what every mode does alike, and where modes differ, what each does
+(docs/guides/kvstore-api.md, "The KVStore API in every mode")."""
 import itertools
 import os
 import sys

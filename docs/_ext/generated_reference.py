@@ -1,0 +1,87 @@
+"""Sphinx directives that write reference tables from the code itself, never by hand:
+``{mxkv-knobs}`` from ``config.KNOBS`` and ``{mxkv-flags} module:function`` from a command's
+argparse parser (mxkv-launch, the planner, the tuner)."""
+import argparse
+import importlib
+from typing import Iterable, List, Mapping
+
+from docutils import nodes
+from docutils.parsers.rst import Directive
+from sphinx.application import Sphinx
+
+
+def _cell(text: str) -> str:
+    """One Markdown table cell: no line breaks, `|` escaped."""
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+def knob_table(knobs: Mapping[str, object]) -> str:
+    """The Markdown table of every knob: name, default and its documentation."""
+    rows = ["| variable | default | meaning |", "|---|---|---|"]
+    rows += [f"| `{name}` | `{_cell(knob.default)}` | {_cell(knob.doc)} |"
+             for name, knob in knobs.items()]
+    return "\n".join(rows)
+
+
+def _flag_names(action: argparse.Action) -> str:
+    if not action.option_strings:
+        return f"`{action.metavar or action.dest}`"
+    value = "" if action.nargs == 0 else f" {action.metavar or action.dest.upper()}"
+    return ", ".join(f"`{flag}{value}`" for flag in action.option_strings)
+
+
+def _flag_help(action: argparse.Action) -> str:
+    text = (action.help or "") % {"default": action.default, "prog": ""}
+    if action.choices:
+        text += f" (one of: {', '.join(map(str, action.choices))})"
+    if action.default not in (None, False, argparse.SUPPRESS) and action.option_strings \
+            and "%(default)" not in (action.help or ""):
+        text += f" (default: `{action.default}`)"
+    return _cell(text)
+
+
+def flag_tables(parser: argparse.ArgumentParser) -> str:
+    """One Markdown table per argument group of `parser`: flag, what it does."""
+    sections: List[str] = []
+    for group in parser._action_groups:
+        actions: Iterable[argparse.Action] = [
+            action for action in group._group_actions if action.help != argparse.SUPPRESS
+            and not isinstance(action, argparse._HelpAction)]
+        if not actions:
+            continue
+        rows = [f"**{group.title}**", "", "| flag | what it does |", "|---|---|"]
+        rows += [f"| {_flag_names(action)} | {_flag_help(action)} |" for action in actions]
+        sections.append("\n".join(rows))
+    return "\n\n".join(sections)
+
+
+class _MarkdownDirective(Directive):
+    """A directive whose output is Markdown text, parsed in place by MyST."""
+
+    def markdown(self) -> str:
+        raise NotImplementedError
+
+    def run(self) -> List[nodes.Node]:
+        container = nodes.container()
+        self.state.nested_parse(self.markdown().splitlines(), self.content_offset, container)
+        return container.children
+
+
+class KnobsDirective(_MarkdownDirective):
+    def markdown(self) -> str:
+        from mxkv_hybrid.config import KNOBS
+        return knob_table(KNOBS)
+
+
+class FlagsDirective(_MarkdownDirective):
+    required_arguments = 1  # module:function that returns the parser
+
+    def markdown(self) -> str:
+        module, function = self.arguments[0].split(":")
+        return flag_tables(getattr(importlib.import_module(module), function)())
+
+
+def setup(app: Sphinx) -> dict:
+    app.add_directive("mxkv-knobs", KnobsDirective)
+    app.add_directive("mxkv-flags", FlagsDirective)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}

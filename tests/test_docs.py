@@ -1,0 +1,87 @@
+"""The documentation site: built by Sphinx with warnings as errors (a broken link or
+reference fails), its knob and flag pages generated from the code."""
+import argparse
+import shutil
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from mxkv_hybrid.config import KNOBS
+from mxkv_hybrid.launch.launcher import build_parser
+
+DOCS = Path(__file__).parent.parent / "docs"
+sys.path.insert(0, str(DOCS / "_ext"))
+from generated_reference import flag_tables, knob_table  # noqa: E402
+
+BUILD_TIMEOUT = 300
+
+
+def sphinx_build(source: Path, out: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b",
+                           "html", str(source), str(out)], capture_output=True, text=True,
+                          timeout=BUILD_TIMEOUT)
+
+
+def test_a_new_knob_appears_on_the_generated_page():
+    knobs = dict(KNOBS)
+    knobs["MXKV_NEW_KNOB"] = replace(KNOBS["MXKV_TAU"], default="7", doc="a knob | with a bar")
+    page, before = knob_table(knobs), knob_table(KNOBS)
+    assert "| `MXKV_NEW_KNOB` | `7` | a knob \\| with a bar |" in page
+    assert "MXKV_NEW_KNOB" not in before
+    del knobs["MXKV_TAU"]
+    assert "| `MXKV_TAU` |" not in knob_table(knobs)
+
+
+def test_a_new_flag_appears_on_the_generated_page():
+    parser = build_parser()
+    before = flag_tables(parser)
+    parser.add_argument("--brand-new", type=int, default=3, help="a flag")
+    page = flag_tables(parser)
+    assert "--brand-new" not in before
+    assert "| `--brand-new BRAND_NEW` | a flag (default: `3`) |" in page
+
+
+def test_flag_help_expands_defaults():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", default="table.json", help="where (default: %(default)s)")
+    assert "where (default: table.json)" in flag_tables(parser)
+
+
+def test_the_site_builds_with_warnings_as_errors(tmp_path):
+    done = sphinx_build(DOCS, tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    knobs_page = (tmp_path / "reference" / "knobs.html").read_text()
+    missing = [name for name in KNOBS if name not in knobs_page]
+    assert not missing, missing
+    commands_page = (tmp_path / "reference" / "commands.html").read_text()
+    flags = [flag for action in build_parser()._actions for flag in action.option_strings
+             if not isinstance(action, argparse._HelpAction)]
+    assert [flag for flag in flags if flag not in commands_page] == []
+
+
+def test_a_broken_link_fails_the_build(tmp_path):
+    """The control of the build above: the same configuration, one page, one dead link."""
+    source = tmp_path / "source"
+    source.mkdir()
+    shutil.copy(DOCS / "conf.py", source)
+    shutil.copytree(DOCS / "_ext", source / "_ext")
+    (source / "index.md").write_text("# Index\n\nSee [a page](no-such-page.md).\n")
+    done = sphinx_build(source, tmp_path / "out")
+    assert done.returncode != 0
+    assert "no-such-page" in done.stderr
+
+
+@pytest.mark.parametrize("page", sorted(p.relative_to(DOCS).as_posix()
+                                        for p in DOCS.rglob("*.md") if "_build" not in p.parts))
+def test_every_page_has_one_title(page):
+    lines = (DOCS / page).read_text().splitlines()
+    fence = False
+    titles = []
+    for line in lines:
+        fence ^= line.startswith("```")
+        if not fence and line.startswith("# "):
+            titles.append(line)
+    assert len(titles) == 1, titles
