@@ -20,7 +20,7 @@ myst_enable_extensions = ["colon_fence", "dollarmath"]
 myst_heading_anchors = 3
 source_suffix = {".md": "markdown"}
 exclude_patterns = ["_build"]
-nitpicky = False
+smartquotes = False  # messages and commands are shown as typed
 
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"

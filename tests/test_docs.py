@@ -14,6 +14,7 @@ from mxkv_hybrid.launch.launcher import build_parser
 
 DOCS = Path(__file__).parent.parent / "docs"
 sys.path.insert(0, str(DOCS / "_ext"))
+from error_catalogue import catalogue, messages_of  # noqa: E402
 from generated_reference import flag_tables, knob_table  # noqa: E402
 
 BUILD_TIMEOUT = 300
@@ -50,6 +51,27 @@ def test_flag_help_expands_defaults():
     assert "where (default: table.json)" in flag_tables(parser)
 
 
+def test_the_error_catalogue_reads_every_kind_of_message():
+    source = (
+        "def f(parser, mode):\n"
+        "    if mode:\n"
+        "        raise ConfigError(f'MXKV_MODE={mode} is wrong: ' 'unset it')\n"
+        "    parser.error('--servers needs ' + mode)\n"
+        "    raise ValueError('expected 1/0')\n"
+        "    raise RuntimeError(message)\n")
+    found = [(m.raised_as, m.text) for m in messages_of(source, "m")]
+    assert found == [("ConfigError", "MXKV_MODE={mode} is wrong: unset it"),
+                     ("usage error (exit 2)", "--servers needs {mode}"),
+                     ("ValueError", "expected 1/0")]
+
+
+def test_the_error_catalogue_holds_the_package_messages():
+    texts = [m.text for m in catalogue()]
+    assert any(text.startswith("unknown setting {") for text in texts)
+    assert any("--restarts must not be negative" in text for text in texts)
+    assert not any(m.module.startswith("mxkv_hybrid.testing") for m in catalogue())
+
+
 def test_the_site_builds_with_warnings_as_errors(tmp_path):
     done = sphinx_build(DOCS, tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -60,6 +82,8 @@ def test_the_site_builds_with_warnings_as_errors(tmp_path):
     flags = [flag for action in build_parser()._actions for flag in action.option_strings
              if not isinstance(action, argparse._HelpAction)]
     assert [flag for flag in flags if flag not in commands_page] == []
+    errors_page = (tmp_path / "troubleshooting.html").read_text()
+    assert "the known MXKV_* knobs are {', '.join(KNOBS)}" in errors_page
 
 
 def test_a_broken_link_fails_the_build(tmp_path):

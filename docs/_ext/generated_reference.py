@@ -10,7 +10,7 @@ from docutils.parsers.rst import Directive
 from sphinx.application import Sphinx
 
 
-def _cell(text: str) -> str:
+def cell(text: str) -> str:
     """One Markdown table cell: no line breaks, `|` escaped."""
     return " ".join(str(text).split()).replace("|", "\\|")
 
@@ -18,7 +18,7 @@ def _cell(text: str) -> str:
 def knob_table(knobs: Mapping[str, object]) -> str:
     """The Markdown table of every knob: name, default and its documentation."""
     rows = ["| variable | default | meaning |", "|---|---|---|"]
-    rows += [f"| `{name}` | `{_cell(knob.default)}` | {_cell(knob.doc)} |"
+    rows += [f"| `{name}` | `{cell(knob.default)}` | {cell(knob.doc)} |"
              for name, knob in knobs.items()]
     return "\n".join(rows)
 
@@ -37,7 +37,7 @@ def _flag_help(action: argparse.Action) -> str:
     if action.default not in (None, False, argparse.SUPPRESS) and action.option_strings \
             and "%(default)" not in (action.help or ""):
         text += f" (default: `{action.default}`)"
-    return _cell(text)
+    return cell(text)
 
 
 def flag_tables(parser: argparse.ArgumentParser) -> str:
@@ -55,7 +55,7 @@ def flag_tables(parser: argparse.ArgumentParser) -> str:
     return "\n\n".join(sections)
 
 
-class _MarkdownDirective(Directive):
+class MarkdownDirective(Directive):
     """A directive whose output is Markdown text, parsed in place by MyST."""
 
     def markdown(self) -> str:
@@ -67,13 +67,13 @@ class _MarkdownDirective(Directive):
         return container.children
 
 
-class KnobsDirective(_MarkdownDirective):
+class KnobsDirective(MarkdownDirective):
     def markdown(self) -> str:
         from mxkv_hybrid.config import KNOBS
         return knob_table(KNOBS)
 
 
-class FlagsDirective(_MarkdownDirective):
+class FlagsDirective(MarkdownDirective):
     required_arguments = 1  # module:function that returns the parser
 
     def markdown(self) -> str:
@@ -82,6 +82,8 @@ class FlagsDirective(_MarkdownDirective):
 
 
 def setup(app: Sphinx) -> dict:
+    from error_catalogue import ErrorsDirective
+    app.add_directive("mxkv-errors", ErrorsDirective)
     app.add_directive("mxkv-knobs", KnobsDirective)
     app.add_directive("mxkv-flags", FlagsDirective)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
