@@ -21,6 +21,7 @@ myst_heading_anchors = 3
 source_suffix = {".md": "markdown"}
 exclude_patterns = ["_build"]
 smartquotes = False  # messages and commands are shown as typed
+default_role = "code"  # `x` in docstrings reads as code, as in the Markdown pages
 
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"
