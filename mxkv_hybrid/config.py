@@ -187,8 +187,8 @@ KNOBS: Dict[str, Knob] = {
                            "rma: in MPI windows on the group leaders (each holds 1/groups of it; "
                            "no servers), read with MPI_Get_accumulate and moved with "
                            "MPI_Accumulate, one-sided: the leaders that hold it take no part. rma "
-                           "needs every group in one MPI job (mxkv-launch without --servers). Other modes "
-                           "refuse rma."),
+                           "needs every group in one MPI job (mxkv-launch without --servers). "
+                           "Other modes refuse rma."),
     "MXKV_RMA_PROGRESS_US": Knob(_whole_number(0, None, "a whole number of microseconds >= 0"),
                                  "500",
                                  "`easgd` over `rma`, leaders on more than one host: a thread of "
