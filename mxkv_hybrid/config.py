@@ -174,7 +174,8 @@ KNOBS: Dict[str, Knob] = {
                             "alpha = beta / number of groups unless MXKV_EASGD_ALPHA is set."),
     "MXKV_EASGD_ALPHA": Knob(_parse_fraction, "",
                              "easgd: the elastic moving rate alpha of each exchange "
-                             "(e = alpha (x - centre); x -= e; centre += e). Empty: beta / groups."),
+                             "(e = alpha (x - centre); x -= e; centre += e). "
+                             "Empty: beta / groups."),
     "MXKV_EASGD_SYNC": Knob(_parse_bool, "0",
                             "easgd: 0: each group exchanges with the centre on its own "
                             "(asynchronous EASGD, dist_async servers); 1: all groups exchange at "
@@ -189,10 +190,10 @@ KNOBS: Dict[str, Knob] = {
                            "needs every group in one MPI job (mxkv-launch without --servers)."),
     "MXKV_RMA_PROGRESS_US": Knob(_whole_number(0, None, "a whole number of microseconds >= 0"),
                                  "500",
-                                 "easgd over rma, leaders on more than one host: a thread of each "
-                                 "leader enters MPI this often, so the other leaders' reads and adds "
-                                 "of the centre it holds move on while it computes (over TCP, MPICH "
-                                 "serves them only inside MPI); 0: no thread."),
+                                 "easgd over rma, leaders on more than one host: a thread of "
+                                 "each leader enters MPI this often, so the other leaders' reads "
+                                 "and adds of the centre it holds move on while it computes (over "
+                                 "TCP, MPICH serves them only inside MPI); 0: no thread."),
     "MXKV_WARMUP_STEPS": Knob(_whole_number(0, None, "a whole number >= 0"), "0",
                               "easgd, lasgd: steps of synchronous SGD (easgd: inside each group; "
                               "lasgd: over all ranks) before the first elastic exchange / model "
@@ -232,11 +233,13 @@ KNOBS: Dict[str, Knob] = {
                             "groups of N consecutive ranks (the last may be smaller). Modes sync, "
                             "async and easgd join the groups through the parameter server; in "
                             "modes allreduce and lasgd the groups are where the slow link runs "
-                            "(MXKV_HIERARCHY, MXKV_THROTTLE_*, the summary's bytes across groups)."),
+                            "(MXKV_HIERARCHY, MXKV_THROTTLE_*, the summary's bytes across "
+                            "groups)."),
     "MXKV_GROUP_JOB": Knob(parse_group_job, "",
                            "Set by `mxkv-launch --group-jobs` for each group's own MPI job "
-                           "(modes sync, async and easgd): group=G:groups=N:first_rank=F:ranks=R says "
-                           "which group this job is and which of all ranks it holds; with "
+                           "(modes sync, async and easgd): "
+                           "group=G:groups=N:first_rank=F:ranks=R says which group this job is "
+                           "and which of all ranks it holds; with "
                            ":local_first=L:local_ranks=H (group jobs sharing one host) its ranks "
                            "are local ranks L, L+1, ... of the host's H, which pick the GPUs. "
                            "Empty: one MPI job holds every rank."),
@@ -268,22 +271,23 @@ KNOBS: Dict[str, Knob] = {
                                      "The emulated link's latency per transfer step in "
                                      "milliseconds (only with MXKV_THROTTLE_MBPS > 0)."),
     "MXKV_BUCKET_MB": Knob(_parse_bucket_mb, "1",
-                           "Fusion bucket size in MiB: smaller arrays are packed together up to this "
-                           "size; larger ones are reduced whole, in place."),
+                           "Fusion bucket size in MiB: smaller arrays are packed together up to "
+                           "this size; larger ones are reduced whole, in place."),
     "MXKV_ALGO": Knob(_choice(ALGORITHMS), "auto",
                       "Allreduce algorithm: ring (pipelined ring), rhd (recursive halving/"
                       "doubling), rd (recursive doubling), mpi (MPI_Allreduce), or auto: chosen "
                       "per bucket by size and rank count from the algorithm table."),
     "MXKV_ALGO_TABLE": Knob(str, "",
-                            "JSON algorithm table for auto, written by `python -m mxkv_hybrid.tune`. "
-                            "Empty: the table tune saved in ~/.cache/mxkv_hybrid/ if there is one, "
-                            "else the one shipped with the package. Rank 0's table is used on every "
-                            "rank."),
+                            "JSON algorithm table for auto, written by "
+                            "`python -m mxkv_hybrid.tune`. Empty: the table tune saved in "
+                            "~/.cache/mxkv_hybrid/ if there is one, else the one shipped with the "
+                            "package. Rank 0's table is used on every rank."),
     "MXKV_COMPRESS": Knob(_choice(tuple(COMPRESSIONS)), "none",
                           "fp16 or bf16: float32 gradients travel in 16 bits and are summed in "
                           "float32 (half the bytes; rounding error about 1e-3 relative for fp16, "
-                          "1e-2 for bf16). Other dtypes travel as they are. Not with MXKV_ALGO=mpi. "
-                          "lasgd's model averages send each rank's change since the last shared "
+                          "1e-2 for bf16). Other dtypes travel as they are. "
+                          "Not with MXKV_ALGO=mpi. lasgd's model averages send each rank's "
+                          "change since the last shared "
                           "model instead, with error feedback (the rounding is relative to the "
                           "change, not to the weight)."),
     "MXKV_OVERLAP": Knob(_parse_bool, "0",
@@ -291,8 +295,9 @@ KNOBS: Dict[str, Knob] = {
                          "while backward goes on (MXNet engine operations and one communication "
                          "thread); same numbers as 0, which reduces after the whole backward."),
     "MXKV_SEGMENT_KB": Knob(_whole_number(4, 65536, "a size in KiB between 4 and 65536"), "1024",
-                            "Segment size in KiB of the ring/rhd/rd algorithms: each message is cut "
-                            "into segments this large, two in flight, reduced while in cache."),
+                            "Segment size in KiB of the ring/rhd/rd algorithms: each message is "
+                            "cut into segments this large, two in flight, reduced while in "
+                            "cache."),
     "MXKV_AUTO": Knob(_parse_bool, "0",
                       "1 (set by `mxkv-launch --auto`): for scripts with no kvstore flag, the "
                       "stores 'local' and 'device' (the Trainer's and Module.fit's defaults) "

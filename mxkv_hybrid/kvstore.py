@@ -7,14 +7,11 @@ from mxnet.kvstore import KVStoreBase
 
 from .comm import row_sparse, stall
 from .comm.collectives import Key, TensorCollectives
-from .comm.topology import groups, world
 from .comm.compression import QuantisedReducer
 from .comm.compression_params import Compression, parse_compression
+from .comm.topology import groups, world
 from .config import Config
 from .errors import MXKVError
-from .ps.client import barrier_across_groups
-from .ps.keys import is_held
-from .ps.optimizers import COUNTER_KEY
 from .modes.averaging import Averaging
 from .modes.elastic import ElasticAveraging
 from .modes.grouped_sync import GroupedSync
@@ -22,9 +19,11 @@ from .modes.local_sgd import LocalSGD
 from .modes.server_weights import ServerWeights
 from .modes.worker_weights import WorkerWeights
 from .observe.step_summary import summary_for
+from .ps.client import barrier_across_groups
+from .ps.keys import is_held
+from .ps.optimizers import COUNTER_KEY
 from .safety.fault import FaultInjector
 from .safety.finite_check import check_finite
-
 
 
 def _as_key_lists(key, value) -> Tuple[List[Key], List[List[mx.nd.NDArray]]]:
@@ -264,8 +263,8 @@ class Hybrid(KVStoreBase):
         updated = [i for i, k in enumerate(keys) if self._weights.updates(k)]
         plain = [i for i, k in enumerate(keys) if not self._weights.updates(k)]
         if plain:
-            self._reducer.allreduce("pushpull", [keys[i] for i in plain], [values[i] for i in plain],
-                                    [outs[i] for i in plain], average)
+            self._reducer.allreduce("pushpull", [keys[i] for i in plain],
+                                    [values[i] for i in plain], [outs[i] for i in plain], average)
         if updated:
             self._weights.push_pull("pushpull", [keys[i] for i in updated],
                                     [values[i] for i in updated], [outs[i] for i in updated],

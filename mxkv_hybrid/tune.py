@@ -8,6 +8,7 @@ the fastest algorithm per size as the rules for this rank count in the algorithm
 (default ~/.cache/mxkv_hybrid/allreduce_table.json, which auto then reads on this machine).
 """
 import argparse
+import functools
 import socket
 import time
 from typing import Dict, List
@@ -57,9 +58,9 @@ def measure(comm, config: Config, quick: bool) -> Dict[int, Dict[str, float]]:
         for algorithm in ALGORITHMS:
             if algorithm == "rd" and nbytes > RD_LIMIT:
                 continue
-            row[algorithm] = median_seconds(
-                comm, lambda: collectives.allreduce_vector(vector, algorithm, 1.0 / comm.size),
-                repetitions(nbytes, quick))
+            reduce = functools.partial(collectives.allreduce_vector, vector, algorithm,
+                                       1.0 / comm.size)
+            row[algorithm] = median_seconds(comm, reduce, repetitions(nbytes, quick))
         results[nbytes] = row
         if comm.rank == 0:
             cells = "  ".join(f"{a} {t * 1e3:8.3f}" for a, t in row.items())

@@ -62,7 +62,8 @@ def test_a_hung_rank_is_reported_by_a_waiting_rank():
                  timeout=LAUNCH_TIMEOUT)
     report = stall_report(job, culprit=1, ranks=3)
     assert re.search(r"rank 1 on \S+: working \(not in a collective\) for \d+ s after wait #\d+ "
-                     r"\(it has not reached the stalled wait\): hung, or busy alone", report), report
+                     r"\(it has not reached the stalled wait\): hung, or busy alone",
+                     report), report
     for rank in (0, 2):
         assert re.search(rf"rank {rank} on \S+: waiting in #\d+ \(pushpull of 2 key\(s\)\)",
                          report), report

@@ -11,9 +11,9 @@ import numpy as np
 from ..config import Config
 from ..errors import ConfigError, MismatchError, MXKVError
 from . import algorithm_table, row_sparse, stall, timeline
+from .device_staging import DeviceStaging
 from .dtype_codes import DTYPE_CODES
 from .extension import extension
-from .device_staging import DeviceStaging
 from .hierarchy import use_hierarchy
 from .topology import Groups
 
@@ -34,7 +34,8 @@ _LIVE: "weakref.WeakSet[TensorCollectives]" = weakref.WeakSet()
 
 
 def live_collectives() -> List["TensorCollectives"]:
-    """Every TensorCollectives of this process still in use (MXKV_SUMMARY_EVERY counts their bytes)."""
+    """Every TensorCollectives of this process still in use (MXKV_SUMMARY_EVERY counts their
+    bytes)."""
     return list(_LIVE)
 
 
@@ -237,7 +238,8 @@ class TensorCollectives:
         self._impl.finish_overlapped(False)
 
     def plan(self, tensors: Sequence[tuple]) -> list:
-        """The bucket plan for [(mxnet dtype code, element count), ...] (for tests and benchmarks)."""
+        """The bucket plan for [(mxnet dtype code, element count), ...] (for tests and
+        benchmarks)."""
         return self._impl.plan(list(tensors))
 
     def _run(self, op, keys, outputs, call) -> None:

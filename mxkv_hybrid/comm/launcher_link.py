@@ -30,15 +30,14 @@ import json
 import os
 import secrets
 import select
+import signal
 import socket
 import subprocess
-import signal
 import sys
 import threading
 import time
 from dataclasses import dataclass
 from typing import Dict, List, NamedTuple, Optional
-
 
 BEAT_SECONDS = 1.0
 LINE_BYTES = 1 << 16  # longer than any line of the link: a stranger's, closed

@@ -7,8 +7,15 @@ address (comm/network.py), never this machine's."""
 import socket
 from typing import List, Optional
 
-from ..comm.network import (NetworkSetupError, describe_address, interface_addresses,
-                            is_loopback, is_own_address, is_this_machine, scheduler_address)
+from ..comm.network import (
+    NetworkSetupError,
+    describe_address,
+    interface_addresses,
+    is_loopback,
+    is_own_address,
+    is_this_machine,
+    scheduler_address,
+)
 
 LOOPBACK = "127.0.0.1"
 

@@ -63,7 +63,7 @@ class ElasticAveraging:
         self._world_comm = world.comm
         blocking = replace(config, overlap=False)
         self.group = TensorCollectives(groups.group_comm, blocking)
-        self.gradients: "TensorCollectives | QuantisedReducer" = self.group  # weights' gradients
+        self.gradients: TensorCollectives | QuantisedReducer = self.group  # weights' gradients
         self._world = TensorCollectives(world.comm, blocking, groups)
         self._group_comm = groups.group_comm
         self._server_keys = ServerKeys()

@@ -71,7 +71,7 @@ class LocalSGD:
         blocking = replace(config, overlap=False)
         this_group = groups(config.group_size)  # the emulated slow link runs between groups
         self._world = TensorCollectives(world.comm, blocking, this_group)
-        self.gradients: "TensorCollectives | QuantisedReducer" = self._world  # in the warm-up
+        self.gradients: TensorCollectives | QuantisedReducer = self._world  # in the warm-up
         self._local = DeviceSum()
         self._averaging = TensorCollectives(world.comm, replace(config, overlap=self.overlap),
                                             this_group)

@@ -2,6 +2,7 @@
 leaders, each holding 1/groups of every dtype's flat centre, read and moved by one-sided
 MPI (comm/remote_memory.py) instead of ps-lite's push and pull: no server processes, no
 messages, and a leader holding a chunk does nothing while another group exchanges."""
+import functools
 import time
 from collections import deque
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
@@ -52,8 +53,8 @@ class RemoteCentre:
             for i, start in zip(chosen, starts):
                 self._places[keys[i]] = (array, int(start))
             if self._leaders.rank == 0:
-                self._charged(lambda: array.write([(int(s), values[i])
-                                                   for i, s in zip(chosen, starts)]))
+                pieces = [(int(s), values[i]) for i, s in zip(chosen, starts)]
+                self._charged(functools.partial(array.write, pieces))
             array.barrier()
 
     def read(self, keys: Sequence[Key], outs: Sequence[mx.nd.NDArray]) -> None:

@@ -29,8 +29,8 @@ store is told (expect_row_sparse_gradients; the Trainer hook does it): its gradi
 cross as rows and update only those rows, as MXNet's local store does, and a pull into
 the dense weight fetches every row."""
 import atexit
-from dataclasses import replace
 import sys
+from dataclasses import replace
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import mxnet as mx
@@ -50,7 +50,6 @@ from ..ps.layout import bigarray_bound
 from ..ps.optimizers import COUNTER_KEY, FINISH_KEY, SETTINGS_KEYS, ServerOptimizer
 from .async_momentum import with_async_momentum
 from .worker_weights import Share
-
 
 SERVER_SIDE_STATES = {
     "async": "in MXKV_MODE=async the optimizer and its state live on the parameter servers; "

@@ -15,7 +15,6 @@ from ..comm import row_sparse
 from ..comm.collectives import Arrays, Key, TensorCollectives
 from ..errors import MXKVError
 
-
 Share = Callable[[str, Sequence[Key], Sequence[Arrays]], None]
 
 

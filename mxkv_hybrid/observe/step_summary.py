@@ -17,12 +17,11 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from ..comm import stall
+from ..comm import remote_memory, stall
 from ..comm.collectives import TensorCollectives, live_collectives
 from ..comm.lockstep import in_lockstep, lockstep_comm
 from ..comm.topology import groups, world
 from ..config import Config
-from ..comm import remote_memory
 from ..ps.client import traffic
 
 FIGURES = ("inside_s", "outside_s", "gaps", "bytes_inside", "bytes_across", "rank")
@@ -61,7 +60,7 @@ class StepSummary:
         self._steps = 0
         self._inside_s = 0.0
         self._window_start: Optional[float] = None  # None until the first step
-        self._byte_baseline: "weakref.WeakKeyDictionary[TensorCollectives, tuple]" = \
+        self._byte_baseline: weakref.WeakKeyDictionary[TensorCollectives, tuple] = \
             weakref.WeakKeyDictionary()
         self._leader_baseline = 0
 
