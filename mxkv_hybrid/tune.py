@@ -54,7 +54,7 @@ def measure(comm, config: Config, quick: bool) -> Dict[int, Dict[str, float]]:
     results = {}
     for nbytes in sizes(quick):
         vector = np.ones(nbytes // 4, dtype=np.float32)
-        row = {}
+        row: Dict[str, float] = {}
         for algorithm in ALGORITHMS:
             if algorithm == "rd" and nbytes > RD_LIMIT:
                 continue
@@ -64,7 +64,7 @@ def measure(comm, config: Config, quick: bool) -> Dict[int, Dict[str, float]]:
         results[nbytes] = row
         if comm.rank == 0:
             cells = "  ".join(f"{a} {t * 1e3:8.3f}" for a, t in row.items())
-            print(f"{nbytes:>11} B  {cells}  ms  -> {min(row, key=row.get)}", flush=True)
+            print(f"{nbytes:>11} B  {cells}  ms  -> {min(row, key=row.__getitem__)}", flush=True)
     return results
 
 
@@ -75,7 +75,7 @@ def rules_from(results: Dict[int, Dict[str, float]]) -> algorithm_table.Rules:
     rules: algorithm_table.Rules = []
     for nbytes in sorted(results):
         times = results[nbytes]
-        best = min(times, key=times.get)
+        best = min(times, key=times.__getitem__)
         if rules and rules[-1][1] in times and times[rules[-1][1]] <= times[best] * (1 + TIE):
             best = rules[-1][1]
         if rules and rules[-1][1] == best:

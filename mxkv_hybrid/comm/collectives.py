@@ -175,8 +175,9 @@ class TensorCollectives:
         row_sparse values are summed by the sparse collective, key by key (row_sparse.py)."""
         sparse = {i for i, copies in enumerate(inputs) if row_sparse.is_row_sparse(copies[0])}
         if sparse:
-            row_sparse.sum_into(self, op, *([entries[i] for i in sorted(sparse)]
-                                            for entries in (keys, inputs, outputs)), average)
+            chosen = sorted(sparse)
+            row_sparse.sum_into(self, op, [keys[i] for i in chosen], [inputs[i] for i in chosen],
+                                [outputs[i] for i in chosen], average)
             keys, inputs, outputs = row_sparse.dense_entries(sparse, keys, inputs, outputs)
             if not keys:
                 return

@@ -11,7 +11,7 @@ is inside MPI: `holder_progress` starts a thread that enters MPI every few hundr
 microseconds (MPICH's own progress thread, MPIR_CVAR_ASYNC_PROGRESS=1, spins a core); on
 one host (shared memory) and on RDMA fabrics the holder does nothing."""
 import warnings
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, List, Sequence, Tuple
 
 import mxnet as mx
 
@@ -24,12 +24,12 @@ Pieces = Sequence[Tuple[int, mx.nd.NDArray]]  # (first element in the remote arr
 _moved = [0]  # bytes every RemoteArray of this process moved to or from other ranks
 
 
-def holder_progress(comm, period_us: int) -> Optional[object]:
+def holder_progress(comm, period_us: int) -> Any:
     """Collective over `comm`: where its ranks are on more than one host, a thread on this
     rank that enters MPI every `period_us` microseconds (0: none), so other ranks' reads
     and adds of the windows it holds move on while it computes; stop() it before the
-    windows are freed (collective). None where not needed, or where MPI was initialised
-    without MPI_THREAD_MULTIPLE (with a warning)."""
+    windows are freed (collective): the extension's HolderProgress. None where not needed,
+    or where MPI was initialised without MPI_THREAD_MULTIPLE (with a warning)."""
     from mpi4py import MPI
 
     hosts = set(comm.allgather(MPI.Get_processor_name()))

@@ -5,7 +5,7 @@ messages, and a leader holding a chunk does nothing while another group exchange
 import functools
 import time
 from collections import deque
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
 import mxnet as mx
 import numpy as np
@@ -77,7 +77,8 @@ class RemoteCentre:
             return self._pieces([keys[i] for i in batch], [arrays[i] for i in batch])
 
         def transfers() -> int:
-            reading = deque()  # the remote arrays of each batch whose reads are in flight
+            # the remote arrays of each batch whose reads are in flight
+            reading: Deque[list] = deque()
 
             def start_reading(b: int) -> int:
                 pieces = of(batches[b], outs)

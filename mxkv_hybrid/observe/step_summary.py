@@ -64,7 +64,7 @@ class StepSummary:
             weakref.WeakKeyDictionary()
         self._leader_baseline = 0
 
-    def timed(self, call: Callable[[], None]) -> None:
+    def timed(self, call: Callable[[], object]) -> None:
         """Runs call() as time inside the store."""
         entered = time.perf_counter()
         if self._window_start is None:
@@ -92,13 +92,14 @@ class StepSummary:
 
     def _report(self) -> None:
         first_window = self._steps == self._every
+        assert self._window_start is not None  # a window is reported after its steps
         wall = time.perf_counter() - self._window_start
         inside, across = self._bytes_moved()
         mine = np.array([self._inside_s, wall - self._inside_s,
                          self._every - 1 if first_window else self._every,
                          inside, across, world().rank], np.float64)
         comm = lockstep_comm()
-        everyone = mine[None, :]
+        everyone: Optional[np.ndarray] = mine[None, :]
         if comm is not None:
             gathered = np.empty((comm.Get_size(), len(FIGURES)), np.float64)
             with stall.waiting("the step summary's gather"):

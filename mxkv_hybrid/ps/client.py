@@ -3,7 +3,7 @@ import ctypes
 import os
 import time
 from contextlib import contextmanager
-from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import mxnet as mx
 import numpy as np
@@ -260,7 +260,7 @@ def _row_bytes(values: int, rows: int, dtype) -> int:
     return values * np.dtype(dtype).itemsize + rows * np.dtype(np.uint64).itemsize
 
 
-_shared: Dict[str, object] = {"server": None, "users": 0, "closed": False}
+_shared: Dict[str, Any] = {"server": None, "users": 0, "closed": False}
 
 
 def acquire(kind: str, num_servers: int, timeout: float, who: str,

@@ -253,6 +253,7 @@ class Cluster:
 
     def _make(self) -> None:
         state = self.state
+        assert state is not None  # start() wrote it
         _ip("link", "add", state.bridge, "type", "bridge")
         _ip("link", "set", state.bridge, "up")
         hosts_file = "127.0.0.1\tlocalhost\n" + "".join(
@@ -375,6 +376,7 @@ def main(argv: Optional[List[str]] = None) -> None:
         print(f"swept: {', '.join(sweep()) or 'nothing'}")
     else:
         with Cluster(args.hosts, args.rate_mbit) as cluster:
+            assert cluster.state is not None  # started
             environment = " ".join(f"{k}={shlex.quote(v)}"
                                    for k, v in cluster.environment().items())
             print("\n".join(f"{h.name}: {h.address} ({h.namespace})" for h in cluster.state.hosts))
