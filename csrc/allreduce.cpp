@@ -81,8 +81,8 @@ Algorithm choose_algorithm(const AllreduceOptions& options, int dtype, int64_t b
   return chosen;
 }
 
-void allreduce_vector(const Communicator& comm, Workspace& ws, void* data, int64_t count,
-                      int dtype, Algorithm algorithm, int compress, double scale) {
+void allreduce_vector(const Communicator& comm, Workspace& ws, void* data, int64_t count, int dtype,
+                      Algorithm algorithm, int compress, double scale) {
   if (count == 0) return;
   dispatch_dtype(dtype, [&]<typename T>() {
     T* values = static_cast<T*>(data);

@@ -14,7 +14,13 @@
 
 namespace mxkv {
 
-enum class Algorithm : int { kAuto = 0, kMpi = 1, kRing = 2, kHalvingDoubling = 3, kRecursiveDoubling = 4 };
+enum class Algorithm : int {
+  kAuto = 0,
+  kMpi = 1,
+  kRing = 2,
+  kHalvingDoubling = 3,
+  kRecursiveDoubling = 4
+};
 
 Algorithm algorithm_from_name(const std::string& name);  // auto|mpi|ring|rhd|rd
 const char* algorithm_name(Algorithm algorithm);
@@ -28,7 +34,7 @@ struct AlgorithmRule {
 struct AllreduceOptions {
   Algorithm algorithm = Algorithm::kAuto;
   std::vector<AlgorithmRule> table;  // used by kAuto; empty means ring
-  int compress = -1;                 // dtype code float32 values travel in (kFloat16, kBfloat16), -1: none
+  int compress = -1;  // dtype code float32 values travel in (kFloat16, kBfloat16), -1: none
 };
 
 // The algorithm that `options` picks for `bytes` of `dtype`. Compressed
@@ -37,7 +43,7 @@ struct AllreduceOptions {
 Algorithm choose_algorithm(const AllreduceOptions& options, int dtype, int64_t bytes);
 
 // data[i] = scale * sum over ranks of data[i].
-void allreduce_vector(const Communicator& comm, Workspace& ws, void* data, int64_t count,
-                      int dtype, Algorithm algorithm, int compress, double scale);
+void allreduce_vector(const Communicator& comm, Workspace& ws, void* data, int64_t count, int dtype,
+                      Algorithm algorithm, int compress, double scale);
 
 }  // namespace mxkv

@@ -11,8 +11,8 @@
 namespace mxkv {
 
 template <typename T, typename W>
-void allreduce_recursive_doubling(const Communicator& comm, Workspace& ws, T* data,
-                                  int64_t count, double scale) {
+void allreduce_recursive_doubling(const Communicator& comm, Workspace& ws, T* data, int64_t count,
+                                  double scale) {
   on_power_of_two_ranks(comm, ws, data, count, scale, [&](const PowerOfTwoRanks& ranks) {
     const int q = ranks.count(), v = ranks.virtual_rank();
     T* sent = reinterpret_cast<T*>(ws.scratch(count * sizeof(T)));

@@ -77,8 +77,7 @@ inline void ring_allgatherv(const Communicator& comm, Workspace& ws, const char*
 }
 
 template <typename T, typename W>
-void allreduce_ring(const Communicator& comm, Workspace& ws, T* data, int64_t count,
-                    double scale) {
+void allreduce_ring(const Communicator& comm, Workspace& ws, T* data, int64_t count, double scale) {
   ring_reduce_scatter<T, W>(comm, ws, data, count, scale);
   if (comm.size() == 1) return;
   const RingBlock mine = ring_owned_block(count, comm.size(), comm.rank());

@@ -1,8 +1,8 @@
 // Python bindings of the tensor collectives (module mxkv_hybrid._C).
 #include <mpi.h>
-#include <pybind11/pybind11.h>
 #include <pybind11/buffer_info.h>
 #include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
 #include <chrono>
@@ -30,12 +30,14 @@ using mxkv::TensorRequest;
 namespace {
 
 // [(input handles, output handles), ...] -> requests; handles are ctypes addresses.
-std::vector<TensorRequest> to_requests(const std::vector<std::pair<std::vector<uintptr_t>,
-                                                                   std::vector<uintptr_t>>>& spec) {
+std::vector<TensorRequest> to_requests(
+    const std::vector<std::pair<std::vector<uintptr_t>, std::vector<uintptr_t>>>& spec) {
   std::vector<TensorRequest> requests(spec.size());
   for (size_t i = 0; i < spec.size(); ++i) {
-    for (uintptr_t h : spec[i].first) requests[i].inputs.push_back(reinterpret_cast<NDArrayHandle>(h));
-    for (uintptr_t h : spec[i].second) requests[i].outputs.push_back(reinterpret_cast<NDArrayHandle>(h));
+    for (uintptr_t h : spec[i].first)
+      requests[i].inputs.push_back(reinterpret_cast<NDArrayHandle>(h));
+    for (uintptr_t h : spec[i].second)
+      requests[i].outputs.push_back(reinterpret_cast<NDArrayHandle>(h));
   }
   return requests;
 }
@@ -65,8 +67,8 @@ Fn* as_function(const py::dict& addresses, const char* name) {
 mxkv::ArrayView float32_array(uintptr_t handle, const char* what) {
   mxkv::wait_for_engine();
   auto view = mxkv::resolve_array(reinterpret_cast<mxkv::NDArrayHandle>(handle));
-  if (view.dtype != mxkv::kFloat32) throw std::invalid_argument(std::string(what) +
-                                                                " must be float32");
+  if (view.dtype != mxkv::kFloat32)
+    throw std::invalid_argument(std::string(what) + " must be float32");
   return view;
 }
 
@@ -76,6 +78,7 @@ using Spec = std::vector<std::pair<std::vector<uintptr_t>, std::vector<uintptr_t
 
 void bind_remote_array(py::module& m);  // remote_array_bindings.cpp
 
+// clang-format off: the definitions' hand layout (see .clang-format)
 PYBIND11_MODULE(_C, m) {
   m.doc() = "mxkv_hybrid tensor collectives and remote memory (C++)";
   bind_remote_array(m);
@@ -405,3 +408,4 @@ PYBIND11_MODULE(_C, m) {
            py::arg("tensors"),
            "The bucket plan for [(dtype code, element count), ...]: [(fused, [(tensor, offset, count)])].");
 }
+// clang-format on

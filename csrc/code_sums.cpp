@@ -27,8 +27,8 @@ size_t digits_per_word(int groups) {
   return digits;
 }
 
-void pack_2bit_digits(const float* values, float* residual, size_t n, float threshold,
-                      int groups, float* packed) {
+void pack_2bit_digits(const float* values, float* residual, size_t n, float threshold, int groups,
+                      float* packed) {
   const size_t k = digits_per_word(groups);
   const uint32_t base = base_of(groups);
   for (size_t word = 0, start = 0; start < n; ++word, start += k) {

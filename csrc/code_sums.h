@@ -31,8 +31,8 @@ inline size_t packed_words(size_t n, int groups) {
 
 // packed[0 .. packed_words(n, groups)) = the digits of residual += values, quantised with
 // `threshold` (residual updated).
-void pack_2bit_digits(const float* values, float* residual, size_t n, float threshold,
-                      int groups, float* packed);
+void pack_2bit_digits(const float* values, float* residual, size_t n, float threshold, int groups,
+                      float* packed);
 
 // out[i] = scale * (the digit sum of value i in `summed` - groups) * threshold, i < n.
 void unpack_2bit_digit_sums(const float* summed, size_t n, float threshold, int groups,

@@ -30,8 +30,8 @@ void elastic_step(double alpha, const std::vector<ElasticArrays>& entries, bool 
                                   ": weight, centre and difference differ in dtype or size");
     }
     if (x.dtype == kFloat32) {
-      step(static_cast<float>(alpha), static_cast<float*>(x.data), static_cast<const float*>(c.data),
-           static_cast<float*>(e.data), x.count);
+      step(static_cast<float>(alpha), static_cast<float*>(x.data),
+           static_cast<const float*>(c.data), static_cast<float*>(e.data), x.count);
     } else if (x.dtype == kFloat64) {
       step(alpha, static_cast<double*>(x.data), static_cast<const double*>(c.data),
            static_cast<double*>(e.data), x.count);

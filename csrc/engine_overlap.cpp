@@ -1,10 +1,11 @@
 #include "engine_overlap.h"
 
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <exception>
-#include <unistd.h>
 
 namespace mxkv {
 
@@ -76,8 +77,9 @@ void OverlapQueue::run_jobs() {
     std::shared_ptr<Job> job;
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      changed_.wait(lock, [&] { return (!jobs_.empty() && jobs_.front()->ready) ||
-                                       (stopping_ && jobs_.empty()); });
+      changed_.wait(lock, [&] {
+        return (!jobs_.empty() && jobs_.front()->ready) || (stopping_ && jobs_.empty());
+      });
       if (jobs_.empty()) return;
       job = jobs_.front();
     }

@@ -55,8 +55,7 @@ class GroupLink {
   // After a step begun at `started` that sent `sent` bytes to `to` and received
   // `received` from `from` (-1: no peer): counts the bytes, and sleeps out the
   // rest of the emulated link's time when the step crossed groups.
-  void finish_step(Clock::time_point started, int to, int64_t sent, int from,
-                   int64_t received) {
+  void finish_step(Clock::time_point started, int to, int64_t sent, int from, int64_t received) {
     const bool send_across = crosses(to) && sent > 0;
     const bool receive_across = crosses(from) && received > 0;
     if (sent > 0)
@@ -67,11 +66,11 @@ class GroupLink {
     if (shared_) {
       Clock::time_point done = started;
       if (send_across)
-        done = std::max(done, shared_->reserve(SharedLinkClock::kOut, started,
-                                               sent / bytes_per_second_));
+        done = std::max(done,
+                        shared_->reserve(SharedLinkClock::kOut, started, sent / bytes_per_second_));
       if (receive_across)
-        done = std::max(done, shared_->reserve(SharedLinkClock::kIn, started,
-                                               received / bytes_per_second_));
+        done = std::max(
+            done, shared_->reserve(SharedLinkClock::kIn, started, received / bytes_per_second_));
       std::this_thread::sleep_until(done + latency);
       return;
     }

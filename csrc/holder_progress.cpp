@@ -4,13 +4,13 @@
 
 namespace mxkv {
 
-HolderProgress::HolderProgress(MPI_Comm comm, std::chrono::microseconds period)
-    : period_(period) {
+HolderProgress::HolderProgress(MPI_Comm comm, std::chrono::microseconds period) : period_(period) {
   int provided = MPI_THREAD_SINGLE;
   MPI_Query_thread(&provided);
   if (provided < MPI_THREAD_MULTIPLE) {
-    throw std::runtime_error("a progress thread for remote memory needs MPI initialised with "
-                             "MPI_THREAD_MULTIPLE");
+    throw std::runtime_error(
+        "a progress thread for remote memory needs MPI initialised with "
+        "MPI_THREAD_MULTIPLE");
   }
   if (period.count() <= 0) throw std::invalid_argument("the progress period must be positive");
   MPI_Comm_dup(comm, &comm_);

@@ -31,14 +31,18 @@ constexpr size_t kBlock = 1024;  // elements widened at a time (4 KiB of float32
 // dst = float32 values of src (a copy when T is float).
 template <typename T>
 inline void widen(float* dst, const T* src, size_t n) {
-  if constexpr (std::is_same_v<T, float>) std::memcpy(dst, src, n * sizeof(float));
-  else to_float(dst, src, n);
+  if constexpr (std::is_same_v<T, float>)
+    std::memcpy(dst, src, n * sizeof(float));
+  else
+    to_float(dst, src, n);
 }
 
 template <typename T>
 inline void narrow(T* dst, const float* src, size_t n) {
-  if constexpr (std::is_same_v<T, float>) std::memcpy(dst, src, n * sizeof(float));
-  else from_float(dst, src, n);
+  if constexpr (std::is_same_v<T, float>)
+    std::memcpy(dst, src, n * sizeof(float));
+  else
+    from_float(dst, src, n);
 }
 
 // fn(float* values, offset, count) on float32 copies of x, block by block, written back.

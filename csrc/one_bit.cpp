@@ -61,8 +61,8 @@ void quantize_1bit(const float* values, float* residual, size_t n, uint8_t* code
     for (int side = 0; side < 2; ++side) {
       double total = sums[side][0];
       for (size_t lane = 1; lane < kLanes; ++lane) total += static_cast<double>(sums[side][lane]);
-      sent[side] = counts[side] ? static_cast<float>(total / static_cast<double>(counts[side]))
-                                : 0.0f;
+      sent[side] =
+          counts[side] ? static_cast<float>(total / static_cast<double>(counts[side])) : 0.0f;
     }
     for (size_t i = 0; i < m; ++i) r[i] -= positive[i] ? sent[1] : sent[0];
     std::fill(positive + m, positive + ((m + 7) / 8) * 8, uint8_t{0});
@@ -74,8 +74,7 @@ void quantize_1bit(const float* values, float* residual, size_t n, uint8_t* code
   }
 }
 
-void decode_sum_1bit(const std::vector<const uint8_t*>& codes, size_t n, double scale,
-                     float* out) {
+void decode_sum_1bit(const std::vector<const uint8_t*>& codes, size_t n, double scale, float* out) {
   typedef int32_t Ints4 __attribute__((vector_size(16)));
   const Ints4 low_bits = {1, 2, 4, 8}, high_bits = {16, 32, 64, 128};
   const float s = static_cast<float>(scale);

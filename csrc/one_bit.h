@@ -27,7 +27,6 @@ void quantize_1bit(const float* values, float* residual, size_t n, uint8_t* code
 
 // out[i] = scale * the sum over k of the value codes[k] encode for element i (its side's
 // mean in its block), i < n, added in k's order.
-void decode_sum_1bit(const std::vector<const uint8_t*>& codes, size_t n, double scale,
-                     float* out);
+void decode_sum_1bit(const std::vector<const uint8_t*>& codes, size_t n, double scale, float* out);
 
 }  // namespace mxkv

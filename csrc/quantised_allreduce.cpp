@@ -44,14 +44,12 @@ Status TensorCollectives::allreduce_quantised(const std::vector<TensorRequest>& 
   TensorSet set = resolve_tensors(requests, key_signature);
   uint32_t threshold_bits;
   std::memcpy(&threshold_bits, &quantiser.threshold, sizeof(threshold_bits));
-  const uint64_t setting =
-      (uint64_t{threshold_bits} << 1) | static_cast<uint64_t>(quantiser.kind);
+  const uint64_t setting = (uint64_t{threshold_bits} << 1) | static_cast<uint64_t>(quantiser.kind);
   if (!signatures_agree((set.signature ^ setting) & ((uint64_t{1} << 62) - 1)))
     return Status::kMismatch;
   for (size_t t = 0; t < set.tensors.size(); ++t) {
     if (set.tensors[t].dtype != kFloat32)
-      throw EntryError(t, std::string(quantiser.name()) +
-                              " compression takes float32 arrays only");
+      throw EntryError(t, std::string(quantiser.name()) + " compression takes float32 arrays only");
   }
   if (hierarchical()) {
     allreduce_quantised_group_sums(set, residual_keys, quantiser, average);
@@ -84,8 +82,7 @@ Status TensorCollectives::allreduce_quantised(const std::vector<TensorRequest>& 
   std::vector<const uint8_t*> codes(p);
   for (size_t t = 0; t < set.tensors.size(); ++t) {
     for (int r = 0; r < p; ++r) codes[r] = all.data() + r * block + first_code[t];
-    decode_into(quantiser, codes, set.tensors[t], 0, set.tensors[t].count,
-                average ? 1.0 / p : 1.0);
+    decode_into(quantiser, codes, set.tensors[t], 0, set.tensors[t].count, average ? 1.0 / p : 1.0);
   }
   return Status::kOk;
 }

@@ -30,7 +30,8 @@ MPI_Datatype accumulable_type(int dtype) {
   if (dtype == kFloat32) return MPI_FLOAT;
   if (dtype == kFloat64) return MPI_DOUBLE;
   throw std::invalid_argument(std::string("remote memory holds float32 or float64 arrays, not ") +
-                              dtype_name(dtype) + " (MPI has no accumulate for 16-bit floats): "
+                              dtype_name(dtype) +
+                              " (MPI has no accumulate for 16-bit floats): "
                               "keep the weights in float32 (multi_precision keeps a float32 copy)");
 }
 
@@ -51,7 +52,8 @@ RemoteArray::RemoteArray(MPI_Comm comm, int64_t total, int dtype, const std::vec
   const int64_t mine = held[rank_];
   void* base = nullptr;
   check(MPI_Win_allocate(static_cast<MPI_Aint>(mine * itemsize_), static_cast<int>(itemsize_),
-                         MPI_INFO_NULL, comm_, &base, &window_), "MPI_Win_allocate");
+                         MPI_INFO_NULL, comm_, &base, &window_),
+        "MPI_Win_allocate");
   if (mine > 0) std::memset(base, 0, mine * itemsize_);
   check(MPI_Win_lock_all(0, window_), "MPI_Win_lock_all");  // passive target, shared
   MPI_Barrier(comm_);  // every window zeroed before anyone reads
@@ -110,7 +112,8 @@ void RemoteArray::write(const Ranges& ranges, const Counts& counts) {
 
 void RemoteArray::transfer(Kind kind, const Ranges& ranges, const Counts& counts,
                            bool wait_until_done, std::vector<MPI_Request>* requests) {
-  if (ranges.size() != counts.size()) throw std::invalid_argument("ranges and counts differ in length");
+  if (ranges.size() != counts.size())
+    throw std::invalid_argument("ranges and counts differ in length");
   for (size_t r = 0; r < ranges.size(); ++r) {
     const int64_t start = ranges[r].first, count = counts[r];
     if (start < 0 || count < 0 || start + count > total_) {
@@ -134,7 +137,8 @@ void RemoteArray::transfer(Kind kind, const Ranges& ranges, const Counts& counts
                 "MPI_Rget_accumulate");
         } else if (kind == Kind::kRead) {
           check(MPI_Get_accumulate(nullptr, 0, type_, origin, n, type_, chunk.holder, where, n,
-                                   type_, MPI_NO_OP, window_), "MPI_Get_accumulate");
+                                   type_, MPI_NO_OP, window_),
+                "MPI_Get_accumulate");
         } else if (kind == Kind::kCopyOut) {
           check(MPI_Get(origin, n, type_, chunk.holder, where, n, type_, window_), "MPI_Get");
         } else if (kind == Kind::kAccumulate) {

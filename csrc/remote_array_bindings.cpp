@@ -48,13 +48,17 @@ void run_on(mxkv::RemoteArray& self, const Handles& handles, Transfer transfer, 
 // A method taking [(start, NDArray handle)] that runs `transfer` on them.
 void bind_transfer(py::class_<mxkv::RemoteArray>& cls, const char* name, Transfer transfer,
                    const char* doc) {
-  cls.def(name, [transfer](mxkv::RemoteArray& self, const Handles& arrays, bool ready) {
-    run_on(self, arrays, transfer, ready);
-  }, py::arg("arrays"), py::arg("ready") = false, doc);
+  cls.def(
+      name,
+      [transfer](mxkv::RemoteArray& self, const Handles& arrays, bool ready) {
+        run_on(self, arrays, transfer, ready);
+      },
+      py::arg("arrays"), py::arg("ready") = false, doc);
 }
 
 }  // namespace
 
+// clang-format off: the definitions' hand layout (see .clang-format)
 void bind_remote_array(py::module& m) {
   py::class_<mxkv::HolderProgress>(m, "HolderProgress")
       .def(py::init([](int64_t fortran_comm, double period_us) {
@@ -110,3 +114,4 @@ void bind_remote_array(py::module& m) {
                 "[(start, NDArray handle)]: remote[start:start+its size] = each array (set-up, "
                 "restore).");
 }
+// clang-format on

@@ -22,8 +22,8 @@ T* at(char* base, int64_t offset) {
 
 }  // namespace
 
-TensorCollectives::TensorCollectives(MPI_Comm comm, size_t bucket_bytes,
-                                     AllreduceOptions options, size_t segment_bytes)
+TensorCollectives::TensorCollectives(MPI_Comm comm, size_t bucket_bytes, AllreduceOptions options,
+                                     size_t segment_bytes)
     : comm_(comm), check_comm_(comm), workspace_(segment_bytes), bucket_bytes_(bucket_bytes),
       options_(std::move(options)) {
   if (bucket_bytes_ < 8) throw std::invalid_argument("bucket size must be at least 8 bytes");
@@ -128,8 +128,8 @@ uint64_t TensorCollectives::bytes_sent_across() const {
   return sent;
 }
 
-void TensorCollectives::allreduce_vector(void* data, int64_t count, int dtype,
-                                         Algorithm algorithm, double scale) {
+void TensorCollectives::allreduce_vector(void* data, int64_t count, int dtype, Algorithm algorithm,
+                                         double scale) {
   const int64_t bytes = count * static_cast<int64_t>(dtype_size(dtype));
   if (cross_) {
     const Algorithm across = choose_algorithm({algorithm, cross_table_, options_.compress}, dtype,
@@ -138,15 +138,15 @@ void TensorCollectives::allreduce_vector(void* data, int64_t count, int dtype,
                            options_.compress, scale);
     return;
   }
-  const Algorithm chosen = choose_algorithm({algorithm, options_.table, options_.compress}, dtype,
-                                            bytes);
+  const Algorithm chosen =
+      choose_algorithm({algorithm, options_.table, options_.compress}, dtype, bytes);
   mxkv::allreduce_vector(comm_, workspace_, data, count, dtype, chosen, options_.compress, scale);
 }
 
 const char* TensorCollectives::algorithm_name_for(int dtype, int64_t bytes) const {
   if (cross_) return "hierarchical";
-  return algorithm_name(choose_algorithm(
-      {options_.algorithm, options_.table, options_.compress}, dtype, bytes));
+  return algorithm_name(
+      choose_algorithm({options_.algorithm, options_.table, options_.compress}, dtype, bytes));
 }
 
 void TensorCollectives::allreduce_fused(const Bucket& bucket, const std::vector<Tensor>& tensors,
@@ -178,8 +178,8 @@ void TensorCollectives::allreduce_fused(const Bucket& bucket, const std::vector<
   });
 }
 
-void TensorCollectives::allreduce_in_place(const Bucket& bucket,
-                                           const std::vector<Tensor>& tensors, double scale) {
+void TensorCollectives::allreduce_in_place(const Bucket& bucket, const std::vector<Tensor>& tensors,
+                                           double scale) {
   const Segment& s = bucket.segments.front();
   const Tensor& t = tensors[s.tensor];
   dispatch_dtype(bucket.dtype, [&]<typename T>() {
@@ -232,8 +232,8 @@ void TensorCollectives::broadcast_bucket(const Bucket& bucket, const std::vector
     T* buffer = reinterpret_cast<T*>(staging(bucket.dtype));
     int64_t pos = 0;
     for (const Segment& s : bucket.segments) {
-      if (is_root) copy_scaled(buffer + pos, at<T>(tensors[s.tensor].inputs.front(), s.offset),
-                               s.count, 1.0);
+      if (is_root)
+        copy_scaled(buffer + pos, at<T>(tensors[s.tensor].inputs.front(), s.offset), s.count, 1.0);
       pos += s.count;
     }
     comm_.broadcast(buffer, pos * sizeof(T), root);

@@ -8,8 +8,8 @@
 #include <atomic>
 #include <cstdint>
 #include <map>
-#include <unordered_map>
 #include <memory>
+#include <unordered_map>
 #include <vector>
 
 #include "allreduce.h"
@@ -44,8 +44,8 @@ class TensorCollectives {
   // The same result as allreduce(), computed behind MXNet's engine: returns
   // once the buckets are pushed (see engine_overlap.h). The call signature is
   // still compared across ranks before anything is pushed.
-  Status allreduce_overlapped(const std::vector<TensorRequest>& requests,
-                              uint64_t key_signature, bool average);
+  Status allreduce_overlapped(const std::vector<TensorRequest>& requests, uint64_t key_signature,
+                              bool average);
 
   // Waits for every overlapped bucket; ends the communication thread when `stop`.
   void finish_overlapped(bool stop);
@@ -71,8 +71,8 @@ class TensorCollectives {
   // the codes cross between groups, and the codes of every slice go around the group,
   // where every rank decodes them all. Every rank decodes the same codes in the same order.
   Status allreduce_quantised(const std::vector<TensorRequest>& requests, uint64_t key_signature,
-                             const std::vector<uint64_t>& residual_keys,
-                             const Quantiser& quantiser, bool average);
+                             const std::vector<uint64_t>& residual_keys, const Quantiser& quantiser,
+                             bool average);
   // This rank's residual under `residual_key` (empty if none yet).
   std::vector<float> quantiser_residual(uint64_t residual_key) const;
 

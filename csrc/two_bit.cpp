@@ -26,8 +26,8 @@ void quantize_2bit(const float* values, float* residual, size_t n, float thresho
     uint8_t* out = codes + start / 4;
     const size_t whole = m / 4;
     for (size_t b = 0; b < whole; ++b)
-      out[b] = static_cast<uint8_t>(code[4 * b] | (code[4 * b + 1] << 2) |
-                                    (code[4 * b + 2] << 4) | (code[4 * b + 3] << 6));
+      out[b] = static_cast<uint8_t>(code[4 * b] | (code[4 * b + 1] << 2) | (code[4 * b + 2] << 4) |
+                                    (code[4 * b + 3] << 6));
     if (whole * 4 < m) {
       uint8_t byte = 0;
       for (size_t i = whole * 4; i < m; ++i) byte |= static_cast<uint8_t>(code[i] << (2 * (i % 4)));

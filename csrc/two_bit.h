@@ -22,8 +22,7 @@ namespace mxkv {
 inline size_t two_bit_bytes(size_t n) { return (n + 3) / 4; }
 
 // codes[0 .. two_bit_bytes(n)) = the codes of residual += values (residual updated).
-void quantize_2bit(const float* values, float* residual, size_t n, float threshold,
-                   uint8_t* codes);
+void quantize_2bit(const float* values, float* residual, size_t n, float threshold, uint8_t* codes);
 
 // The four values each code byte stands for, for one threshold.
 struct DequantizeTable {

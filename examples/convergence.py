@@ -118,9 +118,10 @@ def worker(args: argparse.Namespace) -> None:
     from mxnet import autograd, gluon
 
     import mxkv_hybrid
-    from mxkv_hybrid.comm.collectives import live_collectives
     from mxkv_hybrid.comm import remote_memory
+    from mxkv_hybrid.comm.collectives import live_collectives
     from mxkv_hybrid.ps.client import traffic
+
     from study_tasks import TASKS
     from train_digits import accuracy
 
@@ -233,7 +234,7 @@ def run(configuration: str, seed: int, link: float, args: argparse.Namespace,
     if cluster is None:
         done = subprocess.run([sys.executable, "-m", "mxkv_hybrid.launch", "-n", str(args.ranks),
                                "--timeout", "1800", *options, "--", *worker],
-                              capture_output=True, text=True, env=environment)
+                              capture_output=True, check=False, text=True, env=environment)
     else:
         from emulated_hosts import launch_on_hosts
         done = launch_on_hosts(cluster, size, worker, environment, options)
@@ -309,9 +310,9 @@ def summarise(results: List[dict], within: float) -> List[dict]:
 
 
 def table(rows: List[dict], within: float) -> str:
-    lines = [f"{'configuration':>30} {'link':>9} {'final acc (per seed)':>28} {'mean':>6} "
-             f"{'train s':>8} {'MB across':>10} {'fewer bytes':>11} {'peak MB':>8} "
-             f"{'s to target':>11} {'sooner':>7}"]
+    lines = [(f"{'configuration':>30} {'link':>9} {'final acc (per seed)':>28} {'mean':>6} "
+              f"{'train s':>8} {'MB across':>10} {'fewer bytes':>11} {'peak MB':>8} "
+              f"{'s to target':>11} {'sooner':>7}")]
     for row in rows:
         link = f"{row['link_mbps']:g} Mb/s" if row["link_mbps"] else "-"
         seeds = " ".join(f"{a:.3f}" for a in row["final_accuracy"])
@@ -393,8 +394,9 @@ def links(args: argparse.Namespace):
     if not args.hosts:
         yield from ((link, None) for link in args.links)
         return
-    from emulated_hosts import require_emulated_hosts
     from mxkv_hybrid.testing.cluster import Cluster
+
+    from emulated_hosts import require_emulated_hosts
 
     require_emulated_hosts()
     for link in args.links:

@@ -78,8 +78,8 @@ def write_split(root: str, split: str, per_class: int, styles, size: int,
             label, path = images[position]
             with open(path, "rb") as f:
                 jpeg = f.read()
-            records.write_idx(index, mx.recordio.pack(mx.recordio.IRHeader(0, float(label), index, 0),
-                                                      jpeg))
+            header = mx.recordio.IRHeader(0, float(label), index, 0)
+            records.write_idx(index, mx.recordio.pack(header, jpeg))
             relative = os.path.relpath(path, os.path.join(root, split))
             listing.write(f"{index}\t{label:.1f}\t{relative}\n")
     records.close()

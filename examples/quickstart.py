@@ -9,7 +9,7 @@ net.initialize(mx.init.Normal(1.0))
 kv = mx.kv.create("hybrid")  # or kvstore="hybrid" below
 trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1}, kvstore=kv)
 mx.random.seed(kv.rank)  # every rank its own batches of y = 3 x0 - 2 x1 + 1
-for step in range(200):
+for _step in range(200):
     x = mx.nd.random.normal(shape=(32, 2))
     y = 3 * x[:, 0:1] - 2 * x[:, 1:2] + 1
     with autograd.record():

@@ -26,6 +26,7 @@ import numpy as np
 from mxnet import autograd, gluon
 
 import mxkv_hybrid
+
 from replica_check import replica_scope, replicas_identical
 
 TEST_FRACTION = 0.2

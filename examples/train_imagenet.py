@@ -36,6 +36,7 @@ from mxnet import autograd, gluon
 from mxnet.gluon.data.vision import transforms
 
 import mxkv_hybrid
+
 from replica_check import replica_scope, replicas_identical
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)  # ImageNet RGB, in [0, 1]
@@ -101,7 +102,8 @@ def count_classes(args, fmt: str) -> int:
     if args.num_classes:
         return args.num_classes
     if fmt == "folder":
-        return len(gluon.data.vision.ImageFolderDataset(os.path.join(args.data_dir, "train")).synsets)
+        folder = gluon.data.vision.ImageFolderDataset(os.path.join(args.data_dir, "train"))
+        return len(folder.synsets)
     listing = os.path.join(args.data_dir, "train.lst")
     if not os.path.exists(listing):
         raise SystemExit(f"{listing} is missing: pass --num-classes")
@@ -227,7 +229,8 @@ def soft_targets(label: mx.nd.NDArray, classes: int, smoothing: float) -> mx.nd.
 def validate(net, data, contexts, kv, classes: int):
     """(top-1, top-5, images) over all ranks' validation shards."""
     top1 = mx.metric.Accuracy()
-    top5 = mx.metric.TopKAccuracy(top_k=min(5, classes - 1)) if classes > 2 else mx.metric.Accuracy()
+    top5 = (mx.metric.TopKAccuracy(top_k=min(5, classes - 1)) if classes > 2
+            else mx.metric.Accuracy())
     for images, labels, valid in data.epoch(0):
         outputs = net(images[:valid].as_in_context(contexts[0]))
         for metric in (top1, top5):
@@ -296,7 +299,8 @@ def main() -> None:
         started = tick = time.time()
         loss_sum, images_done = 0.0, 0
         for step, (images, labels, _) in enumerate(train_data.epoch(epoch), start=1):
-            targets = soft_targets(labels, classes, args.label_smoothing) if dense_labels else labels
+            targets = (soft_targets(labels, classes, args.label_smoothing) if dense_labels
+                       else labels)
             if args.mixup > 0:
                 lam = mix.beta(args.mixup, args.mixup)
                 images = lam * images + (1 - lam) * images[::-1]
@@ -311,9 +315,9 @@ def main() -> None:
             images_done += rank_batch
             if step % args.log_interval == 0 or step == steps:
                 now = time.time()
+                rate = global_batch * (step % args.log_interval or args.log_interval) / (now - tick)
                 say(f"epoch {epoch} step {step}/{steps}  loss {loss_sum / images_done:.4f}  "
-                    f"lr {trainer.learning_rate:.5f}  "
-                    f"{global_batch * (step % args.log_interval or args.log_interval) / (now - tick):.1f} images/s",
+                    f"lr {trainer.learning_rate:.5f}  {rate:.1f} images/s",
                     flush=True)
                 tick = now
         top1, top5, _ = validate(net, val_data, contexts, kv, classes)
@@ -323,7 +327,8 @@ def main() -> None:
             mxkv_hybrid.checkpoint.save(os.path.join(args.save_dir, "latest"), net, trainer,
                                         progress={"epoch": epoch})
         elif args.save_dir:
-            mxkv_hybrid.checkpoint.save(os.path.join(args.save_dir, f"epoch{epoch:04d}"), net, trainer)
+            mxkv_hybrid.checkpoint.save(os.path.join(args.save_dir, f"epoch{epoch:04d}"), net,
+                                        trainer)
 
     if isinstance(kv, mxkv_hybrid.Hybrid):
         mxkv_hybrid.consensus(trainer)

@@ -34,8 +34,8 @@ def _is_the_launchers_process() -> bool:
 
 
 if not _is_the_launchers_process():
-    from .comm.network import announce_own_address
     from .comm.launcher_link import start_for_this_rank
+    from .comm.network import announce_own_address
     from .mxnet_version import require_mxnet
 
     announce_own_address()  # before MXNet's import, where a parameter-server process starts

@@ -1,7 +1,7 @@
 """Every MXKV_* knob: parsed and validated once, from the environment."""
 import os
 from dataclasses import dataclass
-from typing import Callable, Dict, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
 
 from .errors import ConfigError
 
@@ -140,7 +140,8 @@ def parse_group_job(text: str) -> Optional[GroupJob]:
     job = GroupJob(*_whole_numbers(fields, names, expected))
     if not 0 <= job.group < job.groups or not 0 <= job.first_rank < job.ranks:
         raise ValueError(f"expected {expected}")
-    if job.local_first is not None and not 0 <= job.local_first < job.local_ranks:
+    if (job.local_first is not None and job.local_ranks is not None  # (given together)
+            and not 0 <= job.local_first < job.local_ranks):
         raise ValueError(f"expected {expected}")
     return job
 
@@ -149,7 +150,7 @@ def parse_group_job(text: str) -> Optional[GroupJob]:
 class Knob:
     """One environment variable: its parser, default and one-line documentation."""
 
-    parse: Callable[[str], object]
+    parse: Callable[[str], Any]  # the value's type depends on the knob
     default: str
     doc: str
 
@@ -415,7 +416,7 @@ KNOBS: Dict[str, Knob] = {
 }
 
 
-def read_knob(name: str, environ: Optional[Mapping[str, str]] = None) -> object:
+def read_knob(name: str, environ: Optional[Mapping[str, str]] = None) -> Any:
     """One knob's value (for the few read before a store exists, e.g. MXKV_AUTO at import)."""
     environ = os.environ if environ is None else environ
     knob = KNOBS[name]

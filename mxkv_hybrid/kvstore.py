@@ -1,33 +1,32 @@
 """class Hybrid: the KVStore that MXNet sees (mx.kv.create('hybrid'))."""
 import sys
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple, Union
 
 import mxnet as mx
 from mxnet.kvstore import KVStoreBase
 
 from .comm import row_sparse, stall
-from .comm.collectives import Key, TensorCollectives
-from .comm.topology import groups, world
+from .comm.collectives import Arrays, Key, TensorCollectives
 from .comm.compression import QuantisedReducer
 from .comm.compression_params import Compression, parse_compression
+from .comm.topology import groups, world
 from .config import Config
 from .errors import MXKVError
-from .ps.client import barrier_across_groups
-from .ps.keys import is_held
-from .ps.optimizers import COUNTER_KEY
-from .modes.averaging import Averaging
+from .modes.averaging import Averaging, Reducer
 from .modes.elastic import ElasticAveraging
 from .modes.grouped_sync import GroupedSync
 from .modes.local_sgd import LocalSGD
 from .modes.server_weights import ServerWeights
 from .modes.worker_weights import WorkerWeights
 from .observe.step_summary import summary_for
+from .ps.client import barrier_across_groups
+from .ps.keys import is_held
+from .ps.optimizers import COUNTER_KEY
 from .safety.fault import FaultInjector
 from .safety.finite_check import check_finite
 
 
-
-def _as_key_lists(key, value) -> Tuple[List[Key], List[List[mx.nd.NDArray]]]:
+def _as_key_lists(key, value) -> Tuple[List[Key], List[Arrays]]:
     """MXNet's calling conventions -> ([key, ...], [[array per device], ...])."""
     if isinstance(key, (list, tuple)):
         if not isinstance(value, (list, tuple)) or len(value) != len(key):
@@ -54,12 +53,15 @@ class Hybrid(KVStoreBase):
                        if self._config.fault is not None and self._config.attempt == 0 else None)
         mode = self._config.mode
         this_group = groups(self._config.group_size)
-        self._collectives: Optional[TensorCollectives] = TensorCollectives(
+        collectives = TensorCollectives(
             self._world.comm, self._config, this_group,
             hierarchy=self._config.hierarchy if mode == "allreduce" else "off")
-        self._reducer = self._collectives  # what combines plain values
+        self._collectives: Optional[TensorCollectives] = collectives  # None once closed
+        self._reducer: Reducer = collectives  # what combines plain values
         self._averaging: Optional[Averaging] = None
-        self._rejoinable = None  # modes async, easgd: what knows a restarted group's steps
+        # modes async, easgd: what knows a restarted group's steps
+        self._rejoinable: Optional[Union[ElasticAveraging, ServerWeights]] = None
+        self._weights: Union[WorkerWeights, ServerWeights]
         if mode == "easgd":
             elastic = ElasticAveraging(self._config, self._world, this_group)
             self._averaging = self._reducer = self._rejoinable = elastic
@@ -67,17 +69,19 @@ class Hybrid(KVStoreBase):
             self._averaging = self._reducer = LocalSGD(self._config, self._world)
         share = None  # separate sync group jobs: how a broadcast reaches the other groups
         if mode == "sync":
-            self._reducer = GroupedSync(self._config, self._world, this_group)
-            share = None if self._world.spans_all_ranks else self._reducer.share_across_groups
+            grouped = GroupedSync(self._config, self._world, this_group)
+            self._reducer = grouped
+            share = None if self._world.spans_all_ranks else grouped.share_across_groups
+        staleness: Optional[Callable[[], Sequence[int]]] = None
         if mode == "async":
-            self._weights = self._rejoinable = ServerWeights(
-                self._config, self._world, this_group, self._collectives)
+            servers = ServerWeights(self._config, self._world, this_group, collectives)
+            self._weights = self._rejoinable = servers
+            staleness = lambda: servers.staleness  # noqa: E731  (the step summary's column)
         else:  # sync: until the servers take the optimizer (set_optimizer)
-            self._weights = WorkerWeights(self._collectives, self._reducer, share)
+            self._weights = WorkerWeights(collectives, self._reducer, share)
         self._this_group = this_group
         self._share = share
         self._sparse_gradients: List[Key] = []  # expect_row_sparse_gradients
-        staleness = (lambda: self._weights.staleness) if mode == "async" else None
         self._summary = summary_for(self._config, staleness)  # MXKV_SUMMARY_EVERY
 
     # ---- identity -------------------------------------------------------------------
@@ -135,8 +139,9 @@ class Hybrid(KVStoreBase):
     def after_update(self, keys: Sequence[Key], weights: Sequence[Sequence[mx.nd.NDArray]]) -> None:
         """Called by the Trainer and Module hooks after each optimizer step (every tau-th
         step is an elastic exchange in mode easgd, an averaging point in mode lasgd)."""
-        if self._averaging is not None:
-            self._timed(lambda: self._averaging.after_step(keys, weights))
+        averaging = self._averaging
+        if averaging is not None:
+            self._timed(lambda: averaging.after_step(keys, weights))
             if self._summary is not None:
                 self._summary.step_done()
 
@@ -152,6 +157,7 @@ class Hybrid(KVStoreBase):
             self._averaging.consensus(keys, weights)
         else:
             self._active()
+            assert isinstance(self._weights, ServerWeights)  # (mode async)
             self._weights.consensus(list(keys), [list(w) for w in weights])
 
     # ---- data -----------------------------------------------------------------------
@@ -256,16 +262,16 @@ class Hybrid(KVStoreBase):
         if self._summary is not None and self._averaging is None:  # else: after_update ends it
             self._summary.step_done()
 
-    def _combine(self, keys: List[Key], values: List[List[mx.nd.NDArray]],
-                 outs: List[List[mx.nd.NDArray]], average: bool) -> None:
+    def _combine(self, keys: List[Key], values: List[Arrays], outs: List[Arrays],
+                 average: bool) -> None:
         """pushpull's work: updates the keys that hold a weight, combines the others."""
         if self._config.check_finite:
             check_finite("pushpull", keys, values, self._world.rank)
         updated = [i for i, k in enumerate(keys) if self._weights.updates(k)]
         plain = [i for i, k in enumerate(keys) if not self._weights.updates(k)]
         if plain:
-            self._reducer.allreduce("pushpull", [keys[i] for i in plain], [values[i] for i in plain],
-                                    [outs[i] for i in plain], average)
+            self._reducer.allreduce("pushpull", [keys[i] for i in plain],
+                                    [values[i] for i in plain], [outs[i] for i in plain], average)
         if updated:
             self._weights.push_pull("pushpull", [keys[i] for i in updated],
                                     [values[i] for i in updated], [outs[i] for i in updated],
@@ -278,7 +284,7 @@ class Hybrid(KVStoreBase):
         if row_ids is None:
             raise MXKVError("row_sparse_pull: row_ids is required (the ids of the rows to pull)")
         _, ids = _as_key_lists(key, row_ids)
-        ids = [i * len(o) if len(i) == 1 else i for i, o in zip(ids, outs)]
+        ids = [[i[0]] * len(o) if len(i) == 1 else i for i, o in zip(ids, outs)]
         dense = [k for k, o in zip(keys, outs) if not all(map(row_sparse.is_row_sparse, o))]
         if dense:
             raise MXKVError(f"row_sparse_pull: key(s) {dense!r}: out must be row_sparse "
@@ -313,12 +319,14 @@ class Hybrid(KVStoreBase):
             return
         if mode == "async":
             self._active()
+            assert isinstance(self._weights, ServerWeights)
             self._weights.compress_gradients(compression)
             return
         if self._averaging is not None:
             self._active()
             self._averaging.compress_gradients(compression)
             return
+        assert isinstance(self._weights, WorkerWeights)  # (mode allreduce)
         self._reducer = QuantisedReducer(self._active(), compression)
         self._weights.reduce_with(self._reducer)
 
@@ -330,6 +338,7 @@ class Hybrid(KVStoreBase):
                             "set_optimizer (gluon.Trainer and Module do), so that the optimizer "
                             "runs on every rank and the servers sum the codes")
         self._active()
+        assert isinstance(self._reducer, GroupedSync)  # (mode sync)
         self._reducer.compress_across_groups(compression)
 
     def barrier(self) -> None:
@@ -349,6 +358,7 @@ class Hybrid(KVStoreBase):
         learning rate or rescale_grad sent before the next gradient; sync with gradient
         compression: the object itself, on every rank)."""
         if self._config.mode == "sync" and isinstance(self._weights, WorkerWeights) \
+                and isinstance(self._reducer, GroupedSync) \
                 and not self._reducer.compresses_across_groups:
             self._move_weights_to_servers()
         self._weights.set_optimizer(optimizer)
@@ -381,8 +391,9 @@ class Hybrid(KVStoreBase):
                       "the parameter servers (they hold one per process): this store's runs on "
                       "every rank", file=sys.stderr, flush=True)
             return
+        assert isinstance(self._weights, WorkerWeights)  # (until now)
         kept = self._weights.kept()
-        servers = ServerWeights(self._config, self._world, self._this_group, self._collectives,
+        servers = ServerWeights(self._config, self._world, self._this_group, self._active(),
                                 self._share)
         servers.expect_row_sparse_gradients(self._sparse_gradients)
         if kept:
@@ -396,7 +407,7 @@ class Hybrid(KVStoreBase):
             raise MXKVError("this hybrid kvstore was closed; create a new one")
         return self._collectives
 
-    def _timed(self, call: Callable[[], None]) -> None:
+    def _timed(self, call: Callable[[], object]) -> None:
         """call(), counted as time in the store by the step summary (MXKV_SUMMARY_EVERY)."""
         if self._summary is None:
             call()

@@ -6,9 +6,11 @@
 `import mxkv_hybrid` happens first, so `kvstore='hybrid'` / `mx.kv.create('hybrid')`
 in the script get the Hybrid store instead of MXNet's silent local fallback.
 """
+import io
 import os
 import runpy
 import sys
+from typing import cast
 
 USAGE = "usage: python -m mxkv_hybrid.run (script.py | -m module) [args...]"
 
@@ -23,7 +25,7 @@ def main(argv=None) -> None:
     # never share one: PYTHONUNBUFFERED=1 would write each piece of a print separately, and
     # MXNet's C++ log writes each piece of a line to an unbuffered std::cerr.
     for stream in (sys.stdout, sys.stderr):
-        stream.reconfigure(line_buffering=True, write_through=False)
+        cast(io.TextIOWrapper, stream).reconfigure(line_buffering=True, write_through=False)
 
     import mxkv_hybrid  # noqa: F401  (registers the store, installs the hooks)
     from mxkv_hybrid.comm._C import line_buffer_stderr

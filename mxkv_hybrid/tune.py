@@ -8,6 +8,7 @@ the fastest algorithm per size as the rules for this rank count in the algorithm
 (default ~/.cache/mxkv_hybrid/allreduce_table.json, which auto then reads on this machine).
 """
 import argparse
+import functools
 import socket
 import time
 from typing import Dict, List
@@ -53,17 +54,17 @@ def measure(comm, config: Config, quick: bool) -> Dict[int, Dict[str, float]]:
     results = {}
     for nbytes in sizes(quick):
         vector = np.ones(nbytes // 4, dtype=np.float32)
-        row = {}
+        row: Dict[str, float] = {}
         for algorithm in ALGORITHMS:
             if algorithm == "rd" and nbytes > RD_LIMIT:
                 continue
-            row[algorithm] = median_seconds(
-                comm, lambda: collectives.allreduce_vector(vector, algorithm, 1.0 / comm.size),
-                repetitions(nbytes, quick))
+            reduce = functools.partial(collectives.allreduce_vector, vector, algorithm,
+                                       1.0 / comm.size)
+            row[algorithm] = median_seconds(comm, reduce, repetitions(nbytes, quick))
         results[nbytes] = row
         if comm.rank == 0:
             cells = "  ".join(f"{a} {t * 1e3:8.3f}" for a, t in row.items())
-            print(f"{nbytes:>11} B  {cells}  ms  -> {min(row, key=row.get)}", flush=True)
+            print(f"{nbytes:>11} B  {cells}  ms  -> {min(row, key=row.__getitem__)}", flush=True)
     return results
 
 
@@ -74,7 +75,7 @@ def rules_from(results: Dict[int, Dict[str, float]]) -> algorithm_table.Rules:
     rules: algorithm_table.Rules = []
     for nbytes in sorted(results):
         times = results[nbytes]
-        best = min(times, key=times.get)
+        best = min(times, key=times.__getitem__)
         if rules and rules[-1][1] in times and times[rules[-1][1]] <= times[best] * (1 + TIE):
             best = rules[-1][1]
         if rules and rules[-1][1] == best:

@@ -9,8 +9,9 @@ from typing import Callable, Dict, Iterator, List, Optional, Sequence
 
 import pytest
 
-from conftest import WORKERS, Job, OutputLines, job_environment
 from mxkv_hybrid.testing.cluster import Cluster, unavailable_reason
+
+from conftest import WORKERS, Job, OutputLines, job_environment
 
 JOB_TIMEOUT = 150  # seconds: --timeout of a job on emulated hosts; the test waits 30 s more
 REASON = unavailable_reason()

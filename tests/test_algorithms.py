@@ -61,7 +61,7 @@ def test_a_broken_table_says_how_to_make_a_new_one(tmp_path):
     with pytest.raises(ConfigError, match="invalid for 2 ranks"):
         algorithm_table.load(str(path))
     path.write_text("{")
-    with pytest.raises(ConfigError, match="python -m mxkv_hybrid.tune"):
+    with pytest.raises(ConfigError, match=r"python -m mxkv_hybrid\.tune"):
         algorithm_table.load(str(path))
 
 

@@ -1,6 +1,7 @@
 """examples/convergence.py's own arithmetic: how a configuration's text becomes knobs,
-and how the summary finds the target, the bytes ratio and the time ratio that docs/performance/convergence.md
-quotes (the study itself runs by hand: minutes of training per configuration)."""
+and how the summary finds the target, the bytes ratio and the time ratio that
+docs/performance/convergence.md quotes (the study itself runs by hand: minutes of training
+per configuration)."""
 import argparse
 import sys
 from pathlib import Path
@@ -10,7 +11,7 @@ import pytest
 from mxkv_hybrid.config import KNOBS
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "examples"))
-import convergence  # noqa: E402
+import convergence
 
 
 def test_a_configuration_names_knobs_that_exist_and_its_own_learning_rate():
@@ -21,7 +22,7 @@ def test_a_configuration_names_knobs_that_exist_and_its_own_learning_rate():
     assert set(convergence.SETTINGS.values()) <= set(KNOBS)
     for configurations in convergence.DEFAULT_CONFIGURATIONS.values():
         for text in configurations:
-            mode, env, _ = convergence.parse_configuration(text)
+            _mode, env, _ = convergence.parse_configuration(text)
             assert set(env) <= set(KNOBS), text
     streaming = convergence.parse_configuration("lasgd tau=128 outer=nesterov fragments=4 "
                                                 "overlap=1")
@@ -60,7 +61,7 @@ def test_where_every_run_evaluated_the_average_model_the_target_is_read_from_it(
     for run, averages in zip(runs, ([0.5, 0.9, 0.95], [0.7, 0.95, 0.95])):
         for epoch, average in zip(run["epochs"], averages):
             epoch["average_accuracy"] = average
-    allreduce, lasgd = convergence.summarise(runs, within=0.01)
+    _allreduce, lasgd = convergence.summarise(runs, within=0.01)
     assert lasgd["measured"] == "average_accuracy" and lasgd["epoch_at_target"] == 2
     assert lasgd["sooner"] == pytest.approx(30 / 4)  # rank 0's own model: epoch 3, 5x
 

@@ -11,8 +11,14 @@ from mxkv_hybrid.errors import ConfigError
 from mxkv_hybrid.launch.launcher import parse_arguments
 
 import averaging_reference as reference
-from conftest import (CONVEX_LEARNED, CONVEX_STEPS, assert_identical_across_ranks, convex_loss,
-                      launch, load_ranks)
+from conftest import (
+    CONVEX_LEARNED,
+    CONVEX_STEPS,
+    assert_identical_across_ranks,
+    convex_loss,
+    launch,
+    load_ranks,
+)
 
 EASGD = {"MXKV_MODE": "easgd"}
 ALPHA = 0.25
@@ -221,7 +227,8 @@ def test_easgd_checkpoint_resumes_the_same_trajectory(tmp_path, transport, outer
 
 @pytest.mark.parametrize("setting, message", [
     ({"MXKV_TRANSPORT": "rdma"}, "MXKV_TRANSPORT='rdma' is invalid"),
-    ({"MXKV_TRANSPORT": "rma", "MXKV_MODE": "sync"}, "MXKV_TRANSPORT=rma is built for MXKV_MODE=easgd"),
+    ({"MXKV_TRANSPORT": "rma", "MXKV_MODE": "sync"},
+     "MXKV_TRANSPORT=rma is built for MXKV_MODE=easgd"),
     ({"MXKV_TRANSPORT": "rma", "MXKV_GROUP_JOB": "group=0:groups=2:first_rank=0:ranks=2"},
      "which only ranks of one MPI job can reach"),
     ({"MXKV_TAU": "0"}, "MXKV_TAU='0' is invalid"),

@@ -9,8 +9,9 @@ import sys
 import time
 from pathlib import Path
 
-from emulated import make_cluster, on_emulated_hosts  # noqa: F401  (fixture)
 from mxkv_hybrid.testing.cluster import NETNS_ETC, STATE_DIR
+
+from emulated import make_cluster, on_emulated_hosts  # noqa: F401  (fixture)
 
 pytestmark = on_emulated_hosts
 
@@ -31,7 +32,7 @@ SINK = ("import socket, sys, time\n"
 
 def reach(cluster, source: str, target: str, port: int) -> bool:
     done = subprocess.run(cluster.command(source, [sys.executable, "-c", PROBE, target, str(port)]),
-                          capture_output=True, text=True, timeout=30)
+                          capture_output=True, check=False, text=True, timeout=30)
     return done.stdout.strip() == "reached"
 
 
@@ -42,17 +43,18 @@ def listen(cluster, host: str, port: int) -> subprocess.Popen:
     return sink
 
 
-def test_hosts_have_names_addresses_and_a_shaped_link(make_cluster):
+def test_hosts_have_names_addresses_and_a_shaped_link(make_cluster):  # noqa: F811  (fixture)
     rate_mbit, megabytes = 80, 4
     cluster = make_cluster(2, rate_mbit=rate_mbit)
     h1, h2 = cluster.address("h1"), cluster.address("h2")
     assert h1.startswith("198.18.") and h2.startswith("198.18.")
     names = subprocess.run(cluster.command("h2", ["sh", "-c", "hostname; getent hosts h1"]),
-                           capture_output=True, text=True, timeout=30).stdout.split()
+                           capture_output=True, check=False, text=True, timeout=30).stdout.split()
     assert names[0] == "h2" and names[1] == h1
     sink = listen(cluster, "h2", 7000)
-    sent = [sys.executable, "-c", "import socket; s = socket.create_connection(('h2', 7000)); "
-            f"s.sendall(b'x' * {megabytes << 20}); s.close()"]
+    sent = [sys.executable, "-c",
+            ("import socket; s = socket.create_connection(('h2', 7000)); "
+             f"s.sendall(b'x' * {megabytes << 20}); s.close()")]
     subprocess.run(cluster.command("h1", sent), check=True, timeout=60)
     received, seconds = sink.communicate(timeout=60)[0].split()
     assert int(received) == megabytes << 20
@@ -62,7 +64,7 @@ def test_hosts_have_names_addresses_and_a_shaped_link(make_cluster):
     assert cluster.bytes_sent("h1") >= megabytes << 20
 
 
-def test_a_cut_host_is_unreachable_until_healed(make_cluster):
+def test_a_cut_host_is_unreachable_until_healed(make_cluster):  # noqa: F811  (fixture)
     cluster = make_cluster(2)
     sink = listen(cluster, "h2", 7001)
     cluster.cut("h2")
@@ -78,15 +80,15 @@ def test_a_cluster_whose_owner_dies_is_removed_with_its_processes():
     """The owner is SIGKILLed with a process running on a host: its guardian removes it all."""
     owner = subprocess.Popen(
         [sys.executable, "-c",
-         "import sys, time\nfrom mxkv_hybrid.testing.cluster import Cluster\n"
-         "cluster = Cluster(2); cluster.start()\n"
-         "cluster.run('h2', ['sleep', '600'])\n"
-         "print(cluster.state.cluster_id, cluster.host('h2').namespace, flush=True)\n"
-         "time.sleep(600)\n"], stdout=subprocess.PIPE, text=True)
+         ("import sys, time\nfrom mxkv_hybrid.testing.cluster import Cluster\n"
+          "cluster = Cluster(2); cluster.start()\n"
+          "cluster.run('h2', ['sleep', '600'])\n"
+          "print(cluster.state.cluster_id, cluster.host('h2').namespace, flush=True)\n"
+          "time.sleep(600)\n")], stdout=subprocess.PIPE, text=True)
     cluster_id, namespace = owner.stdout.readline().split()
-    assert namespace in subprocess.run(["ip", "netns", "list"], capture_output=True,
+    assert namespace in subprocess.run(["ip", "netns", "list"], capture_output=True, check=False,
                                        text=True).stdout
-    sleeper = subprocess.run(["ip", "netns", "pids", namespace], capture_output=True,
+    sleeper = subprocess.run(["ip", "netns", "pids", namespace], capture_output=True, check=False,
                              text=True).stdout.split()
     assert sleeper
     owner.send_signal(signal.SIGKILL)
@@ -96,18 +98,19 @@ def test_a_cluster_whose_owner_dies_is_removed_with_its_processes():
         time.sleep(0.1)
     assert not (STATE_DIR / f"{cluster_id}.json").exists(), "the guardian did not tear down"
     assert namespace not in subprocess.run(["ip", "netns", "list"], capture_output=True,
-                                           text=True).stdout
+                                           check=False, text=True).stdout
     assert not (NETNS_ETC / namespace).exists()
-    links = subprocess.run(["ip", "-br", "link"], capture_output=True, text=True).stdout
+    links = subprocess.run(["ip", "-br", "link"], capture_output=True, check=False,
+                           text=True).stdout
     assert f"mxb{cluster_id}" not in links and f"mxv{cluster_id}" not in links
     assert not Path(f"/proc/{sleeper[0]}/cmdline").exists() or \
         Path(f"/proc/{sleeper[0]}/stat").read_text().split()[2] == "Z"
 
 
-def test_sockets_of_one_host_see_its_own_name(make_cluster):
+def test_sockets_of_one_host_see_its_own_name(make_cluster):  # noqa: F811  (fixture)
     cluster = make_cluster(1)
     name = subprocess.run(cluster.command("h1", [sys.executable, "-c",
                                                  "import socket; print(socket.gethostname())"]),
-                          capture_output=True, text=True, timeout=30).stdout.strip()
+                          capture_output=True, check=False, text=True, timeout=30).stdout.strip()
     assert name == "h1" != socket.gethostname()
     assert os.path.exists(cluster.ssh)

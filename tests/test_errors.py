@@ -8,8 +8,9 @@ import time
 
 import pytest
 
-from conftest import JOB_TAG, WORKERS, launch, processes_of
 from mxkv_hybrid.launch import shm_leftovers
+
+from conftest import JOB_TAG, WORKERS, launch, processes_of
 
 
 @pytest.mark.parametrize("case, rank0_says, rank1_says", [
@@ -32,7 +33,8 @@ def test_ranks_that_disagree_get_a_mismatch_error(case, rank0_says, rank1_says):
     ({"MXKV_BUCKET_MB": "-1"}, "MXKV_BUCKET_MB='-1' is invalid"),
     ({"MXKV_AVERAGE": "maybe"}, "MXKV_AVERAGE='maybe' is invalid"),
     ({"MXKV_BUKET_MB": "4"}, "unknown setting MXKV_BUKET_MB"),
-    ({"MXKV_FAULT": "kill:rank=1"}, "MXKV_FAULT='kill:rank=1' is invalid: expected ACTION:rank=R:step=S"),
+    ({"MXKV_FAULT": "kill:rank=1"},
+     "MXKV_FAULT='kill:rank=1' is invalid: expected ACTION:rank=R:step=S"),
 ])
 def test_bad_knobs_fail_on_every_rank(env, message):
     job = launch(2, "mismatch.py", "none", env=env, timeout=90)
@@ -139,7 +141,8 @@ def test_sigterm_to_the_launcher_stops_every_rank(tmp_path):
     env[JOB_TAG] = tag = "sigterm-" + tmp_path.name
     launcher = subprocess.Popen([sys.executable, "-m", "mxkv_hybrid.launch", "-n", "2", "--",
                                  "python", str(WORKERS / "fail.py"), "hang"],
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                env=env)
     deadline = time.monotonic() + 60
     while len(processes_of(tag)) < 4 and time.monotonic() < deadline:  # launcher, mpiexec, ranks
         time.sleep(0.2)

@@ -62,7 +62,8 @@ def test_a_hung_rank_is_reported_by_a_waiting_rank():
                  timeout=LAUNCH_TIMEOUT)
     report = stall_report(job, culprit=1, ranks=3)
     assert re.search(r"rank 1 on \S+: working \(not in a collective\) for \d+ s after wait #\d+ "
-                     r"\(it has not reached the stalled wait\): hung, or busy alone", report), report
+                     r"\(it has not reached the stalled wait\): hung, or busy alone",
+                     report), report
     for rank in (0, 2):
         assert re.search(rf"rank {rank} on \S+: waiting in #\d+ \(pushpull of 2 key\(s\)\)",
                          report), report
@@ -70,7 +71,8 @@ def test_a_hung_rank_is_reported_by_a_waiting_rank():
 
 def test_a_rank_stuck_with_the_gil_held_is_reported_as_not_answering():
     """Rank 1 sleeps in C with Python's lock held: its monitor thread cannot answer the
-    waiting ranks, and the report says so (docs/troubleshooting.md, the stall report's "no answer")."""
+    waiting ranks, and the report says so (docs/troubleshooting.md, the stall report's "no
+    answer")."""
     job = launch(2, "train_steps.py", "--hold-gil", "1:3", env=STALL, timeout=LAUNCH_TIMEOUT)
     report = stall_report(job, culprit=1, ranks=2)
     assert re.search(r"rank 1: no answer within \d+ s \(dead, exiting, or stuck with Python's "

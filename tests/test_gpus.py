@@ -3,9 +3,10 @@
 --gpus argument rewritten per rank). No GPU is needed: the choice is ids."""
 import pytest
 
-from conftest import launch
 from mxkv_hybrid.errors import ConfigError
 from mxkv_hybrid.integration.gpus import gpus_of_local_rank, parse_gpus
+
+from conftest import launch
 
 
 @pytest.mark.parametrize("gpus, local_size, expected", [

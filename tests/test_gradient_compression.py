@@ -15,7 +15,8 @@ HIERARCHICAL = {"MXKV_GROUP_SIZE": "2", "MXKV_HIERARCHY": "on"}
 
 @pytest.mark.parametrize("num_ranks,average", [(3, "0"), (2, "1")])
 def test_two_bit_equals_mxnets_quantiser_step_by_step(job_dir, num_ranks, average):
-    job = launch(num_ranks, "compression.py", env={"MXKV_MODE": "allreduce", "MXKV_AVERAGE": average})
+    job = launch(num_ranks, "compression.py",
+                 env={"MXKV_MODE": "allreduce", "MXKV_AVERAGE": average})
     assert_checks_passed(job, num_ranks, EXPECTED_CHECKS)
 
 

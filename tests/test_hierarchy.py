@@ -9,8 +9,14 @@ from mxkv_hybrid.comm.hierarchy import use_hierarchy
 from mxkv_hybrid.config import Config
 from mxkv_hybrid.errors import ConfigError
 
-from conftest import (assert_identical_across_ranks, assert_matches_reference, bytes_across,
-                      launch, load_ranks, run_reference)
+from conftest import (
+    assert_identical_across_ranks,
+    assert_matches_reference,
+    bytes_across,
+    launch,
+    load_ranks,
+    run_reference,
+)
 
 
 @pytest.mark.parametrize("ranks, group_size", [(4, 2), (6, 3), (6, 2)])

@@ -11,12 +11,27 @@ from typing import Dict, List
 
 import pytest
 
-from conftest import EXAMPLES, assert_identical_across_ranks, assert_matches_reference, \
-    job_environment, load_ranks, run_reference
-from emulated import REASON as EMULATION_REASON, launch_on, make_cluster  # noqa: F401 (fixture)
-from mxkv_hybrid.launch.host_sources import (HostList, MalformedHosts, expand_nodelist,
-                                             expand_tasks_per_node, hosts_from_environment,
-                                             read_mpi_hostfile, read_pbs_nodefile, slurm_hosts)
+from mxkv_hybrid.launch.host_sources import (
+    HostList,
+    MalformedHosts,
+    expand_nodelist,
+    expand_tasks_per_node,
+    hosts_from_environment,
+    read_mpi_hostfile,
+    read_pbs_nodefile,
+    slurm_hosts,
+)
+
+from conftest import (
+    EXAMPLES,
+    assert_identical_across_ranks,
+    assert_matches_reference,
+    job_environment,
+    load_ranks,
+    run_reference,
+)
+from emulated import REASON as EMULATION_REASON
+from emulated import launch_on
 
 ROOT = EXAMPLES.parent
 CLUSTER = EXAMPLES / "cluster"
@@ -155,7 +170,7 @@ def dry_run(options: List[str], env: Dict[str, str]) -> subprocess.CompletedProc
     with `env` instead of any scheduler's or mxkv's variables of this process."""
     clean = job_environment()
     return subprocess.run([sys.executable, "-m", "mxkv_hybrid.launch", "--dry-run", *options],
-                          capture_output=True, text=True, timeout=60, cwd=ROOT,
+                          capture_output=True, check=False, text=True, timeout=60, cwd=ROOT,
                           env={**clean, **env})
 
 

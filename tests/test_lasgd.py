@@ -6,13 +6,14 @@ import os
 import numpy as np
 import pytest
 
-import averaging_reference as reference
 import mxkv_hybrid
-from conftest import launch, load_ranks
 from mxkv_hybrid.config import Config
 from mxkv_hybrid.errors import ConfigError, MXKVError
 from mxkv_hybrid.modes.averaging import check_saved_with
 from mxkv_hybrid.modes.rounded_deltas import round_to_16_bits
+
+import averaging_reference as reference
+from conftest import launch, load_ranks
 
 RANKS, TAU, WARMUP, STEPS = 3, 2, 2, 9
 

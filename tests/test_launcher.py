@@ -60,7 +60,8 @@ def test_lines_of_two_ranks_never_share_a_line(tmp_path):
         mxnet_lines = [line for line in said if "ImageRecordIOParser2" in line]
         assert len(mxnet_lines) == lines, job.output
         for line in mxnet_lines:
-            assert re.fullmatch(r"\[[\d:]+\] \S+iter_image_recordio_2\.cc:\d+: ImageRecordIOParser2: "
+            assert re.fullmatch(r"\[[\d:]+\] \S+iter_image_recordio_2\.cc:\d+: "
+                                r"ImageRecordIOParser2: "
                                 rf"\S+rank{rank}\.rec, use 1 threads for decoding\.\.", line), line
         assert [line for line in said if line.startswith("python line")] == \
             [f"python line {i}" for i in range(lines)], job.output

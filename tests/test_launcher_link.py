@@ -9,10 +9,16 @@ import time
 
 import pytest
 
-from mxkv_hybrid.comm.launcher_link import JobAddress, LinkServer, RankExit, ask_launcher, \
-    groups_given_up, tell_launcher_met
-from mxkv_hybrid.ps.finish_line import reason_to_go_on
+from mxkv_hybrid.comm.launcher_link import (
+    JobAddress,
+    LinkServer,
+    RankExit,
+    ask_launcher,
+    groups_given_up,
+    tell_launcher_met,
+)
 from mxkv_hybrid.launch.rank_watch import RankWatch
+from mxkv_hybrid.ps.finish_line import reason_to_go_on
 
 
 def wait_until(condition, seconds: float = 5.0) -> bool:
@@ -78,9 +84,9 @@ def test_strangers_are_refused_with_one_line_and_the_link_keeps_serving(capfd):
     finally:
         link.close()
     refused = [line for line in capfd.readouterr().err.splitlines() if "refused" in line]
-    assert refused == ["mxkv-launch: refused a connection to the launcher's link from "
-                       "127.0.0.1: not a message of the link (its host's next ones are "
-                       "closed without a word)"], refused
+    assert refused == [("mxkv-launch: refused a connection to the launcher's link from "
+                        "127.0.0.1: not a message of the link (its host's next ones are "
+                        "closed without a word)")], refused
 
 
 def test_a_script_that_reported_its_failure_is_named_before_the_rank_killed_for_it():
@@ -102,7 +108,8 @@ def test_a_script_that_reported_its_failure_is_named_before_the_rank_killed_for_
         assert watch.describe_first_ended("h").startswith(f"rank 0 (pid {ranks[0].pid} on h)")
         assert watch.describe_first_ended("h", RankExit(1, 1, reported)) == (
             f"rank 1 (pid {ranks[1].pid} on h) was the first rank to end (its script failed)")
-        assert watch.describe_first_ended("h", RankExit(1, 1, time.monotonic())).startswith("rank 0 ")
+        first = watch.describe_first_ended("h", RankExit(1, 1, time.monotonic()))
+        assert first.startswith("rank 0 ")
     finally:
         for rank in ranks:
             rank.kill()

@@ -66,7 +66,8 @@ def imported_modules(module: Tuple[str, ...], path: pathlib.Path) -> Iterator[Tu
                 continue
             for alias in node.names:  # `from . import stall` names a module
                 directory = PACKAGE.joinpath(*target)
-                is_module = (directory / alias.name).is_dir() or any(directory.glob(alias.name + ".*"))
+                is_module = ((directory / alias.name).is_dir()
+                             or any(directory.glob(alias.name + ".*")))
                 yield target + (alias.name,) if is_module else target
 
 

@@ -4,9 +4,9 @@ import secrets
 
 import pytest
 
+from mxkv_hybrid.comm.link_throttle import LinkThrottle, link_throttle
 from mxkv_hybrid.config import Config
 from mxkv_hybrid.errors import ConfigError
-from mxkv_hybrid.comm.link_throttle import LinkThrottle, link_throttle
 
 
 def test_a_transfer_takes_latency_plus_bytes_over_bandwidth():
@@ -20,12 +20,14 @@ def test_throttle_knobs():
     configured = link_throttle(Config.from_environment(
         {"MXKV_THROTTLE_MBPS": "50", "MXKV_THROTTLE_LATENCY_MS": "2"}))
     assert configured == LinkThrottle(50.0, 0.002)
-    with pytest.raises(ConfigError, match="MXKV_THROTTLE_MBPS='-1' is invalid: expected a number >= 0"):
+    with pytest.raises(ConfigError,
+                       match="MXKV_THROTTLE_MBPS='-1' is invalid: expected a number >= 0"):
         Config.from_environment({"MXKV_THROTTLE_MBPS": "-1"})
 
 
 def shared_link_clock(name: str):
     from mpi4py import MPI  # noqa: F401  (loads libmpi.so for _C)
+
     from mxkv_hybrid.comm import _C
 
     return _C.SharedLinkClock(name), _C.TensorCollectives.unlink_shared_link

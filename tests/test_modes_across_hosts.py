@@ -10,8 +10,15 @@ import numpy as np
 import pytest
 
 import averaging_reference as reference
-from conftest import assert_identical_across_ranks, assert_matches_reference, \
-    assert_same_on_every_rank, bytes_across, load_ranks, rank_files, run_reference
+from conftest import (
+    assert_identical_across_ranks,
+    assert_matches_reference,
+    assert_same_on_every_rank,
+    bytes_across,
+    load_ranks,
+    rank_files,
+    run_reference,
+)
 from emulated import launch_on, make_cluster, on_emulated_hosts  # noqa: F401  (fixture)
 
 pytestmark = on_emulated_hosts
@@ -36,7 +43,7 @@ def assert_steps(seen: list, expected: list, *names: str) -> None:
                                        err_msg=f"{name}, step {record['step']}")
 
 
-def test_lasgd_across_hosts_follows_the_formula(make_cluster, job_dir):
+def test_lasgd_across_hosts_follows_the_formula(make_cluster, job_dir):  # noqa: F811  (fixture)
     cluster = make_cluster(2, rate_mbit=1000)
     seen, agreed = steps_of(launch_on(
         cluster, "h1", ONE_RANK_EACH, ["averaging_steps.py", str(job_dir), str(STEPS), "nag",
@@ -48,7 +55,7 @@ def test_lasgd_across_hosts_follows_the_formula(make_cluster, job_dir):
                                                (2, 1)), rtol=0, atol=1e-5)
 
 
-def test_easgd_over_rma_across_hosts_follows_the_formula(make_cluster, job_dir):
+def test_easgd_over_rma_across_hosts_follows_the_formula(make_cluster, job_dir):  # noqa: F811  (fixture)
     """The centre in the leaders' MPI windows, one leader on each host."""
     cluster = make_cluster(2, rate_mbit=1000)
     seen, agreed = steps_of(launch_on(
@@ -62,7 +69,7 @@ def test_easgd_over_rma_across_hosts_follows_the_formula(make_cluster, job_dir):
     np.testing.assert_allclose(agreed, [expected[-1]["centre"]] * 2, rtol=0, atol=1e-5)
 
 
-def test_hierarchical_and_flat_allreduce_across_hosts_match_one_process(make_cluster, job_dir):
+def test_hierarchical_and_flat_allreduce_across_hosts_match_one_process(make_cluster, job_dir):  # noqa: F811  (fixture)
     """One group per host: both match one process on the union of the batches, the
     gradients' bytes crossed h2's link, and the hierarchical allreduce sent fewer."""
     cluster = make_cluster(2, rate_mbit=1000)
@@ -82,7 +89,7 @@ def test_hierarchical_and_flat_allreduce_across_hosts_match_one_process(make_clu
     assert across["on"] < across["off"], across
 
 
-def test_async_group_jobs_across_hosts_end_on_the_servers_model(make_cluster, job_dir):
+def test_async_group_jobs_across_hosts_end_on_the_servers_model(make_cluster, job_dir):  # noqa: F811  (fixture)
     """One group job per host, the server on h1: every rank starts from the servers'
     weights and ends on the servers' model after both groups' last update; as accurate as
     test_group_jobs' run of the same job on one host."""
@@ -104,7 +111,7 @@ def test_async_group_jobs_across_hosts_end_on_the_servers_model(make_cluster, jo
 
 
 @pytest.mark.parametrize("period_us, woke", [("500", "signalled"), ("0", "at its limit")])
-def test_remote_memory_across_hosts_moves_while_its_holder_computes(make_cluster, job_dir,
+def test_remote_memory_across_hosts_moves_while_its_holder_computes(make_cluster, job_dir,  # noqa: F811  (fixture)
                                                                     period_us, woke):
     """A read of a chunk whose holder (on the other host) sleeps outside MPI completes while
     it sleeps with the progress thread (MXKV_RMA_PROGRESS_US); control, with none (0): it

@@ -10,11 +10,20 @@ import uuid
 
 import numpy as np
 
-from conftest import assert_identical_across_ranks, assert_matches_reference, load_ranks, \
-    run_reference
-from emulated import HostLauncher, assert_nothing_left, launch_on, make_cluster, \
-    on_emulated_hosts  # noqa: F401  (fixture)
 from mxkv_hybrid.launch.reach_check import CONNECT_SECONDS, REGISTER_SECONDS
+
+from conftest import (
+    assert_identical_across_ranks,
+    assert_matches_reference,
+    load_ranks,
+    run_reference,
+)
+from emulated import (
+    HostLauncher,
+    assert_nothing_left,
+    launch_on,
+    on_emulated_hosts,
+)
 
 pytestmark = on_emulated_hosts
 

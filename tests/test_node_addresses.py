@@ -6,8 +6,7 @@ import socket
 
 import pytest
 
-from mxkv_hybrid.ps.node_addresses import Endpoint, PsNodes, StandIn, check_free, \
-    loopback_address
+from mxkv_hybrid.ps.node_addresses import Endpoint, PsNodes, StandIn, check_free, loopback_address
 
 TABLE = PsNodes(hosts=("198.18.5.11", "198.18.5.12", "198.18.5.13"), relay_port=9443,
                 scheduler=(0, 9000), servers=((0, 9100), (2, 9100)),

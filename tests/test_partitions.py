@@ -7,8 +7,11 @@ undisturbed, the launcher exits by itself, and the ranks on the cut host end the
 import re
 import time
 
-from emulated import HostLauncher, assert_nothing_left, make_cluster, \
-    on_emulated_hosts  # noqa: F401  (fixture)
+from emulated import (
+    HostLauncher,
+    assert_nothing_left,
+    on_emulated_hosts,
+)
 
 pytestmark = on_emulated_hosts
 

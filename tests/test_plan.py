@@ -81,7 +81,8 @@ def test_averaging_every_tau_steps_sends_a_tau_th_of_the_bytes(resnet50):
     rows = {r.configuration: r for r in Planner(Workload(resnet50, 0.05), two_by_two())
             .predictions(taus=(4, 16))}
     for mode in ("lasgd tau={}", "easgd tau={} (ps)", "easgd tau={} (rma)"):
-        assert rows[mode.format(4)].bytes_across == pytest.approx(4 * rows[mode.format(16)].bytes_across)
+        every_16 = rows[mode.format(16)].bytes_across
+        assert rows[mode.format(4)].bytes_across == pytest.approx(4 * every_16)
         assert rows[mode.format(16)].bytes_across > 0
 
 
@@ -248,11 +249,11 @@ def test_compute_and_stragglers_come_from_a_jobs_step_summaries(tmp_path):
     assert plan["arguments"]["straggler_ms"] == pytest.approx(49.0)  # median of 49, 49, 20
     given = subprocess.run([sys.executable, "-m", "mxkv_hybrid.plan", "--model", "resnet18_v1",
                             "--from-summary", str(log), "--compute-ms", "7", "--json", str(out)],
-                           capture_output=True, timeout=120)
+                           capture_output=True, check=False, timeout=120)
     assert given.returncode == 0 and json.loads(out.read_text())["compute_seconds"] == 0.007
     log.write_text("[0] no summaries here\n")
     refused = subprocess.run([sys.executable, "-m", "mxkv_hybrid.plan", "--from-summary",
-                              str(log)], capture_output=True, text=True, timeout=120)
+                              str(log)], capture_output=True, check=False, text=True, timeout=120)
     assert refused.returncode != 0 and "MXKV_SUMMARY_EVERY=k" in refused.stderr
 
 
@@ -267,7 +268,7 @@ def test_the_command_prints_a_table_and_a_recommendation(tmp_path):
     done = subprocess.run([sys.executable, "-m", "mxkv_hybrid.plan", "--model", str(sizes),
                            "--hosts", "4", "--ranks-per-host", "2", "--compute-ms", "20",
                            "--json", str(tmp_path / "plan.json")],
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, check=False, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "allreduce, hierarchical" in done.stdout and "recommended: " in done.stdout
     predictions = json.loads((tmp_path / "plan.json").read_text())["predictions"]
@@ -286,14 +287,15 @@ def test_the_command_prints_a_table_and_a_recommendation(tmp_path):
 ])
 def test_bad_input_is_refused_with_what_to_do(arguments, message):
     done = subprocess.run([sys.executable, "-m", "mxkv_hybrid.plan", *arguments],
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, check=False, text=True, timeout=120)
     assert done.returncode != 0 and message in done.stderr
 
 
 def test_measure_times_the_model_here():
     done = subprocess.run([sys.executable, "-m", "mxkv_hybrid.plan", "--model", "resnet18_v1",
                            "--measure", "--batch", "2", "--image-size", "32", "--hosts", "2",
-                           "--ranks-per-host", "2"], capture_output=True, text=True, timeout=120)
+                           "--ranks-per-host", "2"], capture_output=True, check=False, text=True,
+                          timeout=120)
     assert done.returncode == 0, done.stderr
     header = next(line for line in done.stdout.splitlines() if line.startswith("resnet18_v1:"))
     compute = float(header.split("compute ")[1].split(" ms")[0])

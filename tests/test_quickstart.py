@@ -19,7 +19,7 @@ def test_the_quickstart_fits_the_line_on_every_rank(mode):
     done = subprocess.run([sys.executable, "-m", "mxkv_hybrid.launch", "-n", "2", "--timeout",
                            str(JOB_TIMEOUT), "--", "python", str(EXAMPLE)],
                           capture_output=True, text=True, timeout=JOB_TIMEOUT + 30,
-                          env=dict(os.environ, MXKV_MODE=mode))
+                          env=dict(os.environ, MXKV_MODE=mode), check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     found = re.findall(r"rank (\d) of 2: weight \[\[ ?(\S+) +(\S+)\]\], bias \[(\S+)\]",
                        done.stdout)

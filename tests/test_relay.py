@@ -145,7 +145,7 @@ def test_bytes_cross_intact_on_many_connections_at_once(relays):
 
 
 def test_strangers_are_refused_with_one_line_each_and_reach_no_node(relays, tmp_path):
-    node, stand_in, tls_b, (relay_a, relay_b), key = relays
+    node, stand_in, tls_b, (_relay_a, relay_b), key = relays
     with socket.create_connection((HOST, tls_b), timeout=TIMEOUT) as garbage:
         garbage.sendall(os.urandom(4096))
         assert read_until_closed(garbage) < 1 << 16  # a TLS alert at most, then closed

@@ -5,7 +5,13 @@ exchange; in modes sync and async the groups' rows meet only on the servers)."""
 import numpy as np
 import pytest
 
-from conftest import assert_checks_passed, assert_same_on_every_rank, launch, rank_files, run_reference
+from conftest import (
+    assert_checks_passed,
+    assert_same_on_every_rank,
+    launch,
+    rank_files,
+    run_reference,
+)
 
 EXPECTED_CHECKS = 16
 

@@ -13,9 +13,10 @@ import uuid
 import numpy as np
 import pytest
 
-from conftest import JOB_TAG, WORKERS, OutputLines, job_environment, processes_of
 from mxkv_hybrid.launch import rendezvous
 from mxkv_hybrid.launch.processes import free_port
+
+from conftest import JOB_TAG, WORKERS, OutputLines, job_environment, processes_of
 
 TIMEOUT = 150
 
@@ -80,12 +81,12 @@ def test_groups_started_separately_join_one_job(tmp_path):
         for pid in leftovers:
             os.kill(pid, 9)
     assert not leftovers, f"processes left behind: {leftovers}"
-    joined = sorted(re.search(r"joined as group (\d) \(ranks (\d)-(\d)\) of 2 group\(s\), 4 rank\(s\)",
-                              g.output).groups() for g in groups)
+    joined = sorted(re.search(r"joined as group (\d) \(ranks (\d)-(\d)\) "
+                              r"of 2 group\(s\), 4 rank\(s\)", g.output).groups() for g in groups)
     assert joined == [("0", "0", "1"), ("1", "2", "3")]
     for group in (0, 1):
-        assert f"mxkv-launch: group {group} (2 rank(s), joined from 127.0.0.1) ended with status 0" \
-            in serving.output
+        assert (f"mxkv-launch: group {group} (2 rank(s), joined from 127.0.0.1) ended with "
+                "status 0") in serving.output
     found = {r: dict(np.load(tmp_path / f"rank{r}.npz")) for r in range(4)}
     for prefix in ("initial/", "final/"):  # one start (the centre) and one end (consensus)
         for rank in range(1, 4):

@@ -1,11 +1,17 @@
 """docs/modes/sync.md's claim on the servers' load ("Balance across servers"): the fused
-chunks put the same bytes on every server, where MXNet's one key per array does not; the ResNet-50 rows
-of its table, computed from MXNet's placement rule (ps/layout.py)."""
+chunks put the same bytes on every server, where MXNet's one key per array does not; the
+ResNet-50 rows of its table, computed from MXNet's placement rule (ps/layout.py)."""
 import pytest
 
 from mxkv_hybrid.plan.model_sizes import array_bytes
-from mxkv_hybrid.ps.layout import (MXNET_BIGARRAY_BOUND, balanced_chunks, parts_of,
-                                   server_bytes_of_chunks, server_bytes_per_key, server_of)
+from mxkv_hybrid.ps.layout import (
+    MXNET_BIGARRAY_BOUND,
+    balanced_chunks,
+    parts_of,
+    server_bytes_of_chunks,
+    server_bytes_per_key,
+    server_of,
+)
 
 
 @pytest.mark.parametrize("servers, per_key, chunks", [(2, 1.005, 26), (3, 1.035, 27),

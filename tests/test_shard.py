@@ -6,7 +6,6 @@ import json
 import numpy as np
 import pytest
 
-from conftest import launch, load_ranks, run_reference
 from mxkv_hybrid.errors import MXKVError
 from mxkv_hybrid.shard import ModelTask, ShardOrchestrator
 from mxkv_hybrid.shard.device_budget import DeviceBudget
@@ -14,13 +13,16 @@ from mxkv_hybrid.shard.footprint import LayerFootprint, shard_bytes
 from mxkv_hybrid.shard.model_chain import ModelChain
 from mxkv_hybrid.shard.partition import partition
 
+from conftest import launch, load_ranks, run_reference
+
 RANKS, MODELS, EPOCHS, BATCHES = 2, 4, 2, 4  # (the worker's defaults)
 
 
 def dense(position: int, inputs: int, outputs: int, batch: int = 8) -> LayerFootprint:
     """A dense layer's footprint with SGD momentum (one state array per parameter)."""
     shapes = (("w", (outputs, inputs)), ("b", (outputs,)))
-    return LayerFootprint(f"{position} (Dense d{position})", shapes, (2 * position, 2 * position + 1),
+    return LayerFootprint(f"{position} (Dense d{position})", shapes,
+                          (2 * position, 2 * position + 1),
                           (), tuple((shape,) for _, shape in shapes), (batch, inputs),
                           (batch, outputs), 0.001 * (position + 1))
 
@@ -55,7 +57,7 @@ def test_a_models_tasks_run_forward_then_loss_then_backward():
 def test_the_device_budget_refuses_what_does_not_fit():
     budget = DeviceBudget(100, None)
     budget.reserve(60, "a")
-    with pytest.raises(MXKVError, match="b needs .* of the device budget"):
+    with pytest.raises(MXKVError, match=r"b needs .* of the device budget"):
         budget.reserve(50, "b")
     budget.release(60)
     budget.reserve(100, "c")

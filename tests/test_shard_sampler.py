@@ -13,7 +13,7 @@ def test_shards_cover_the_data_set_evenly(length, ranks):
     shards = [list(ShardSampler(length, rank, ranks)) for rank in range(ranks)]
     per_rank = -(-length // ranks)
     assert all(len(shard) == per_rank == len(ShardSampler(length, 0, ranks)) for shard in shards)
-    dealt = sum(shards, [])
+    dealt = [sample for shard in shards for sample in shard]
     assert set(dealt) == set(range(length))  # every sample is read ...
     assert len(dealt) - len(set(dealt)) == per_rank * ranks - length  # ... the padding repeated
 

@@ -4,9 +4,9 @@ import subprocess
 import sys
 
 import mxnet as mx
-from mxnet import gluon
 import numpy as np
 import pytest
+from mxnet import gluon
 
 import mxkv_hybrid
 from mxkv_hybrid.config import Config, Fault, parse_fault
@@ -24,7 +24,8 @@ def test_the_plugin_registers_class_hybrid():
 
 
 def test_without_the_import_mxnet_silently_makes_a_local_store():
-    code = "import mxnet as mx; kv = mx.kv.create('hybrid'); print(type(kv).__name__, kv.num_workers)"
+    code = ("import mxnet as mx; kv = mx.kv.create('hybrid'); "
+            "print(type(kv).__name__, kv.num_workers)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["KVStore", "1"]
 
@@ -32,7 +33,8 @@ def test_without_the_import_mxnet_silently_makes_a_local_store():
 def test_the_string_store_survives_one_device():
     net = mx.gluon.nn.Dense(2, in_units=3)
     net.initialize()
-    trainer = mx.gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1}, kvstore="hybrid")
+    trainer = mx.gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1},
+                               kvstore="hybrid")
     trainer._init_kvstore()
     assert isinstance(trainer._kvstore, mxkv_hybrid.Hybrid)
 
@@ -76,13 +78,13 @@ def test_arrays_that_disagree_on_one_rank_name_the_key():
     kv = mx.kv.create("hybrid")
     with pytest.raises(MXKVError, match="key 'w': its arrays disagree on this rank"):
         kv.pushpull("w", [mx.nd.ones((2, 3)), mx.nd.ones((3, 2), ctx=mx.cpu(1))])
-    with pytest.raises(MXKVError, match="int32.*not supported|dtype code 4"):
+    with pytest.raises(MXKVError, match=r"int32.*not supported|dtype code 4"):
         kv.pushpull("i", mx.nd.ones((2,), dtype="int32"))
 
 
 def test_unsupported_features_say_what_to_use_instead():
     kv = mx.kv.create("hybrid")
-    with pytest.raises(MXKVError, match="threshold -1.0 must be above 0"):
+    with pytest.raises(MXKVError, match=r"threshold -1\.0 must be above 0"):
         kv.set_gradient_compression({"type": "2bit", "threshold": -1})
     with pytest.raises(MXKVError, match="not initialised; call init first"):
         kv.pull("never", out=mx.nd.zeros((1,)))
@@ -140,7 +142,7 @@ def test_fault_knob_parses(text, expected):
                                   "kill:rank=-1:step=5", "kill:rank=1:step=5:when=now",
                                   "kill:rank=one:step=5"])
 def test_bad_fault_knobs_are_refused(text):
-    with pytest.raises(ConfigError, match="MXKV_FAULT=.*expected ACTION:rank=R:step=S"):
+    with pytest.raises(ConfigError, match=r"MXKV_FAULT=.*expected ACTION:rank=R:step=S"):
         Config.from_environment({"MXKV_FAULT": text})
 
 
@@ -199,8 +201,8 @@ def test_broadcasting_parameters_of_unknown_shape_says_to_run_a_batch_first():
 
 def test_csr_arrays_are_refused_and_row_sparse_ones_kept_saying_what_to_use():
     """docs/troubleshooting.md: csr arrays and compression types other than 2bit and 1bit raise
-    MXKVError naming the alternative; row_sparse arrays are kept and pulled by rows (one rank: the sum is
-    the array itself)."""
+    MXKVError naming the alternative; row_sparse arrays are kept and pulled by rows (one
+    rank: the sum is the array itself)."""
     kv = mx.kv.create("hybrid")
     csr = mx.nd.ones((4, 3)).tostype("csr")
     for call in (lambda: kv.init(0, csr), lambda: kv.pushpull(1, csr)):

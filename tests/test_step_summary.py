@@ -7,8 +7,9 @@ import re
 
 import pytest
 
-from conftest import launch
 from mxkv_hybrid.plan.summary_reader import read_summaries
+
+from conftest import launch
 
 STEPS, EVERY, SLOW_MS = 10, 5, 100
 GRADIENT = 16  # bytes
@@ -18,7 +19,8 @@ SETTINGS = 16  # the servers' optimizer: learning rate and rescale_grad (float64
 FIRST_WINDOW = {"sync": 2 * SETTINGS, "async": SETTINGS}
 
 
-# case (mode-variant): (ranks, launcher options, knobs, {printing rank: (ranks summarised, bytes inside, across)})
+# case (mode-variant): (ranks, launcher options, knobs,
+#                       {printing rank: (ranks summarised, bytes inside, across)})
 CASES = {
     # one group (one host): 2 ranks each send 16 bytes
     "allreduce": (2, (), {}, {0: (2, 2 * GRADIENT, 0)}),
@@ -56,7 +58,8 @@ def test_the_summary_counts_every_byte_and_names_the_slow_rank(case):
     num_ranks, options, knobs, printers = CASES[case]
     mode = case.split("-")[0]
     slow = num_ranks - 1
-    job = launch(num_ranks, "train_steps.py", "--steps", str(STEPS), "--compute-ms", f"{slow}:{SLOW_MS}",
+    job = launch(num_ranks, "train_steps.py", "--steps", str(STEPS),
+                 "--compute-ms", f"{slow}:{SLOW_MS}",
                  launcher_options=options,
                  env={"MXKV_MODE": mode, "MXKV_SUMMARY_EVERY": str(EVERY), **knobs})
     assert job.returncode == 0, job.output
@@ -68,7 +71,8 @@ def test_the_summary_counts_every_byte_and_names_the_slow_rank(case):
         ranks, inside, across = printers[rank]
         assert len(lines) == STEPS // EVERY, job.output
         for window, line in enumerate(lines):
-            assert f"steps {window * EVERY + 1}-{(window + 1) * EVERY}, {ranks} rank(s)" in line, line
+            steps = f"steps {window * EVERY + 1}-{(window + 1) * EVERY}, {ranks} rank(s)"
+            assert steps in line, line
             first = FIRST_WINDOW.get(case, 0) / EVERY if window == 0 else 0
             assert f"{inside} B sent inside groups and {across + first:.0f} B across groups" \
                 in line, line

@@ -1,6 +1,6 @@
 """The KVStore API as scripts use it, on real jobs in every mode (tests/workers/store_api.py:
-what every mode does alike, and what each does where they differ; docs/guides/kvstore-api.md, "The KVStore
-API in every mode")."""
+what every mode does alike, and what each does where they differ;
+docs/guides/kvstore-api.md, "The KVStore API in every mode")."""
 import pytest
 
 from conftest import assert_checks_passed, launch

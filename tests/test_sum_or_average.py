@@ -13,7 +13,7 @@ import pytest
 from conftest import EXAMPLES, JOB_TIMEOUT, WORKERS, launch, rank_files
 
 sys.path.insert(0, str(EXAMPLES / "benchmarks"))
-from ps_job import run_ps_job  # noqa: E402
+from ps_job import run_ps_job
 
 # 5 SGD-momentum steps of weights below 1 in size: the two setups round a 2-term sum and
 # the update apart, a few float32 units of roundoff (2^-24) per operation and step; 1e-5

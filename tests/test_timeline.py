@@ -29,7 +29,8 @@ def test_every_step_and_bucket_is_on_the_merged_timeline(job_dir, mode):
         assert names and names[0].startswith(f"rank {rank} ("), names
         steps = spans(events, rank, "pushpull")
         if mode == "allreduce":
-            assert len(steps) == STEPS, [e["name"] for e in events if e.get("pid") == rank]  # one fused bucket a step: weight (3 floats) and bias (1)
+            # one fused bucket a step: weight (3 floats) and bias (1)
+            assert len(steps) == STEPS, [e["name"] for e in events if e.get("pid") == rank]
             for part in ("pack", "allreduce", "unpack"):
                 buckets = spans(events, rank, part)
                 assert len(buckets) == STEPS and all(b["args"]["bytes"] == 16 for b in buckets)

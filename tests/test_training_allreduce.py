@@ -3,8 +3,13 @@ identical on every rank and equal, within float tolerance, to one process that t
 the union of the ranks' batches (each rank initialises differently: the broadcast is tested)."""
 import pytest
 
-from conftest import (assert_identical_across_ranks, assert_matches_reference, launch,
-                      load_ranks, run_reference)
+from conftest import (
+    assert_identical_across_ranks,
+    assert_matches_reference,
+    launch,
+    load_ranks,
+    run_reference,
+)
 
 
 @pytest.mark.parametrize("num_ranks, options", [

@@ -8,8 +8,15 @@ import pytest
 
 from mxkv_hybrid.errors import MXKVError
 from mxkv_hybrid.modes.async_momentum import with_async_momentum
-from conftest import (CONVEX_LEARNED, CONVEX_STEPS, assert_identical_across_ranks, convex_loss,
-                      launch, load_ranks)
+
+from conftest import (
+    CONVEX_LEARNED,
+    CONVEX_STEPS,
+    assert_identical_across_ranks,
+    convex_loss,
+    launch,
+    load_ranks,
+)
 
 ASYNC = {"MXKV_MODE": "async"}
 

@@ -4,8 +4,13 @@ single-process reference, as in mode allreduce (each rank initialises differentl
 import numpy as np
 import pytest
 
-from conftest import (assert_identical_across_ranks, assert_matches_reference, launch,
-                      load_ranks, run_reference)
+from conftest import (
+    assert_identical_across_ranks,
+    assert_matches_reference,
+    launch,
+    load_ranks,
+    run_reference,
+)
 
 SYNC = {"MXKV_MODE": "sync"}
 

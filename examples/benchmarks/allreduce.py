@@ -18,17 +18,18 @@ v1 (MXNet model zoo: 193 arrays, 25.6 M floats) are reduced by
              tensor fusion), in the same MPI job, interleaved with the others. Horovod's
              background thread then runs beside every method of that job.
 Everything but dist_sync runs in one MPI job, interleaved repetition by repetition in
-shuffled order. A repetition's time is the slowest rank's; the table shows medians. The machine's memory-copy
-bandwidth is measured in the same job and drawn as the physical limit. Prints a table and
-writes allreduce.json and allreduce.png to --out.
+shuffled order. A repetition's time is the slowest rank's; the table shows medians. The
+machine's memory-copy bandwidth is measured in the same job and drawn as the physical
+limit. Prints a table and writes allreduce.json and allreduce.png to --out.
 """
 import argparse
+import functools
 import json
 import os
 import random
 import subprocess
 import sys
-from typing import Dict, List
+from typing import Callable, Dict, List
 
 import numpy as np
 
@@ -116,10 +117,9 @@ def worker_mpi(quick: bool) -> None:
     copy_bandwidth = comm.allreduce(memory_copy_bandwidth(), op=MPI.MIN)
     emit(workload="memcpy", method="memcpy", bytes=64 << 20, arrays=1,
          times=[(64 << 20) / copy_bandwidth])
-    for name, shapes, reps in workloads(quick):
-        arrays = [mx.nd.ones(s) for s in shapes]
-        keys = list(range(len(arrays)))
-        flat = np.ones(sum(int(np.prod(s)) for s in shapes), dtype=np.float32)
+    def methods_of(name: str, keys: List[int], arrays: list, flat: np.ndarray,
+                   ) -> Dict[str, Callable[[], object]]:
+        """{method: a call that reduces the workload's arrays (or `flat`) once}."""
         methods = {"mpi": lambda: comm.Allreduce(MPI.IN_PLACE, flat, op=MPI.SUM)}
         if name == RESNET50:
             for store_name, kv in stores.items():
@@ -136,6 +136,13 @@ def worker_mpi(quick: bool) -> None:
                 if algorithm != "rd" or flat.nbytes <= RD_LIMIT:
                     methods[algorithm] = lambda a=algorithm: vectors.allreduce_vector(
                         flat, a, 1.0 / comm.size)
+        return methods
+
+    for name, shapes, reps in workloads(quick):
+        arrays = [mx.nd.ones(s) for s in shapes]
+        keys = list(range(len(arrays)))
+        flat = np.ones(sum(int(np.prod(s)) for s in shapes), dtype=np.float32)
+        methods = methods_of(name, keys, arrays, flat)
         mx.nd.waitall()
         for run in methods.values():
             run()  # warm-up: buffers, plan, page faults
@@ -151,6 +158,11 @@ def worker_mpi(quick: bool) -> None:
                  if method == "auto" else None)
 
 
+def push_then_pull(kv, keys: List[str], arrays: list, outs: list) -> None:
+    kv.push(keys, arrays)
+    kv.pull(keys, out=outs)
+
+
 def worker_dist_sync(quick: bool) -> None:
     """Runs as a native ps-lite worker: push + pull of the same workloads."""
     import mxnet as mx
@@ -161,11 +173,7 @@ def worker_dist_sync(quick: bool) -> None:
         arrays = [mx.nd.ones(s) for s in shapes]
         outs = [mx.nd.zeros(s) for s in shapes]
         kv.init(keys, arrays)
-
-        def push_pull() -> None:
-            kv.push(keys, arrays)
-            kv.pull(keys, out=outs)
-
+        push_pull = functools.partial(push_then_pull, kv, keys, arrays, outs)
         push_pull()  # warm-up
         mx.nd.waitall()
         values = time_calls(reps, kv._barrier, push_pull)
@@ -182,7 +190,7 @@ def measure(ranks: int, quick: bool, skip_dist_sync: bool) -> List[dict]:
     print(f"-- {ranks} ranks: MPI_Allreduce, the algorithms and Hybrid.pushpull ...", flush=True)
     done = subprocess.run([sys.executable, "-m", "mxkv_hybrid.launch", "-n", str(ranks),
                            "--timeout", "1200", "--", "python", __file__, "--worker", "mpi", *flag],
-                          capture_output=True, text=True)
+                          capture_output=True, check=False, text=True)
     if done.returncode != 0:
         sys.exit(f"benchmark job failed:\n{done.stdout}\n{done.stderr}")
     rows = json_lines(done.stdout)
@@ -257,8 +265,9 @@ def plot(rows: List[dict], path: str) -> None:
         for row_index, (kind, factor) in enumerate((("algorithm", 1.0), ("bus", bus_factor))):
             ax = axes[row_index][column]
             for method, style in styles.items():
-                pts = sorted((r["bytes"], r["median_s"]) for r in rows if r["ranks"] == ranks
-                             and r["method"] == method and r["workload"] not in (RESNET50, "memcpy"))
+                pts = sorted((r["bytes"], r["median_s"]) for r in rows
+                             if r["ranks"] == ranks and r["method"] == method
+                             and r["workload"] not in (RESNET50, "memcpy"))
                 if pts:
                     x, t = (np.array(v) for v in zip(*pts))
                     ax.loglog(x, factor * x / t / 1e9, style, label=method, markersize=4)
@@ -285,7 +294,8 @@ def main() -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ranks", type=int, nargs="+", default=[2, 4])
     parser.add_argument("--out", default=os.path.join(HERE, "results"),
-                        help="folder for allreduce.json/.png (default: examples/benchmarks/results)")
+                        help="folder for allreduce.json/.png "
+                             "(default: examples/benchmarks/results)")
     parser.add_argument("--quick", action="store_true", help="fewer sizes and repetitions")
     parser.add_argument("--skip-dist-sync", action="store_true")
     parser.add_argument("--threads", type=int, default=1,

@@ -33,8 +33,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from emulated_hosts import (allreduce_limit_seconds, launch_on_hosts,  # noqa: E402
-                            require_emulated_hosts)
+from emulated_hosts import allreduce_limit_seconds, launch_on_hosts, require_emulated_hosts  # noqa: E402
 from job_output import json_lines  # noqa: E402
 from model_shapes import resnet50_shapes  # noqa: E402
 from timing import interleaved, seconds  # noqa: E402
@@ -49,9 +48,9 @@ def worker(group_size: int, reps: int) -> None:
 
     import mxkv_hybrid  # noqa: F401
     from mxkv_hybrid.comm.collectives import TensorCollectives
-    from mxkv_hybrid.comm.topology import groups
     from mxkv_hybrid.comm.compression import QuantisedReducer
     from mxkv_hybrid.comm.compression_params import Compression
+    from mxkv_hybrid.comm.topology import groups
     from mxkv_hybrid.config import Config
 
     comm = MPI.COMM_WORLD

@@ -92,7 +92,8 @@ def measure(ranks: int, reps: int, threads: int) -> List[dict]:
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     done = subprocess.run([sys.executable, "-m", "mxkv_hybrid.launch", "-n", str(ranks),
                            "--timeout", "1200", "--", "python", __file__, "--worker",
-                           "--reps", str(reps)], capture_output=True, text=True, env=env)
+                           "--reps", str(reps)], capture_output=True, check=False, text=True,
+                          env=env)
     if done.returncode != 0:
         sys.exit(f"benchmark job failed:\n{done.stdout}\n{done.stderr}")
     rows = json_lines(done.stdout)

@@ -33,8 +33,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from emulated_hosts import (allreduce_limit_seconds, launch_on_hosts,  # noqa: E402
-                            require_emulated_hosts)
+from emulated_hosts import allreduce_limit_seconds, launch_on_hosts, require_emulated_hosts  # noqa: E402
 from job_output import json_lines  # noqa: E402
 from model_shapes import resnet50_shapes  # noqa: E402
 from timing import interleaved, seconds  # noqa: E402
@@ -133,7 +132,7 @@ def run_on_this_machine(args: argparse.Namespace, env: dict) -> List[dict]:
         [sys.executable, "-m", "mxkv_hybrid.launch", "-n", str(args.ranks), "--timeout", "1800",
          "--", "python", __file__, "--worker", "--group-size", str(args.group_size),
          "--reps", str(args.reps), "--mbps", *map(str, args.mbps)],
-        capture_output=True, text=True, env=env)
+        capture_output=True, check=False, text=True, env=env)
     if done.returncode != 0:
         sys.exit(f"benchmark job failed:\n{done.stdout}\n{done.stderr}")
     return [dict(row, where="throttle") for row in json_lines(done.stdout)]

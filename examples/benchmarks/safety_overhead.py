@@ -10,6 +10,7 @@ what the signature adds to each call. Medians over repetitions and rounds; print
 table and writes safety_overhead.json to --out.
 """
 import argparse
+import functools
 import json
 import os
 import subprocess
@@ -47,10 +48,10 @@ def worker(monitor: str) -> None:
         for _ in range(3):
             store.pushpull(names, values)
         mx.nd.waitall()
-        times = time_calls(reps, comm.Barrier, lambda: store.pushpull(names, values))
+        times = time_calls(reps, comm.Barrier, functools.partial(store.pushpull, names, values))
         mine, extremes = np.array([7, -7], np.int64), np.empty(2, np.int64)
-        signature = [seconds(lambda: comm.Allreduce(mine, extremes, op=MPI.MAX))
-                     for _ in range(200)]
+        signature_check = functools.partial(comm.Allreduce, mine, extremes, op=MPI.MAX)
+        signature = [seconds(signature_check) for _ in range(200)]
         if store.rank == 0:
             print(json.dumps({"workload": name, "monitor": monitor,
                               "pushpull_us": float(np.median(times)) * 1e6,
@@ -60,7 +61,8 @@ def worker(monitor: str) -> None:
 def run_job(ranks: int, monitor: str) -> List[dict]:
     done = subprocess.run([sys.executable, "-m", "mxkv_hybrid.launch", "-n", str(ranks),
                            "--timeout", "600", "--", "python", os.path.abspath(__file__),
-                           "--worker", monitor], capture_output=True, text=True, timeout=660)
+                           "--worker", monitor], capture_output=True, check=False, text=True,
+                          timeout=660)
     if done.returncode != 0:
         raise SystemExit(f"the {monitor} job failed:\n{done.stdout}\n{done.stderr}")
     return json_lines(done.stdout)
@@ -82,17 +84,19 @@ def main() -> None:
             print(f"round {round_number + 1}/{args.rounds}: monitor {monitor}", flush=True)
             rows += run_job(args.ranks, monitor)
     summary: Dict[str, dict] = {}
+    def median(name: str, monitor: str, field: str) -> float:
+        return float(np.median([r[field] for r in rows
+                                if r["workload"] == name and r["monitor"] == monitor]))
+
     for name in WORKLOADS:
-        def median(monitor: str, field: str) -> float:
-            return float(np.median([r[field] for r in rows
-                                    if r["workload"] == name and r["monitor"] == monitor]))
-        on, off = median("on", "pushpull_us"), median("off", "pushpull_us")
-        signature = median("off", "signature_us")
+        on, off = median(name, "on", "pushpull_us"), median(name, "off", "pushpull_us")
+        signature = median(name, "off", "signature_us")
         summary[name] = {"pushpull_monitor_on_us": on, "pushpull_monitor_off_us": off,
                          "monitor_ratio": on / off, "signature_us": signature,
                          "signature_share": signature / off}
     print(f"\n{args.ranks} ranks, medians over {args.rounds} rounds of each setting")
-    print(f"{'workload':<24}{'monitor on':>12}{'off':>12}{'on/off':>8}{'signature':>11}{'share':>8}")
+    print(f"{'workload':<24}{'monitor on':>12}{'off':>12}{'on/off':>8}{'signature':>11}"
+          f"{'share':>8}")
     for name, s in summary.items():
         print(f"{name:<24}{s['pushpull_monitor_on_us']:>10.0f}us{s['pushpull_monitor_off_us']:>10.0f}us"
               f"{s['monitor_ratio']:>8.3f}{s['signature_us']:>9.1f}us{s['signature_share']:>8.1%}")

@@ -71,7 +71,7 @@ def run_job(name: str, k: int, args: argparse.Namespace) -> dict:
                "--report", report,
                *(f"--{o.replace('_', '-')}={getattr(args, o)}" for o in (
                    "width", "depth", "batch", "batches", "epochs", "budget_mb"))]
-    done = subprocess.run(command, capture_output=True, text=True, env=env)
+    done = subprocess.run(command, capture_output=True, check=False, text=True, env=env)
     if done.returncode != 0:
         sys.exit(f"{name}, K={k} failed:\n{done.stdout}\n{done.stderr}")
     with open(report) as f:
@@ -182,7 +182,7 @@ def main() -> None:
         json.dump({"settings": {k: v for k, v in vars(args).items()
                                 if k not in ("worker", "k", "schedule", "report")},
                    "results": rows,
-                   "reports": {k: {n: r for n, r in by_name.items()}
+                   "reports": {k: dict(by_name)
                                for k, by_name in results.items()}}, f)
     plot(results, os.path.join(args.out, "shard_parallel.png"))
     print(f"wrote {args.out}/shard_parallel.json and shard_parallel.png")

@@ -48,7 +48,7 @@ def rules_for(tables: Dict[int, Rules], ranks: int) -> Rules:
 
 def save(path: str, ranks: int, rules: Rules, machine: Optional[str] = None) -> None:
     """Adds or replaces the rules for `ranks` in the table at `path` (created if missing)."""
-    document = {"tables": {}}
+    document: Dict[str, dict] = {"tables": {}}
     if os.path.exists(path):
         with open(path) as f:
             document = json.load(f)

@@ -11,9 +11,9 @@ import numpy as np
 from ..config import Config
 from ..errors import ConfigError, MismatchError, MXKVError
 from . import algorithm_table, row_sparse, stall, timeline
+from .device_staging import DeviceStaging
 from .dtype_codes import DTYPE_CODES
 from .extension import extension
-from .device_staging import DeviceStaging
 from .hierarchy import use_hierarchy
 from .topology import Groups
 
@@ -34,7 +34,8 @@ _LIVE: "weakref.WeakSet[TensorCollectives]" = weakref.WeakSet()
 
 
 def live_collectives() -> List["TensorCollectives"]:
-    """Every TensorCollectives of this process still in use (MXKV_SUMMARY_EVERY counts their bytes)."""
+    """Every TensorCollectives of this process still in use (MXKV_SUMMARY_EVERY counts their
+    bytes)."""
     return list(_LIVE)
 
 
@@ -174,8 +175,9 @@ class TensorCollectives:
         row_sparse values are summed by the sparse collective, key by key (row_sparse.py)."""
         sparse = {i for i, copies in enumerate(inputs) if row_sparse.is_row_sparse(copies[0])}
         if sparse:
-            row_sparse.sum_into(self, op, *([entries[i] for i in sorted(sparse)]
-                                            for entries in (keys, inputs, outputs)), average)
+            chosen = sorted(sparse)
+            row_sparse.sum_into(self, op, [keys[i] for i in chosen], [inputs[i] for i in chosen],
+                                [outputs[i] for i in chosen], average)
             keys, inputs, outputs = row_sparse.dense_entries(sparse, keys, inputs, outputs)
             if not keys:
                 return
@@ -237,7 +239,8 @@ class TensorCollectives:
         self._impl.finish_overlapped(False)
 
     def plan(self, tensors: Sequence[tuple]) -> list:
-        """The bucket plan for [(mxnet dtype code, element count), ...] (for tests and benchmarks)."""
+        """The bucket plan for [(mxnet dtype code, element count), ...] (for tests and
+        benchmarks)."""
         return self._impl.plan(list(tensors))
 
     def _run(self, op, keys, outputs, call) -> None:

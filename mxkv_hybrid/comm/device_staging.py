@@ -46,7 +46,9 @@ class DeviceStaging:
         what copies the results back to the output devices once the collective ran."""
         if all(on_host(a) for arrays in (*inputs, *outputs) for a in arrays):
             return list(inputs), list(outputs), _nothing_to_copy_back  # the usual case
-        host_inputs, host_outputs, copies_back = [], [], []
+        host_inputs: List[Arrays] = []
+        host_outputs: List[Arrays] = []
+        copies_back = []
         for key, ins, outs in zip(keys, inputs, outputs):
             staged_ins = [self._copy_in(key, i, a) if read_inputs and not on_host(a) else a
                           for i, a in enumerate(ins)]

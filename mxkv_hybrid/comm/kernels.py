@@ -1,6 +1,6 @@
 """Element-wise work on MXNet arrays that MXNet's operators would do in several passes,
 fused in C++ (csrc/elastic_step.h)."""
-from typing import Sequence
+from typing import List, Sequence
 
 import mxnet as mx
 import numpy as np
@@ -17,7 +17,8 @@ def elastic_step(alpha: float, weights: Sequence[mx.nd.NDArray], centres: Sequen
     weights[i] -= elastic[i]. float32/float64 host arrays in one fused pass each (after
     all of MXNet's engine, unless `ready`: no operation is pending on these arrays), other
     arrays with MXNet's operators (three passes)."""
-    fused, other = [], []
+    fused: List[tuple] = []
+    other: List[tuple] = []
     for entry in zip(weights, centres, elastic):
         host = entry[0].context.device_type in HOST_DEVICES
         (fused if host and np.dtype(entry[0].dtype).name in FUSED_DTYPES else other).append(entry)

@@ -30,15 +30,14 @@ import json
 import os
 import secrets
 import select
+import signal
 import socket
 import subprocess
-import signal
 import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import Dict, List, NamedTuple, Optional
-
+from typing import Any, Dict, List, NamedTuple, Optional, Union
 
 BEAT_SECONDS = 1.0
 LINE_BYTES = 1 << 16  # longer than any line of the link: a stranger's, closed
@@ -110,7 +109,8 @@ class LinkServer:
         self.address = f"{self.token}@{address}:{self._listener.getsockname()[1]}"
         self._lock = threading.Lock()
         self._ranks: Dict[int, RankSeen] = {}
-        self._connections: Dict[socket.socket, dict] = {}  # -> {"rank", "buffer", "since"}
+        # -> {"rank": Optional[int], "buffer": bytes, "since": float}
+        self._connections: Dict[socket.socket, Dict[str, Any]] = {}
         self._to_close: set = set()  # connections of forgotten ranks, closed by _serve
         self._met = False  # a group leader met the others at the parameter server
         self._exits: Dict[int, RankExit] = {}  # the ranks whose script ended, as they said
@@ -243,10 +243,10 @@ class LinkServer:
                     self._connections.pop(connection, None)
                     connection.close()
                     return
-                state["rank"] = int(message["rank"])
+                rank = state["rank"] = int(message["rank"])
                 with self._lock:
-                    self._ranks[state["rank"]] = RankSeen(state["rank"], str(message["host"]),
-                                                          str(message["address"]), now)
+                    self._ranks[rank] = RankSeen(rank, str(message["host"]),
+                                                 str(message["address"]), now)
                 continue
             with self._lock:
                 seen = self._ranks.get(state["rank"])
@@ -373,7 +373,8 @@ class LinkKeeper:
                 pass  # a full buffer: the launcher is not reading; its silence counts
             except OSError:
                 self._end_rank("the launcher closed its link")
-            ready, _, _ = select.select([connection, self._rank_ended], [], [], BEAT_SECONDS)
+            watched: List[Union[socket.socket, int]] = [connection, self._rank_ended]
+            ready, _, _ = select.select(watched, [], [], BEAT_SECONDS)
             if self._rank_ended in ready:
                 os._exit(0)
             if connection in ready:

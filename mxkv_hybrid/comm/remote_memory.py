@@ -11,25 +11,25 @@ is inside MPI: `holder_progress` starts a thread that enters MPI every few hundr
 microseconds (MPICH's own progress thread, MPIR_CVAR_ASYNC_PROGRESS=1, spins a core); on
 one host (shared memory) and on RDMA fabrics the holder does nothing."""
 import warnings
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, List, Sequence, Tuple
 
 import mxnet as mx
 
+from ..errors import MXKVError
 from . import mpi_settings
 from .collectives import DTYPE_CODES, HOST_DEVICES
 from .extension import extension
-from ..errors import MXKVError
 
 Pieces = Sequence[Tuple[int, mx.nd.NDArray]]  # (first element in the remote array, local array)
 _moved = [0]  # bytes every RemoteArray of this process moved to or from other ranks
 
 
-def holder_progress(comm, period_us: int) -> Optional[object]:
+def holder_progress(comm, period_us: int) -> Any:
     """Collective over `comm`: where its ranks are on more than one host, a thread on this
     rank that enters MPI every `period_us` microseconds (0: none), so other ranks' reads
     and adds of the windows it holds move on while it computes; stop() it before the
-    windows are freed (collective). None where not needed, or where MPI was initialised
-    without MPI_THREAD_MULTIPLE (with a warning)."""
+    windows are freed (collective): the extension's HolderProgress. None where not needed,
+    or where MPI was initialised without MPI_THREAD_MULTIPLE (with a warning)."""
     from mpi4py import MPI
 
     hosts = set(comm.allgather(MPI.Get_processor_name()))
@@ -37,13 +37,13 @@ def holder_progress(comm, period_us: int) -> Optional[object]:
         warnings.warn(f"remote memory across hosts: MPI started before mxkv_hybrid could set "
                       f"UCX_RNDV_THRESH (mpi4py imported first?), so large reads and adds "
                       f"wait for a rendezvous: set UCX_RNDV_THRESH={mpi_settings.EAGER_LIMIT} "
-                      "for every rank")
+                      "for every rank", stacklevel=1)
     if period_us <= 0 or len(hosts) < 2:
         return None
     if MPI.Query_thread() < MPI.THREAD_MULTIPLE:
         warnings.warn("remote memory across hosts: MPI was initialised without "
                       "MPI_THREAD_MULTIPLE, so no progress thread; reads and adds of this "
-                      "rank's windows wait until it enters MPI")
+                      "rank's windows wait until it enters MPI", stacklevel=1)
         return None
     return extension().HolderProgress(comm.py2f(), float(period_us))
 
@@ -151,7 +151,7 @@ class RemoteArray:
         return moved
 
     def _handles(self, pieces: Pieces) -> List[Tuple[int, int]]:
-        for start, array in pieces:
+        for _start, array in pieces:
             if array.context.device_type not in HOST_DEVICES:
                 raise MXKVError(f"remote memory moves host arrays; this one is on {array.context}")
         return [(int(start), array.handle.value) for start, array in pieces]

@@ -3,7 +3,7 @@ summed over ranks (TensorCollectives.sum_sparse_rows), and the rows a pull asks 
 TensorCollectives.allreduce hands its row_sparse values here (sum_into)."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 import mxnet as mx
 import numpy as np
@@ -83,7 +83,7 @@ def rows_of(kept: mx.nd.NDArray, row_ids: mx.nd.NDArray) -> mx.nd.NDArray:
                                          dtype=kept.dtype)
 
 
-def dense_entries(sparse: Sequence[int], *lists: Sequence) -> tuple:
+def dense_entries(sparse: Iterable[int], *lists: Sequence) -> tuple:
     """`lists` without their entries at the positions `sparse` (the row_sparse ones)."""
     dropped = set(sparse)
     return tuple([x for i, x in enumerate(entries) if i not in dropped] for entries in lists)

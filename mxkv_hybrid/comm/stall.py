@@ -5,10 +5,10 @@ Every rank counts the waits it enters (the store's collectives and barrier, the
 uneven-shard and finite-value agreements; not a group's wait for its leader, which the
 parameter-server timeout MXKV_PS_TIMEOUT bounds) and keeps what it is doing now, which
 includes a bucket that the communication thread of MXKV_OVERLAP=1 (or lasgd's average
-in flight) has been reducing, when the caller's thread is not waiting itself. A monitor thread per rank
-answers questions on a private duplicate of COMM_WORLD. When this rank's current wait
-passes MXKV_STALL_TIMEOUT seconds, its monitor asks every other rank where it is
-(a rank that is dead, or stuck with Python's GIL held, does not answer within
+in flight) has been reducing, when the caller's thread is not waiting itself. A monitor
+thread per rank answers questions on a private duplicate of COMM_WORLD. When this rank's
+current wait passes MXKV_STALL_TIMEOUT seconds, its monitor asks every other rank where it
+is (a rank that is dead, or stuck with Python's GIL held, does not answer within
 ANSWER_SECONDS), prints one line per rank and ends the job (topology.end_job), which
 makes mpiexec stop every other rank. Under mxkv-launch it asks only the ranks the launcher
 hears from (launcher_link.ask_launcher): MPICH crashes sending to a rank on a host cut off
@@ -121,7 +121,8 @@ class StallMonitor:
             waits, finished, background = self._waits, self._finished, list(self._background)
             outside = self._outside
         if waiting_in is None and outside is None:
-            busy = max((method() for method in (ref() for ref in background) if method), default=0.0)
+            methods = (ref() for ref in background)
+            busy = max((method() for method in methods if method), default=0.0)
             if busy > 0:
                 waiting_in, seconds = BACKGROUND_WAIT, busy
         return Whereabouts(self._first_rank + self._comm.Get_rank(), self._host, waits,
@@ -201,9 +202,9 @@ class StallMonitor:
         here = self.whereabouts()
         reachable, skipped = self._reachable()
         answers = self._ask(reachable)
-        lines = [f"mxkv_hybrid: rank {here.rank} on {self._host} waited {here.seconds:.0f} s "
-                 f"in #{here.waits} ({here.waiting_in}) for the other ranks "
-                 f"(MXKV_STALL_TIMEOUT={self._timeout:g}); ending the job. Where the ranks are:"]
+        lines = [(f"mxkv_hybrid: rank {here.rank} on {self._host} waited {here.seconds:.0f} s "
+                  f"in #{here.waits} ({here.waiting_in}) for the other ranks "
+                  f"(MXKV_STALL_TIMEOUT={self._timeout:g}); ending the job. Where the ranks are:")]
         for rank in range(self._comm.Get_size()):
             answer = answers.get(rank)
             lines.append("  " + (answer.describe(here.waits) if answer is not None else

@@ -35,7 +35,8 @@ class Timeline:
         self._rank = rank
         self._lock = threading.Lock()
         self._events: List[Dict[str, Any]] = [
-            {"name": "process_name", "ph": "M", "pid": rank, "args": {"name": f"rank {rank} ({host})"}}]
+            {"name": "process_name", "ph": "M", "pid": rank,
+             "args": {"name": f"rank {rank} ({host})"}}]
         self._sources: List[Any] = []  # C++ collectives whose bucket events are drained
         atexit.register(self.write)
 

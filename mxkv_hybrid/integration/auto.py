@@ -76,9 +76,10 @@ def _data_loader_init(original, self, *args, **kwargs):
     if (world().size > 1 and given["shuffle"] and given["sampler"] is None
             and given["batch_sampler"] is None):
         given["shuffle"] = False
-        given["sampler"] = ShardSampler(len(given["dataset"]), world().rank, world().size)
+        sampler = ShardSampler(len(given["dataset"]), world().rank, world().size)
+        given["sampler"] = sampler
         _log_once(f"DataLoader(shuffle=True) over {len(given['dataset'])} samples reads a "
-                  f"shard of {len(given['sampler'])} per rank (ShardSampler)")
+                  f"shard of {len(sampler)} per rank (ShardSampler)")
     original(*call.args, **call.kwargs)
 
 

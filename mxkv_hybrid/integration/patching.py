@@ -15,7 +15,7 @@ def patch(owner: Any, name: str, replacement: Callable) -> None:
     def wrapper(*args, **kwargs):
         return replacement(original, *args, **kwargs)
 
-    wrapper._mxkv_original = original
+    wrapper._mxkv_original = original  # type: ignore[attr-defined]  # marks a patched one
     setattr(owner, name, wrapper)
 
 

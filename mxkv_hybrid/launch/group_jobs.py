@@ -264,8 +264,8 @@ class GroupJobs:
         lost_ranks = self.lost_ranks
         run.code = run.process.poll()
         cut_off = _cut_off(run, lost_ranks)
-        running = lost_ranks is not None and run.code is None
-        failed = lost_ranks.failed_alone(run.plan.members) if running else None
+        watched = lost_ranks if run.code is None else None  # (a running group's)
+        failed = watched.failed_alone(run.plan.members) if watched is not None else None
         if cut_off:
             end_process_group(run.process)
             run.code, run.cut_off = LOST_STATUS, True
@@ -274,7 +274,7 @@ class GroupJobs:
                 f"{failed.status}, and its group's other ranks went on: ending its MPI job")
             end_process_group(run.process)
             run.code = failed.status
-        elif running and (stranded := lost_ranks.ended_before_mpi(run.plan.members)):
+        elif watched is not None and (stranded := watched.ended_before_mpi(run.plan.members)):
             say(f"{run.plan.describe()}: {stranded}: ending its MPI job")
             end_process_group(run.process)
             run.code = 1

@@ -7,7 +7,7 @@ import datetime
 import os
 import ssl
 import tempfile
-from typing import Optional, Tuple
+from typing import Optional, Tuple, Union
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -32,6 +32,7 @@ def make_job_key(path: str, secret: Optional[str] = None) -> None:
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "mxkv_hybrid job")])
     builder = x509.CertificateBuilder().subject_name(name).issuer_name(name).add_extension(
         x509.BasicConstraints(ca=True, path_length=0), critical=True)
+    key: Union[ec.EllipticCurvePrivateKey, ed25519.Ed25519PrivateKey]
     if secret is None:
         key = ec.generate_private_key(ec.SECP256R1())
         now = datetime.datetime.now(datetime.timezone.utc)

@@ -8,10 +8,12 @@
 with this interpreter, so unmodified scripts get the plugin. Every output line is
 prefixed with its rank. With --servers, a ps-lite scheduler and S servers are started
 first (modes sync, async, easgd); in modes async and easgd each group then runs as its own
-MPI job (--one-job: one MPI job for every rank; --group-jobs: the same in mode sync). The exit status is non-zero when any rank or server fails,
-and every process is ended on failure, timeout, Ctrl-C or SIGTERM.
+MPI job (--one-job: one MPI job for every rank; --group-jobs: the same in mode sync). The
+exit status is non-zero when any rank or server fails, and every process is ended on
+failure, timeout, Ctrl-C or SIGTERM.
 """
 import argparse
+import functools
 import math
 import os
 import shutil
@@ -26,18 +28,38 @@ from ..comm.launcher_link import LinkServer, RankExit
 from ..comm.network import describe_address
 from ..config import read_knob, separate_groups_refusal
 from ..ps import scheduler as scheduler_script
-from .group_jobs import (GroupPlan, GroupRun, Restarts, plan_groups, plan_groups_by_host,
-                         start_group, supervise_groups, without)
+from . import serve_relays, shm_leftovers, supervisor
+from .group_jobs import (
+    GroupPlan,
+    GroupRun,
+    Restarts,
+    plan_groups,
+    plan_groups_by_host,
+    start_group,
+    supervise_groups,
+    without,
+)
 from .host_sources import MalformedHosts, hosts_from_environment, read_mpi_hostfile
 from .lost_hosts import LostRanks
+from .processes import (
+    GRACE_SECONDS,
+    Node,
+    end_process_group,
+    free_port,
+    start,
+    wait_until_listening,
+)
 from .ps_address import LOOPBACK, PsHostRefused, choose_ps_host, remote_hosts
-from .processes import GRACE_SECONDS, Node, end_process_group, free_port, start, \
-    wait_until_listening
 from .rank_watch import RankWatch
-from . import serve_relays, shm_leftovers, supervisor
 from .reach_check import ReachCheck, probe_command
-from .relay_setup import (RelayNode, Relays, node_environment, one_job_leader_hosts, plan_nodes,
-                          server_environment)
+from .relay_setup import (
+    RelayNode,
+    Relays,
+    node_environment,
+    one_job_leader_hosts,
+    plan_nodes,
+    server_environment,
+)
 from .serve_join import join_group, serve
 from .supervisor import say
 
@@ -59,7 +81,8 @@ def find_mpiexec() -> str:
 
 
 def _flavour(mpiexec: str) -> str:
-    text = subprocess.run([mpiexec, "--version"], capture_output=True, text=True).stdout
+    text = subprocess.run([mpiexec, "--version"], capture_output=True, check=False,
+                          text=True).stdout
     return "openmpi" if "Open MPI" in text or "OpenRTE" in text else "hydra"
 
 
@@ -216,7 +239,8 @@ def start_parameter_servers(args: argparse.Namespace, num_groups: int, mpiexec: 
                              int(os.environ["DMLC_PS_ROOT_PORT"]), timeout=60)
         server_env = dict(os.environ, DMLC_ROLE="server")
         if args.server_hosts:
-            hosts = ["-hosts", args.server_hosts] if flavour == "hydra" else ["-H", args.server_hosts]
+            hosts = (["-hosts", args.server_hosts] if flavour == "hydra"
+                     else ["-H", args.server_hosts])
             nodes.append(start("parameter servers",
                                [mpiexec, "-n", str(args.servers), *hosts, *node], server_env))
         else:
@@ -250,7 +274,8 @@ def count_groups(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     """mxkv-launch's flags (the docs' flag page is generated from it)."""
     parser = argparse.ArgumentParser(
-        prog="mxkv-launch", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+        prog="mxkv-launch", description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-n", "--num-ranks", type=int,
                         help="number of ranks (with --join: of this group; default under "
                              "Slurm or PBS: every slot of the allocation)")
@@ -603,7 +628,7 @@ def run_group_jobs(args: argparse.Namespace, mpiexec: str, flavour: str, mode: s
     (with fresh servers: ps-lite cannot lower its count of workers). Returns the exit
     status."""
     plans = plan_group_jobs(args)
-    restarts = Restarts(args.restarts, float(os.environ.get("PS_HEARTBEAT_TIMEOUT", 0)) + 2)
+    restarts = Restarts(args.restarts, float(os.environ.get("PS_HEARTBEAT_TIMEOUT", "0")) + 2)
     deadline = None if args.timeout is None else time.monotonic() + args.timeout
     left_out: List[str] = []
     while True:
@@ -614,7 +639,7 @@ def run_group_jobs(args: argparse.Namespace, mpiexec: str, flavour: str, mode: s
         ended = supervise_groups(start_group_jobs(args, mpiexec, flavour, plans), helpers, left,
                                  restarts, together=mode == "sync", lost_ranks=lost_ranks,
                                  met=lost_ranks.link.met,
-                                 prepare=lambda plan: ready_relay_of(plan, helpers))
+                                 prepare=functools.partial(ready_relay_of, helpers=helpers))
         if not ended.left_out:
             if left_out:
                 say(f"left out before the groups met: {', '.join(left_out)}")
@@ -656,8 +681,8 @@ def check_reachability(args: argparse.Namespace, mpiexec: str, flavour: str) -> 
     finally:
         end_process_group(probes, grace=0)
     problems = check.problems()
-    for line in problems or [f"all {len(hosts)} hosts reach this machine at "
-                             f"{check.address.rpartition('@')[2]} and each other"]:
+    for line in problems or [(f"all {len(hosts)} hosts reach this machine at "
+                              f"{check.address.rpartition('@')[2]} and each other")]:
         print(f"mxkv-launch --check: reachability (TCP, before MPI): {line}", file=sys.stderr,
               flush=True)
     output = probes.communicate()[0].strip()

@@ -7,8 +7,15 @@ address (comm/network.py), never this machine's."""
 import socket
 from typing import List, Optional
 
-from ..comm.network import (NetworkSetupError, describe_address, interface_addresses,
-                            is_loopback, is_own_address, is_this_machine, scheduler_address)
+from ..comm.network import (
+    NetworkSetupError,
+    describe_address,
+    interface_addresses,
+    is_loopback,
+    is_own_address,
+    is_this_machine,
+    scheduler_address,
+)
 
 LOOPBACK = "127.0.0.1"
 
@@ -37,14 +44,16 @@ def choose_ps_host(given: Optional[str], hosts: List[str]) -> str:
     remote = remote_hosts(hosts)
     if not remote:
         return given or LOOPBACK
+    routed: Optional[str]
     try:
         routed = scheduler_address(remote)
     except NetworkSetupError as err:
         if given is None:
             raise PsHostRefused(f"{err}") from None
         routed = None
-    if given is None:
-        return routed
+    else:
+        if given is None:
+            return routed
     suggestion = (f"--ps-host {routed} (this machine's address {describe_address(routed)}, "
                   f"where the route towards {remote[0]} leaves; or leave --ps-host out)"
                   if routed else f"one of this machine's addresses: {_this_machines_addresses()}")

@@ -121,10 +121,10 @@ class RankWatch:
     def describe_first_ended(self, host: str, failed: Optional[RankExit] = None
                              ) -> Optional[str]:
         """'rank 1 (pid 6872)' or 'ranks 0 (pid ..) and 2 (pid ..), together', or None.
-        `failed`: the first script that reported a non-zero exit on the launcher's link: before it ends, so before mpiexec stops the
-        others; it is named first if that was before any watched rank was seen to end (a
-        big process takes a while to end, and under load the ranks mpiexec killed for it
-        were seen to end first)."""
+        `failed`: the first script that reported a non-zero exit on the launcher's link:
+        before it ends, so before mpiexec stops the others; it is named first if that was
+        before any watched rank was seen to end (a big process takes a while to end, and
+        under load the ranks mpiexec killed for it were seen to end first)."""
         if failed is not None and failed.when <= self._first_ended_at:
             pid = self._ranks_seen.get(failed.rank - self._first_rank)
             if pid is not None:

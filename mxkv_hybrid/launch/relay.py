@@ -25,6 +25,7 @@ PLAN.json: {"tls": "host:port", "local": ["host:port", ...],
 """
 import argparse
 import asyncio
+import functools
 import os
 import signal
 import ssl
@@ -98,7 +99,7 @@ class Relay:
             tls.host, tls.port))
         for listen, stand_in in self._plan.stand_ins.items():
             self._servers.append(await asyncio.start_server(
-                lambda r, w, s=stand_in: self._keep(self._from_node(r, w, s)),
+                functools.partial(self._node_dialled, stand_in),
                 listen.host, listen.port,
                 limit=BUFFERED_BYTES))
 
@@ -106,6 +107,9 @@ class Relay:
         """Serves until close() (start first)."""
         for server in self._servers:
             self._keep(server.serve_forever())
+
+    def _node_dialled(self, stand_in: StandIn, reader, writer) -> None:
+        self._keep(self._from_node(reader, writer, stand_in))
 
     async def _from_node(self, reader, writer, stand_in: StandIn) -> None:
         """A local node dialled a remote one: carry the connection to its host's relay."""
@@ -135,6 +139,7 @@ class Relay:
             self._refuse(peer, f"the TLS handshake failed ({err.__class__.__name__}: {err})")
             transport.close()
             return
+        assert tls is not None  # the new transport (typeshed allows None)
         protocol.connection_made(tls)
         writer = asyncio.StreamWriter(tls, protocol, reader, loop)
         line = b""
@@ -279,12 +284,12 @@ async def _set_when_done(work, event: asyncio.Event) -> None:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="python -m mxkv_hybrid.launch.relay",
                                      description=__doc__.split("\n\n")[0])
-    plan = parser.add_mutually_exclusive_group(required=True)
-    plan.add_argument("--plan", help="the relay's plan: a JSON file (see above)")
-    plan.add_argument("--plan-json", help="the relay's plan as JSON text")
-    key = parser.add_mutually_exclusive_group(required=True)
-    key.add_argument("--key", help="the job's key file (launch/job_key.py)")
-    key.add_argument("--key-env", metavar="NAME",
+    plans = parser.add_mutually_exclusive_group(required=True)
+    plans.add_argument("--plan", help="the relay's plan: a JSON file (see above)")
+    plans.add_argument("--plan-json", help="the relay's plan as JSON text")
+    keys = parser.add_mutually_exclusive_group(required=True)
+    keys.add_argument("--key", help="the job's key file (launch/job_key.py)")
+    keys.add_argument("--key-env", metavar="NAME",
                      help="the environment variable that holds the job's key (PEM text): how "
                           "mxkv-launch hands it to the relays of other hosts")
     parser.add_argument("--quiet-seconds", type=float, default=QUIET_SECONDS,

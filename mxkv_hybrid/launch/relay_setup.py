@@ -164,13 +164,15 @@ def start_ready(name: str, command: List[str], env: Dict[str, str]) -> subproces
     """Starts a relay and waits for its 'ready' line; its other lines go to stderr."""
     process = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True,
                                start_new_session=True)
+    stderr = process.stderr
+    assert stderr is not None  # (a pipe)
     first: List[Optional[str]] = [None]
-    reader = threading.Thread(target=lambda: first.__setitem__(0, process.stderr.readline()))
+    reader = threading.Thread(target=lambda: first.__setitem__(0, stderr.readline()))
     reader.start()
     reader.join(READY_SECONDS)
     if not first[0] or "ready" not in first[0]:
         end_process_group(process, grace=0)
-        said = ((first[0] or "") + process.stderr.read()).strip().splitlines()
+        said = ((first[0] or "") + stderr.read()).strip().splitlines()
         raise RuntimeError(f"the {name} did not start: "
                            + (said[-1] if said else "no output"))
     threading.Thread(target=_forward, args=(process,), daemon=True).start()
@@ -178,6 +180,7 @@ def start_ready(name: str, command: List[str], env: Dict[str, str]) -> subproces
 
 
 def _forward(process: subprocess.Popen) -> None:
+    assert process.stderr is not None  # (a pipe)
     for line in process.stderr:
         sys.stderr.write(line)
         sys.stderr.flush()

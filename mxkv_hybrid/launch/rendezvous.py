@@ -341,9 +341,9 @@ class Joined:
         """The serving launcher's order to stop, or its silence for MXKV_LOST_SECONDS."""
         silent = time.monotonic() - self._last_heard
         if self.stop_order is None and silent > self._lost_seconds:
-            return (f"the serving launcher at {self._server} was last heard from {silent:.0f} s ago "
-                    f"(MXKV_LOST_SECONDS={self._lost_seconds:g}): this host is cut off from it, "
-                    "or it is gone")
+            return (f"the serving launcher at {self._server} was last heard from {silent:.0f} s "
+                    f"ago (MXKV_LOST_SECONDS={self._lost_seconds:g}): this host is cut off from "
+                    "it, or it is gone")
         return self.stop_order
 
     def report(self, status: int) -> None:

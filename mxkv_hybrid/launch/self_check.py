@@ -111,7 +111,8 @@ def main() -> None:
     store.close()
     if this.comm.Get_rank() == 0:  # rank 0, or the leader of each group's own MPI job
         ok = all("WRONG" not in line for _, line in report)
-        report.append(("result", f"{'OK' if ok else 'FAILED'} in {time.monotonic() - started:.2f} s"))
+        took = time.monotonic() - started
+        report.append(("result", f"{'OK' if ok else 'FAILED'} in {took:.2f} s"))
         print("mxkv_hybrid self-check\n" + "\n".join(f"  {name + ':':<12}{line}"
                                                      for name, line in report), flush=True)
         if not ok:

@@ -73,7 +73,11 @@ def serve(groups: int, mode: str, host: str, start_servers: Callable[[int], List
     if relay is not None:
         def plan_relays(members: List[Member]) -> Dict[str, str]:
             serving = PsNodes.from_json(os.environ["MXKV_PS_NODES"])  # of the servers now
-            table = whole_table(serving, [member.relay for member in members])
+            relays = [member.relay for member in members]
+            missing = [member.group for member, at in zip(members, relays) if at is None]
+            if missing:  # (every joining launcher says where its relay listens)
+                raise RuntimeError(f"group(s) {missing} joined without their relay's address")
+            table = whole_table(serving, [at for at in relays if at is not None])
             servers.append(relay.start(table, 0))  # watched and ended with the servers
             return node_environment(table)
         rendezvous.plan_relays = plan_relays
@@ -160,9 +164,10 @@ def join_group(address: str, ranks: int, mode: str, command: List[str], flavour:
             code = supervise_groups([start_group(plan, command, env, flavour)], helpers, left,
                                     Restarts(restarts, delay), stop_order=joined.why_stop,
                                     lost_ranks=lost_ranks).code
-            assigned = joined.start_again()
-            if assigned is None:
+            again = joined.start_again()
+            if again is None:
                 break
+            assigned = again
     finally:
         relay.close()
         joined.report(code)

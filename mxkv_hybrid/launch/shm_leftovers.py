@@ -22,7 +22,7 @@ def segments() -> Set[str]:
 
 def in_use() -> Set[str]:
     """The segments some process maps or holds open (of the processes this user may read)."""
-    used = set()
+    used: Set[str] = set()
     marker = f"{SHM}/{PREFIX}"
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:

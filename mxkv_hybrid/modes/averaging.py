@@ -4,9 +4,16 @@ from typing import Callable, Protocol, Sequence
 import mxnet as mx
 
 from ..comm.collectives import Arrays, Key, TensorCollectives
-from ..comm.compression import QuantisedReducer
 from ..comm.compression_params import Compression
 from ..errors import MXKVError
+
+
+class Reducer(Protocol):
+    """What sums (or averages) values over ranks: TensorCollectives, QuantisedReducer,
+    lasgd's DeviceSum, the averaging modes and GroupedSync, as the store's reducer."""
+
+    def allreduce(self, op: str, keys: Sequence[Key], inputs: Sequence[Arrays],
+                  outputs: Sequence[Arrays], average: bool) -> None: ...
 
 
 class Averaging(Protocol):
@@ -48,8 +55,7 @@ def check_saved_with(state: dict, entry: str, here: bool, mode: str, setting: st
 
 def allreduce_split(op: str, keys: Sequence[Key], inputs: Sequence[Arrays],
                     outputs: Sequence[Arrays], average: bool, is_weight: Callable[[Key], bool],
-                    weights: "TensorCollectives | QuantisedReducer",
-                    others: TensorCollectives) -> None:
+                    weights: Reducer, others: TensorCollectives) -> None:
     """The averaging modes' reduction: the keys of weights (their gradients) through
     `weights`, every other key (metrics) through `others`."""
     for reducer, wanted in ((weights, True), (others, False)):

@@ -63,7 +63,7 @@ class ElasticAveraging:
         self._world_comm = world.comm
         blocking = replace(config, overlap=False)
         self.group = TensorCollectives(groups.group_comm, blocking)
-        self.gradients: "TensorCollectives | QuantisedReducer" = self.group  # weights' gradients
+        self.gradients: TensorCollectives | QuantisedReducer = self.group  # weights' gradients
         self._world = TensorCollectives(world.comm, blocking, groups)
         self._group_comm = groups.group_comm
         self._server_keys = ServerKeys()
@@ -124,6 +124,7 @@ class ElasticAveraging:
             self._ps.init(server_keys, [self._centre[keys[i]] for i in new])
             if self._separate_jobs:
                 self._ps.push_pull(server_keys, [], [weights[i] for i in new])
+                assert self._finish is not None  # (separate group jobs have one)
                 done = self._finish.rejoined("the centre", [weights[i] for i in new])
         if self._separate_jobs and new:
             wait_for_leader(self._group_comm, is_leader=self._ps is not None)
@@ -250,6 +251,7 @@ class ElasticAveraging:
         else:  # dist_sync sums one push from every leader: the others add nothing
             moves = [mx.nd.zeros(c.shape, dtype=c.dtype) for c in current]
         if saved is not None or self._sync:
+            assert self._ps is not None  # (a leader's)
             self._ps.push_pull([self._server_keys[k] for k in keys], moves, [])
 
     def close(self) -> None:

@@ -91,14 +91,16 @@ class GroupedSync:
     def _sum_across_groups(self, layout_id: Tuple, buffers: Sequence[mx.nd.NDArray]) -> None:
         """The leader's fused buffers become the sums over all groups (float32 ones as
         summed codes once compressed)."""
-        is_coded = [self._codes is not None and b.dtype == np.float32 for b in buffers]
+        ps, codes = self._ps, self._codes
+        assert ps is not None  # (the leader's)
+        is_coded = [codes is not None and b.dtype == np.float32 for b in buffers]
         coded = [b for b, c in zip(buffers, is_coded) if c]
         plain = [b for b, c in zip(buffers, is_coded) if not c]
         if plain:
-            self._ps.sum_across_groups(self._ps.chunks_for(layout_id, plain))
-        for buffer in coded:
-            self._codes.sum_across_groups(self._ps, layout_id + (self._codes.compression,),
-                                          buffer)
+            ps.sum_across_groups(ps.chunks_for(layout_id, plain))
+        if codes is not None:  # (else nothing is coded)
+            for buffer in coded:
+                codes.sum_across_groups(ps, layout_id + (codes.compression,), buffer)
 
     def _allreduce_rows(self, op: str, key: Key, inputs: Arrays, outputs: Arrays,
                         average: bool) -> None:

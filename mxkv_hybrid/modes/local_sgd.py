@@ -71,7 +71,7 @@ class LocalSGD:
         blocking = replace(config, overlap=False)
         this_group = groups(config.group_size)  # the emulated slow link runs between groups
         self._world = TensorCollectives(world.comm, blocking, this_group)
-        self.gradients: "TensorCollectives | QuantisedReducer" = self._world  # in the warm-up
+        self.gradients: TensorCollectives | QuantisedReducer = self._world  # in the warm-up
         self._local = DeviceSum()
         self._averaging = TensorCollectives(world.comm, replace(config, overlap=self.overlap),
                                             this_group)
@@ -152,7 +152,7 @@ class LocalSGD:
             copies[0].copyto(self._snapshot[piece.name])
             copies[0].copyto(self._average[piece.name])
         if self._deltas is not None:  # A = this rank's change since the anchor
-            self._deltas.changes(names, [self._outer.anchor_of(p) for p in pieces],
+            self._deltas.changes(names, self._anchors(pieces),
                                  [self._snapshot[name] for name in names],
                                  [self._average[name] for name in names])
         averages = [[self._average[name]] for name in names]
@@ -174,8 +174,9 @@ class LocalSGD:
     def _average_changes(self, pieces: Sequence[Piece], views: List[List[mx.nd.NDArray]]
                          ) -> None:
         """Blocking, in 16 bits: every copy of each piece becomes anchor - mean(d)."""
+        assert self._deltas is not None  # (called in 16 bits only)
         names = [piece.name for piece in pieces]
-        anchors = [self._outer.anchor_of(piece) for piece in pieces]
+        anchors = self._anchors(pieces)
         changes = [mx.nd.empty(copies[0].shape, ctx=copies[0].context, dtype=copies[0].dtype)
                    for copies in views]
         self._deltas.changes(names, anchors, [copies[0] for copies in views], changes)
@@ -185,6 +186,11 @@ class LocalSGD:
         for change, copies in zip(changes, views):
             for copy in copies:
                 change.copyto(copy)
+
+    def _anchors(self, pieces: Sequence[Piece]) -> List[mx.nd.NDArray]:
+        """The anchor of each piece (16-bit averages: there is an outer optimizer)."""
+        assert self._outer is not None
+        return [self._outer.anchor_of(piece) for piece in pieces]
 
     def _fragments_of(self, keys: Sequence[Key], weights: Sequence[Arrays]) -> List[List[Piece]]:
         """The fragments of the model these keys make (the same on every rank)."""
@@ -205,7 +211,7 @@ class LocalSGD:
                             "before training starts)")
         averages = [[self._average[piece.name]] for piece in self._in_flight]
         if self._deltas is not None:  # the mean change becomes the mean model
-            self._deltas.models([self._outer.anchor_of(p) for p in self._in_flight],
+            self._deltas.models(self._anchors(self._in_flight),
                                 [copies[0] for copies in averages])
         if self._outer is not None:
             self._outer.step(self._in_flight, averages)

@@ -2,9 +2,10 @@
 leaders, each holding 1/groups of every dtype's flat centre, read and moved by one-sided
 MPI (comm/remote_memory.py) instead of ps-lite's push and pull: no server processes, no
 messages, and a leader holding a chunk does nothing while another group exchanges."""
+import functools
 import time
 from collections import deque
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
 import mxnet as mx
 import numpy as np
@@ -52,8 +53,8 @@ class RemoteCentre:
             for i, start in zip(chosen, starts):
                 self._places[keys[i]] = (array, int(start))
             if self._leaders.rank == 0:
-                self._charged(lambda: array.write([(int(s), values[i])
-                                                   for i, s in zip(chosen, starts)]))
+                pieces = [(int(s), values[i]) for i, s in zip(chosen, starts)]
+                self._charged(functools.partial(array.write, pieces))
             array.barrier()
 
     def read(self, keys: Sequence[Key], outs: Sequence[mx.nd.NDArray]) -> None:
@@ -76,7 +77,8 @@ class RemoteCentre:
             return self._pieces([keys[i] for i in batch], [arrays[i] for i in batch])
 
         def transfers() -> int:
-            reading = deque()  # the remote arrays of each batch whose reads are in flight
+            # the remote arrays of each batch whose reads are in flight
+            reading: Deque[list] = deque()
 
             def start_reading(b: int) -> int:
                 pieces = of(batches[b], outs)

@@ -29,8 +29,8 @@ store is told (expect_row_sparse_gradients; the Trainer hook does it): its gradi
 cross as rows and update only those rows, as MXNet's local store does, and a pull into
 the dense weight fetches every row."""
 import atexit
-from dataclasses import replace
 import sys
+from dataclasses import replace
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import mxnet as mx
@@ -42,7 +42,7 @@ from ..comm.compression_params import Compression
 from ..comm.topology import Groups, World, wait_for_leader
 from ..config import Config
 from ..errors import MXKVError
-from ..ps.client import connect_leader, release
+from ..ps.client import ParameterServer, connect_leader, release
 from ..ps.coded_gradients import CodeDecoder, GradientCoder
 from ..ps.finish_line import finish_line_for
 from ..ps.keys import ServerKeys
@@ -50,7 +50,6 @@ from ..ps.layout import bigarray_bound
 from ..ps.optimizers import COUNTER_KEY, FINISH_KEY, SETTINGS_KEYS, ServerOptimizer
 from .async_momentum import with_async_momentum
 from .worker_weights import Share
-
 
 SERVER_SIDE_STATES = {
     "async": "in MXKV_MODE=async the optimizer and its state live on the parameter servers; "
@@ -162,21 +161,33 @@ class ServerWeights:
             print(f"mxkv_hybrid: {line}", file=sys.stderr, flush=True)
         return adjusted
 
+    @property
+    def _server(self) -> ParameterServer:
+        """The parameter server, in what only a group's leader runs (it connects)."""
+        assert self._ps is not None
+        return self._ps
+
+    @property
+    def _codes(self) -> GradientCoder:
+        """The leader's coder, once async compression is set."""
+        assert self._coder is not None
+        return self._coder
+
     def _add_codes(self, numbers: Sequence[int]) -> None:
         """A leader's code keys for the weights `numbers` that are dense float32, created
         on the servers (an init: every leader at once)."""
         shapes = {n: self._dense_float32[n] for n in numbers if n in self._dense_float32}
-        parts = self._coder.add(shapes, self._ps.num_servers, bigarray_bound())
+        parts = self._codes.add(shapes, self._server.num_servers, bigarray_bound())
         for part in parts:
             self._server_keys.claim(part.code_key, f"the codes of key {part.weight}")
         if parts:
-            self._ps.init([p.code_key for p in parts], [mx.nd.zeros((p.words,)) for p in parts])
+            self._server.init([p.code_key for p in parts], [mx.nd.zeros((p.words,)) for p in parts])
 
     def _register_codes(self, numbers: Sequence[int]) -> None:
         """Tells the servers which parts the code keys of weights `numbers` update."""
-        coded = [n for n in numbers if n in self._coder.parts]
+        coded = [n for n in numbers if n in self._codes.parts]
         if coded:
-            self._ps.push_pull(coded, [self._coder.registration(n) for n in coded], [])
+            self._server.push_pull(coded, [self._codes.registration(n) for n in coded], [])
 
     def init(self, op: str, keys: Sequence[Key], values: Sequence[Arrays],
              outs: Sequence[Arrays]) -> None:
@@ -302,13 +313,20 @@ class ServerWeights:
                 if self._damps_stale_gradients:
                     factor = self._staleness_damping()
                     for value in values:
-                        value[0] *= factor
+                        damped = value[0]
+                        damped *= factor  # in place
             rows = [i for i, k in enumerate(keys) if k in self._rows]
-            entries = (keys, values or [None] * len(keys), outs or [None] * len(keys))
-            pulled_as_kept = self._exchange_dense(*row_sparse.dense_entries(rows, *entries),
+            nothing: List[Optional[Arrays]] = [None] * len(keys)
+            pushes: Sequence[Optional[Arrays]] = values or nothing
+            pulls: Sequence[Optional[Arrays]] = outs or nothing
+            dense_keys, dense_pushes, dense_pulls = row_sparse.dense_entries(rows, keys, pushes,
+                                                                             pulls)
+            pulled_as_kept = self._exchange_dense(dense_keys, dense_pushes, dense_pulls,
                                                   pushes=values is not None,
                                                   pulls=outs is not None)
-            pulled_as_kept += self._exchange_rows(*([e[i] for i in rows] for e in entries))
+            pulled_as_kept += self._exchange_rows([keys[i] for i in rows],
+                                                  [pushes[i] for i in rows],
+                                                  [pulls[i] for i in rows])
             for kept, out in pulled_as_kept:
                 row_sparse.write_into(kept, out)
         if outs is not None:
@@ -352,7 +370,7 @@ class ServerWeights:
                   for v in values if v is not None]
         pulled = [row_sparse.zeros_like(o[0]) for o in outs if o is not None]
         every = [mx.nd.arange(o.shape[0], dtype=np.int64) for o in pulled]
-        self._ps.push_pull_rows(numbers, pushed, pulled, every)
+        self._server.push_pull_rows(numbers, pushed, pulled, every)
         return list(zip(pulled, [o[0] for o in outs if o is not None]))
 
     def _exchange_dense(self, keys: Sequence[Key], values: Sequence[Optional[Arrays]],
@@ -362,9 +380,9 @@ class ServerWeights:
         dense array), with the servers' counters; returns the (pulled, out) pairs of
         row_sparse outs, which push_pull writes."""
         server_keys = [self._server_keys[k] for k in keys]
-        pushed = [v[0] for v in values] if pushes else []
+        pushed = [v[0] for v in values if v is not None] if pushes else []  # (all there)
         pulled, through = [], []
-        for out in (o[0] for o in outs) if pulls else ():
+        for out in (o[0] for o in outs if o is not None) if pulls else ():  # (all there)
             if row_sparse.is_row_sparse(out):
                 through.append((mx.nd.empty(out.shape, dtype=out.dtype), out))
                 out = through[-1][0]
@@ -373,7 +391,7 @@ class ServerWeights:
         if pushes and self._coder is not None:  # async compression: codes, then the rest
             coded = [i for i, n in enumerate(server_keys) if n in self._coder.parts]
             coded_keys = [server_keys[i] for i in coded]
-            self._ps.push_pull(*self._coder.encode(coded_keys, [pushed[i] for i in coded]), [])
+            self._server.push_pull(*self._coder.encode(coded_keys, [pushed[i] for i in coded]), [])
             coded_outs = [pulled[i] for i in coded] if pulls else []
             rest = sorted(set(range(len(server_keys))) - set(coded))
             server_keys, pushed = [server_keys[i] for i in rest], [pushed[i] for i in rest]
@@ -387,9 +405,9 @@ class ServerWeights:
                 pushed.append(self._finish.progress())
                 pulled += [self._finish.progress()] if pulls else []
         if server_keys:
-            self._ps.push_pull(server_keys, pushed, pulled)
+            self._server.push_pull(server_keys, pushed, pulled)
         if coded_outs:
-            self._ps.push_pull(coded_keys, [], coded_outs)
+            self._server.push_pull(coded_keys, [], coded_outs)
         self._count_staleness(pushes, pulls)
         return through
 
@@ -425,7 +443,7 @@ class ServerWeights:
         if settings == self._sent_settings:
             return
         pushed = settings if self._sends_settings else (0.0, 0.0)
-        self._ps.push_pull(self._settings_keys,
+        self._server.push_pull(self._settings_keys,
                            [mx.nd.array(pushed, dtype="float64") for _ in self._settings_keys], [])
         self._sent_settings = settings
 
@@ -433,7 +451,7 @@ class ServerWeights:
         """1 / (1 + s) for the gradient this leader pushes now, s the updates of other
         groups the servers applied since it last read the weights (their push counter,
         read just before the push; MXKV_ASYNC_DAMPING=staleness)."""
-        self._ps.push_pull([COUNTER_KEY], [], [self._counter])
+        self._server.push_pull([COUNTER_KEY], [], [self._counter])
         stale = max(0, self._updates_of_others())
         self.damped.append(stale)
         return 1.0 / (1 + stale)

@@ -15,7 +15,6 @@ from ..comm import row_sparse
 from ..comm.collectives import Arrays, Key, TensorCollectives
 from ..errors import MXKVError
 
-
 Share = Callable[[str, Sequence[Key], Sequence[Arrays]], None]
 
 
@@ -28,7 +27,7 @@ class WorkerWeights:
         self._share = share
         self._weights: Dict[Key, mx.nd.NDArray] = {}
         self._reduced: Dict[Key, mx.nd.NDArray] = {}  # push buffers, used with an optimizer
-        self.updater = None
+        self.updater: Optional[mx.optimizer.Updater] = None
 
     def reduce_with(self, reduction) -> None:
         """Pushes are combined by `reduction` from now on (set_gradient_compression)."""
@@ -86,7 +85,7 @@ class WorkerWeights:
                    for k in keys]
         self._reduction.allreduce(op, keys, values, targets, average)
         for k in keys:
-            if self.updates(k):
+            if self.updates(k) and self.updater is not None:  # (updates: there is one)
                 self.updater(k, self._reduced[k], self._weights[k])
 
     def kept(self) -> Dict[Key, mx.nd.NDArray]:
@@ -137,7 +136,7 @@ class WorkerWeights:
         summed = row_sparse.zeros_like(copies[0])
         self._reduction.allreduce(op, [key], [copies], [[summed]], average)
         kept = self._weights[key]
-        if self.updates(key):
+        if self.updates(key) and self.updater is not None:  # (updates: there is one)
             self.updater(key, summed, kept)
         elif row_sparse.is_row_sparse(kept):
             self._weights[key] = summed

@@ -17,12 +17,11 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from ..comm import stall
+from ..comm import remote_memory, stall
 from ..comm.collectives import TensorCollectives, live_collectives
 from ..comm.lockstep import in_lockstep, lockstep_comm
 from ..comm.topology import groups, world
 from ..config import Config
-from ..comm import remote_memory
 from ..ps.client import traffic
 
 FIGURES = ("inside_s", "outside_s", "gaps", "bytes_inside", "bytes_across", "rank")
@@ -61,11 +60,11 @@ class StepSummary:
         self._steps = 0
         self._inside_s = 0.0
         self._window_start: Optional[float] = None  # None until the first step
-        self._byte_baseline: "weakref.WeakKeyDictionary[TensorCollectives, tuple]" = \
+        self._byte_baseline: weakref.WeakKeyDictionary[TensorCollectives, tuple] = \
             weakref.WeakKeyDictionary()
         self._leader_baseline = 0
 
-    def timed(self, call: Callable[[], None]) -> None:
+    def timed(self, call: Callable[[], object]) -> None:
         """Runs call() as time inside the store."""
         entered = time.perf_counter()
         if self._window_start is None:
@@ -93,13 +92,14 @@ class StepSummary:
 
     def _report(self) -> None:
         first_window = self._steps == self._every
+        assert self._window_start is not None  # a window is reported after its steps
         wall = time.perf_counter() - self._window_start
         inside, across = self._bytes_moved()
         mine = np.array([self._inside_s, wall - self._inside_s,
                          self._every - 1 if first_window else self._every,
                          inside, across, world().rank], np.float64)
         comm = lockstep_comm()
-        everyone = mine[None, :]
+        everyone: Optional[np.ndarray] = mine[None, :]
         if comm is not None:
             gathered = np.empty((comm.Get_size(), len(FIGURES)), np.float64)
             with stall.waiting("the step summary's gather"):

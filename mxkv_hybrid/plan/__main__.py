@@ -12,7 +12,7 @@ import dataclasses
 import json
 import sys
 import time
-from typing import List
+from typing import List, Optional
 
 from ..comm import algorithm_table
 from ..errors import ConfigError
@@ -160,7 +160,7 @@ def cluster_of(args: argparse.Namespace) -> Cluster:
                    server_link=servers, cores_per_host=args.cores_per_host)
 
 
-def main(argv: List[str] = None) -> None:
+def main(argv: Optional[List[str]] = None) -> None:
     args = parse_arguments(sys.argv[1:] if argv is None else argv)
     try:
         sizes = array_bytes(args.model)

@@ -7,8 +7,8 @@ MIB = 2 ** 20
 
 
 def table(rows: Sequence[Prediction]) -> str:
-    lines = [f"{'configuration':>24} {'step ms':>9} {'comm ms':>9} {'MiB inside':>11} "
-             f"{'MiB across':>11} {'MiB/server':>11} {'efficiency':>11}"]
+    lines = [(f"{'configuration':>24} {'step ms':>9} {'comm ms':>9} {'MiB inside':>11} "
+              f"{'MiB across':>11} {'MiB/server':>11} {'efficiency':>11}")]
     for r in sorted(rows, key=lambda r: r.step_seconds):
         lines.append(f"{r.configuration:>24} {1e3 * r.step_seconds:9.1f} "
                      f"{1e3 * r.communication_seconds:9.1f} {r.bytes_inside / MIB:11.1f} "

@@ -3,7 +3,7 @@ import ctypes
 import os
 import time
 from contextlib import contextmanager
-from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import mxnet as mx
 import numpy as np
@@ -11,8 +11,8 @@ from mxnet.base import _LIB, check_call
 
 from ..comm import timeline
 from ..comm.launcher_link import tell_launcher_met
-from ..comm.pacing import BATCHES_AHEAD, paced
 from ..comm.link_throttle import LinkThrottle, link_throttle
+from ..comm.pacing import BATCHES_AHEAD, paced
 from ..comm.topology import end_job
 from ..config import read_knob
 from ..errors import ConfigError
@@ -115,7 +115,7 @@ class ParameterServer:
             self.init([AGREE_KEY], [mx.nd.zeros((1,))])
             self._agreed = mx.nd.zeros((1,))
         self.push_pull([AGREE_KEY], [mx.nd.array([float(flag)])], [self._agreed])
-        return int(round(float(self._agreed.asscalar())))
+        return round(float(self._agreed.asscalar()))
 
     def sum_across_groups(self, pairs: Sequence[Tuple[int, mx.nd.NDArray]]) -> None:
         """dist_sync: pushes every chunk and pulls back the sum over all groups, in place."""
@@ -260,7 +260,7 @@ def _row_bytes(values: int, rows: int, dtype) -> int:
     return values * np.dtype(dtype).itemsize + rows * np.dtype(np.uint64).itemsize
 
 
-_shared: Dict[str, object] = {"server": None, "users": 0, "closed": False}
+_shared: Dict[str, Any] = {"server": None, "users": 0, "closed": False}
 
 
 def acquire(kind: str, num_servers: int, timeout: float, who: str,

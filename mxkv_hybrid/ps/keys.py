@@ -1,5 +1,5 @@
 """The int keys the parameter servers know a store's keys by."""
-from typing import Dict, Optional
+from typing import Dict, Optional, cast
 
 from ..comm.collectives import Key
 from ..errors import MXKVError, ServerKeyConflict
@@ -40,7 +40,7 @@ class ServerKeys:
             if self._key_type not in (None, key_type):
                 raise MXKVError(f"init: key {key!r} mixes string and int keys in one store; "
                                 "MXNet's kvstores take one key type")
-            number = key if key_type is int else self._strings
+            number = cast(int, key) if key_type is int else self._strings
             self.claim(number, f"key {key!r}")
             self._key_type = key_type
             self._numbers[key] = number

@@ -57,6 +57,7 @@ class ServerOptimizer(mx.optimizer.Optimizer):
         elif index == AGREE_KEY or index in CHUNK_KEYS:
             weight[:] = grad
         elif index in CODE_KEYS:
+            assert self.codes is not None  # code keys are made only where codes are sent
             target, part, part_state, gradient = self.codes.gradient(index, grad)
             self.inner.update_multi_precision(target, part, gradient, part_state)
             part.wait_to_read()  # the server answers a pull of the part without waiting

@@ -27,6 +27,8 @@ def load_libmxnet() -> ctypes.CDLL:
         sys.exit("mxkv_hybrid.ps.scheduler: MXNet is not installed in this environment")
     libinfo_path = os.path.join(package.submodule_search_locations[0], "libinfo.py")
     spec = importlib.util.spec_from_file_location("mxnet_libinfo", libinfo_path)
+    if spec is None or spec.loader is None:  # (a .py path always gives one)
+        sys.exit(f"mxkv_hybrid.ps.scheduler: cannot load MXNet's {libinfo_path}")
     libinfo = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(libinfo)
     return ctypes.CDLL(libinfo.find_lib_path()[0], ctypes.RTLD_LOCAL)

@@ -21,7 +21,7 @@ class Background:
         def run() -> None:
             try:
                 work()
-            except BaseException as error:  # re-raised in the main thread by wait()
+            except BaseException as error:  # noqa: BLE001  (re-raised in the main thread by wait())
                 self._error.append(error)
         self._thread = threading.Thread(target=run, daemon=True)
         self._thread.start()

@@ -23,7 +23,7 @@ class DeviceBudget:
         self.held = 0   # reserved by tasks
         self.kept = 0   # arrays given back, kept for reuse
         self.peak = 0
-        self._kept: "OrderedDict[int, Tuple[Shape, mx.nd.NDArray]]" = OrderedDict()
+        self._kept: OrderedDict[int, Tuple[Shape, mx.nd.NDArray]] = OrderedDict()
         self._by_shape: Dict[Shape, List[int]] = {}
 
     @property

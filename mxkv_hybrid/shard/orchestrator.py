@@ -109,7 +109,8 @@ class ShardOrchestrator:
                     what = f"{len(theirs)} models against rank 0's {len(described[0])}"
                 else:
                     k = next(k for k, (a, b) in enumerate(zip(theirs, described[0])) if a != b)
-                    what = f"model {k} differs: {theirs[k][:4]} against rank 0's {described[0][k][:4]}"
+                    what = (f"model {k} differs: {theirs[k][:4]} against rank 0's "
+                            f"{described[0][k][:4]}")
                 raise MXKVError(f"rank {rank} describes its models differently from rank 0 "
                                 f"({what}, or a layer's shapes): every rank must build the "
                                 "same ModelTasks (layers, batches, epochs) in the same order")

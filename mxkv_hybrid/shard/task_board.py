@@ -22,7 +22,8 @@ class TaskBoard:
         size = slots * 8 if comm.Get_rank() == HOLDER else 0
         self._window = MPI.Win.Allocate(size, 8, comm=comm)
         if comm.Get_rank() == HOLDER:
-            np.frombuffer(self._window.tomemory(), np.int64)[:] = 0
+            # mpi4py's buffer has the buffer protocol, which numpy's stubs do not see
+            np.frombuffer(self._window.tomemory(), np.int64)[:] = 0  # type: ignore[call-overload]
         comm.Barrier()
         self._window.Lock_all()
         self._slots = slots

@@ -46,8 +46,8 @@ class Report:
         lines = [f"shard parallelism ({self.schedule}): {self.samples} samples in "
                  f"{self.seconds:.2f} s, {self.throughput:.1f} samples/s; shards: "
                  + ", ".join(f"{m} {n}" for m, n in self.shards.items()),
-                 f"{'rank':>4} {'tasks':>6} {'computing':>10} {'loading':>8} {'storing':>8} "
-                 f"{'waiting':>8} {'utilisation':>11} {'peak MiB':>9} {'budget MiB':>10}"]
+                 (f"{'rank':>4} {'tasks':>6} {'computing':>10} {'loading':>8} {'storing':>8} "
+                  f"{'waiting':>8} {'utilisation':>11} {'peak MiB':>9} {'budget MiB':>10}")]
         for d in self.devices:
             waiting = self.seconds - d.busy
             lines.append(f"{d.rank:>4} {d.tasks:>6} {d.computing:>9.2f}s {d.loading:>7.2f}s "

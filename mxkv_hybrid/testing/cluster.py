@@ -50,16 +50,17 @@ def unavailable_reason() -> Optional[str]:
         if shutil.which(tool) is None:
             return f"emulated hosts need `{tool}` (iproute2 / util-linux)"
     probe = f"mxkvprobe{os.getpid()}"
-    made = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
+    made = subprocess.run(["ip", "netns", "add", probe], capture_output=True, check=False,
+                          text=True)
     if made.returncode != 0:
         return f"`ip netns add` failed: {made.stderr.strip()}"
-    subprocess.run(["ip", "netns", "del", probe], capture_output=True)
+    subprocess.run(["ip", "netns", "del", probe], capture_output=True, check=False)
     return None
 
 
 def _ip(*arguments: str, namespace: Optional[str] = None, check: bool = True) -> str:
     command = ["ip", *(["-n", namespace] if namespace else []), *arguments]
-    done = subprocess.run(command, capture_output=True, text=True)
+    done = subprocess.run(command, capture_output=True, check=False, text=True)
     if check and done.returncode != 0:
         raise RuntimeError(f"`{' '.join(command)}` failed: {done.stderr.strip()}")
     return done.stdout
@@ -117,7 +118,8 @@ def _alive(pid: int) -> bool:
 
 def processes_in(namespace: str) -> List[int]:
     """PIDs of the processes running in network namespace `namespace`."""
-    done = subprocess.run(["ip", "netns", "pids", namespace], capture_output=True, text=True)
+    done = subprocess.run(["ip", "netns", "pids", namespace], capture_output=True, check=False,
+                          text=True)
     return [int(pid) for pid in done.stdout.split()]
 
 
@@ -187,7 +189,8 @@ case "$host" in
   *) echo "ssh stand-in of emulated cluster {cluster_id}: no host $host" >&2; exit 255 ;;
 esac
 # its own session, as sshd gives a remote command: ending the launcher does not reach it
-exec ip netns exec "$namespace" setsid --wait unshare --uts sh -c 'hostname "$0" && exec sh -c "$1"' "$name" "$*"
+exec ip netns exec "$namespace" setsid --wait \\
+  unshare --uts sh -c 'hostname "$0" && exec sh -c "$1"' "$name" "$*"
 """
 
 
@@ -250,6 +253,7 @@ class Cluster:
 
     def _make(self) -> None:
         state = self.state
+        assert state is not None  # start() wrote it
         _ip("link", "add", state.bridge, "type", "bridge")
         _ip("link", "set", state.bridge, "up")
         hosts_file = "127.0.0.1\tlocalhost\n" + "".join(
@@ -297,7 +301,7 @@ class Cluster:
             command = ["tc", *(["-n", namespace] if namespace else []), "qdisc", "replace",
                       "dev", device, "root", "tbf", "rate", f"{rate_mbit:g}mbit",
                       "burst", BURST, "latency", LATENCY]
-            done = subprocess.run(command, capture_output=True, text=True)
+            done = subprocess.run(command, capture_output=True, check=False, text=True)
             if done.returncode != 0:
                 raise RuntimeError(f"`{' '.join(command)}` failed: {done.stderr.strip()}")
 
@@ -372,7 +376,9 @@ def main(argv: Optional[List[str]] = None) -> None:
         print(f"swept: {', '.join(sweep()) or 'nothing'}")
     else:
         with Cluster(args.hosts, args.rate_mbit) as cluster:
-            environment = " ".join(f"{k}={shlex.quote(v)}" for k, v in cluster.environment().items())
+            assert cluster.state is not None  # started
+            environment = " ".join(f"{k}={shlex.quote(v)}"
+                                   for k, v in cluster.environment().items())
             print("\n".join(f"{h.name}: {h.address} ({h.namespace})" for h in cluster.state.hosts))
             print(f"run on h1:\n    {shlex.join(cluster.command('h1', ['bash']))}\n"
                   f"and there:\n    {environment} mxkv-launch -H "

@@ -102,15 +102,18 @@ def check_whole_calls(make=None, label: str = ""):
             comm, dataclasses.replace(base, algorithm=algorithm, bucket_bytes=1024))
         inputs, outputs, expected = [], [], []
         for k, shape in enumerate(shapes):
-            a, b = values(int(np.prod(shape)), 100 + k, "float32"), values(int(np.prod(shape)), 200 + k, "float32")
-            inputs.append([mx.nd.array(a.reshape(shape)), mx.nd.array(b.reshape(shape), ctx=mx.cpu(1))])
+            count = int(np.prod(shape))
+            a, b = values(count, 100 + k, "float32"), values(count, 200 + k, "float32")
+            inputs.append([mx.nd.array(a.reshape(shape)),
+                           mx.nd.array(b.reshape(shape), ctx=mx.cpu(1))])
             outputs.append([mx.nd.zeros(shape), mx.nd.zeros(shape, ctx=mx.cpu(1))])
             expected.append((a.astype(np.float64) + b).astype(np.float32))
         tc.allreduce("pushpull", list(range(len(shapes))), inputs, outputs, average=True)
         for k in range(len(shapes)):
             got = [o.asnumpy().ravel() for o in outputs[k]]
             assert got[0].tobytes() == got[1].tobytes(), f"{algorithm} key {k}: devices differ"
-            check(f"{label}{algorithm} call key {k}", got[0], expected[k], "float32", "float32", 1.0 / p)
+            check(f"{label}{algorithm} call key {k}", got[0], expected[k], "float32", "float32",
+                  1.0 / p)
 
 
 if __name__ == "__main__":

@@ -12,9 +12,10 @@ import numpy as np
 from mpi4py import MPI
 
 import mxkv_hybrid
-from compressed_trainer import train_with_compression
 from mxkv_hybrid.ps.client import traffic
 from mxkv_hybrid.ps.layout import bigarray_bound
+
+from compressed_trainer import train_with_compression
 from quantisers import quantise_1bit, quantise_2bit
 
 KIND = os.environ.get("COMPRESSION", "2bit")

@@ -5,4 +5,5 @@ import mxnet as mx
 kv = mx.kv.create("hybrid")
 value = mx.nd.ones((3,)) * (kv.rank + 1)
 kv.pushpull_gradients(0, value)
-print(f"RESULT {type(kv).__name__} rank={kv.rank} of {kv.num_workers} value={value.asnumpy().tolist()}")
+print(f"RESULT {type(kv).__name__} rank={kv.rank} of {kv.num_workers} "
+      f"value={value.asnumpy().tolist()}")

@@ -15,6 +15,7 @@ import numpy as np
 from mpi4py import MPI
 
 from mxkv_hybrid.errors import MXKVError
+
 from compressed_trainer import train_with_compression
 from quantisers import quantise_1bit, quantise_2bit
 
@@ -98,14 +99,15 @@ mxnet_store = mx.kv.create("device")  # the reference: one CPU context per rank
 mxnet_store.set_gradient_compression({"type": "2bit", "threshold": THRESHOLD})
 for key, shape in SHAPES.items():
     mxnet_store.init(key, mx.nd.zeros(shape))
-residuals = {key: None for key in SHAPES}
+residuals = dict.fromkeys(SHAPES)
 equal_to_reference, equal_residuals, moved = True, True, False
 for step in range(STEPS):
     outs = [mx.nd.zeros(shape) for shape in SHAPES.values()]
     kv.pushpull_gradients(list(SHAPES), [mx.nd.array(gradient(rank, step, k)) for k in SHAPES],
                           out=outs)
     for key, out in zip(SHAPES, outs):
-        expected, residuals[key] = compressed_sum(lambda r: gradient(r, step, key),
+        # compressed_sum calls it at once, in this iteration
+        expected, residuals[key] = compressed_sum(lambda r: gradient(r, step, key),  # noqa: B023
                                                   cuts(key, list(SHAPES)), residuals[key])
         expected = expected.reshape(SHAPES[key])
         if KIND == "2bit" and not per_group:  # MXNet's own quantiser sums the same

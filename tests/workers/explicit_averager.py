@@ -9,6 +9,7 @@ from mpi4py import MPI
 from mxnet import autograd, gluon
 
 import mxkv_hybrid
+
 from averaging_steps import LEARNING_RATE, MOMENTUM, Point, target
 
 steps, period, overlap = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "1"
@@ -20,7 +21,7 @@ mxkv_hybrid.broadcast_parameters(net.collect_params())
 trainer = gluon.Trainer(net.collect_params(), "sgd",
                         {"learning_rate": LEARNING_RATE, "momentum": MOMENTUM}, kvstore=None)
 averager = mxkv_hybrid.PeriodicModelAverager(period=period, overlap=overlap)
-for step in range(steps):
+for _ in range(steps):
     with autograd.record():
         loss = net(target(comm.rank))
     loss.backward()

@@ -68,7 +68,7 @@ def small_convnet(classes):
 
 def weights_digest(net):
     digest = hashlib.sha1()
-    for name, param in sorted(net.collect_params().items()):
+    for _name, param in sorted(net.collect_params().items()):
         if param.grad_req != "null":  # BatchNorm running statistics stay per rank
             digest.update(param.data().asnumpy().tobytes())
     return digest.hexdigest()[:16]

@@ -22,7 +22,7 @@ from mxnet import autograd, gluon
 import mxkv_hybrid
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "examples"))
-from train_digits import accuracy, build_network, load_data  # noqa: E402
+from train_digits import accuracy, build_network, load_data
 
 BATCH = 32
 out, epochs, lr = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])

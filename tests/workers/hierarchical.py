@@ -2,18 +2,19 @@
 this job's ranks in groups of argv[1]: every algorithm across groups, float32/float64/
 float16/bfloat16, float32 compressed to fp16/bf16, sizes 0, 1, primes and counts not
 divisible by the ranks; whole calls of several keys with two per-device inputs
-(algorithms.py's). Results must be bit-identical on every rank; the bytes each rank sends across groups must be what
-the algorithm sends (ring across groups: 2 (G-1)/G of this rank's slice), and behind the
-emulated link a call lasts at least as long as those bytes need. Rank 0 prints
-`CHECKED <n>`; any failure raises (the job fails)."""
+(algorithms.py's). Results must be bit-identical on every rank; the bytes each rank sends
+across groups must be what the algorithm sends (ring across groups: 2 (G-1)/G of this
+rank's slice), and behind the emulated link a call lasts at least as long as those bytes
+need. Rank 0 prints `CHECKED <n>`; any failure raises (the job fails)."""
 import dataclasses
 import sys
 import time
 
-import algorithms
-from algorithms import ALGORITHMS, base, check, comm, p, sizes, values
 from mxkv_hybrid.comm.collectives import TensorCollectives
 from mxkv_hybrid.comm.topology import groups
+
+import algorithms
+from algorithms import ALGORITHMS, base, check, comm, p, sizes, values
 
 group_size = int(sys.argv[1])
 this_group = groups(group_size)

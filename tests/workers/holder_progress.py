@@ -7,11 +7,11 @@ import os
 import sys
 import time
 
-import mxkv_hybrid  # noqa: F401  (binds MXNet's C API for the extension)
 import mxnet as mx
 import numpy as np
 from mpi4py import MPI
 
+import mxkv_hybrid  # noqa: F401  (binds MXNet's C API for the extension)
 from mxkv_hybrid.comm.remote_memory import RemoteArray, holder_progress
 from mxkv_hybrid.config import read_knob
 

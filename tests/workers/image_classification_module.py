@@ -75,7 +75,7 @@ def fit(args, network, data_loader):
     if args.gc_type != "none":  # common/fit.py's gradient compression
         kv.set_gradient_compression({"type": args.gc_type, "threshold": args.gc_threshold})
     logging.basicConfig(level=logging.DEBUG, format=f"%(asctime)-15s Node[{kv.rank}] %(message)s")
-    logging.info("start with arguments %s", args)
+    logging.info("start with arguments %s", args)  # noqa: LOG015  (as MXNet's common/fit.py)
     train, val = data_loader(args, kv)
     epoch_size = max(args.num_examples // args.batch_size // kv.num_workers, 1)
     steps = [epoch_size * int(e) for e in args.lr_step_epochs.split(",")]

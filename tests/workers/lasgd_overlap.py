@@ -13,7 +13,7 @@ net = gluon.nn.Dense(4, in_units=8)
 net.initialize(mx.init.One())
 trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1}, kvstore=kv)
 x = mx.nd.ones((2, 8)) * (kv.rank + 1)
-for step in range(3):
+for _ in range(3):
     with autograd.record():
         loss = net(x).sum()
     loss.backward()

@@ -13,7 +13,7 @@ kv = mx.kv.create("dist_sync")
 kv.init(3, mx.nd.zeros(SHAPE))
 expected = sum(r + 1 for r in range(kv.num_workers))
 out, sums = mx.nd.zeros(SHAPE), []
-for step in range(STEPS):
+for _ in range(STEPS):
     kv.push(3, mx.nd.ones(SHAPE) * (kv.rank + 1))
     kv.pull(3, out=out)
     sums.append(float(out.asnumpy().mean()))

@@ -1,11 +1,12 @@
 """RemoteArray (comm/remote_memory.py) against numpy on every rank: writes, reads (atomic,
-and plain copies) of ranges that cross chunk boundaries, accumulates from every rank at once (no barrier between
-them), reads while others accumulate, and the errors. Prints one CHECK line per fact."""
-import mxkv_hybrid  # noqa: F401  (binds MXNet's C API for the extension)
+and plain copies) of ranges that cross chunk boundaries, accumulates from every rank at
+once (no barrier between them), reads while others accumulate, and the errors. Prints one
+CHECK line per fact."""
 import mxnet as mx
 import numpy as np
 from mpi4py import MPI
 
+import mxkv_hybrid  # noqa: F401  (binds MXNet's C API for the extension)
 from mxkv_hybrid.comm.remote_memory import RemoteArray
 from mxkv_hybrid.errors import MXKVError
 
@@ -24,7 +25,8 @@ def ranges(seed: int, total: int, count: int):
     return [(int(s), int(rng.integers(s + 1, total + 1))) for s in starts]
 
 
-LAYOUTS = {"every rank": list(range(size)), "one holder": [size - 1], "two chunks on rank 1": [1, 1]}
+LAYOUTS = {"every rank": list(range(size)), "one holder": [size - 1],
+           "two chunks on rank 1": [1, 1]}
 for dtype in ("float32", "float64"):
     for total in (1, 7, 1000, 65537):
         for layout, holders in LAYOUTS.items():

@@ -1,8 +1,8 @@
 """row_sparse through the store on every rank: pushpull, push/pull, init, row_sparse_pull,
-an optimizer's lazy update (of a dense weight and of a row_sparse one), and the sparse collective's two paths, each against a numpy
-reference built from every rank's data (each rank draws its rows from its own seed, and
-can draw every other rank's too). One CHECK line per verified fact."""
-import sys
+an optimizer's lazy update (of a dense weight and of a row_sparse one), and the sparse
+collective's two paths, each against a numpy reference built from every rank's data (each
+rank draws its rows from its own seed, and can draw every other rank's too). One CHECK line
+per verified fact."""
 
 import mxnet as mx
 import numpy as np

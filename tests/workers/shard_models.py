@@ -58,9 +58,9 @@ def reference(args) -> None:
 
 
 def sharded(args) -> None:
-    from mxkv_hybrid.shard import ModelTask, ShardOrchestrator
-
     from mpi4py import MPI
+
+    from mxkv_hybrid.shard import ModelTask, ShardOrchestrator
 
     widths = [args.width + (8 if args.mismatch and k == 2 and MPI.COMM_WORLD.rank == 1 else 0)
               for k in range(args.models)]

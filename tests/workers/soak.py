@@ -9,7 +9,6 @@ import mxnet as mx
 import numpy as np
 from mxnet import autograd, gluon
 
-
 MANY_KEYS, HUGE_KEYS, HUGE_FLOATS, STEPS, WARMUP = 10_000, 4, 16 << 20, 1_000, 100
 
 
@@ -65,7 +64,7 @@ for step in range(STEPS):
         print(f"rank {rank}: step {step + 1}/{STEPS}", flush=True)
 mx.nd.waitall()
 digest = hashlib.sha1()
-for name, param in sorted(net.collect_params().items()):
+for _name, param in sorted(net.collect_params().items()):
     digest.update(param.data().asnumpy().tobytes())
 report(test="steps", steps=STEPS, rss_after_warmup_mib=rss_after_warmup, rss_end_mib=rss_mib(),
        weights=digest.hexdigest())

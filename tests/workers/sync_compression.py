@@ -11,6 +11,7 @@ import numpy as np
 
 from mxkv_hybrid.errors import MXKVError
 from mxkv_hybrid.ps.client import traffic
+
 from quantisers import quantise_1bit, quantise_2bit
 
 KIND = os.environ.get("COMPRESSION", "2bit")

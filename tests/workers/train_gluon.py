@@ -8,8 +8,16 @@ import mxnet as mx
 import numpy as np
 from mxnet import autograd, gluon
 
-from common import (CLASSES, LEARNING_RATE, MOMENTUM, STEPS, overlapped_buckets, rank_batch,
-                    staged_bytes, union_batch)
+from common import (
+    CLASSES,
+    LEARNING_RATE,
+    MOMENTUM,
+    STEPS,
+    overlapped_buckets,
+    rank_batch,
+    staged_bytes,
+    union_batch,
+)
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--out", required=True)
@@ -76,6 +84,8 @@ for p in params:  # every device copy holds the same weights
 os.makedirs(args.out, exist_ok=True)
 np.savez(os.path.join(args.out, f"rank{rank}.npz"),
          **{f"{i:02d}": p.data(contexts[0]).asnumpy() for i, p in enumerate(params)})
-print(f"rank {rank}: trained {args.steps} steps, kvstore={trainer._kvstore.type if trainer._kvstore else None}",
+print(f"rank {rank}: trained {args.steps} steps, "
+      f"kvstore={trainer._kvstore.type if trainer._kvstore else None}",
       f"update_on_kvstore={trainer._update_on_kvstore}",
-      f"overlapped_buckets={overlapped_buckets(trainer._kvstore)}", f"staged_bytes={staged_bytes()}")
+      f"overlapped_buckets={overlapped_buckets(trainer._kvstore)}",
+      f"staged_bytes={staged_bytes()}")

@@ -11,8 +11,18 @@ import os
 import mxnet as mx
 import numpy as np
 
-from common import (BATCH, CLASSES, LEARNING_RATE, MOMENTUM, STEPS, averaging_rounds,
-                    overlapped_buckets, rank_batch, staged_bytes, union_batch)
+from common import (
+    BATCH,
+    CLASSES,
+    LEARNING_RATE,
+    MOMENTUM,
+    STEPS,
+    averaging_rounds,
+    overlapped_buckets,
+    rank_batch,
+    staged_bytes,
+    union_batch,
+)
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--out", required=True)
@@ -35,7 +45,8 @@ data = mx.io.NDArrayIter(x, y, batch_size=batch_size, shuffle=False, label_name=
 net = mx.sym.Variable("data")
 net = mx.sym.Activation(mx.sym.Convolution(net, num_filter=6, kernel=(3, 3), name="conv1"), "relu")
 net = mx.sym.Activation(mx.sym.FullyConnected(net, num_hidden=16, name="fc1"), "relu")
-net = mx.sym.SoftmaxOutput(mx.sym.FullyConnected(net, num_hidden=CLASSES, name="fc2"), name="softmax")
+net = mx.sym.SoftmaxOutput(mx.sym.FullyConnected(net, num_hidden=CLASSES, name="fc2"),
+                           name="softmax")
 
 mx.random.seed(rank)
 module = mx.mod.Module(net, context=[getattr(mx, args.context)(i) for i in range(args.devices)])
@@ -53,7 +64,8 @@ if args.averaging_checks:
     module.load_optimizer_states(states)
     print(f"rank {rank}: averaging steps after load={module._kvstore.averaging.steps}")
 arg_params, _ = module.get_params()
-np.savez(os.path.join(args.out, f"rank{rank}.npz"), **{k: v.asnumpy() for k, v in arg_params.items()})
+np.savez(os.path.join(args.out, f"rank{rank}.npz"),
+         **{k: v.asnumpy() for k, v in arg_params.items()})
 print(f"rank {rank}: kvstore={module._kvstore.type if module._kvstore else None}",
       f"update_on_kvstore={module._update_on_kvstore}",
       f"overlapped_buckets={overlapped_buckets(module._kvstore)}",

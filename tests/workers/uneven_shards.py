@@ -11,6 +11,7 @@ import numpy as np
 from mxnet import autograd, gluon
 
 import mxkv_hybrid
+
 from common import BATCH, REGRESSION_HALVES, regression_batches
 
 parser = argparse.ArgumentParser()
@@ -72,7 +73,7 @@ def train_gluon() -> None:
     loader = gluon.data.DataLoader(gluon.data.ArrayDataset(x, y), batch_size=BATCH, shuffle=False)
     loss_fn = gluon.loss.L2Loss()
     gluon_steps = []
-    for epoch in range(args.epochs):
+    for _ in range(args.epochs):
         taken = 0
         for features, labels in mxkv_hybrid.even_batches(loader):
             with autograd.record():
