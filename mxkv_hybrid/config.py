@@ -10,6 +10,7 @@ ALGORITHMS = ("auto", "mpi", "ring", "rhd", "rd")
 HIERARCHIES = ("auto", "on", "off")
 TRANSPORTS = ("ps", "rma")
 COMPRESSIONS = {"none": -1, "fp16": 2, "bf16": 12}  # wire type -> MXNet dtype code
+LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
 def _parse_bool(text: str) -> bool:
@@ -334,6 +335,10 @@ KNOBS: Dict[str, Knob] = {
                                "communication and compute time a step (means over ranks), bytes "
                                "moved inside groups and across groups, and the slowest and "
                                "fastest rank's compute time. 0: off."),
+    "MXKV_LOG_LEVEL": Knob(_choice(LOG_LEVELS), "info",
+                           "Which of the package's messages are shown (the `mxkv_hybrid` "
+                           "logger's level): debug, info, warning or error. mxkv-launch "
+                           "--log-level sets it for the launcher and every rank."),
     "MXKV_FAULT": Knob(parse_fault, "",
                        "Rehearses a failure: ACTION:rank=R:step=S makes rank R, at its S-th "
                        "pushpull (one per training step), kill itself with SIGKILL (kill), raise "
