@@ -30,7 +30,7 @@ cross as rows and update only those rows, as MXNet's local store does, and a pul
 the dense weight fetches every row."""
 import atexit
 from dataclasses import replace
-import sys
+import logging
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import mxnet as mx
@@ -42,6 +42,7 @@ from ..comm.compression_params import Compression
 from ..comm.topology import Groups, World, wait_for_leader
 from ..config import Config
 from ..errors import MXKVError
+from ..logs import TO_STDERR
 from ..ps.client import connect_leader, release
 from ..ps.coded_gradients import CodeDecoder, GradientCoder
 from ..ps.finish_line import finish_line_for
@@ -50,6 +51,8 @@ from ..ps.layout import bigarray_bound
 from ..ps.optimizers import COUNTER_KEY, FINISH_KEY, SETTINGS_KEYS, ServerOptimizer
 from .async_momentum import with_async_momentum
 from .worker_weights import Share
+
+log = logging.getLogger(__name__)
 
 
 SERVER_SIDE_STATES = {
@@ -159,7 +162,7 @@ class ServerWeights:
             return optimizer
         adjusted, line = with_async_momentum(optimizer, self._groups)
         if self._group_index == 0:
-            print(f"mxkv_hybrid: {line}", file=sys.stderr, flush=True)
+            log.info(f"mxkv_hybrid: {line}", extra=TO_STDERR)
         return adjusted
 
     def _add_codes(self, numbers: Sequence[int]) -> None:
@@ -479,6 +482,6 @@ class ServerWeights:
         if self._ps is not None:
             line = self.report()
             if line:
-                print(line, file=sys.stderr, flush=True)
+                log.info(line, extra=TO_STDERR)
             self._ps = None
             release()
