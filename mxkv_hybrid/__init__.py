@@ -14,6 +14,8 @@ config.py / errors.py at the bottom; docs/ARCHITECTURE.md follows one step throu
 import os as _os
 import sys as _sys
 
+from .logs import configure as _configure_logs
+
 __version__ = "0.1.0"
 
 
@@ -33,6 +35,8 @@ def _is_the_launchers_process() -> bool:
             and argv[argv.index("-m") + 1] in _LAUNCHER_MODULES)
 
 
+# every process's messages, the launcher's too (logs.py, MXKV_LOG_LEVEL)
+_configure_logs(is_rank=not _is_the_launchers_process())
 if not _is_the_launchers_process():
     from .comm.launcher_link import start_for_this_rank
     from .comm.network import announce_own_address

@@ -10,6 +10,7 @@ ALGORITHMS = ("auto", "mpi", "ring", "rhd", "rd")
 HIERARCHIES = ("auto", "on", "off")
 TRANSPORTS = ("ps", "rma")
 COMPRESSIONS = {"none": -1, "fp16": 2, "bf16": 12}  # wire type -> MXNet dtype code
+LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
 def _parse_bool(text: str) -> bool:
@@ -402,6 +403,16 @@ KNOBS: Dict[str, Knob] = {
                                "communication time a step (means over ranks), bytes sent inside "
                                "groups and across groups, the slowest and fastest rank's compute "
                                "time (see Step summary). `0`: off."),
+    "MXKV_LOG_LEVEL": Knob(_choice(LOG_LEVELS), "info",
+                           "Which of the package's messages (progress, notices, warnings of the "
+                           "launcher and the ranks) are shown: `debug`, `info`, `warning` or "
+                           "`error`, the level of the `mxkv_hybrid` logger, read at `import "
+                           "mxkv_hybrid`; `mxkv-launch --log-level` sets it for the launcher and "
+                           "every rank. Each message keeps its stream (progress on stdout, the "
+                           "launcher's notices and every warning on stderr); to keep them in a "
+                           "file too, add a handler to `logging.getLogger(\"mxkv_hybrid\")` (see "
+                           "`mxkv_hybrid/logs.py`). Reports asked for (`--check`, `--dry-run`, "
+                           "the step summary, `plan` and `tune`) are printed at every level."),
     "MXKV_FAULT": Knob(parse_fault, "",
                        "Rehearses a failure: `ACTION:rank=R:step=S` makes rank R, at its S-th "
                        "`pushpull` (one per training step), `kill` itself (SIGKILL, like the out-"

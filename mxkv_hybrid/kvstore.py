@@ -1,5 +1,5 @@
 """class Hybrid: the KVStore that MXNet sees (mx.kv.create('hybrid'))."""
-import sys
+import logging
 from typing import Callable, List, Optional, Sequence, Tuple, Union
 
 import mxnet as mx
@@ -25,6 +25,7 @@ from .ps.optimizers import COUNTER_KEY
 from .safety.fault import FaultInjector
 from .safety.finite_check import check_finite
 
+log = logging.getLogger(__name__)
 
 def _as_key_lists(key, value) -> Tuple[List[Key], List[Arrays]]:
     """MXNet's calling conventions -> ([key, ...], [[array per device], ...])."""
@@ -387,9 +388,9 @@ class Hybrid(KVStoreBase):
         (the servers hold one per process): then this store updates on the workers."""
         if is_held(COUNTER_KEY):
             if self._world.rank == 0:
-                print("mxkv_hybrid: another hybrid store of this process runs its optimizer on "
-                      "the parameter servers (they hold one per process): this store's runs on "
-                      "every rank", file=sys.stderr, flush=True)
+                log.warning("mxkv_hybrid: another hybrid store of this process runs its "
+                            "optimizer on the parameter servers (they hold one per process): "
+                            "this store's runs on every rank")
             return
         assert isinstance(self._weights, WorkerWeights)  # (until now)
         kept = self._weights.kept()

@@ -27,6 +27,7 @@ line goes on without them at once.
 """
 import hmac
 import json
+import logging
 import os
 import secrets
 import select
@@ -39,6 +40,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Dict, List, NamedTuple, Optional, Union
 
+log = logging.getLogger(__name__)
 BEAT_SECONDS = 1.0
 LINE_BYTES = 1 << 16  # longer than any line of the link: a stranger's, closed
 HELLO_SECONDS = 5.0  # a connection that has not said who it is by then is closed
@@ -291,9 +293,8 @@ class LinkServer:
             host = "an unknown peer"
         if host not in self._refused_hosts:
             self._refused_hosts.add(host)
-            print(f"mxkv-launch: refused a connection to the launcher's link from {host}: "
-                  f"{why} (its host's next ones are closed without a word)", file=sys.stderr,
-                  flush=True)
+            log.warning(f"mxkv-launch: refused a connection to the launcher's link from {host}: "
+                        f"{why} (its host's next ones are closed without a word)")
         self._drop(connection)
 
     def _drop(self, connection: socket.socket) -> None:

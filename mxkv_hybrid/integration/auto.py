@@ -17,6 +17,7 @@ Exactly what changes (each change is logged once, by rank 0):
 Unshuffled readers (validation data) are left whole, so every rank evaluates all of it.
 With one rank only the store changes.
 """
+import logging
 from typing import List, Set
 
 import mxnet.gluon.data.dataloader
@@ -29,6 +30,7 @@ from .gpus import rank_gpus
 from .patching import bind_call, patch
 from .shard_sampler import ShardSampler
 
+log = logging.getLogger(__name__)
 DEFAULT_STORES = ("local", "device")
 _installed = False
 _logged: Set[str] = set()
@@ -43,7 +45,7 @@ def _log_once(message: str) -> None:
     if message not in _logged:
         _logged.add(message)
         if world().rank == 0:
-            print(f"mxkv_hybrid --auto: {message}", flush=True)
+            log.info(f"mxkv_hybrid --auto: {message}")
 
 
 def store_name(name):
@@ -104,8 +106,8 @@ def _rank_share(given: str) -> str:
     mine = ",".join(map(str, rank_gpus(given)))
     if mine != given:
         here = world()
-        print(f"mxkv_hybrid --auto: rank {here.rank} (local rank {here.local_rank} of "
-              f"{here.local_size} on {here.host}): --gpus {given} -> --gpus {mine}", flush=True)
+        log.info(f"mxkv_hybrid --auto: rank {here.rank} (local rank {here.local_rank} of "
+                 f"{here.local_size} on {here.host}): --gpus {given} -> --gpus {mine}")
     return mine
 
 

@@ -4,12 +4,15 @@ processes, or a typo, which MXNet takes for 'local') trains every rank alone. Ra
 so, once, at the first store the script names, with the fix. ('dist_*' stores reach the
 other processes through ps-lite, or fail loudly without it; under --auto 'local' and
 'device' become 'hybrid'.)"""
+import logging
 from typing import Any
 
 from ..comm.launcher_link import rank_in_job, ranks_in_job
 from ..config import read_knob
+from ..logs import TO_STDOUT
 from . import auto
 
+log = logging.getLogger(__name__)
 _said = False  # rank 0 said it (once)
 
 
@@ -25,8 +28,9 @@ def check(name: Any) -> None:
         return
     _said = True
     if rank_in_job() == 0:
-        print(f"mxkv_hybrid: this script names kvstore {name!r} in a job of {ranks} ranks "
-              f"started by mxkv-launch, and MXNet's {name!r} store does not reach the other "
-              "processes: every rank trains alone. Name kvstore='hybrid' (mxkv-launch runs "
-              "python scripts with mxkv_hybrid imported), or start the job with mxkv-launch "
-              "--auto, which makes 'local' and 'device' 'hybrid'", flush=True)
+        log.warning(f"mxkv_hybrid: this script names kvstore {name!r} in a job of {ranks} "
+                    f"ranks started by mxkv-launch, and MXNet's {name!r} store does not reach "
+                    "the other processes: every rank trains alone. Name kvstore='hybrid' "
+                    "(mxkv-launch runs python scripts with mxkv_hybrid imported), or start the "
+                    "job with mxkv-launch --auto, which makes 'local' and 'device' 'hybrid'",
+                    extra=TO_STDOUT)

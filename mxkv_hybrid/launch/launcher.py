@@ -14,6 +14,7 @@ failure, timeout, Ctrl-C or SIGTERM.
 """
 import argparse
 import functools
+import logging
 import math
 import os
 import shutil
@@ -26,7 +27,8 @@ from typing import List, Optional, Tuple
 from ..comm import mpi_settings, timeline
 from ..comm.launcher_link import LinkServer, RankExit
 from ..comm.network import describe_address
-from ..config import read_knob, separate_groups_refusal
+from ..config import LOG_LEVELS, read_knob, separate_groups_refusal
+from ..logs import TO_STDERR, set_level
 from ..ps import scheduler as scheduler_script
 from . import serve_relays, shm_leftovers, supervisor
 from .group_jobs import (
@@ -63,6 +65,7 @@ from .relay_setup import (
 from .serve_join import join_group, serve
 from .supervisor import say
 
+log = logging.getLogger(__name__)
 CHECK_TIMEOUT = 60.0  # seconds; --check's default --timeout
 # --restarts: ps-lite's heartbeats, so that the scheduler notices a dead leader and gives its
 # place to the restarted one (seconds; the user's PS_HEARTBEAT_* win)
@@ -128,7 +131,7 @@ def merge_timeline() -> None:
     recorded = timeline.merge(os.path.abspath(os.environ["MXKV_TIMELINE"])) \
         if os.environ.get("MXKV_TIMELINE") else None
     if recorded:
-        print(f"mxkv-launch: {recorded}", file=sys.stderr, flush=True)
+        log.info(f"mxkv-launch: {recorded}", extra=TO_STDERR)
 
 
 class OneJob:
@@ -214,10 +217,9 @@ def start_parameter_servers(args: argparse.Namespace, num_groups: int, mpiexec: 
                                   args.restarts if plans else 0)
         os.environ.update(node_environment(table))
         relays += Relays(table, names, mpiexec).nodes
-        print(f"mxkv-launch: ps-lite listens on loopback on each of the {len(names)} hosts; "
-              f"relays carry it between them over TLS with this job's key (port "
-              f"{table.relay_port}; --trusted-network to connect directly)", file=sys.stderr,
-              flush=True)
+        log.info(f"mxkv-launch: ps-lite listens on loopback on each of the {len(names)} hosts; "
+                 f"relays carry it between them over TLS with this job's key (port "
+                 f"{table.relay_port}; --trusted-network to connect directly)", extra=TO_STDERR)
     elif args.serve and serve_relays.relays_wanted(args.ps_host, args.trusted_network):
         table = serve_relays.plan_serving_nodes(args.ps_host, args.servers)  # the groups' later
         os.environ.update(node_environment(table))
@@ -344,6 +346,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="run a self-test of the installation and the topology on the ranks "
                              "(and servers) instead of a program, and print a report")
     parser.add_argument("--dry-run", action="store_true", help="print the mpiexec command only")
+    parser.add_argument("--log-level", choices=LOG_LEVELS,
+                        help="which messages of the launcher and the ranks are shown (sets "
+                             "MXKV_LOG_LEVEL for every rank; default: info)")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- program [args...]")
     parser.set_defaults(group_jobs_by_default=False)
     return parser
@@ -352,6 +357,9 @@ def build_parser() -> argparse.ArgumentParser:
 def parse_arguments(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.log_level:  # before the first message, for this process and every rank it starts
+        os.environ["MXKV_LOG_LEVEL"] = args.log_level
+        set_level(args.log_level)
     if args.command[:1] == ["--"]:
         args.command = args.command[1:]
     if args.check and args.command:
@@ -374,7 +382,7 @@ def parse_arguments(argv: Optional[List[str]] = None) -> argparse.Namespace:
         args.hosts = scheduled.as_hosts_option()
         if args.num_ranks is None:
             args.num_ranks = scheduled.total_slots
-        print(f"mxkv-launch: {scheduled.describe()}", file=sys.stderr, flush=True)
+        log.info(f"mxkv-launch: {scheduled.describe()}", extra=TO_STDERR)
     if not args.command:
         parser.error("no command given: mxkv-launch -n 2 -- python train.py")
     if args.num_ranks is None or args.num_ranks < 1:
@@ -437,9 +445,9 @@ def place_scheduler(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         entry = ("this host's relay (ps-lite's way in from the other hosts; ps-lite itself "
                  "listens on loopback)" if relays_wanted(args) else
                  "the parameter-server scheduler")
-        print(f"mxkv-launch: {entry} listens on {describe_address(chosen)}, where the route "
-              "towards the other hosts leaves this machine (--ps-host to choose another)",
-              file=sys.stderr, flush=True)
+        log.info(f"mxkv-launch: {entry} listens on {describe_address(chosen)}, where the route "
+                 "towards the other hosts leaves this machine (--ps-host to choose another)",
+                 extra=TO_STDERR)
     args.ps_host = chosen
 
 
@@ -507,10 +515,9 @@ def say_why_one_job(args: argparse.Namespace, mode: str) -> None:
     slots = sum(slots for _, slots in host_slots(args))
     why = ("both --group-size and the hosts are given" if args.group_size else
            f"the hosts' slots add up to {slots}, not -n {args.num_ranks}")
-    print(f"mxkv-launch: MXKV_MODE={mode}: one MPI job of all {args.num_ranks} ranks, as {why} "
-          "(one group job per host needs the hosts alone, their slots adding up to -n): a lost "
-          "host ends every group; --one-job to choose this without this line",
-          file=sys.stderr, flush=True)
+    log.warning(f"mxkv-launch: MXKV_MODE={mode}: one MPI job of all {args.num_ranks} ranks, as "
+                f"{why} (one group job per host needs the hosts alone, their slots adding up to "
+                "-n): a lost host ends every group; --one-job to choose this without this line")
 
 
 def check_group_jobs(parser: argparse.ArgumentParser, args: argparse.Namespace, mode: str) -> None:
@@ -586,9 +593,9 @@ def launch(args: argparse.Namespace) -> None:
     mpi_settings.choose(read_knob("MXKV_TRANSPORT"))  # for every rank this starts
     if args.auto:
         os.environ["MXKV_AUTO"] = "1"
-        print("mxkv-launch --auto: MXKV_AUTO=1 for every rank: stores 'local'/'device' -> "
-              "'hybrid', shuffled ImageRecordIter/DataLoader sharded by rank, --gpus LIST -> "
-              "the rank's share", flush=True)
+        log.info("mxkv-launch --auto: MXKV_AUTO=1 for every rank: stores 'local'/'device' -> "
+                 "'hybrid', shuffled ImageRecordIter/DataLoader sharded by rank, --gpus LIST -> "
+                 "the rank's share")
     command = [mpiexec, *mpi_arguments(flavour, args), *wrap_command(args.command)]
     if args.dry_run:
         if args.group_jobs:
@@ -607,9 +614,9 @@ def launch(args: argparse.Namespace) -> None:
         sys.exit(code)
     if args.group_jobs:
         if args.group_jobs_by_default:
-            print(f"mxkv-launch: MXKV_MODE={mode}: each of the {len(plan_group_jobs(args))} groups "
-                  "runs as its own MPI job, joined to the others through the parameter server "
-                  "(--one-job: one MPI job)", file=sys.stderr, flush=True)
+            log.info(f"mxkv-launch: MXKV_MODE={mode}: each of the {len(plan_group_jobs(args))} "
+                     "groups runs as its own MPI job, joined to the others through the parameter "
+                     "server (--one-job: one MPI job)", extra=TO_STDERR)
         lost_ranks = open_link(args)
         code = run_group_jobs(args, mpiexec, flavour, mode, lost_ranks)
         lost_ranks.link.close()
@@ -740,7 +747,7 @@ def run_with_restarts(args: argparse.Namespace, command: List[str], mpiexec: str
         if code in (0, 124, 130) or attempt == args.restarts:
             return code
         attempt += 1
-        print(f"mxkv-launch: starting the job again (restart {attempt} of {args.restarts}, "
-              f"MXKV_ATTEMPT={attempt}); a script that calls mxkv_hybrid.checkpoint.load_latest "
-              "goes on from its last checkpoint", file=sys.stderr, flush=True)
+        log.warning(f"mxkv-launch: starting the job again (restart {attempt} of {args.restarts}, "
+                    f"MXKV_ATTEMPT={attempt}); a script that calls "
+                    "mxkv_hybrid.checkpoint.load_latest goes on from its last checkpoint")
 

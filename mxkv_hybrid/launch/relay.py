@@ -26,14 +26,15 @@ PLAN.json: {"tls": "host:port", "local": ["host:port", ...],
 import argparse
 import asyncio
 import functools
+import logging
 import os
 import signal
 import ssl
-import sys
 import tempfile
 import time
 from typing import Awaitable, Callable, Dict, List, Optional, Set, Tuple
 
+from ..logs import TO_STDERR
 from ..ps.node_addresses import Endpoint, RelayPlan, StandIn
 from .job_key import tls_context
 
@@ -46,8 +47,12 @@ PING, PONG = b"ping", b"pong\n"  # a relay checking that it still reaches anothe
 BEAT_SECONDS = 1.0        # how often --watch checks
 
 
-def say(line: str) -> None:
-    print(f"mxkv-relay: {line}", file=sys.stderr, flush=True)
+log = logging.getLogger("mxkv_hybrid.launch.relay")  # run as __main__ (python -m)
+
+
+def say(line: str, level: int = logging.WARNING) -> None:
+    """One relay line on stderr: a warning unless `level` says otherwise."""
+    log.log(level, f"mxkv-relay: {line}", extra=TO_STDERR)
 
 
 class ThrottledLines:
@@ -261,7 +266,7 @@ async def _run(plan: RelayPlan, key_path: str, quiet_seconds: float,
         os.unlink(key_path)
     await relay.start()
     say(f"ready: TLS on {plan.tls}, {len(plan.stand_ins)} stand-in(s), "
-        f"{len(plan.local)} local node(s)")
+        f"{len(plan.local)} local node(s)", logging.INFO)
     stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         asyncio.get_running_loop().add_signal_handler(signum, stop.set)

@@ -28,10 +28,10 @@ launcher says in its hello where its relay will listen.
 """
 import hmac
 import json
+import logging
 import secrets
 import select
 import socket
-import sys
 import threading
 import time
 from dataclasses import asdict, dataclass, field
@@ -40,6 +40,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 from ..comm.launcher_link import JobAddress
 from .serve_relays import JoinerRelay
 
+log = logging.getLogger(__name__)
 HELLO_SECONDS = 10.0  # how long a connected launcher may take to say who it is
 BEAT_SECONDS = 1.0  # each end says something at least this often
 
@@ -144,9 +145,8 @@ class Rendezvous:
                 relay = JoinerRelay(**hello["relay"]) if hello.get("relay") else None
                 self.members.append(Member(len(self.members), int(hello["ranks"]), connection,
                                            stream, relay))
-                print(f"mxkv-launch: group {len(self.members) - 1} joined with "
-                      f"{hello['ranks']} rank(s) ({len(self.members)} of {self.groups})",
-                      flush=True)
+                log.info(f"mxkv-launch: group {len(self.members) - 1} joined with "
+                         f"{hello['ranks']} rank(s) ({len(self.members)} of {self.groups})")
         self._assign(None)
 
     def _assign(self, heading: Optional[str]) -> None:
@@ -212,9 +212,9 @@ class Rendezvous:
         for member in waiting.values():
             silent = time.monotonic() - member.last_heard
             if not member.gone and member.status is None and silent > self.lost_seconds:
-                print(f"mxkv-launch: {member.describe()} was last heard from {silent:.0f} s "
-                      f"ago (MXKV_LOST_SECONDS={self.lost_seconds:g}): its host is cut off "
-                      "or dead", file=sys.stderr, flush=True)
+                log.warning(f"mxkv-launch: {member.describe()} was last heard from "
+                            f"{silent:.0f} s ago (MXKV_LOST_SECONDS={self.lost_seconds:g}): "
+                            "its host is cut off or dead")
                 member.gone = True
                 self._lost(member)
 
@@ -244,10 +244,9 @@ class Rendezvous:
         how = ("went away without reporting" if member.gone else
                f"ended with status {member.status}")
         if not self.met and member.gone and self.mode != "sync":
-            print(f"mxkv-launch: {member.describe()} {how} before the groups met at the "
-                  "parameter server, whose start waits for all: leaving it out; the other "
-                  "groups start again, with fresh servers, as a job of one group less",
-                  file=sys.stderr, flush=True)
+            log.warning(f"mxkv-launch: {member.describe()} {how} before the groups met at the "
+                        "parameter server, whose start waits for all: leaving it out; the other "
+                        "groups start again, with fresh servers, as a job of one group less")
             self.left_out.append(member)
             return
         if self.mode == "sync":
@@ -262,7 +261,7 @@ class Rendezvous:
                     pass
             return
         reason = f"{member.describe()} {how}, and {why}, so the other groups cannot go on"
-        print(f"mxkv-launch: {reason}: stopping them", file=sys.stderr, flush=True)
+        log.warning(f"mxkv-launch: {reason}: stopping them")
         for other in running:
             try:
                 _send(other.connection, {"stop": reason})

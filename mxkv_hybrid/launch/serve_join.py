@@ -6,13 +6,14 @@
 `serve` runs the parameter server and the rendezvous until every group's job is over;
 `join_group` runs one group's MPI job with what the rendezvous assigned it.
 """
+import logging
 import os
-import sys
 import time
 from typing import Callable, Dict, List, Optional
 
 from ..comm.launcher_link import JobAddress
 from ..config import read_knob
+from ..logs import TO_STDERR
 from ..ps.node_addresses import PsNodes
 from .group_jobs import GroupPlan, Restarts, start_group, supervise_groups
 from .lost_hosts import LostRanks
@@ -24,6 +25,7 @@ from .supervisor import say, supervise
 
 # what a joining group's ranks need to reach the servers; never the serving machine's own
 # DMLC_NODE_HOST / DMLC_INTERFACE: each host announces its own address (comm/network.py)
+log = logging.getLogger(__name__)
 SETTINGS = ("DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT", "DMLC_NUM_SERVER", "DMLC_NUM_WORKER",
             "PS_HEARTBEAT_INTERVAL", "PS_HEARTBEAT_TIMEOUT")
 
@@ -49,8 +51,8 @@ class ServedGroups:
             self.servers[:] = self.start_servers(len(rendezvous.members)
                                                  - len(rendezvous.left_out))
             rendezvous.regroup(_settings())
-            print(f"mxkv-launch: {rendezvous.groups} group(s) start again: "
-                  + ", ".join(member.describe() for member in rendezvous.members), flush=True)
+            log.info(f"mxkv-launch: {rendezvous.groups} group(s) start again: "
+                     + ", ".join(member.describe() for member in rendezvous.members))
         if not rendezvous.over:
             return None
         return 0 if all(m.status == 0 for m in rendezvous.members) and not self.left_out else 1
@@ -83,16 +85,16 @@ def serve(groups: int, mode: str, host: str, start_servers: Callable[[int], List
         rendezvous.plan_relays = plan_relays
     print(f"mxkv-launch: serving a job of {groups} group(s) in MXKV_MODE={mode}; start each "
           f"group with\n    MXKV_MODE={mode} mxkv-launch --join {rendezvous.address} -n RANKS "
-          "-- python train.py ...", flush=True)
+          "-- python train.py ...", flush=True)  # --serve's output at every log level
     if relay is not None:
-        print("mxkv-launch: ps-lite listens on loopback on every host; relays carry it between "
-              "this host and each group's over TLS, keyed by the token (--trusted-network to "
-              "connect directly)", file=sys.stderr, flush=True)
+        log.info("mxkv-launch: ps-lite listens on loopback on every host; relays carry it "
+                 "between this host and each group's over TLS, keyed by the token "
+                 "(--trusted-network to connect directly)", extra=TO_STDERR)
     elif not (host.startswith("127.") or host == "localhost"):
-        print(f"mxkv-launch: {host} is not loopback and --trusted-network is set: the token "
-              "only keeps other jobs' launchers out; ps-lite authenticates nothing, so the "
-              "scheduler's and the servers' ports must be reachable only from this job's "
-              "machines (a firewall, a private network)", file=sys.stderr, flush=True)
+        log.warning(f"mxkv-launch: {host} is not loopback and --trusted-network is set: the "
+                    "token only keeps other jobs' launchers out; ps-lite authenticates nothing, "
+                    "so the scheduler's and the servers' ports must be reachable only from "
+                    "this job's machines (a firewall, a private network)")
     deadline = None if timeout is None else time.monotonic() + timeout
     work = ServedGroups(rendezvous, servers, start_servers)
     try:
@@ -111,10 +113,9 @@ def serve(groups: int, mode: str, host: str, start_servers: Callable[[int], List
         outcome = ("went away without reporting" if member.gone else
                    "is still running" if member.status is None else
                    f"ended with status {member.status}")
-        print(f"mxkv-launch: {member.describe()} {outcome}", flush=True)
+        log.info(f"mxkv-launch: {member.describe()} {outcome}")
     if work.left_out:
-        print(f"mxkv-launch: left out before the groups met: {', '.join(work.left_out)}",
-              flush=True)
+        log.info(f"mxkv-launch: left out before the groups met: {', '.join(work.left_out)}")
     rendezvous.close()
     return code
 
@@ -132,13 +133,13 @@ def join_group(address: str, ranks: int, mode: str, command: List[str], flavour:
     times; started again in its new place when the job regroups without a group lost
     before the groups met), and reports how it ended. `lost_ranks`: the launcher's link
     with the group's ranks. Returns its exit status (2: refused)."""
-    print(f"mxkv-launch: joining the job at {address.rpartition('@')[2]} with {ranks} rank(s); "
-          "waiting for the other groups to join", flush=True)
+    log.info(f"mxkv-launch: joining the job at {address.rpartition('@')[2]} with {ranks} "
+             "rank(s); waiting for the other groups to join")
     try:
         joined = join(address, ranks, mode, wait_seconds, float(read_knob("MXKV_LOST_SECONDS")),
                       lost_ranks.link.met, restarts, lost_ranks.link.give_up)
     except JoinRefused as refused:
-        print(f"mxkv-launch: not joined: {refused}", file=sys.stderr, flush=True)
+        log.error(f"mxkv-launch: not joined: {refused}")
         return 2
     deadline = None if timeout is None else time.monotonic() + timeout
     assigned = joined.assignment
@@ -149,8 +150,8 @@ def join_group(address: str, ranks: int, mode: str, command: List[str], flavour:
         while True:
             plan = GroupPlan(assigned["group"], assigned["groups"], assigned["first_rank"],
                              ranks, assigned["ranks"])
-            print(f"mxkv-launch: joined as {plan.describe()} of {plan.groups} group(s), "
-                  f"{plan.ranks} rank(s) in all", flush=True)
+            log.info(f"mxkv-launch: joined as {plan.describe()} of {plan.groups} group(s), "
+                     f"{plan.ranks} rank(s) in all")
             env = dict(os.environ, **assigned["environment"])
             helpers = []
             if "MXKV_PS_NODES" in assigned["environment"]:  # behind relays: this host's

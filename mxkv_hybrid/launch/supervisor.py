@@ -9,21 +9,22 @@ the supervision; otherwise the work's own poll (its lost hosts, failed ranks, or
 may end it with an exit status; otherwise the deadline; then the work waits for news.
 The caller ends what is left. Exit statuses: the work's, 1 for a dead helper, 124
 timeout, 130 stopped by a signal."""
-import sys
+import logging
 import threading
 import time
 from typing import List, Optional, Protocol
 
 from .processes import Node, Terminated, stop_on_signals
 
+log = logging.getLogger(__name__)
 POLL_SECONDS = 0.2  # the longest a tick waits for news
 OUTPUT_LOCK = threading.Lock()  # a launcher line is never printed inside a relayed one
 
 
 def say(line: str) -> None:
-    """One launcher line on stderr."""
+    """One launcher line on stderr: a warning (a failure, or what was done about one)."""
     with OUTPUT_LOCK:
-        print(f"mxkv-launch: {line}", file=sys.stderr, flush=True)
+        log.warning(f"mxkv-launch: {line}")
 
 
 class Work(Protocol):

@@ -29,7 +29,7 @@ store is told (expect_row_sparse_gradients; the Trainer hook does it): its gradi
 cross as rows and update only those rows, as MXNet's local store does, and a pull into
 the dense weight fetches every row."""
 import atexit
-import sys
+import logging
 from dataclasses import replace
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
@@ -42,6 +42,7 @@ from ..comm.compression_params import Compression
 from ..comm.topology import Groups, World, wait_for_leader
 from ..config import Config
 from ..errors import MXKVError
+from ..logs import TO_STDERR
 from ..ps.client import ParameterServer, connect_leader, release
 from ..ps.coded_gradients import CodeDecoder, GradientCoder
 from ..ps.finish_line import finish_line_for
@@ -50,6 +51,9 @@ from ..ps.layout import bigarray_bound
 from ..ps.optimizers import COUNTER_KEY, FINISH_KEY, SETTINGS_KEYS, ServerOptimizer
 from .async_momentum import with_async_momentum
 from .worker_weights import Share
+
+log = logging.getLogger(__name__)
+
 
 SERVER_SIDE_STATES = {
     "async": "in MXKV_MODE=async the optimizer and its state live on the parameter servers; "
@@ -158,7 +162,7 @@ class ServerWeights:
             return optimizer
         adjusted, line = with_async_momentum(optimizer, self._groups)
         if self._group_index == 0:
-            print(f"mxkv_hybrid: {line}", file=sys.stderr, flush=True)
+            log.info(f"mxkv_hybrid: {line}", extra=TO_STDERR)
         return adjusted
 
     @property
@@ -497,6 +501,6 @@ class ServerWeights:
         if self._ps is not None:
             line = self.report()
             if line:
-                print(line, file=sys.stderr, flush=True)
+                log.info(line, extra=TO_STDERR)
             self._ps = None
             release()

@@ -10,17 +10,21 @@ rank) and a recommendation with its reason."""
 import argparse
 import dataclasses
 import json
+import logging
 import sys
 import time
 from typing import List, Optional
 
 from ..comm import algorithm_table
 from ..errors import ConfigError
+from ..logs import TO_STDERR
 from .cluster import Cluster, Link
 from .mode_costs import Planner, Workload, scaling
 from .model_sizes import array_bytes
 from .report import plot, recommendation, scaling_table, table
 from .summary_reader import read_summaries
+
+log = logging.getLogger("mxkv_hybrid.plan")  # run as __main__ (python -m mxkv_hybrid.plan)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -142,7 +146,7 @@ def measured_workload(args: argparse.Namespace, sizes: List[int]) -> Workload:
         if rep:
             compute.append(middle - started)
             update.append(time.perf_counter() - middle)
-        print(f"measuring {args.model}: {rep + 1}/4", file=sys.stderr, flush=True)
+        log.info(f"measuring {args.model}: {rep + 1}/4", extra=TO_STDERR)
     return Workload(sizes, sorted(compute)[len(compute) // 2], sorted(update)[len(update) // 2],
                     bucket_bytes=int(args.bucket_mb * 2 ** 20))
 

@@ -9,7 +9,7 @@ no restart left), or no unfinished group has made progress for MXKV_PS_TIMEOUT s
 group of another launcher, or none), it goes on without them and says which groups it left
 behind and why.
 """
-import sys
+import logging
 import time
 from typing import List, Optional, Sequence
 
@@ -18,10 +18,12 @@ import numpy as np
 
 from ..comm.launcher_link import groups_given_up
 from ..config import read_knob
+from ..logs import TO_STDERR
 from .client import ParameterServer
 from .keys import ServerKeys
 from .optimizers import FINISH_KEY
 
+log = logging.getLogger(__name__)
 POLL_SECONDS = 0.2
 ASK_SECONDS = 1.0  # how often a waiting leader asks its launcher which groups it gave up
 _shared: Optional["FinishLine"] = None  # this process's, once a store created it
@@ -74,9 +76,9 @@ class FinishLine:
         steps = tally.asnumpy()[self._groups:]
         done = int(steps[self._group])
         checksum = sum(float(v.asnumpy().astype(np.float64).sum()) for v in values)
-        print(f"mxkv_hybrid: group {self._group} rejoins (restart {self._attempt}): its ranks "
-              f"start from {what} after {int(steps.sum())} steps of the groups, at step {done} "
-              f"of its own (checksum {checksum:.17g})", file=sys.stderr, flush=True)
+        log.info(f"mxkv_hybrid: group {self._group} rejoins (restart {self._attempt}): its "
+                 f"ranks start from {what} after {int(steps.sum())} steps of the groups, at step "
+                 f"{done} of its own (checksum {checksum:.17g})", extra=TO_STDERR)
         return done
 
     def cross(self) -> List[int]:
@@ -102,8 +104,8 @@ class FinishLine:
                 asked, given_up = time.monotonic(), groups_given_up(launcher)
             why = reason_to_go_on(left, given_up, time.monotonic() - changed, self._timeout)
             if why:
-                print(f"mxkv_hybrid: group {self._group}: group(s) {left} {why}: going on "
-                      "without them", file=sys.stderr, flush=True)
+                log.warning(f"mxkv_hybrid: group {self._group}: group(s) {left} {why}: going "
+                            "on without them")
                 return left
             time.sleep(POLL_SECONDS)
 

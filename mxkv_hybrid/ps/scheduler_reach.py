@@ -3,13 +3,14 @@ TCP connection to the scheduler's port, tried until it is accepted, with a line 
 PROGRESS_SECONDS that says which address is waited for and why, and a clear error after
 MXKV_PS_TIMEOUT that names --ps-host. A connection that sends nothing is harmless to
 ps-lite's ZeroMQ sockets."""
+import logging
 import socket
-import sys
 import time
 
 from ..comm import stall
 from ..errors import ConfigError
 
+log = logging.getLogger(__name__)
 PROGRESS_SECONDS = 5.0
 ATTEMPT_SECONDS = 1.0
 
@@ -37,6 +38,6 @@ def wait_for_scheduler(host: str, port: int, timeout: float, who: str) -> None:
                     "(mxkv-launch --check tests it)")
             if now - reported >= PROGRESS_SECONDS:
                 reported = now
-                print(f"mxkv_hybrid: {who} on {socket.gethostname()}: {what} ({reason}) for "
-                      f"{now - started:.0f} s of {timeout:g}", file=sys.stderr, flush=True)
+                log.warning(f"mxkv_hybrid: {who} on {socket.gethostname()}: {what} ({reason}) "
+                            f"for {now - started:.0f} s of {timeout:g}")
             time.sleep(max(0.0, ATTEMPT_SECONDS - (time.monotonic() - now)))

@@ -27,8 +27,8 @@ it back to the one group 0 saved. In mode sync the groups would have to commit t
 which only one MPI job does: checkpoints are refused there."""
 import glob
 import json
+import logging
 import os
-import sys
 from typing import Optional, Union
 
 import mxnet as mx
@@ -38,7 +38,9 @@ from ..atomic_file import write_atomically
 from ..comm import stall
 from ..comm.topology import World, world
 from ..errors import ConfigError, MXKVError
+from ..logs import TO_STDERR
 
+log = logging.getLogger(__name__)
 MANIFEST = "manifest.json"  # one MPI job; separate group jobs: manifest.group<g>.json
 
 
@@ -201,9 +203,9 @@ def _restore(this: World, manifest: dict, directory: str, net: gluon.Block,
         _keep_own_untrained(net, params)
     if _is_committer(this):
         whose = "" if this.group_job is None else f"group {this.group_job.group} "
-        print(f"mxkv_hybrid: {whose}resumed from checkpoint {directory} (generation "
-              f"{manifest['generation']}, progress {json.dumps(manifest.get('progress', {}))})",
-              file=sys.stderr, flush=True)
+        log.info(f"mxkv_hybrid: {whose}resumed from checkpoint {directory} (generation "
+                 f"{manifest['generation']}, progress {json.dumps(manifest.get('progress', {}))})",
+                 extra=TO_STDERR)
     return manifest.get("progress", {})
 
 

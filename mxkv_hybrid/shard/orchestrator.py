@@ -5,6 +5,7 @@ shard's state and inputs from host memory into its device budget, runs the task,
 the results back and marks the model's next task ready. While a task computes, the
 previous task's results are stored and the next task, claimed ahead, is loaded, both in
 the background (prefetch)."""
+import logging
 import time
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -25,6 +26,7 @@ from .spill_store import SpillStore, shard_arrays
 from .task_board import TaskBoard
 from .utilisation import DeviceUse, Report
 
+log = logging.getLogger(__name__)
 SCHEDULES = ("lrtf", "fifo", "model-parallel")
 IDLE_POLL_SECONDS = 1e-4
 
@@ -290,8 +292,8 @@ class ShardOrchestrator:
             total = mx.nd.empty(losses.shape)
             self.store.load(step.model, {"loss": total})
             mean = float(total[step.epoch].asscalar()) / (chain.batches * chain.task.batch_size)
-            print(f"[shard] {chain.task.name}: epoch {step.epoch + 1}/{chain.task.epochs} loss "
-                  f"{mean:.4f} (rank {self.rank})", flush=True)
+            log.info(f"[shard] {chain.task.name}: epoch {step.epoch + 1}/{chain.task.epochs} "
+                     f"loss {mean:.4f} (rank {self.rank})")
 
     def _flush_cache(self, keep_model: int = -1) -> None:
         """Stores the resident shards of models other than `keep_model` and frees them."""
