@@ -147,11 +147,13 @@ def parse_group_job(text: str) -> Optional[GroupJob]:
 
 @dataclass(frozen=True)
 class Knob:
-    """One environment variable: its parser, default and one-line documentation."""
+    """One environment variable: its parser, default and one-line documentation; internal:
+    set by mxkv-launch for the processes it starts, not by you."""
 
     parse: Callable[[str], object]
     default: str
     doc: str
+    internal: bool = False
 
 
 KNOBS: Dict[str, Knob] = {
@@ -239,12 +241,14 @@ KNOBS: Dict[str, Knob] = {
                            "which group this job is and which of all ranks it holds; with "
                            ":local_first=L:local_ranks=H (group jobs sharing one host) its ranks "
                            "are local ranks L, L+1, ... of the host's H, which pick the GPUs. "
-                           "Empty: one MPI job holds every rank."),
+                           "Empty: one MPI job holds every rank.",
+                           internal=True),
     "MXKV_ATTEMPT": Knob(_whole_number(0, None, "a whole number >= 0"), "0",
                          "Set by `mxkv-launch --restarts`: 0 for the first start, k for the k-th "
                          "restart of the job (or, with --group-jobs / --join, of a lost group, "
                          "whose leader then rejoins the servers' model). MXKV_FAULT fires only "
-                         "in attempt 0."),
+                         "in attempt 0.",
+                         internal=True),
     "MXKV_PS_TIMEOUT": Knob(_parse_seconds, "60",
                             "Seconds a group leader waits for the parameter server (connecting, "
                             "or one push/pull) before it ends the job with an error."),
@@ -308,11 +312,13 @@ KNOBS: Dict[str, Knob] = {
                               "itself. mxkv-launch passes it on to the ranks."),
     "MXKV_LAUNCHER_LINK": Knob(str, "",
                                "Set by mxkv-launch: TOKEN@HOST:PORT of its link with every rank "
-                               "(heartbeats both ways, comm/launcher_link.py)."),
+                               "(heartbeats both ways, comm/launcher_link.py).",
+                               internal=True),
     "MXKV_PS_NODES": Knob(str, "",
                           "Set by mxkv-launch when relays carry ps-lite between hosts: where "
                           "every ps-lite node listens (JSON, ps/node_addresses.py); a group "
-                          "leader takes its address and port from it."),
+                          "leader takes its address and port from it.",
+                          internal=True),
     "MXKV_STALL_TIMEOUT": Knob(_non_negative, "30",
                                "Seconds a rank waits for the others in one collective before it "
                                "asks every rank where it is, prints the answers (waiting, "

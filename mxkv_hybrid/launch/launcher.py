@@ -103,8 +103,8 @@ def wrap_command(command: List[str]) -> List[str]:
 
 def merge_timeline() -> None:
     """With MXKV_TIMELINE set: the ranks' parts joined into one trace, and a line saying so."""
-    recorded = timeline.merge(os.path.abspath(os.environ["MXKV_TIMELINE"])) \
-        if os.environ.get("MXKV_TIMELINE") else None
+    path = read_knob("MXKV_TIMELINE")
+    recorded = timeline.merge(os.path.abspath(path)) if path else None
     if recorded:
         print(f"mxkv-launch: {recorded}", file=sys.stderr, flush=True)
 
