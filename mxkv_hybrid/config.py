@@ -3,9 +3,9 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
 
+from .capabilities import ALLREDUCE, MODES, capabilities_of, modes_with
 from .errors import ConfigError
 
-MODES = ("allreduce", "sync", "async", "easgd", "lasgd")
 ALGORITHMS = ("auto", "mpi", "ring", "rhd", "rd")
 HIERARCHIES = ("auto", "on", "off")
 TRANSPORTS = ("ps", "rma")
@@ -149,15 +149,17 @@ def parse_group_job(text: str) -> Optional[GroupJob]:
 
 @dataclass(frozen=True)
 class Knob:
-    """One environment variable: its parser, default and one-line documentation."""
+    """One environment variable: its parser, default and one-line documentation; internal:
+    set by mxkv-launch for the processes it starts, not by you."""
 
     parse: Callable[[str], Any]  # the value's type depends on the knob
     default: str
     doc: str
+    internal: bool = False
 
 
 KNOBS: Dict[str, Knob] = {
-    "MXKV_MODE": Knob(_choice(MODES), "allreduce",
+    "MXKV_MODE": Knob(_choice(MODES), ALLREDUCE,
                       "How gradients are combined. allreduce: one MPI allreduce over all ranks. "
                       "sync: allreduce inside each group, group leaders sum through MXNet's "
                       "parameter server (dist_sync), which runs the optimizer as dist_sync does, "
@@ -271,12 +273,14 @@ KNOBS: Dict[str, Knob] = {
                            "jobs share one host (`--group-size`): its ranks are local ranks L, "
                            "L+1, ... of the host's H, so they pick distinct GPUs. Modes `sync`, "
                            "`async` and asynchronous `easgd`. Empty: one MPI job holds every "
-                           "rank."),
+                           "rank.",
+                           internal=True),
     "MXKV_ATTEMPT": Knob(_whole_number(0, None, "a whole number >= 0"), "0",
                          "Set by `mxkv-launch --restarts`: `0` for the first start, k for the "
                          "k-th restart of the job (or, where each group is its own MPI job, of a "
                          "lost group, whose leader then rejoins the servers' model). `MXKV_FAULT`"
-                         " fires only in attempt 0."),
+                         " fires only in attempt 0.",
+                         internal=True),
     "MXKV_PS_TIMEOUT": Knob(_parse_seconds, "60",
                             "Seconds a group leader waits for the parameter server (connecting, "
                             "or one push/pull) before it ends the job with an error naming what "
@@ -374,11 +378,13 @@ KNOBS: Dict[str, Knob] = {
                               " from the serving one this long stops its group."),
     "MXKV_LAUNCHER_LINK": Knob(str, "",
                                "Set by mxkv-launch: TOKEN@HOST:PORT of its link with every rank "
-                               "(heartbeats both ways, comm/launcher_link.py)."),
+                               "(heartbeats both ways, comm/launcher_link.py).",
+                               internal=True),
     "MXKV_PS_NODES": Knob(str, "",
                           "Set by `mxkv-launch` when relays carry ps-lite between hosts: where "
                           "every ps-lite node listens (JSON, `ps/node_addresses.py`); a group "
-                          "leader takes its address and port from it."),
+                          "leader takes its address and port from it.",
+                          internal=True),
     "MXKV_STALL_TIMEOUT": Knob(_non_negative, "30",
                                "Seconds a rank waits for the others in one collective before it "
                                "asks every rank where it is, prints the answers (waiting, "
@@ -438,21 +444,31 @@ def read_knob(name: str, environ: Optional[Mapping[str, str]] = None) -> Any:
         raise ConfigError(f"{name}={text!r} is invalid: {err}. {knob.doc}") from None
 
 
-SEPARABLE_MODES = ("sync", "async", "easgd")  # groups joined through the parameter server
+def launcher_mode(environ: Optional[Mapping[str, str]] = None) -> str:
+    """MXKV_MODE as mxkv-launch reads it: unchecked, so that a bad value reaches the ranks,
+    which refuse it on every rank, naming the modes (capabilities.UNKNOWN_MODE)."""
+    environ = os.environ if environ is None else environ
+    return environ.get("MXKV_MODE", KNOBS["MXKV_MODE"].default).strip().lower()
+
+
+def knob_is_set(name: str, environ: Optional[Mapping[str, str]] = None) -> bool:
+    """Whether the knob `name` is set (to anything) rather than left to its default."""
+    return name in (os.environ if environ is None else environ)
 
 
 def separate_groups_refusal(mode: str, easgd_sync: bool, transport: str = "ps") -> str:
     """Why the groups of `mode` cannot run as separate MPI jobs ('' when they can): they
-    meet only through the parameter server, in the modes sync, async and asynchronous
-    easgd. The one rule of the launcher and of every rank."""
-    if mode == "easgd" and transport == "rma":
+    meet only through the parameter server, in the modes with group_jobs (capabilities.py),
+    easgd asynchronous. The one rule of the launcher and of every rank."""
+    can = capabilities_of(mode)
+    if can.rma_transport and transport == "rma":
         return ("MXKV_TRANSPORT=rma keeps easgd's centre variable in MPI windows of the group "
                 "leaders, which only ranks of one MPI job can reach")
-    if mode in SEPARABLE_MODES and not (mode == "easgd" and easgd_sync):
+    if can.group_jobs and not (can.easgd_sync and easgd_sync):
         return ""
     return (f"MXKV_MODE={mode}{' with MXKV_EASGD_SYNC=1' if easgd_sync else ''} cannot run its "
             "groups as separate MPI jobs: they are joined through the parameter server only "
-            f"in the modes {', '.join(SEPARABLE_MODES)} (easgd asynchronous)")
+            f"in the modes {', '.join(modes_with('group_jobs'))} (easgd asynchronous)")
 
 
 @dataclass(frozen=True)
@@ -510,14 +526,16 @@ class Config:
             raise ConfigError("MXKV_OVERLAP=1 reduces buckets behind MXNet's threaded engine, "
                               "and MXNET_ENGINE_TYPE=NaiveEngine runs every operation at once: "
                               "unset one of them")
-        if (values["MXKV_MODE"] == "lasgd" and values["MXKV_LASGD_OVERLAP"]
+        can = capabilities_of(values["MXKV_MODE"])
+        if (can.overlapped_average and values["MXKV_LASGD_OVERLAP"]
                 and environ.get("MXNET_ENGINE_TYPE") == "NaiveEngine"):
             raise ConfigError("MXKV_LASGD_OVERLAP=1 (the default) averages behind MXNet's threaded "
                               "engine, and MXNET_ENGINE_TYPE=NaiveEngine runs every operation at "
                               "once: set MXKV_LASGD_OVERLAP=0 or unset MXNET_ENGINE_TYPE")
-        for knob, unset, modes in (("MXKV_OUTER", "none", ("lasgd", "easgd")),
-                                   ("MXKV_FRAGMENTS", 1, ("lasgd",))):
-            if values[knob] != unset and values["MXKV_MODE"] not in modes:
+        for knob, unset, capability in (("MXKV_OUTER", "none", "outer_optimizer"),
+                                        ("MXKV_FRAGMENTS", 1, "fragments")):
+            if values[knob] != unset and not getattr(can, capability):
+                modes = reversed(modes_with(capability))  # the later modes first
                 raise ConfigError(f"{knob}={values[knob]} is built for MXKV_MODE="
                                   f"{' or '.join(modes)}, and this job has MXKV_MODE="
                                   f"{values['MXKV_MODE']}: unset {knob} or change the mode")
@@ -526,14 +544,16 @@ class Config:
                               "every MXKV_TAU / MXKV_FRAGMENTS steps, and MXKV_TAU="
                               f"{values['MXKV_TAU']} is not a multiple of it: make MXKV_TAU a "
                               "multiple of MXKV_FRAGMENTS")
-        if values["MXKV_ASYNC_DAMPING"] != "none" and values["MXKV_MODE"] != "async":
+        if values["MXKV_ASYNC_DAMPING"] != "none" and not can.async_damping:
+            damped = " or ".join(modes_with("async_damping"))
             raise ConfigError(f"MXKV_ASYNC_DAMPING={values['MXKV_ASYNC_DAMPING']} damps the "
-                              "stale gradients of MXKV_MODE=async, and this job has MXKV_MODE="
+                              f"stale gradients of MXKV_MODE={damped}, and this job has MXKV_MODE="
                               f"{values['MXKV_MODE']}: unset MXKV_ASYNC_DAMPING")
-        if values["MXKV_TRANSPORT"] == "rma" and values["MXKV_MODE"] != "easgd":
-            raise ConfigError(f"MXKV_TRANSPORT=rma is built for MXKV_MODE=easgd (its centre "
+        if values["MXKV_TRANSPORT"] == "rma" and not can.rma_transport:
+            rma_modes = " or ".join(modes_with("rma_transport"))
+            raise ConfigError(f"MXKV_TRANSPORT=rma is built for MXKV_MODE={rma_modes} (its centre "
                               f"variable), and MXKV_MODE is {values['MXKV_MODE']}: unset "
-                              "MXKV_TRANSPORT or use MXKV_MODE=easgd")
+                              f"MXKV_TRANSPORT or use MXKV_MODE={rma_modes}")
         if values["MXKV_GROUP_JOB"] is not None:
             refusal = separate_groups_refusal(values["MXKV_MODE"], values["MXKV_EASGD_SYNC"],
                                               values["MXKV_TRANSPORT"])

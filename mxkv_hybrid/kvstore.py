@@ -1,10 +1,11 @@
 """class Hybrid: the KVStore that MXNet sees (mx.kv.create('hybrid'))."""
 import logging
-from typing import Callable, List, Optional, Sequence, Tuple, Union
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import mxnet as mx
 from mxnet.kvstore import KVStoreBase
 
+from .capabilities import capabilities_of
 from .comm import row_sparse, stall
 from .comm.collectives import Arrays, Key, TensorCollectives
 from .comm.compression import QuantisedReducer
@@ -13,9 +14,8 @@ from .comm.topology import groups, world
 from .config import Config
 from .errors import MXKVError
 from .modes.averaging import Averaging, Reducer
-from .modes.elastic import ElasticAveraging
 from .modes.grouped_sync import GroupedSync
-from .modes.local_sgd import LocalSGD
+from .modes.parts import parts_for
 from .modes.server_weights import ServerWeights
 from .modes.worker_weights import WorkerWeights
 from .observe.step_summary import summary_for
@@ -52,38 +52,21 @@ class Hybrid(KVStoreBase):
         self._world = world()
         self._fault = (FaultInjector(self._config.fault, self._world.rank)
                        if self._config.fault is not None and self._config.attempt == 0 else None)
-        mode = self._config.mode
+        self._can = capabilities_of(self._config.mode)
         this_group = groups(self._config.group_size)
         collectives = TensorCollectives(
             self._world.comm, self._config, this_group,
-            hierarchy=self._config.hierarchy if mode == "allreduce" else "off")
+            hierarchy=self._config.hierarchy if self._can.gradients_allreduced else "off")
         self._collectives: Optional[TensorCollectives] = collectives  # None once closed
-        self._reducer: Reducer = collectives  # what combines plain values
-        self._averaging: Optional[Averaging] = None
-        # modes async, easgd: what knows a restarted group's steps
-        self._rejoinable: Optional[Union[ElasticAveraging, ServerWeights]] = None
-        self._weights: Union[WorkerWeights, ServerWeights]
-        if mode == "easgd":
-            elastic = ElasticAveraging(self._config, self._world, this_group)
-            self._averaging = self._reducer = self._rejoinable = elastic
-        if mode == "lasgd":
-            self._averaging = self._reducer = LocalSGD(self._config, self._world)
-        share = None  # separate sync group jobs: how a broadcast reaches the other groups
-        if mode == "sync":
-            grouped = GroupedSync(self._config, self._world, this_group)
-            self._reducer = grouped
-            share = None if self._world.spans_all_ranks else grouped.share_across_groups
-        staleness: Optional[Callable[[], Sequence[int]]] = None
-        if mode == "async":
-            servers = ServerWeights(self._config, self._world, this_group, collectives)
-            self._weights = self._rejoinable = servers
-            staleness = lambda: servers.staleness  # noqa: E731  (the step summary's column)
-        else:  # sync: until the servers take the optimizer (set_optimizer)
-            self._weights = WorkerWeights(collectives, self._reducer, share)
+        parts = parts_for(self._config, self._world, this_group, collectives)
+        self._reducer: Reducer = parts.reducer  # what combines plain values
+        self._weights = parts.weights
+        self._averaging: Optional[Averaging] = parts.averaging
+        self._rejoinable = parts.rejoinable  # modes async, easgd: a restarted group's steps
         self._this_group = this_group
-        self._share = share
+        self._share = parts.share  # separate sync group jobs: a broadcast to the other groups
         self._sparse_gradients: List[Key] = []  # expect_row_sparse_gradients
-        self._summary = summary_for(self._config, staleness)  # MXKV_SUMMARY_EVERY
+        self._summary = summary_for(self._config, parts.staleness)  # MXKV_SUMMARY_EVERY
 
     # ---- identity -------------------------------------------------------------------
     @property
@@ -151,7 +134,7 @@ class Hybrid(KVStoreBase):
         (easgd: the centre; lasgd: the average, after applying the one in flight; async:
         the servers' weights once every group's last update landed); the synchronous
         modes' weights already agree, so nothing changes there."""
-        if self._averaging is None and self._config.mode != "async":
+        if self._averaging is None and not self._can.updates_only_on_servers:
             return
         _to_default_layout(weights)
         if self._averaging is not None:
@@ -202,7 +185,7 @@ class Hybrid(KVStoreBase):
         from the weights the servers keep (async) or the centre's first value (easgd)."""
         keys, values = _as_key_lists(key, value)
         outs = _as_key_lists(key, out)[1]
-        if self._config.mode == "async" and not self._world.spans_all_ranks:
+        if self._can.updates_only_on_servers and not self._world.spans_all_ranks:
             # separate group jobs start from the weights the servers keep (one leader's)
             self._active()
             self._weights.init("broadcast", keys, values, outs)
@@ -311,14 +294,13 @@ class Hybrid(KVStoreBase):
         each rank's gradients where ranks sum them (easgd: in the group; lasgd: in the
         warm-up); the weights' averaging stays float32."""
         compression = parse_compression(compression_params)
-        mode = self._config.mode
         if self._config.compress != "none":
             raise MXKVError(f"set_gradient_compression: MXKV_COMPRESS={self._config.compress} "
                             "already compresses float32 values; use one of the two")
-        if mode == "sync":
+        if isinstance(self._reducer, GroupedSync):  # sync: group sums through the servers
             self._compress_across_groups(compression)
             return
-        if mode == "async":
+        if self._can.updates_only_on_servers:
             self._active()
             assert isinstance(self._weights, ServerWeights)
             self._weights.compress_gradients(compression)
@@ -358,7 +340,7 @@ class Hybrid(KVStoreBase):
         object itself; sync, async: a copy sent to the servers, with later changes of its
         learning rate or rescale_grad sent before the next gradient; sync with gradient
         compression: the object itself, on every rank)."""
-        if self._config.mode == "sync" and isinstance(self._weights, WorkerWeights) \
+        if self._can.optimizer_on_servers and isinstance(self._weights, WorkerWeights) \
                 and isinstance(self._reducer, GroupedSync) \
                 and not self._reducer.compresses_across_groups:
             self._move_weights_to_servers()

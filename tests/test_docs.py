@@ -4,18 +4,19 @@ import argparse
 import shutil
 import subprocess
 import sys
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 
 import pytest
 
+from mxkv_hybrid.capabilities import CAPABILITIES, MODES, ModeCapabilities
 from mxkv_hybrid.config import KNOBS
 from mxkv_hybrid.launch.launcher import build_parser
 
 DOCS = Path(__file__).parent.parent / "docs"
 sys.path.insert(0, str(DOCS / "_ext"))
 from error_catalogue import catalogue, messages_of  # noqa: E402
-from generated_reference import flag_tables, knob_table  # noqa: E402
+from generated_reference import capability_table, flag_tables, knob_table  # noqa: E402
 
 BUILD_TIMEOUT = 300
 
@@ -34,6 +35,25 @@ def test_a_new_knob_appears_on_the_generated_page():
     assert "MXKV_NEW_KNOB" not in before
     del knobs["MXKV_TAU"]
     assert "| `MXKV_TAU` |" not in knob_table(knobs)
+
+
+def test_the_knobs_mxkv_launch_sets_have_their_own_table():
+    internal = [name for name, knob in KNOBS.items() if knob.internal]
+    assert "MXKV_GROUP_JOB" in internal
+    users, launchers = knob_table(KNOBS), knob_table(KNOBS, internal=True)
+    assert all(f"| `{name}` |" in launchers and f"| `{name}` |" not in users
+               for name in internal)
+    assert "| `MXKV_MODE` |" in users and "| `MXKV_MODE` |" not in launchers
+
+
+def test_every_capability_is_a_row_and_every_mode_a_column():
+    table = capability_table(CAPABILITIES).splitlines()
+    columns = " | ".join(f"`{mode}`" for mode in MODES)
+    assert table[0] == f"| capability | {columns} | what it means |"
+    names = [field.name for field in fields(ModeCapabilities)]
+    assert [row.split(" | ")[0] for row in table[2:]] == [f"| `{name}`" for name in names]
+    servers = next(row for row in table if row.startswith("| `servers` |")).split(" | ")[1:-1]
+    assert servers == ["yes" if CAPABILITIES[m].servers else "—" for m in MODES]
 
 
 def test_a_new_flag_appears_on_the_generated_page():

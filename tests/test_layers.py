@@ -12,13 +12,14 @@ import mxkv_hybrid
 
 PACKAGE = pathlib.Path(mxkv_hybrid.__file__).parent
 # root modules every layer may read
-BASE = {"config", "errors", "atomic_file", "mxnet_version", "logs"}
+BASE = {"config", "capabilities", "errors", "atomic_file", "mxnet_version", "logs"}
 ENTRY_POINTS = {"__init__", "run", "tune"}  # root modules a user imports or runs
 
 # unit -> the units it may import (besides itself and the base); a unit is a folder, a
 # base module, the facade `kvstore` or an entry point.
 ALLOWED: Dict[str, Set[str]] = {
-    "config": {"errors"},
+    "config": {"capabilities", "errors"},
+    "capabilities": set(),
     "errors": set(),
     "atomic_file": set(),
     "mxnet_version": set(),

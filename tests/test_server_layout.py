@@ -1,17 +1,30 @@
 """docs/modes/sync.md's claim on the servers' load ("Balance across servers"): the fused
 chunks put the same bytes on every server, where MXNet's one key per array does not; the
 ResNet-50 rows of its table, computed from MXNet's placement rule (ps/layout.py)."""
+from typing import List, Sequence
+
 import pytest
 
 from mxkv_hybrid.plan.model_sizes import array_bytes
-from mxkv_hybrid.ps.layout import (
-    MXNET_BIGARRAY_BOUND,
-    balanced_chunks,
-    parts_of,
-    server_bytes_of_chunks,
-    server_bytes_per_key,
-    server_of,
-)
+from mxkv_hybrid.ps.layout import MXNET_BIGARRAY_BOUND, Chunk, balanced_chunks, parts_of, server_of
+
+
+def server_bytes_of_chunks(chunks: Sequence[Chunk], num_servers: int, itemsize: int) -> List[int]:
+    """Bytes per server of the fused gradient's chunks."""
+    loads = [0] * num_servers
+    for c in chunks:
+        loads[c.server] += (c.stop - c.start) * itemsize
+    return loads
+
+
+def server_bytes_per_key(sizes: Sequence[int], num_servers: int, itemsize: int,
+                         bound: int) -> List[int]:
+    """Bytes per server when every array is its own key 0, 1, 2, ... (MXNet's placement)."""
+    loads = [0] * num_servers
+    for key, n in enumerate(sizes):
+        for part in parts_of(key, n, num_servers, bound):
+            loads[part.server] += (part.stop - part.start) * itemsize
+    return loads
 
 
 @pytest.mark.parametrize("servers, per_key, chunks", [(2, 1.005, 26), (3, 1.035, 27),

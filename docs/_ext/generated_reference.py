@@ -1,9 +1,11 @@
 """Sphinx directives that write reference tables from the code itself, never by hand:
-``{mxkv-knobs}`` from ``config.KNOBS`` and ``{mxkv-flags} module:function`` from a command's
-argparse parser (mxkv-launch, the planner, the tuner)."""
+``{mxkv-knobs}`` from ``config.KNOBS``, ``{mxkv-capabilities}`` from
+``capabilities.CAPABILITIES`` and ``{mxkv-flags} module:function`` from a command's argparse
+parser (mxkv-launch, the planner, the tuner)."""
 import argparse
 import importlib
-from typing import Iterable, List, Mapping
+from dataclasses import fields
+from typing import Any, Iterable, List, Mapping
 
 from docutils import nodes
 from docutils.parsers.rst import Directive
@@ -15,11 +17,26 @@ def cell(text: str) -> str:
     return " ".join(str(text).split()).replace("|", "\\|")
 
 
-def knob_table(knobs: Mapping[str, object]) -> str:
-    """The Markdown table of every knob: name, default and its documentation."""
+def knob_table(knobs: Mapping[str, Any], internal: bool = False) -> str:
+    """The Markdown table of the knobs a user sets (or, `internal`, of those mxkv-launch sets
+    for its ranks): name, default and documentation."""
     rows = ["| variable | default | meaning |", "|---|---|---|"]
     rows += [f"| `{name}` | `{cell(knob.default)}` | {cell(knob.doc)} |"
-             for name, knob in knobs.items()]
+             for name, knob in knobs.items() if knob.internal == internal]
+    return "\n".join(rows)
+
+
+def capability_table(capabilities: Mapping[str, object]) -> str:
+    """The Markdown table of what each mode can do: a row per capability (with its
+    documentation), a column per mode."""
+    rows_of = fields(next(iter(capabilities.values())))
+    modes = list(capabilities)
+    rows = ["| capability | " + " | ".join(f"`{mode}`" for mode in modes) + " | what it means |",
+            "|---|" + "---|" * len(modes) + "---|"]
+    rows += [f"| `{field.name}` | "
+             + " | ".join("yes" if getattr(capabilities[mode], field.name) else "—"
+                          for mode in modes)
+             + f" | {cell(field.metadata.get('doc', ''))} |" for field in rows_of]
     return "\n".join(rows)
 
 
@@ -68,9 +85,17 @@ class MarkdownDirective(Directive):
 
 
 class KnobsDirective(MarkdownDirective):
+    optional_arguments = 1  # "internal": the knobs mxkv-launch sets
+
     def markdown(self) -> str:
         from mxkv_hybrid.config import KNOBS
-        return knob_table(KNOBS)
+        return knob_table(KNOBS, internal=self.arguments == ["internal"])
+
+
+class CapabilitiesDirective(MarkdownDirective):
+    def markdown(self) -> str:
+        from mxkv_hybrid.capabilities import CAPABILITIES
+        return capability_table(CAPABILITIES)
 
 
 class FlagsDirective(MarkdownDirective):
@@ -85,5 +110,6 @@ def setup(app: Sphinx) -> dict:
     from error_catalogue import ErrorsDirective
     app.add_directive("mxkv-errors", ErrorsDirective)
     app.add_directive("mxkv-knobs", KnobsDirective)
+    app.add_directive("mxkv-capabilities", CapabilitiesDirective)
     app.add_directive("mxkv-flags", FlagsDirective)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

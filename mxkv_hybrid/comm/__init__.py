@@ -6,6 +6,6 @@ between groups (`link_throttle`), and the two instruments every blocking collect
 under: the stall monitor (`stall`) and the timeline recorder (`timeline`). They live here,
 not in `safety/` or `observe/`, because the collectives themselves use them.
 
-The lowest layer above the root's `config`, `errors` and `atomic_file`: it imports nothing
-else from the package.
+The lowest layer above the root's `config`, `capabilities`, `errors` and `atomic_file`: it
+imports nothing else from the package.
 """

@@ -445,14 +445,21 @@ def tell_launcher_exit(status: int, environ=os.environ) -> None:
     """This rank's script ended with `status`: tells its launcher, if it has one."""
     rank = rank_in_job(environ)
     if rank is not None:
-        _tell_launcher(environ.get("MXKV_LAUNCHER_LINK", ""), {"exited": rank, "status": status})
+        _tell_launcher(_link_address(environ), {"exited": rank, "status": status})
 
 
 def tell_launcher_mpi(stage: str, environ=os.environ) -> None:
     """This rank is `stage` ("starting" or "started") MPI: tells its launcher, if it has one."""
     rank = rank_in_job(environ)
     if rank is not None:
-        _tell_launcher(environ.get("MXKV_LAUNCHER_LINK", ""), {"mpi": stage, "rank": rank})
+        _tell_launcher(_link_address(environ), {"mpi": stage, "rank": rank})
+
+
+def _link_address(environ) -> str:
+    """MXKV_LAUNCHER_LINK: the launcher's link, '' outside mxkv-launch."""
+    from ..config import read_knob  # not at the top: the keeper runs this file as a script
+
+    return read_knob("MXKV_LAUNCHER_LINK", environ)
 
 
 def rank_in_job(environ=os.environ) -> Optional[int]:
@@ -481,7 +488,7 @@ def ranks_in_job(environ=os.environ) -> Optional[int]:
 def start_for_this_rank(environ=os.environ) -> None:
     """A rank started by mxkv-launch (MXKV_LAUNCHER_LINK and an MPI rank set): starts its
     keeper, the rank numbered as in the whole job (a group job's first_rank added)."""
-    address = environ.get("MXKV_LAUNCHER_LINK")
+    address = _link_address(environ)
     rank = rank_in_job(environ)
     if not address or rank is None:
         return

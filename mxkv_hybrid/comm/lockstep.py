@@ -4,6 +4,7 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
+from ..capabilities import steps_together
 from ..config import Config
 from . import stall
 from .topology import groups, world
@@ -11,7 +12,7 @@ from .topology import groups, world
 
 def in_lockstep(config: Config) -> bool:
     """Whether all ranks (not only a group) take their steps together in this mode."""
-    return config.mode not in ("async", "easgd") or (config.mode == "easgd" and config.easgd_sync)
+    return steps_together(config.mode, config.easgd_sync)
 
 
 @lru_cache(maxsize=None)

@@ -7,5 +7,5 @@ set (`shard_sampler`), and the GPUs of each rank (`gpus`).
 
 The only layer that changes MXNet's own classes and functions. It sits on the store:
 may import the root's `kvstore`, and `observe/`, `modes/`, `ps/`, `safety/`, `comm/`,
-`config`, `errors` and `atomic_file`.
+`config`, `capabilities`, `errors` and `atomic_file`.
 """

@@ -29,6 +29,7 @@ import mxnet.module.base_module
 import mxnet.module.module
 
 from ..atomic_file import write_atomically
+from ..capabilities import capabilities_of
 from ..errors import MXKVError
 from ..kvstore import Hybrid
 from . import auto, store_names
@@ -112,8 +113,9 @@ def _initialize_kvstore(original, kvstore, param_arrays, arg_params, param_names
 
 
 def _refuse_local_updates_in_async(kvstore: Hybrid) -> None:
-    if kvstore.config.mode == "async":
-        raise MXKVError("MXKV_MODE=async applies the updates on the parameter servers, but this "
+    mode = kvstore.config.mode
+    if capabilities_of(mode).updates_only_on_servers:
+        raise MXKVError(f"MXKV_MODE={mode} applies the updates on the parameter servers, but this "
                         "Trainer/Module updates on the workers: use update_on_kvstore=True (the "
                         "default; for Module unset MXNET_UPDATE_ON_KVSTORE=0)")
 

@@ -22,12 +22,13 @@ import socket
 import subprocess
 import sys
 import time
-from typing import List, Optional, Tuple
+from typing import List, Optional, Sequence, Tuple
 
+from ..capabilities import capabilities_of, modes_with, modes_without
 from ..comm import mpi_settings, timeline
 from ..comm.launcher_link import LinkServer, RankExit
 from ..comm.network import describe_address
-from ..config import LOG_LEVELS, read_knob, separate_groups_refusal
+from ..config import LOG_LEVELS, knob_is_set, launcher_mode, read_knob, separate_groups_refusal
 from ..logs import TO_STDERR, set_level
 from ..ps import scheduler as scheduler_script
 from . import serve_relays, shm_leftovers, supervisor
@@ -128,8 +129,8 @@ def wrap_command(command: List[str]) -> List[str]:
 
 def merge_timeline() -> None:
     """With MXKV_TIMELINE set: the ranks' parts joined into one trace, and a line saying so."""
-    recorded = timeline.merge(os.path.abspath(os.environ["MXKV_TIMELINE"])) \
-        if os.environ.get("MXKV_TIMELINE") else None
+    path = read_knob("MXKV_TIMELINE")
+    recorded = timeline.merge(os.path.abspath(path)) if path else None
     if recorded:
         log.info(f"mxkv-launch: {recorded}", extra=TO_STDERR)
 
@@ -367,7 +368,8 @@ def parse_arguments(argv: Optional[List[str]] = None) -> argparse.Namespace:
     if args.check:
         args.command = [sys.executable, "-m", "mxkv_hybrid.launch.self_check"]
         args.timeout = args.timeout or CHECK_TIMEOUT
-    mode = os.environ.get("MXKV_MODE", "allreduce").strip().lower()
+    mode = launcher_mode()
+    can = capabilities_of(mode)
     if args.serve:
         check_serve(parser, args, mode)
         place_scheduler(parser, args)
@@ -394,21 +396,23 @@ def parse_arguments(argv: Optional[List[str]] = None) -> argparse.Namespace:
         return args
     if args.servers < 0 or args.group_size < 0:
         parser.error("--servers and --group-size must not be negative")
-    remote_centre = mode == "easgd" and read_knob("MXKV_TRANSPORT") == "rma"
+    remote_centre = can.rma_transport and read_knob("MXKV_TRANSPORT") == "rma"
     if remote_centre and (args.servers or args.server_hosts or args.group_jobs):
         parser.error("MXKV_TRANSPORT=rma keeps easgd's centre variable in MPI windows of the "
                      "group leaders, in one MPI job: drop --servers, --server-hosts and "
                      "--group-jobs (--group-size sets the groups)")
-    groups_without_servers = remote_centre or mode in ("allreduce", "lasgd")
+    groups_without_servers = remote_centre or not can.servers
     if (args.server_hosts or args.group_jobs or (args.group_size and not groups_without_servers)) \
             and not args.servers:
         parser.error(f"--group-size, --server-hosts and --group-jobs need --servers in "
-                     f"MXKV_MODE={mode} (--group-size without servers: modes allreduce and "
-                     "lasgd, and easgd with MXKV_TRANSPORT=rma)")
+                     f"MXKV_MODE={mode} (--group-size without servers: modes "
+                     f"{_spoken(modes_without('servers'))}, and "
+                     f"{_spoken(modes_with('rma_transport'))} with MXKV_TRANSPORT=rma)")
     if args.groups:
         parser.error("--groups declares the groups of --serve")
-    if args.one_job and mode not in GROUP_JOB_MODES:
-        parser.error(f"--one-job chooses one MPI job in the modes {', '.join(GROUP_JOB_MODES)}, "
+    if args.one_job and not can.group_jobs_by_default:
+        parser.error("--one-job chooses one MPI job in the modes "
+                     f"{', '.join(modes_with('group_jobs_by_default'))}, "
                      f"whose groups run as separate jobs by default, and MXKV_MODE is {mode}, "
                      "which runs as one MPI job anyway: drop --one-job")
     if args.group_jobs:
@@ -417,10 +421,11 @@ def parse_arguments(argv: Optional[List[str]] = None) -> argparse.Namespace:
         args.group_jobs = args.group_jobs_by_default = True
     elif args.servers and not args.dry_run:
         say_why_one_job(args, mode)
-    if args.servers and mode in ("allreduce", "lasgd"):
-        parser.error(f"--servers serves the modes sync, async and easgd, and MXKV_MODE is {mode}"
-                     f"{'' if 'MXKV_MODE' in os.environ else ' (unset)'}, which uses no parameter "
-                     "server: set MXKV_MODE or drop --servers")
+    if args.servers and not can.servers:
+        unset = "" if knob_is_set("MXKV_MODE") else " (unset)"
+        parser.error(f"--servers serves the modes {_spoken(modes_with('servers'))}, and MXKV_MODE "
+                     f"is {mode}{unset}, which uses no parameter server: set MXKV_MODE or drop "
+                     "--servers")
     if args.servers and not args.dry_run:  # a dry run starts no scheduler
         place_scheduler(parser, args)
     served_behind_relays = args.serve and args.ps_host and serve_relays.relays_wanted(
@@ -430,6 +435,11 @@ def parse_arguments(argv: Optional[List[str]] = None) -> argparse.Namespace:
                      "between hosts do not place servers on other hosts yet; start the "
                      "servers here (drop --server-hosts) or add --trusted-network")
     return args
+
+
+def _spoken(names: Sequence[str]) -> str:
+    """('a', 'b', 'c') -> 'a, b and c'."""
+    return " and ".join(filter(None, (", ".join(names[:-1]), names[-1])))
 
 
 def place_scheduler(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -454,8 +464,8 @@ def place_scheduler(parser: argparse.ArgumentParser, args: argparse.Namespace) -
 def check_sync_restarts(parser: argparse.ArgumentParser, args: argparse.Namespace, mode: str,
                         option: str) -> None:
     """A lost sync group cannot rejoin: the others stop when it is lost."""
-    if mode == "sync" and args.restarts:
-        parser.error(f"in MXKV_MODE=sync the servers wait for every group's gradients at every "
+    if capabilities_of(mode).groups_step_together and args.restarts:
+        parser.error(f"in MXKV_MODE={mode} the servers wait for every group's gradients at every "
                      f"step, so the other groups stop when one is lost and a restarted group "
                      f"would have nobody to rejoin: drop {option} and restart the whole job "
                      "from its checkpoint (--restarts with checkpoint.load_latest)")
@@ -487,15 +497,12 @@ def check_join(parser: argparse.ArgumentParser, args: argparse.Namespace, mode: 
     check_sync_restarts(parser, args, mode, "--join")
 
 
-GROUP_JOB_MODES = ("async", "easgd")  # whose groups run as separate MPI jobs by default
-
-
 def groups_apart_by_default(args: argparse.Namespace, mode: str) -> bool:
     """Whether the groups run as separate MPI jobs without --group-jobs: in the modes whose
     groups can live and die alone (async, asynchronous easgd), unless --one-job, when the
     ranks form more than one group that can be planned (--group-size, or -H/--hostfile
     whose slots add up to -n: one group per host; not both)."""
-    if args.one_job or mode not in GROUP_JOB_MODES or separate_groups_refusal(
+    if args.one_job or not capabilities_of(mode).group_jobs_by_default or separate_groups_refusal(
             mode, read_knob("MXKV_EASGD_SYNC"), read_knob("MXKV_TRANSPORT")):
         return False
     if bool(args.group_size) == bool(args.hosts or args.hostfile):
@@ -508,7 +515,8 @@ def groups_apart_by_default(args: argparse.Namespace, mode: str) -> bool:
 def say_why_one_job(args: argparse.Namespace, mode: str) -> None:
     """A line when hosts are named but the groups of a mode that runs them apart by default
     share one MPI job (so a lost host ends every group): never chosen silently."""
-    if args.one_job or mode not in GROUP_JOB_MODES or not (args.hosts or args.hostfile) \
+    if args.one_job or not capabilities_of(mode).group_jobs_by_default \
+            or not (args.hosts or args.hostfile) \
             or separate_groups_refusal(mode, read_knob("MXKV_EASGD_SYNC"),
                                        read_knob("MXKV_TRANSPORT")):
         return
@@ -578,7 +586,7 @@ def launch(args: argparse.Namespace) -> None:
     """Runs what the arguments ask for; exits with the job's status."""
     mpiexec = find_mpiexec()
     flavour = _flavour(mpiexec)
-    mode = os.environ.get("MXKV_MODE", "allreduce").strip().lower()
+    mode = launcher_mode()
     if args.serve:
         for name, value in HEARTBEAT.items():  # a joined group may be restarted
             os.environ.setdefault(name, value)
@@ -644,7 +652,8 @@ def run_group_jobs(args: argparse.Namespace, mpiexec: str, flavour: str, mode: s
         lost_ranks.link.forget(list(range(args.num_ranks)))
         left = None if deadline is None else max(0.0, deadline - time.monotonic())
         ended = supervise_groups(start_group_jobs(args, mpiexec, flavour, plans), helpers, left,
-                                 restarts, together=mode == "sync", lost_ranks=lost_ranks,
+                                 restarts, together=capabilities_of(mode).groups_step_together,
+                                 lost_ranks=lost_ranks,
                                  met=lost_ranks.link.met,
                                  prepare=functools.partial(ready_relay_of, helpers=helpers))
         if not ended.left_out:

@@ -37,6 +37,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Dict, List, Optional, Tuple
 
+from ..capabilities import capabilities_of
 from ..comm.launcher_link import JobAddress
 from .serve_relays import JoinerRelay
 
@@ -243,14 +244,15 @@ class Rendezvous:
             return
         how = ("went away without reporting" if member.gone else
                f"ended with status {member.status}")
-        if not self.met and member.gone and self.mode != "sync":
+        together = capabilities_of(self.mode).groups_step_together
+        if not self.met and member.gone and not together:
             log.warning(f"mxkv-launch: {member.describe()} {how} before the groups met at the "
                         "parameter server, whose start waits for all: leaving it out; the other "
                         "groups start again, with fresh servers, as a job of one group less")
             self.left_out.append(member)
             return
-        if self.mode == "sync":
-            why = "in MXKV_MODE=sync the servers wait for every group's gradients"
+        if together:
+            why = f"in MXKV_MODE={self.mode} the servers wait for every group's gradients"
         elif not self.met:
             why = "before the groups met at the parameter server, whose start waits for all"
         else:  # the others go on: their finish line need not wait for it

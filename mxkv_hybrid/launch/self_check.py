@@ -10,6 +10,7 @@ from typing import List
 import mxnet as mx
 import numpy as np
 
+from ..capabilities import capabilities_of, steps_together
 from ..comm import algorithm_table
 from ..comm.topology import groups, world
 from ..config import KNOBS, Config
@@ -37,13 +38,13 @@ def _combined_ranks(config: Config) -> List[int]:
     """The ranks whose values a pushpull of a value that is not a weight combines: all,
     or with separate group jobs in modes async and easgd this group's."""
     this = world()
-    if this.spans_all_ranks or config.mode == "sync":
+    if this.spans_all_ranks or steps_together(config.mode, config.easgd_sync):
         return list(range(this.size))
     return [this.rank - this.comm.Get_rank() + r for r in range(this.comm.Get_size())]
 
 
 def _groups_line(config: Config) -> str:
-    if config.mode in ("allreduce", "lasgd"):
+    if not capabilities_of(config.mode).servers:
         return f"none (mode {config.mode}: one allreduce over all ranks)"
     these = groups(config.group_size)
     job = world().group_job
@@ -76,7 +77,7 @@ def _check_pushpull(store, config: Config) -> List[str]:
         first = this.rank - this.comm.Get_rank()
         bad = [first + rank for rank, is_wrong in enumerate(wrong) if is_wrong]
         algorithm = ""
-        if config.mode == "allreduce":
+        if capabilities_of(config.mode).gradients_allreduced:
             algorithm = f", algorithm {store._collectives.algorithm_for('float32', floats * 4)}"
         over = "" if len(combined) == this.size else f" (combined over ranks {combined})"
         verdict = (f"correct on every rank{over}" if not bad else f"WRONG on ranks {bad}")
@@ -101,7 +102,7 @@ def main() -> None:
     hosts = this.comm.allgather(this.host)
     store = mx.kv.create("hybrid")
     report = [("MPI", _mpi_line(hosts)), ("mode", config.mode), ("groups", _groups_line(config))]
-    if config.mode in ("sync", "async", "easgd"):
+    if capabilities_of(config.mode).servers:
         servers = os.environ.get("DMLC_NUM_SERVER", "?")
         report.append(("servers", f"{servers} server(s) answered (the group leaders connected)"))
     report += [("pushpull", line) for line in _check_pushpull(store, config)]

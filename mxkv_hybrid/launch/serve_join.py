@@ -74,7 +74,7 @@ def serve(groups: int, mode: str, host: str, start_servers: Callable[[int], List
     relay = HostRelay(rendezvous.token) if relayed else None
     if relay is not None:
         def plan_relays(members: List[Member]) -> Dict[str, str]:
-            serving = PsNodes.from_json(os.environ["MXKV_PS_NODES"])  # of the servers now
+            serving = PsNodes.from_json(read_knob("MXKV_PS_NODES"))  # of the servers now
             relays = [member.relay for member in members]
             missing = [member.group for member, at in zip(members, relays) if at is None]
             if missing:  # (every joining launcher says where its relay listens)
@@ -155,7 +155,7 @@ def join_group(address: str, ranks: int, mode: str, command: List[str], flavour:
             env = dict(os.environ, **assigned["environment"])
             helpers = []
             if "MXKV_PS_NODES" in assigned["environment"]:  # behind relays: this host's
-                table = PsNodes.from_json(env["MXKV_PS_NODES"])
+                table = PsNodes.from_json(read_knob("MXKV_PS_NODES", env))
                 helpers.append(relay.start(table, table.leaders[plan.group][0]))
             lost_ranks.expect_only({plan.first_rank + rank: host for rank, host in remote.items()})
             lost_ranks.link.forget_meeting()

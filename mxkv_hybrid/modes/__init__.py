@@ -9,6 +9,8 @@
 - what the averaging modes offer the store, hooks and checkpoints (`averaging`), and the
   explicit averagers for users who average by hand (`averagers`).
 
-The store (`kvstore.Hybrid`) picks one; a mode sees arrays and keys, not Trainers.
-May import `ps/`, `safety/`, `comm/` and the root's `config`, `errors` and `atomic_file`.
+The store (`kvstore.Hybrid`) takes one mode's objects from `parts`; a mode sees arrays and
+keys, not Trainers. What each mode can do is the root's `capabilities` table.
+May import `ps/`, `safety/`, `comm/` and the root's `config`, `capabilities`, `errors` and
+`atomic_file`.
 """

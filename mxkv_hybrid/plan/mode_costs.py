@@ -57,6 +57,7 @@ as 2/3 of c. Scaling efficiency: (compute + update of one rank alone) / step."""
 from dataclasses import dataclass, replace
 from typing import Callable, Dict, List, Optional, Sequence
 
+from ..capabilities import ALLREDUCE, ASYNC, EASGD, LASGD, SYNC
 from ..comm import algorithm_table
 from ..comm.dtype_codes import DTYPE_CODES
 from ..comm.pacing import PACE_BYTES, pace_batches
@@ -256,18 +257,18 @@ class Planner:
         flat = self.allreduce(world)
         everyone = self.workload.world_wait_seconds
         group = self.workload.group_wait_seconds if cluster.ranks_per_host > 1 else 0.0
-        rows = [self._prediction("allreduce, flat", "allreduce", update, flat, True,
+        rows = [self._prediction("allreduce, flat", ALLREDUCE, update, flat, True,
                                  hidden=hidden, wait=everyone)]
         if cluster.hosts > 1 and cluster.ranks_per_host > 1:
             hierarchical = self.allreduce(world, hierarchy=True)
-            rows.append(self._prediction("allreduce, hierarchical", "allreduce", update,
+            rows.append(self._prediction("allreduce, hierarchical", ALLREDUCE, update,
                                          hierarchical, True, hidden=hidden, wait=everyone))
         if cluster.hosts > 1:
             per_server = 2 * n * cluster.hosts / cluster.server_count
             inside = self.allreduce(host)
             through_servers = inside + self._servers(n) + self._broadcast_inside(n)
             rows.append(self._prediction(
-                "sync", "sync", update / cluster.server_count, through_servers, True,
+                SYNC, SYNC, update / cluster.server_count, through_servers, True,
                 per_server, wait=everyone, spinning=False,
                 bound=self._cpu_bound(0.0, update, 2 * n)))
             async_update = update / cluster.server_count  # its own push's, on its path
@@ -278,7 +279,7 @@ class Planner:
 
             def asynchronous(beside: bool) -> Prediction:
                 return self._prediction(
-                    "async", "async", async_update, inside + own(beside), False, per_server,
+                    ASYNC, ASYNC, async_update, inside + own(beside), False, per_server,
                     wait=group, spinning=False,
                     bound=max(self._cpu_bound(0.0, update * cluster.hosts, 2 * n),
                               self._shared_links(n, beside)))
@@ -294,13 +295,13 @@ class Planner:
                 def elastic(beside: bool, tau: int = tau) -> Prediction:
                     exchange = _every(own(beside), tau)
                     return self._prediction(
-                        f"easgd tau={tau} (ps)", "easgd", update, inside + exchange, False,
+                        f"easgd tau={tau} (ps)", EASGD, update, inside + exchange, False,
                         per_server / tau, wait=group, spinning=False,
                         bound=max(self._cpu_bound(update, 0.0, 2 * n / tau),
                                   self._shared_links(n, beside) / tau))
                 rows.append(self._apart(elastic))
                 rows.append(self._prediction(
-                    f"easgd tau={tau} (rma)", "easgd", update, inside + _every(rma, tau), False,
+                    f"easgd tau={tau} (rma)", EASGD, update, inside + _every(rma, tau), False,
                     0.0, wait=group))
         rows += self._local_sgd(taus, flat, world)
         return rows
@@ -345,7 +346,7 @@ class Planner:
             shown = Cost(max(taken, duration - tau * step),
                          average.bytes_inside, average.bytes_across)
             wait = drift + (workload.world_wait_seconds - drift) / tau
-            rows.append(self._prediction(f"lasgd tau={tau}", "lasgd", workload.update_seconds,
+            rows.append(self._prediction(f"lasgd tau={tau}", LASGD, workload.update_seconds,
                                          _every(shown, tau), False, wait=wait))
         return rows
 

@@ -10,7 +10,7 @@ server j % S: every server carries the same bytes, give or take one element per 
 import math
 import os
 from dataclasses import dataclass
-from typing import Iterator, List, Sequence
+from typing import Iterator, List
 
 MXNET_BIGARRAY_BOUND = 1_000_000  # MXNet's default for MXNET_KVSTORE_BIGARRAY_BOUND
 KEY_SPREAD = 9973                # the multiplier of MXNet's key -> server hash
@@ -59,13 +59,6 @@ def balanced_chunks(total: int, num_servers: int, first_key: int, bound: int) ->
     return chunks
 
 
-def server_bytes_of_chunks(chunks: Sequence[Chunk], num_servers: int, itemsize: int) -> List[int]:
-    loads = [0] * num_servers
-    for c in chunks:
-        loads[c.server] += (c.stop - c.start) * itemsize
-    return loads
-
-
 def parts_of(key: int, size: int, num_servers: int, bound: int) -> List[Chunk]:
     """Where MXNet's dist kvstore puts an array of `size` elements pushed under `key`
     (EncodeDefaultKey): whole on server_of(key) below `bound`, else split over every
@@ -74,13 +67,3 @@ def parts_of(key: int, size: int, num_servers: int, bound: int) -> List[Chunk]:
         return [Chunk(key, 0, size, server_of(key, num_servers))]
     edges = [math.floor(size / num_servers * i + 0.5) for i in range(num_servers + 1)]
     return [Chunk(key, edges[i], edges[i + 1], i) for i in range(num_servers)]
-
-
-def server_bytes_per_key(sizes: Sequence[int], num_servers: int, itemsize: int,
-                         bound: int) -> List[int]:
-    """Bytes per server when every array is its own key 0, 1, 2, ... (MXNet's placement)."""
-    loads = [0] * num_servers
-    for key, n in enumerate(sizes):
-        for part in parts_of(key, n, num_servers, bound):
-            loads[part.server] += (part.stop - part.start) * itemsize
-    return loads

@@ -4,5 +4,5 @@ before anything is combined (`finite_check`, MXKV_CHECK_FINITE), and checkpoints
 run resumes from on the same trajectory (`checkpoint`, public as `mxkv_hybrid.checkpoint`).
 The stall monitor is in `comm/`, beneath the collectives that wait under it.
 
-May import `comm/` and the root's `config`, `errors` and `atomic_file`.
+May import `comm/` and the root's `config`, `capabilities`, `errors` and `atomic_file`.
 """

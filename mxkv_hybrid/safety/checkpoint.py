@@ -35,6 +35,7 @@ import mxnet as mx
 from mxnet import gluon
 
 from ..atomic_file import write_atomically
+from ..capabilities import capabilities_of
 from ..comm import stall
 from ..comm.topology import World, world
 from ..errors import ConfigError, MXKVError
@@ -89,11 +90,13 @@ def _scope(what: str, trainer: gluon.Trainer) -> World:
     """The ranks that commit one manifest: this MPI job (all ranks, or with separate group
     jobs this group's). Sync group jobs are refused: their groups must commit together."""
     this = world()
-    if not this.spans_all_ranks and _mode(trainer) == "sync":
-        raise ConfigError(f"checkpoint.{what}: in MXKV_MODE=sync every group must save and "
+    mode = _mode(trainer)
+    if not this.spans_all_ranks and mode is not None \
+            and capabilities_of(mode).groups_step_together:
+        raise ConfigError(f"checkpoint.{what}: in MXKV_MODE={mode} every group must save and "
                           "resume the same step, which only one MPI job commits together: start "
                           "the job without --group-jobs / --join (one MPI job is the default "
-                          "layout of mode sync)")
+                          f"layout of mode {mode})")
     return this
 
 

@@ -51,10 +51,6 @@ class SpillStore:
         self.bytes_loaded = 0
         self.bytes_stored = 0
 
-    @property
-    def total_bytes(self) -> int:
-        return 4 * self._memory.total
-
     def shape(self, model: int, key: str) -> Shape:
         return self._regions[model][key][1]
 
