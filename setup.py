@@ -1,5 +1,6 @@
 """Builds the C++ tensor collectives (csrc/) as mxkv_hybrid.comm._C; metadata is in
 pyproject.toml."""
+
 import glob
 import os
 import shlex
@@ -19,17 +20,22 @@ def find_mpi() -> dict:
         headers = [f.locate() for f in files if str(f).endswith("include/mpi.h")]
         libs = [f.locate() for f in files if os.path.basename(str(f)).startswith("libmpi.so")]
         if headers and libs:
-            return {"include_dirs": [os.path.dirname(str(headers[0]))],
-                    "library_dirs": [os.path.dirname(str(libs[0]))], "libraries": ["mpi"]}
+            return {
+                "include_dirs": [os.path.dirname(str(headers[0]))],
+                "library_dirs": [os.path.dirname(str(libs[0]))],
+                "libraries": ["mpi"],
+            }
     except metadata.PackageNotFoundError:
         pass
     mpicc = os.environ.get("MPICC") or shutil.which("mpicc")
     if not mpicc:
         sys.exit("mxkv_hybrid: no MPI found to build against: `pip install mpich` or set MPICC")
     flags = shlex.split(subprocess.check_output([mpicc, "-show"], text=True))
-    return {"include_dirs": [f[2:] for f in flags if f.startswith("-I")],
-            "library_dirs": [f[2:] for f in flags if f.startswith("-L")],
-            "libraries": [f[2:] for f in flags if f.startswith("-l")] or ["mpi"]}
+    return {
+        "include_dirs": [f[2:] for f in flags if f.startswith("-I")],
+        "library_dirs": [f[2:] for f in flags if f.startswith("-L")],
+        "libraries": [f[2:] for f in flags if f.startswith("-l")] or ["mpi"],
+    }
 
 
 mpi = find_mpi()

@@ -50,6 +50,7 @@ to --out: accuracy against epochs, bytes across groups and wall time (means over
 seeds), and for every configuration the bytes and the time it took to reach the final
 accuracy of allreduce less --within, against allreduce's own.
 """
+
 import argparse
 import json
 import os
@@ -67,20 +68,43 @@ sys.path.insert(0, os.path.join(HERE, "benchmarks"))
 
 from job_output import json_lines  # noqa: E402
 
-SETTINGS = {"tau": "MXKV_TAU", "transport": "MXKV_TRANSPORT", "outer": "MXKV_OUTER",
-            "outer_lr": "MXKV_OUTER_LR", "outer_momentum": "MXKV_OUTER_MOMENTUM",
-            "damping": "MXKV_ASYNC_DAMPING", "overlap": "MXKV_LASGD_OVERLAP",
-            "fragments": "MXKV_FRAGMENTS", "compress": "MXKV_COMPRESS", "algo": "MXKV_ALGO"}
+SETTINGS = {
+    "tau": "MXKV_TAU",
+    "transport": "MXKV_TRANSPORT",
+    "outer": "MXKV_OUTER",
+    "outer_lr": "MXKV_OUTER_LR",
+    "outer_momentum": "MXKV_OUTER_MOMENTUM",
+    "damping": "MXKV_ASYNC_DAMPING",
+    "overlap": "MXKV_LASGD_OVERLAP",
+    "fragments": "MXKV_FRAGMENTS",
+    "compress": "MXKV_COMPRESS",
+    "algo": "MXKV_ALGO",
+}
 MODES = ("allreduce", "sync", "async", "easgd", "lasgd")
 DEFAULT_CONFIGURATIONS = {
-    "digits": ["allreduce", "sync", "async", "easgd tau=1", "easgd tau=4", "easgd tau=16",
-               "easgd tau=4 transport=rma", "lasgd tau=4"],
+    "digits": [
+        "allreduce",
+        "sync",
+        "async",
+        "easgd tau=1",
+        "easgd tau=4",
+        "easgd tau=16",
+        "easgd tau=4 transport=rma",
+        "lasgd tau=4",
+    ],
     # the local-step methods at lr 0.05: at the task's 0.1, with 4x the gradient noise of
     # the allreduce's batch, lasgd tau=100 ended at 0.53 and DiLoCo's at 0.10 (seed 42)
-    "mnist1d": ["allreduce", "sync", "sync lr=0.05", "async lr=0.05",
-                "async damping=momentum lr=0.05", "easgd tau=16 lr=0.05", "lasgd tau=128 lr=0.05",
-                "lasgd tau=128 outer=nesterov lr=0.05",
-                "lasgd tau=128 outer=nesterov outer_momentum=0.5 lr=0.05"],
+    "mnist1d": [
+        "allreduce",
+        "sync",
+        "sync lr=0.05",
+        "async lr=0.05",
+        "async damping=momentum lr=0.05",
+        "easgd tau=16 lr=0.05",
+        "lasgd tau=128 lr=0.05",
+        "lasgd tau=128 outer=nesterov lr=0.05",
+        "lasgd tau=128 outer=nesterov outer_momentum=0.5 lr=0.05",
+    ],
 }
 
 
@@ -104,7 +128,8 @@ def parse_configuration(text: str) -> Configuration:
         if name not in SETTINGS or not value:
             raise argparse.ArgumentTypeError(
                 f"{text!r}: {setting!r} is not NAME=VALUE with NAME one of "
-                f"{', '.join([*SETTINGS, 'lr'])}")
+                f"{', '.join([*SETTINGS, 'lr'])}"
+            )
         env[SETTINGS[name]] = value
     if "MXKV_OUTER" in env and mode == "lasgd":  # as the published DiLoCo runs: blocking
         env.setdefault("MXKV_LASGD_OVERLAP", "0")
@@ -129,14 +154,15 @@ def worker(args: argparse.Namespace) -> None:
     comm = MPI.COMM_WORLD
     kv = mx.kv.create("hybrid")
     train_x, train_y, test_x, test_y = task.load_data(args.seed)
-    shard_x, shard_y = train_x[kv.rank::kv.num_workers], train_y[kv.rank::kv.num_workers]
+    shard_x, shard_y = train_x[kv.rank :: kv.num_workers], train_y[kv.rank :: kv.num_workers]
     steps = len(train_x) // kv.num_workers // args.batch_size
     mx.random.seed(args.seed)
     net = task.build_network()
     net.initialize(mx.init.Xavier(magnitude=2.0))
     net.hybridize()
-    trainer = gluon.Trainer(net.collect_params(), "sgd",
-                            {"learning_rate": args.lr, "momentum": 0.9}, kvstore=kv)
+    trainer = gluon.Trainer(
+        net.collect_params(), "sgd", {"learning_rate": args.lr, "momentum": 0.9}, kvstore=kv
+    )
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
     model_bytes = None
 
@@ -156,7 +182,7 @@ def worker(args: argparse.Namespace) -> None:
     for epoch in range(1, args.epochs + 1):
         order = np.random.RandomState(args.seed + 1000 * epoch + kv.rank).permutation(len(shard_y))
         for step in range(steps):
-            batch = order[step * args.batch_size:(step + 1) * args.batch_size]
+            batch = order[step * args.batch_size : (step + 1) * args.batch_size]
             with autograd.record():
                 loss = loss_fn(net(mx.nd.array(shard_x[batch])), mx.nd.array(shard_y[batch]))
             loss.backward()
@@ -172,20 +198,37 @@ def worker(args: argparse.Namespace) -> None:
         paused = time.perf_counter()
         sent = cross_group_bytes()
         own = accuracy(net, test_x, test_y, mx.cpu()) if kv.rank == 0 else None
-        average = average_model_accuracy(comm, net, lambda: accuracy(net, test_x, test_y,
-                                                                     mx.cpu()))
+        average = average_model_accuracy(comm, net, lambda: accuracy(net, test_x, test_y, mx.cpu()))
         evaluating += comm.allreduce(time.perf_counter() - paused, op=MPI.MAX)
         if kv.rank == 0:
-            print(json.dumps({"epoch": epoch, "accuracy": own, "average_accuracy": average,
-                              "seconds": seconds, "cross_group_bytes": sent}), flush=True)
+            print(
+                json.dumps(
+                    {
+                        "epoch": epoch,
+                        "accuracy": own,
+                        "average_accuracy": average,
+                        "seconds": seconds,
+                        "cross_group_bytes": sent,
+                    }
+                ),
+                flush=True,
+            )
     peak_step_bytes = comm.allreduce(peak_step_bytes, op=MPI.MAX)
     mxkv_hybrid.consensus(trainer)
     sent = cross_group_bytes()
     if kv.rank == 0:
-        print(json.dumps({"final_accuracy": accuracy(net, test_x, test_y, mx.cpu()),
-                          "cross_group_bytes": sent, "steps_per_epoch": steps,
-                          "model_bytes": model_bytes, "peak_step_bytes": peak_step_bytes}),
-              flush=True)
+        print(
+            json.dumps(
+                {
+                    "final_accuracy": accuracy(net, test_x, test_y, mx.cpu()),
+                    "cross_group_bytes": sent,
+                    "steps_per_epoch": steps,
+                    "model_bytes": model_bytes,
+                    "peak_step_bytes": peak_step_bytes,
+                }
+            ),
+            flush=True,
+        )
     kv.close()
 
 
@@ -209,14 +252,15 @@ def average_model_accuracy(comm, net, evaluate) -> Optional[float]:
     return found
 
 
-def run(configuration: str, seed: int, link: float, args: argparse.Namespace,
-        cluster=None) -> dict:
+def run(configuration: str, seed: int, link: float, args: argparse.Namespace, cluster=None) -> dict:
     """One job (on `cluster`'s emulated hosts, one group each, if given); its rows and
     totals."""
     mode, env, lr = parse_configuration(configuration)
     size = args.ranks // args.groups
-    print(f"-- {configuration}, seed {seed}{f', link {link:g} Mbit/s' if link else ''} ...",
-          flush=True)
+    print(
+        f"-- {configuration}, seed {seed}{f', link {link:g} Mbit/s' if link else ''} ...",
+        flush=True,
+    )
     options = []
     if env.get("MXKV_TRANSPORT") == "rma":  # the centre in the leaders' windows: no servers
         options += ["--group-size", str(size)]
@@ -225,30 +269,76 @@ def run(configuration: str, seed: int, link: float, args: argparse.Namespace,
         if mode in ("async", "easgd"):  # one MPI job: the byte counts are summed over all ranks
             options += ["--one-job"]
     throttle = 0 if cluster is not None else link  # emulated hosts: their links are the limit
-    environment = dict(os.environ, MXKV_MODE=mode, MXKV_GROUP_SIZE=str(size), **env,
-                       OMP_NUM_THREADS="1", MXKV_THROTTLE_MBPS=str(throttle),
-                       MXKV_THROTTLE_LATENCY_MS=str(args.latency_ms if throttle else 0))
-    worker = ["python", __file__, "--worker", "--task", args.task, "--epochs", str(args.epochs),
-              "--batch-size", str(args.batch_size), "--lr", str(lr or args.lr), "--seed", str(seed)]
+    environment = dict(
+        os.environ,
+        MXKV_MODE=mode,
+        MXKV_GROUP_SIZE=str(size),
+        **env,
+        OMP_NUM_THREADS="1",
+        MXKV_THROTTLE_MBPS=str(throttle),
+        MXKV_THROTTLE_LATENCY_MS=str(args.latency_ms if throttle else 0),
+    )
+    worker = [
+        "python",
+        __file__,
+        "--worker",
+        "--task",
+        args.task,
+        "--epochs",
+        str(args.epochs),
+        "--batch-size",
+        str(args.batch_size),
+        "--lr",
+        str(lr or args.lr),
+        "--seed",
+        str(seed),
+    ]
     begun = time.perf_counter()
     if cluster is None:
-        done = subprocess.run([sys.executable, "-m", "mxkv_hybrid.launch", "-n", str(args.ranks),
-                               "--timeout", "1800", *options, "--", *worker],
-                              capture_output=True, check=False, text=True, env=environment)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "mxkv_hybrid.launch",
+                "-n",
+                str(args.ranks),
+                "--timeout",
+                "1800",
+                *options,
+                "--",
+                *worker,
+            ],
+            capture_output=True,
+            check=False,
+            text=True,
+            env=environment,
+        )
     else:
         from emulated_hosts import launch_on_hosts
+
         done = launch_on_hosts(cluster, size, worker, environment, options)
     if done.returncode != 0:
         sys.exit(f"{configuration} (seed {seed}) failed:\n{done.stdout}\n{done.stderr}")
     rows = json_lines(done.stdout)
     final = rows[-1]
-    print(f"   final accuracy {final['final_accuracy']:.4f}, {rows[-2]['seconds']:.1f} s, "
-          f"{final['cross_group_bytes'] / 1e6:.2f} MB across", flush=True)
-    return {"configuration": configuration, "mode": mode, "seed": seed, "link_mbps": link,
-            "epochs": rows[:-1], "final_accuracy": final["final_accuracy"],
-            "cross_group_bytes": final["cross_group_bytes"], "model_bytes": final["model_bytes"],
-            "steps_per_epoch": final["steps_per_epoch"],
-            "peak_step_bytes": final["peak_step_bytes"], "job_seconds": time.perf_counter() - begun}
+    print(
+        f"   final accuracy {final['final_accuracy']:.4f}, {rows[-2]['seconds']:.1f} s, "
+        f"{final['cross_group_bytes'] / 1e6:.2f} MB across",
+        flush=True,
+    )
+    return {
+        "configuration": configuration,
+        "mode": mode,
+        "seed": seed,
+        "link_mbps": link,
+        "epochs": rows[:-1],
+        "final_accuracy": final["final_accuracy"],
+        "cross_group_bytes": final["cross_group_bytes"],
+        "model_bytes": final["model_bytes"],
+        "steps_per_epoch": final["steps_per_epoch"],
+        "peak_step_bytes": final["peak_step_bytes"],
+        "job_seconds": time.perf_counter() - begun,
+    }
 
 
 def mean_curve(runs: List[dict]) -> List[dict]:
@@ -256,8 +346,10 @@ def mean_curve(runs: List[dict]) -> List[dict]:
     average model's where every run measured it), seconds and bytes."""
     keys = ["epoch", "accuracy", "seconds", "cross_group_bytes"]
     keys += ["average_accuracy"] if measures_the_average(runs) else []
-    return [{key: statistics.mean(run["epochs"][i][key] for run in runs)
-             for key in keys} for i in range(len(runs[0]["epochs"]))]
+    return [
+        {key: statistics.mean(run["epochs"][i][key] for run in runs) for key in keys}
+        for i in range(len(runs[0]["epochs"]))
+    ]
 
 
 def measures_the_average(runs: List[dict]) -> bool:
@@ -280,26 +372,35 @@ def summarise(results: List[dict], within: float) -> List[dict]:
         configurations = list(dict.fromkeys(r["configuration"] for r in on_link))
         runs = {c: [r for r in on_link if r["configuration"] == c] for c in configurations}
         reference = runs.get("allreduce")
-        target = (statistics.mean(r["final_accuracy"] for r in reference) - within
-                  if reference else None)
+        target = (
+            statistics.mean(r["final_accuracy"] for r in reference) - within if reference else None
+        )
         key = "average_accuracy" if measures_the_average(on_link) else "accuracy"
         baseline = reached(mean_curve(reference), target, key) if reference else None
         for configuration in configurations:
             mine = runs[configuration]
             curve = mean_curve(mine)
             there = reached(curve, target, key) if target is not None else None
-            row = {"link_mbps": link, "configuration": configuration,
-                   "seeds": [r["seed"] for r in mine],
-                   "final_accuracy": [r["final_accuracy"] for r in mine],
-                   "mean_final_accuracy": statistics.mean(r["final_accuracy"] for r in mine),
-                   "train_seconds": statistics.mean(r["epochs"][-1]["seconds"] for r in mine),
-                   "cross_group_bytes": statistics.mean(r["cross_group_bytes"] for r in mine),
-                   "peak_step_bytes": (None if any("peak_step_bytes" not in r for r in mine)
-                                       else max(r["peak_step_bytes"] for r in mine)),
-                   "target": target, "measured": key,
-                   "epoch_at_target": there and there["epoch"],
-                   "seconds_to_target": there and there["seconds"],
-                   "bytes_to_target": there and there["cross_group_bytes"], "curve": curve}
+            row = {
+                "link_mbps": link,
+                "configuration": configuration,
+                "seeds": [r["seed"] for r in mine],
+                "final_accuracy": [r["final_accuracy"] for r in mine],
+                "mean_final_accuracy": statistics.mean(r["final_accuracy"] for r in mine),
+                "train_seconds": statistics.mean(r["epochs"][-1]["seconds"] for r in mine),
+                "cross_group_bytes": statistics.mean(r["cross_group_bytes"] for r in mine),
+                "peak_step_bytes": (
+                    None
+                    if any("peak_step_bytes" not in r for r in mine)
+                    else max(r["peak_step_bytes"] for r in mine)
+                ),
+                "target": target,
+                "measured": key,
+                "epoch_at_target": there and there["epoch"],
+                "seconds_to_target": there and there["seconds"],
+                "bytes_to_target": there and there["cross_group_bytes"],
+                "curve": curve,
+            }
             if reference:
                 allreduce_bytes = statistics.mean(r["cross_group_bytes"] for r in reference)
                 row["bytes_ratio"] = allreduce_bytes / max(row["cross_group_bytes"], 1.0)
@@ -310,32 +411,45 @@ def summarise(results: List[dict], within: float) -> List[dict]:
 
 
 def table(rows: List[dict], within: float) -> str:
-    lines = [(f"{'configuration':>30} {'link':>9} {'final acc (per seed)':>28} {'mean':>6} "
-              f"{'train s':>8} {'MB across':>10} {'fewer bytes':>11} {'peak MB':>8} "
-              f"{'s to target':>11} {'sooner':>7}")]
+    lines = [
+        (
+            f"{'configuration':>30} {'link':>9} {'final acc (per seed)':>28} {'mean':>6} "
+            f"{'train s':>8} {'MB across':>10} {'fewer bytes':>11} {'peak MB':>8} "
+            f"{'s to target':>11} {'sooner':>7}"
+        )
+    ]
     for row in rows:
         link = f"{row['link_mbps']:g} Mb/s" if row["link_mbps"] else "-"
         seeds = " ".join(f"{a:.3f}" for a in row["final_accuracy"])
-        to_target = (f"{row['seconds_to_target']:.1f}" if row["seconds_to_target"] is not None
-                     else "never")
-        peak = (f"{row['peak_step_bytes'] / 1e6:8.3f}" if row.get("peak_step_bytes") is not None
-                else f"{'-':>8}")
-        lines.append(f"{row['configuration']:>30} {link:>9} {seeds:>28} "
-                     f"{row['mean_final_accuracy']:6.3f} {row['train_seconds']:8.1f} "
-                     f"{row['cross_group_bytes'] / 1e6:10.2f} "
-                     f"{row.get('bytes_ratio', float('nan')):10.1f}x {peak} {to_target:>11} "
-                     f"{row.get('sooner', float('nan')):6.1f}x")
+        to_target = (
+            f"{row['seconds_to_target']:.1f}" if row["seconds_to_target"] is not None else "never"
+        )
+        peak = (
+            f"{row['peak_step_bytes'] / 1e6:8.3f}"
+            if row.get("peak_step_bytes") is not None
+            else f"{'-':>8}"
+        )
+        lines.append(
+            f"{row['configuration']:>30} {link:>9} {seeds:>28} "
+            f"{row['mean_final_accuracy']:6.3f} {row['train_seconds']:8.1f} "
+            f"{row['cross_group_bytes'] / 1e6:10.2f} "
+            f"{row.get('bytes_ratio', float('nan')):10.1f}x {peak} {to_target:>11} "
+            f"{row.get('sooner', float('nan')):6.1f}x"
+        )
     models = {"accuracy": "rank 0's model", "average_accuracy": "the average of the ranks' models"}
     measured = ", ".join(sorted({models[row["measured"]] for row in rows}))
-    lines.append(f"target: allreduce's mean final accuracy on the same link less {within}; "
-                 f"'s to target': the first epoch whose mean accuracy ({measured}) reaches "
-                 "it; 'sooner' and 'fewer bytes': allreduce's over the configuration's; "
-                 "'peak MB': the most one rank sent across groups in one step (max over seeds)")
+    lines.append(
+        f"target: allreduce's mean final accuracy on the same link less {within}; "
+        f"'s to target': the first epoch whose mean accuracy ({measured}) reaches "
+        "it; 'sooner' and 'fewer bytes': allreduce's over the configuration's; "
+        "'peak MB': the most one rank sent across groups in one step (max over seeds)"
+    )
     return "\n".join(lines)
 
 
 def plot(rows: List[dict], path: str, title: str) -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -348,16 +462,22 @@ def plot(rows: List[dict], path: str, title: str) -> None:
             curve = row["curve"]
             accuracy = [point[row["measured"]] for point in curve]
             colour = colours[row["configuration"]]
-            axis_row[0].plot([point["epoch"] for point in curve], accuracy, colour,
-                             label=row["configuration"])
-            axis_row[1].plot([max(point["cross_group_bytes"], 1) / 1e6 for point in curve],
-                             accuracy, colour)
+            axis_row[0].plot(
+                [point["epoch"] for point in curve], accuracy, colour, label=row["configuration"]
+            )
+            axis_row[1].plot(
+                [max(point["cross_group_bytes"], 1) / 1e6 for point in curve], accuracy, colour
+            )
             axis_row[2].plot([point["seconds"] for point in curve], accuracy, colour)
         name = f"link {link:g} Mbit/s" if link else "no throttle"
-        measured = ("the average model" if row["measured"] == "average_accuracy"
-                    else "rank 0's model")
-        axis_row[0].set(xlabel="epoch", ylabel=f"test accuracy ({measured}, mean of seeds)",
-                        title=f"{title}, {name}")
+        measured = (
+            "the average model" if row["measured"] == "average_accuracy" else "rank 0's model"
+        )
+        axis_row[0].set(
+            xlabel="epoch",
+            ylabel=f"test accuracy ({measured}, mean of seeds)",
+            title=f"{title}, {name}",
+        )
         axis_row[1].set(xlabel="MB sent across groups (log)", xscale="log", title=name)
         axis_row[2].set(xlabel="wall time, s", title=name)
         for axis in axis_row:
@@ -382,9 +502,12 @@ def merged(paths: List[str], args: argparse.Namespace) -> Tuple[List[dict], argp
         if differing:
             sys.exit(f"--merge: {path} differs from {paths[0]} in {', '.join(differing)}")
     results = [run for study in studies for run in study["runs"]]
-    settings = dict(vars(args), **{k: first.get(k) for k in shared},
-                    seeds=list(dict.fromkeys(r["seed"] for r in results)),
-                    links=sorted({r["link_mbps"] for r in results}))
+    settings = dict(
+        vars(args),
+        **{k: first.get(k) for k in shared},
+        seeds=list(dict.fromkeys(r["seed"] for r in results)),
+        links=sorted({r["link_mbps"] for r in results}),
+    )
     return results, argparse.Namespace(**settings)
 
 
@@ -407,8 +530,9 @@ def links(args: argparse.Namespace):
 def main() -> None:
     from study_tasks import TASKS
 
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--task", choices=sorted(TASKS), default="digits")
     parser.add_argument("--ranks", type=int, default=4)
     parser.add_argument("--groups", type=int, default=2, help="groups of ranks // groups each")
@@ -416,23 +540,44 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, help="per rank and step (the task's)")
     parser.add_argument("--lr", type=float, help="the task's unless given")
     parser.add_argument("--seeds", type=int, nargs="+", default=[42])
-    parser.add_argument("--links", type=float, nargs="+", default=[0.0, 50.0],
-                        help="Mbit/s between the groups, 0: no throttle")
-    parser.add_argument("--latency-ms", type=float, default=2.0,
-                        help="the throttle's latency a transfer (not with --hosts)")
-    parser.add_argument("--hosts", action="store_true",
-                        help="every group on an emulated host of its own (root; network "
-                             "namespaces, MPI over TCP) whose link runs at --links Mbit/s "
-                             "(tbf; 0: unlimited), instead of the in-process throttle")
+    parser.add_argument(
+        "--links",
+        type=float,
+        nargs="+",
+        default=[0.0, 50.0],
+        help="Mbit/s between the groups, 0: no throttle",
+    )
+    parser.add_argument(
+        "--latency-ms",
+        type=float,
+        default=2.0,
+        help="the throttle's latency a transfer (not with --hosts)",
+    )
+    parser.add_argument(
+        "--hosts",
+        action="store_true",
+        help="every group on an emulated host of its own (root; network "
+        "namespaces, MPI over TCP) whose link runs at --links Mbit/s "
+        "(tbf; 0: unlimited), instead of the in-process throttle",
+    )
     parser.add_argument("--configurations", nargs="+", help="the task's set unless given")
-    parser.add_argument("--within", type=float, default=0.005,
-                        help="the target: allreduce's final accuracy less this much")
+    parser.add_argument(
+        "--within",
+        type=float,
+        default=0.005,
+        help="the target: allreduce's final accuracy less this much",
+    )
     parser.add_argument("--out", default=os.path.join(HERE, "benchmarks", "results"))
-    parser.add_argument("--label", help="written as convergence_<task>_<label>.* (default: "
-                                        "convergence_<task>.*)")
-    parser.add_argument("--merge", nargs="+", metavar="JSON",
-                        help="train nothing: summarise the runs of these earlier studies' "
-                             "convergence_<task>.json together (say, one per link)")
+    parser.add_argument(
+        "--label", help="written as convergence_<task>_<label>.* (default: convergence_<task>.*)"
+    )
+    parser.add_argument(
+        "--merge",
+        nargs="+",
+        metavar="JSON",
+        help="train nothing: summarise the runs of these earlier studies' "
+        "convergence_<task>.json together (say, one per link)",
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, help=argparse.SUPPRESS)  # a worker's
     args = parser.parse_args()
@@ -453,21 +598,29 @@ def main() -> None:
                 parse_configuration(configuration)
             except argparse.ArgumentTypeError as err:
                 parser.error(str(err))
-        results = [run(configuration, seed, link, args, cluster)
-                   for link, cluster in links(args) for seed in args.seeds
-                   for configuration in configurations]
+        results = [
+            run(configuration, seed, link, args, cluster)
+            for link, cluster in links(args)
+            for seed in args.seeds
+            for configuration in configurations
+        ]
     rows = summarise(results, args.within)
-    where = ("one emulated host per group, links of the rate shown (0: unlimited)"
-             if args.hosts else
-             f"slow links + {args.latency_ms:g} ms a transfer")
-    title = (f"{args.task}, {args.ranks} ranks in {args.groups} groups, {args.epochs} epochs, "
-             f"batch {args.batch_size}/rank, lr {args.lr} (unless the configuration names "
-             f"one), momentum 0.9, seeds {' '.join(map(str, args.seeds))}; {where}")
+    where = (
+        "one emulated host per group, links of the rate shown (0: unlimited)"
+        if args.hosts
+        else f"slow links + {args.latency_ms:g} ms a transfer"
+    )
+    title = (
+        f"{args.task}, {args.ranks} ranks in {args.groups} groups, {args.epochs} epochs, "
+        f"batch {args.batch_size}/rank, lr {args.lr} (unless the configuration names "
+        f"one), momentum 0.9, seeds {' '.join(map(str, args.seeds))}; {where}"
+    )
     text = f"{title}\n{table(rows, args.within)}"
     print(f"\n{text}")
     os.makedirs(args.out, exist_ok=True)
-    stem = os.path.join(args.out, "_".join(["convergence", args.task]
-                                           + ([args.label] if args.label else [])))
+    stem = os.path.join(
+        args.out, "_".join(["convergence", args.task] + ([args.label] if args.label else []))
+    )
     with open(f"{stem}.json", "w") as f:
         summary = [{k: v for k, v in row.items() if k != "curve"} for row in rows]
         json.dump({"settings": vars(args), "summary": summary, "runs": results}, f)

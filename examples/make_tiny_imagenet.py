@@ -11,6 +11,7 @@ with Pillow encoding the JPEGs, so no OpenCV is needed.
 
     python examples/make_tiny_imagenet.py --out data/tiny-imagenet [--classes 10] [--size 64]
 """
+
 import argparse
 import os
 from typing import List, Tuple
@@ -21,8 +22,9 @@ from PIL import Image
 
 
 def parse_arguments() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--out", required=True, help="directory to write (created)")
     parser.add_argument("--classes", type=int, default=10)
     parser.add_argument("--train-per-class", type=int, default=64)
@@ -43,8 +45,9 @@ def class_styles(classes: int, rng: np.random.RandomState) -> List[Tuple[np.ndar
     return [(colours[c], angles[(3 * c) % classes], frequencies[c]) for c in range(classes)]
 
 
-def draw(style: Tuple[np.ndarray, float, float], size: int,
-         rng: np.random.RandomState) -> np.ndarray:
+def draw(
+    style: Tuple[np.ndarray, float, float], size: int, rng: np.random.RandomState
+) -> np.ndarray:
     """One size x size x 3 uint8 image of a class."""
     colour, angle, frequency = style
     ys, xs = np.mgrid[0:size, 0:size] / size
@@ -57,8 +60,9 @@ def draw(style: Tuple[np.ndarray, float, float], size: int,
     return (np.clip(image, 0, 1) * 255).astype(np.uint8)
 
 
-def write_split(root: str, split: str, per_class: int, styles, size: int,
-                rng: np.random.RandomState) -> int:
+def write_split(
+    root: str, split: str, per_class: int, styles, size: int, rng: np.random.RandomState
+) -> int:
     """Writes <root>/<split>/<class>/*.jpg and <root>/<split>.{lst,rec,idx}; returns the count."""
     images = []
     for label, style in enumerate(styles):
@@ -71,8 +75,9 @@ def write_split(root: str, split: str, per_class: int, styles, size: int,
     # records in random order, so that ImageRecordIter's contiguous parts (num_parts,
     # part_index: one per rank) each hold every class
     order = rng.permutation(len(images))
-    records = mx.recordio.MXIndexedRecordIO(os.path.join(root, f"{split}.idx"),
-                                            os.path.join(root, f"{split}.rec"), "w")
+    records = mx.recordio.MXIndexedRecordIO(
+        os.path.join(root, f"{split}.idx"), os.path.join(root, f"{split}.rec"), "w"
+    )
     with open(os.path.join(root, f"{split}.lst"), "w") as listing:
         for index, position in enumerate(order):
             label, path = images[position]
@@ -93,8 +98,11 @@ def main() -> None:
     os.makedirs(args.out, exist_ok=True)
     for split, per_class in (("train", args.train_per_class), ("val", args.val_per_class)):
         count = write_split(args.out, split, per_class, styles, args.size, rng)
-        print(f"{split}: {count} images of {args.size}x{args.size} in {args.classes} classes -> "
-              f"{args.out}/{split}/ and {args.out}/{split}.rec", flush=True)
+        print(
+            f"{split}: {count} images of {args.size}x{args.size} in {args.classes} classes -> "
+            f"{args.out}/{split}/ and {args.out}/{split}.rec",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
 """The README's example: linear regression on 2+ ranks with the hybrid store."""
+
 import mxnet as mx
 from mxnet import autograd, gluon
 
@@ -17,5 +18,7 @@ for _step in range(200):
     loss.backward()
     trainer.step(32)  # gradients averaged over every rank
 mxkv_hybrid.consensus(trainer)  # one final model (easgd / lasgd: the centre / the average)
-print(f"rank {kv.rank} of {kv.num_workers}: weight {net.weight.data().asnumpy().round(3)}, "
-      f"bias {net.bias.data().asnumpy().round(3)}")
+print(
+    f"rank {kv.rank} of {kv.num_workers}: weight {net.weight.data().asnumpy().round(3)}, "
+    f"bias {net.bias.data().asnumpy().round(3)}"
+)

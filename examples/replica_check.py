@@ -1,5 +1,6 @@
 """The examples' end-of-training check that every rank of the MPI job holds the same model,
 made through plain MPI (mpi4py), never through the store under test."""
+
 import hashlib
 
 import mxkv_hybrid

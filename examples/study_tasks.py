@@ -9,6 +9,7 @@ the training budget of each.
             parameters) reaches about 0.95 and a linear model about 0.32, so it separates
             good methods from bad ones
 """
+
 from dataclasses import dataclass
 from typing import Callable, Tuple
 
@@ -37,24 +38,44 @@ def load_mnist1d(seed: int) -> Data:
     from mnist1d.data import get_dataset_args, make_dataset
 
     data = make_dataset(get_dataset_args())
-    return (data["x"].astype(np.float32)[:, None, :], data["y"].astype(np.float32),
-            data["x_test"].astype(np.float32)[:, None, :], data["y_test"].astype(np.float32))
+    return (
+        data["x"].astype(np.float32)[:, None, :],
+        data["y"].astype(np.float32),
+        data["x_test"].astype(np.float32)[:, None, :],
+        data["y_test"].astype(np.float32),
+    )
 
 
 def build_mnist1d_network() -> gluon.nn.HybridSequential:
     """Three strided 1-D convolutions of 64 channels and a linear read-out (28,298 weights)."""
     net = gluon.nn.HybridSequential()
-    net.add(gluon.nn.Conv1D(64, 5, strides=2, padding=1, activation="relu"),
-            gluon.nn.Conv1D(64, 3, strides=2, padding=1, activation="relu"),
-            gluon.nn.Conv1D(64, 3, strides=2, padding=1, activation="relu"),
-            gluon.nn.Flatten(),
-            gluon.nn.Dense(10))
+    net.add(
+        gluon.nn.Conv1D(64, 5, strides=2, padding=1, activation="relu"),
+        gluon.nn.Conv1D(64, 3, strides=2, padding=1, activation="relu"),
+        gluon.nn.Conv1D(64, 3, strides=2, padding=1, activation="relu"),
+        gluon.nn.Flatten(),
+        gluon.nn.Dense(10),
+    )
     return net
 
 
 TASKS = {
-    "digits": Task("digits", train_digits.load_data, train_digits.build_network, epochs=12,
-                   batch_size=16, lr=0.05, target=0.95),
-    "mnist1d": Task("mnist1d", load_mnist1d, build_mnist1d_network, epochs=100, batch_size=32,
-                    lr=0.1, target=0.9),
+    "digits": Task(
+        "digits",
+        train_digits.load_data,
+        train_digits.build_network,
+        epochs=12,
+        batch_size=16,
+        lr=0.05,
+        target=0.95,
+    ),
+    "mnist1d": Task(
+        "mnist1d",
+        load_mnist1d,
+        build_mnist1d_network,
+        epochs=100,
+        batch_size=32,
+        lr=0.1,
+        target=0.9,
+    ),
 }

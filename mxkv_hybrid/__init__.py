@@ -11,6 +11,7 @@ The folders are layers, each importing only from those below it: launch/, integr
 the store (kvstore.py), modes/ and observe/, ps/, safety/, comm/ (with the C++ in _C), and
 config.py / errors.py at the bottom; docs/ARCHITECTURE.md follows one step through them.
 """
+
 import os as _os
 import sys as _sys
 
@@ -31,8 +32,11 @@ def _is_the_launchers_process() -> bool:
     if _os.path.basename(_sys.argv[0] if _sys.argv else "") == "mxkv-launch":
         return True
     argv = getattr(_sys, "orig_argv", [])
-    return ("-m" in argv and argv.index("-m") + 1 < len(argv)
-            and argv[argv.index("-m") + 1] in _LAUNCHER_MODULES)
+    return (
+        "-m" in argv
+        and argv.index("-m") + 1 < len(argv)
+        and argv[argv.index("-m") + 1] in _LAUNCHER_MODULES
+    )
 
 
 # every process's messages, the launcher's too (logs.py, MXKV_LOG_LEVEL)
@@ -58,10 +62,27 @@ if not _is_the_launchers_process():
     from .modes.averagers import PeriodicModelAverager, broadcast_parameters
     from .safety import checkpoint
 
-    __all__ = ["Hybrid", "Config", "KNOBS", "MXKVError", "ConfigError", "MismatchError",
-               "NonFiniteError", "ServerKeyConflict", "World", "world", "consensus", "steps_done",
-               "checkpoint", "PeriodicModelAverager", "broadcast_parameters", "even_batches",
-               "EvenBatchesIter", "ShardSampler", "rank_gpus"]
+    __all__ = [
+        "Hybrid",
+        "Config",
+        "KNOBS",
+        "MXKVError",
+        "ConfigError",
+        "MismatchError",
+        "NonFiniteError",
+        "ServerKeyConflict",
+        "World",
+        "world",
+        "consensus",
+        "steps_done",
+        "checkpoint",
+        "PeriodicModelAverager",
+        "broadcast_parameters",
+        "even_batches",
+        "EvenBatchesIter",
+        "ShardSampler",
+        "rank_gpus",
+    ]
 
     hooks.install()
     if read_knob("MXKV_AUTO"):

@@ -1,4 +1,5 @@
 """Writing a file so that a reader sees the old or the new content, never a partial one."""
+
 import os
 import tempfile
 
@@ -8,8 +9,9 @@ def write_atomically(path: str, data: bytes) -> None:
     it over `path` (several processes may write the same path at once)."""
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
-    with tempfile.NamedTemporaryFile("wb", dir=directory, delete=False,
-                                     prefix=f".{os.path.basename(path)}.") as tmp:
+    with tempfile.NamedTemporaryFile(
+        "wb", dir=directory, delete=False, prefix=f".{os.path.basename(path)}."
+    ) as tmp:
         try:
             tmp.write(data)
             tmp.flush()

@@ -1,6 +1,7 @@
 """What each MXKV_MODE can do: the one table that config's checks, the launcher and the store
 read instead of naming modes. Each field's doc is in its metadata (`dataclasses.fields`),
 and `rows()` lists the table for the docs."""
+
 from dataclasses import dataclass, field, fields
 from typing import Any, Dict, List, Tuple
 
@@ -18,57 +19,95 @@ class ModeCapabilities:
 
     servers: bool = _can(
         "The groups meet through MXNet's parameter servers (mxkv-launch --servers); easgd "
-        "unless MXKV_TRANSPORT=rma.")
+        "unless MXKV_TRANSPORT=rma."
+    )
     group_jobs: bool = _can(
         "Each group can run as its own MPI job, the groups joined through the servers only "
-        "(mxkv-launch --group-jobs, --serve and --join); easgd only asynchronous, over ps.")
+        "(mxkv-launch --group-jobs, --serve and --join); easgd only asynchronous, over ps."
+    )
     group_jobs_by_default: bool = _can(
         "With --servers and more than one group, each group runs as its own MPI job unless "
-        "--one-job.")
+        "--one-job."
+    )
     groups_step_together: bool = _can(
         "Every group takes every step with the others: a lost group stops them all, no group "
-        "restarts alone (--restarts restarts the job), one MPI job commits a checkpoint.")
-    easgd_sync: bool = _can(
-        "MXKV_EASGD_SYNC=1 makes the groups step together (synchronous EASGD).")
+        "restarts alone (--restarts restarts the job), one MPI job commits a checkpoint."
+    )
+    easgd_sync: bool = _can("MXKV_EASGD_SYNC=1 makes the groups step together (synchronous EASGD).")
     rma_transport: bool = _can(
-        "MXKV_TRANSPORT=rma: the centre variable in MPI windows of the group leaders, no "
-        "servers.")
+        "MXKV_TRANSPORT=rma: the centre variable in MPI windows of the group leaders, no servers."
+    )
     gradients_allreduced: bool = _can(
         "Each step's gradients are summed by one allreduce over all ranks, hierarchical "
-        "across groups with MXKV_HIERARCHY.")
+        "across groups with MXKV_HIERARCHY."
+    )
     optimizer_on_servers: bool = _can(
         "set_optimizer sends the optimizer to the servers, which update the weights (sync: "
-        "unless gradient compression keeps it on the ranks).")
+        "unless gradient compression keeps it on the ranks)."
+    )
     updates_only_on_servers: bool = _can(
         "The servers hold the weights and apply every update: updates on the ranks are "
-        "refused, and consensus reads the servers' weights.")
+        "refused, and consensus reads the servers' weights."
+    )
     outer_optimizer: bool = _can(
         "MXKV_OUTER: an outer optimizer on each averaged change (lasgd: DiLoCo) or elastic "
-        "difference (easgd).")
+        "difference (easgd)."
+    )
     fragments: bool = _can(
-        "MXKV_FRAGMENTS: each average exchanges one fragment of the model (Streaming "
-        "DiLoCo).")
+        "MXKV_FRAGMENTS: each average exchanges one fragment of the model (Streaming DiLoCo)."
+    )
     overlapped_average: bool = _can(
-        "MXKV_LASGD_OVERLAP: the model average runs behind the next local steps.")
-    async_damping: bool = _can(
-        "MXKV_ASYNC_DAMPING: the servers damp stale gradients.")
+        "MXKV_LASGD_OVERLAP: the model average runs behind the next local steps."
+    )
+    async_damping: bool = _can("MXKV_ASYNC_DAMPING: the servers damp stale gradients.")
 
 
 _NONE = dict.fromkeys((f.name for f in fields(ModeCapabilities)), False)
 
 CAPABILITIES: Dict[str, ModeCapabilities] = {
-    ALLREDUCE: ModeCapabilities(**dict(_NONE, groups_step_together=True,
-                                       gradients_allreduced=True)),
-    SYNC: ModeCapabilities(**dict(_NONE, servers=True, group_jobs=True,
-                                  groups_step_together=True, optimizer_on_servers=True)),
-    ASYNC: ModeCapabilities(**dict(_NONE, servers=True, group_jobs=True,
-                                   group_jobs_by_default=True, optimizer_on_servers=True,
-                                   updates_only_on_servers=True, async_damping=True)),
-    EASGD: ModeCapabilities(**dict(_NONE, servers=True, group_jobs=True,
-                                   group_jobs_by_default=True, easgd_sync=True,
-                                   rma_transport=True, outer_optimizer=True)),
-    LASGD: ModeCapabilities(**dict(_NONE, groups_step_together=True, outer_optimizer=True,
-                                   fragments=True, overlapped_average=True)),
+    ALLREDUCE: ModeCapabilities(
+        **dict(_NONE, groups_step_together=True, gradients_allreduced=True)
+    ),
+    SYNC: ModeCapabilities(
+        **dict(
+            _NONE,
+            servers=True,
+            group_jobs=True,
+            groups_step_together=True,
+            optimizer_on_servers=True,
+        )
+    ),
+    ASYNC: ModeCapabilities(
+        **dict(
+            _NONE,
+            servers=True,
+            group_jobs=True,
+            group_jobs_by_default=True,
+            optimizer_on_servers=True,
+            updates_only_on_servers=True,
+            async_damping=True,
+        )
+    ),
+    EASGD: ModeCapabilities(
+        **dict(
+            _NONE,
+            servers=True,
+            group_jobs=True,
+            group_jobs_by_default=True,
+            easgd_sync=True,
+            rma_transport=True,
+            outer_optimizer=True,
+        )
+    ),
+    LASGD: ModeCapabilities(
+        **dict(
+            _NONE,
+            groups_step_together=True,
+            outer_optimizer=True,
+            fragments=True,
+            overlapped_average=True,
+        )
+    ),
 }
 MODES: Tuple[str, ...] = tuple(CAPABILITIES)
 
@@ -101,5 +140,8 @@ def steps_together(mode: str, easgd_sync: bool) -> bool:
 
 def rows() -> List[Tuple[str, str, bool]]:
     """(mode, capability, yes) for every mode and capability, in table order (the docs)."""
-    return [(mode, capability.name, getattr(can, capability.name))
-            for mode, can in CAPABILITIES.items() for capability in fields(ModeCapabilities)]
+    return [
+        (mode, capability.name, getattr(can, capability.name))
+        for mode, can in CAPABILITIES.items()
+        for capability in fields(ModeCapabilities)
+    ]

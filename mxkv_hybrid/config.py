@@ -1,4 +1,5 @@
 """Every MXKV_* knob: parsed and validated once, from the environment."""
+
 import os
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
@@ -28,16 +29,19 @@ def _choice(options):
         if value not in options:
             raise ValueError("expected one of: " + ", ".join(options))
         return value
+
     return parse
 
 
 def _whole_number(low: int, high: Optional[int], expected: str):
     """A parser of integers in [low, high] (no upper bound when high is None)."""
+
     def parse(text: str) -> int:
         value = int(text)
         if value < low or (high is not None and value > high):
             raise ValueError("expected " + expected)
         return value
+
     return parse
 
 
@@ -100,8 +104,10 @@ def parse_fault(text: str) -> Optional[Fault]:
     """'' -> None; 'ACTION:rank=R:step=S' -> Fault; ValueError naming the expected form."""
     if not text.strip():
         return None
-    expected = (f"ACTION:rank=R:step=S with ACTION one of {', '.join(FAULT_ACTIONS)}, "
-                "e.g. kill:rank=1:step=5")
+    expected = (
+        f"ACTION:rank=R:step=S with ACTION one of {', '.join(FAULT_ACTIONS)}, "
+        "e.g. kill:rank=1:step=5"
+    )
     action, *fields = text.strip().lower().split(":")
     fault = Fault(action, *_whole_numbers(fields, ("rank", "step"), expected))
     if action not in FAULT_ACTIONS or fault.rank < 0 or fault.step < 1:
@@ -134,15 +140,20 @@ def parse_group_job(text: str) -> Optional[GroupJob]:
     -> GroupJob."""
     if not text.strip():
         return None
-    expected = ("group=G:groups=N:first_rank=F:ranks=R[:local_first=L:local_ranks=H], e.g. "
-                "group=1:groups=3:first_rank=2:ranks=6")
+    expected = (
+        "group=G:groups=N:first_rank=F:ranks=R[:local_first=L:local_ranks=H], e.g. "
+        "group=1:groups=3:first_rank=2:ranks=6"
+    )
     fields = text.strip().split(":")
     names = GROUP_JOB_FIELDS + (GROUP_JOB_HOST_FIELDS if "local_first=" in text else ())
     job = GroupJob(*_whole_numbers(fields, names, expected))
     if not 0 <= job.group < job.groups or not 0 <= job.first_rank < job.ranks:
         raise ValueError(f"expected {expected}")
-    if (job.local_first is not None and job.local_ranks is not None  # (given together)
-            and not 0 <= job.local_first < job.local_ranks):
+    if (
+        job.local_first is not None
+        and job.local_ranks is not None  # (given together)
+        and not 0 <= job.local_first < job.local_ranks
+    ):
         raise ValueError(f"expected {expected}")
     return job
 
@@ -159,277 +170,386 @@ class Knob:
 
 
 KNOBS: Dict[str, Knob] = {
-    "MXKV_MODE": Knob(_choice(MODES), ALLREDUCE,
-                      "How gradients are combined. allreduce: one MPI allreduce over all ranks. "
-                      "sync: allreduce inside each group, group leaders sum through MXNet's "
-                      "parameter server (dist_sync), which runs the optimizer as dist_sync does, "
-                      "then a broadcast inside each group. async: the "
-                      "same groups, asynchronous to each other: the servers (dist_async) hold "
-                      "the weights and apply each group's gradient as it arrives. easgd: elastic "
-                      "averaging SGD between groups through a centre variable on the parameter "
-                      "server. lasgd: every rank takes local steps; the models are averaged every "
-                      "MXKV_TAU steps by an allreduce that overlaps the next local steps."),
-    "MXKV_TAU": Knob(_whole_number(1, None, "a whole number >= 1"), "4",
-                     "easgd: local steps between two elastic exchanges of a group with the "
-                     "centre variable on the parameter server. lasgd: local steps between two "
-                     "model averagings."),
-    "MXKV_EASGD_BETA": Knob(_parse_fraction, "0.9",
-                            "`easgd`: the moving rate beta = groups x alpha (the paper's 0.9); "
-                            "alpha = beta / number of groups unless `MXKV_EASGD_ALPHA` is set."),
-    "MXKV_EASGD_ALPHA": Knob(_parse_fraction, "",
-                             "`easgd`: the elastic moving rate of each exchange (e = alpha (x - "
-                             "centre); x -= e; centre += e), between 0 and 1. Empty: beta / "
-                             "groups."),
-    "MXKV_EASGD_SYNC": Knob(_parse_bool, "0",
-                            "easgd: 0: each group exchanges with the centre on its own "
-                            "(asynchronous EASGD, dist_async servers); 1: all groups exchange at "
-                            "the same step and the centre moves by the sum of their elastic "
-                            "differences (synchronous EASGD, dist_sync servers)."),
-    "MXKV_TRANSPORT": Knob(_choice(TRANSPORTS), "ps",
-                           "easgd: where the centre variable lives. ps: on MXNet's parameter "
-                           "servers (mxkv-launch --servers), reached by ps-lite's push and pull. "
-                           "rma: in MPI windows on the group leaders (each holds 1/groups of it; "
-                           "no servers), read with MPI_Get_accumulate and moved with "
-                           "MPI_Accumulate, one-sided: the leaders that hold it take no part. rma "
-                           "needs every group in one MPI job (mxkv-launch without --servers). "
-                           "Other modes refuse rma."),
-    "MXKV_RMA_PROGRESS_US": Knob(_whole_number(0, None, "a whole number of microseconds >= 0"),
-                                 "500",
-                                 "`easgd` over `rma`, leaders on more than one host: a thread of "
-                                 "each leader enters MPI this often (microseconds), so the other "
-                                 "leaders' reads and adds of the centre it holds move on while it"
-                                 " computes (over TCP, MPICH serves one-sided operations only "
-                                 "inside MPI). `0`: no thread."),
-    "MXKV_WARMUP_STEPS": Knob(_whole_number(0, None, "a whole number >= 0"), "0",
-                              "`easgd`: steps of group-synchronous SGD before the first elastic "
-                              "exchange. `lasgd`: steps of synchronous SGD over all ranks before "
-                              "the first local step."),
-    "MXKV_LASGD_OVERLAP": Knob(_parse_bool, "1",
-                               "`lasgd`: `1`: the average started at one averaging point is "
-                               "computed while the next `MXKV_TAU` steps run and applied at the "
-                               "next point (x += A - S); `0`: a blocking average (x = mean of x) "
-                               "at every point. `1` needs MXNet's threaded engine (refused with "
-                               "`NaiveEngine`) and MPI_THREAD_MULTIPLE (mpi4py's default; refused"
-                               " with a `ConfigError` otherwise)."),
-    "MXKV_OUTER": Knob(_choice(("none", "nesterov", "sgd")), "none",
-                       "`lasgd`: an outer optimizer at each averaging point (DiLoCo, SlowMo): "
-                       "delta = anchor - mean(x) (the anchor: the model every rank shared at the "
-                       "last point, or after the warm-up), m = mu m + delta, anchor -= lr (delta "
-                       "+ mu m) (`nesterov`) or lr m (`sgd`); every rank goes on from the new "
-                       "anchor. With `MXKV_LASGD_OVERLAP=1` the outer step is taken when the "
-                       "average arrives, at the next point, and every rank keeps the local "
-                       "progress made meanwhile: x += new anchor - snapshot. `none`: plain "
-                       "averaging. `easgd` (either transport, sync or async): the centre is the "
-                       "outer model and each leader sends it lr (e + mu m) instead of its elastic"
-                       " difference e, m = mu m + e its own momentum; the momentum is linear, so "
-                       "with `MXKV_EASGD_SYNC=1` the centre takes exactly the outer step of the "
-                       "sum of the groups' e, and asynchronous groups each give their own moves "
-                       "momentum (x + c is then no longer conserved). Other modes are refused "
-                       "(`ConfigError`). The anchor and m (easgd: each leader's m) are in the "
-                       "checkpoint. Tested step by step against numpy (`tests/test_lasgd.py`, "
-                       "`tests/test_easgd.py`)."),
-    "MXKV_FRAGMENTS": Knob(_whole_number(1, None, "a whole number >= 1"), "1",
-                           "`lasgd`: Streaming DiLoCo's partial averages. The weights, read in "
-                           "key order as one vector, are cut into this many ranges of equal "
-                           "element counts (a weight may be split between two); there is an "
-                           "averaging point every `MXKV_TAU / MXKV_FRAGMENTS` steps, and point n "
-                           "averages fragment (n - 1) mod P only, so each fragment is still "
-                           "averaged every `MXKV_TAU` steps and each exchange sends 1/P of the "
-                           "model. Works with `MXKV_OUTER` (each piece has its own outer "
-                           "momentum) and with `MXKV_LASGD_OVERLAP=1` (a fragment's average is "
-                           "applied at the next point, `MXKV_TAU / P` steps later). `MXKV_TAU` "
-                           "must be a multiple of it; other modes are refused. "
-                           "`PeriodicModelAverager(..., fragments=P)` does the same."),
-    "MXKV_OUTER_LR": Knob(float, "0.7", "The outer optimizer's learning rate (DiLoCo's 0.7). With"
-                                        " `1` and momentum `0` the outer step is plain averaging."),
-    "MXKV_OUTER_MOMENTUM": Knob(float, "0.9",
-                                "The outer optimizer's momentum mu (DiLoCo's 0.9)."),
-    "MXKV_ASYNC_DAMPING": Knob(_choice(("none", "staleness", "momentum")), "none",
-                               "`async`: `staleness` damps each group's gradient by 1 / (1 + s) "
-                               "before its leader pushes it, s the updates of other groups the "
-                               "servers applied since that leader last read the weights (the "
-                               "servers' push counter, read just before the push: one small round"
-                               " trip more a step). `momentum`: the servers' optimizer runs with "
-                               "its momentum less 1 - 1/G for G groups (never below 0: the "
-                               "momentum asynchrony adds), the one setting that makes async "
-                               "converge at sync's lr 0.05 and momentum 0.9 on digits (Modes); an"
-                               " optimizer without momentum is refused. `none`: every gradient "
-                               "applied as it is, as MXNet's `dist_async` does. Other modes "
-                               "refuse it. Tested with a deliberately stale push "
-                               "(`tests/test_training_async.py`), with and without momentum."),
-    "MXKV_GROUP_SIZE": Knob(_whole_number(0, None, "0 (one group per host) or a positive "
-                                                    "number of ranks"), "0",
-                            "Ranks per group: `0` puts the ranks of one host in one group; N "
-                            "makes groups of N consecutive ranks (the last may be smaller). Modes"
-                            " `sync`, `async` and `easgd` join the groups through the parameter "
-                            "server; in modes `allreduce` and `lasgd` the groups are where the "
-                            "slow link runs (`MXKV_HIERARCHY`, `MXKV_THROTTLE_*`, the summary's "
-                            "bytes across groups). `mxkv-launch --group-size` sets it."),
-    "MXKV_GROUP_JOB": Knob(parse_group_job, "",
-                           "Set by `mxkv-launch` (modes `async`/`easgd` by default, `--group-"
-                           "jobs`, `--join`) for each group's own MPI job: "
-                           "`group=G:groups=N:first_rank=F:ranks=R` (which group, which of all "
-                           "ranks it holds), with `:local_first=L:local_ranks=H` when the group "
-                           "jobs share one host (`--group-size`): its ranks are local ranks L, "
-                           "L+1, ... of the host's H, so they pick distinct GPUs. Modes `sync`, "
-                           "`async` and asynchronous `easgd`. Empty: one MPI job holds every "
-                           "rank.",
-                           internal=True),
-    "MXKV_ATTEMPT": Knob(_whole_number(0, None, "a whole number >= 0"), "0",
-                         "Set by `mxkv-launch --restarts`: `0` for the first start, k for the "
-                         "k-th restart of the job (or, where each group is its own MPI job, of a "
-                         "lost group, whose leader then rejoins the servers' model). `MXKV_FAULT`"
-                         " fires only in attempt 0.",
-                         internal=True),
-    "MXKV_PS_TIMEOUT": Knob(_parse_seconds, "60",
-                            "Seconds a group leader waits for the parameter server (connecting, "
-                            "or one push/pull) before it ends the job with an error naming what "
-                            "it waited for. With `--group-jobs`: also how long a finished group "
-                            "waits at `consensus` for groups that make no progress and that its "
-                            "launcher has not given up."),
-    "MXKV_HIERARCHY": Knob(_choice(HIERARCHIES), "auto",
-                           "Mode `allreduce`: `on`: hierarchical allreduce (ring reduce-scatter "
-                           "inside each group, an allreduce of each 1/g slice across groups among"
-                           " the ranks that hold it, ring allgather inside the group), so the "
-                           "link between groups carries about one model per group instead of one "
-                           "per rank pair that straddles it; `off`: one flat allreduce over all "
-                           "ranks; `auto`: on when the ranks form more than one group "
-                           "(`MXKV_GROUP_SIZE`, or hosts) and all groups have the same size. `on`"
-                           " refuses groups of unequal size with a `ConfigError`. See "
-                           "Hierarchical allreduce."),
-    "MXKV_THROTTLE_MBPS": Knob(_non_negative, "0",
-                               "Emulates a slow link between groups (for benchmarks and "
-                               "rehearsals on one machine). Each group has one full-duplex link "
-                               "to the other groups, shared by its ranks as a host's network card"
-                               " is (a shared-memory clock per direction, "
-                               "`csrc/shared_link_clock.h`); every transfer step across groups — "
-                               "one exchange of an allreduce algorithm with a rank of another "
-                               "group (mode `allreduce`, flat or hierarchical; lasgd's model "
-                               "average), a leader's parameter-server push and pull — takes at "
-                               "least latency + bytes / this many megabits per second, for the "
-                               "bytes that step really sends and receives, queued after what the "
-                               "group's other ranks put on the link. So each algorithm pays for "
-                               "its own traffic over the boundary. A transfer that overlaps "
-                               "computation (lasgd's average in flight) is only waited for when "
-                               "its result is used. `0`: off."),
-    "MXKV_THROTTLE_LATENCY_MS": Knob(_non_negative, "0",
-                                     "The emulated link's latency per transfer step across "
-                                     "groups, in milliseconds (with `MXKV_THROTTLE_MBPS` > 0)."),
-    "MXKV_BUCKET_MB": Knob(_parse_bucket_mb, "1",
-                           "Fusion bucket size in MiB (0.001 to 1024): smaller arrays are packed "
-                           "together up to this size; larger ones are reduced whole, in place. 1 "
-                           "MiB measured best here (below)."),
-    "MXKV_ALGO": Knob(_choice(ALGORITHMS), "auto",
-                      "Allreduce algorithm: `ring`, `rhd` (recursive halving/doubling), `rd` "
-                      "(recursive doubling), `mpi` (MPI_Allreduce), or `auto`: chosen per bucket "
-                      "by size and rank count from the algorithm table (see Allreduce "
-                      "algorithms)."),
-    "MXKV_ALGO_TABLE": Knob(str, "",
-                            "JSON algorithm table for `auto`, written by `python -m "
-                            "mxkv_hybrid.tune`. Empty: the table tune saved in "
-                            "`~/.cache/mxkv_hybrid/allreduce_table.json` if there is one, else "
-                            "the one shipped in the package. Rank 0's table is used on every "
-                            "rank."),
-    "MXKV_COMPRESS": Knob(_choice(tuple(COMPRESSIONS)), "none",
-                          "`fp16` or `bf16`: float32 gradients travel in 16 bits and are summed "
-                          "in float32 (half the bytes). Other dtypes travel as they are. Not with"
-                          " `MXKV_ALGO=mpi`. In `lasgd` the model averages (as Streaming DiLoCo's"
-                          " outer gradients) send each rank's change since the model all ranks "
-                          "last shared, d = anchor - x + r, rounded to 16 bits on the wire, with "
-                          "error feedback (r = d - round(d) goes out with the next change; "
-                          "`modes/rounded_deltas.py`; `consensus` averages the same way): the "
-                          "rounding is relative to the change, not to the weight (bf16 rounds a "
-                          "weight near 100 by up to 0.25). It keeps one more copy of the model "
-                          "and one of the residual; the residual is in the checkpoint."),
-    "MXKV_OVERLAP": Knob(_parse_bool, "0",
-                         "`1`: in mode `allreduce`, each gradient bucket becomes an MXNet engine "
-                         "operation that starts as soon as backward has written its gradients, "
-                         "while backward goes on; one communication thread runs the buckets in "
-                         "the same order on every rank. Same numbers as `0` (tested bitwise). "
-                         "Needs MPI_THREAD_MULTIPLE (mpi4py's default; a lower level, e.g. "
-                         "`MPI4PY_RC_THREAD_LEVEL=serialized`, gets a `ConfigError` when the "
-                         "store is created) and MXNet's threaded engine."),
-    "MXKV_SEGMENT_KB": Knob(_whole_number(4, 65536, "a size in KiB between 4 and 65536"), "1024",
-                            "Segment size in KiB (4 to 65536) of the `ring`/`rhd`/`rd` "
-                            "algorithms: every message is cut into segments this large, two in "
-                            "flight, each reduced while it is in cache."),
-    "MXKV_AUTO": Knob(_parse_bool, "0",
-                      "1 (set by `mxkv-launch --auto`): for scripts with no kvstore flag, the "
-                      "stores 'local' and 'device' (the Trainer's and Module.fit's defaults) "
-                      "become 'hybrid', a shuffled mx.io.ImageRecordIter and a "
-                      "gluon.data.DataLoader(shuffle=True) read one shard per rank; unshuffled "
-                      "(validation) data stays whole; a script argument --gpus LIST becomes "
-                      "the rank's share of LIST. Each change is logged once by rank 0."),
-    "MXKV_LOST_SECONDS": Knob(_parse_seconds, "30",
-                              "The bound on noticing a lost host. `mxkv-launch` keeps a link with"
-                              " every rank (a TCP connection each, a heartbeat a second each way,"
-                              " kept on the rank's side by a small keeper process); a rank it has"
-                              " not heard from for this long is lost: its group job is ended and "
-                              "named with its host (async/easgd: the others train on; one MPI "
-                              "job: the job ends naming the host), and a rank that has not heard "
-                              "from its launcher for this long is ended by its keeper, so nothing"
-                              " is left running on a cut-off host. Ranks on other hosts that "
-                              "never call within this time after their job started count as lost "
-                              "too. With `--serve` / `--join`, the serving launcher and each "
-                              "joined group's launcher beat on their rendezvous connection: a "
-                              "group not heard from this long is named lost (`group 2 (2 rank(s),"
-                              " joined from 198.18.7.13) was last heard from 10 s ago ...`; sync:"
-                              " the others are stopped), and a joined launcher that has not heard"
-                              " from the serving one this long stops its group."),
-    "MXKV_LAUNCHER_LINK": Knob(str, "",
-                               "Set by mxkv-launch: TOKEN@HOST:PORT of its link with every rank "
-                               "(heartbeats both ways, comm/launcher_link.py).",
-                               internal=True),
-    "MXKV_PS_NODES": Knob(str, "",
-                          "Set by `mxkv-launch` when relays carry ps-lite between hosts: where "
-                          "every ps-lite node listens (JSON, `ps/node_addresses.py`); a group "
-                          "leader takes its address and port from it.",
-                          internal=True),
-    "MXKV_STALL_TIMEOUT": Knob(_non_negative, "30",
-                               "Seconds a rank waits for the others in one collective before it "
-                               "asks every rank where it is, prints the answers (waiting, "
-                               "working, finished, no answer) and ends the job. Raise it when a "
-                               "rank legitimately works alone longer (rank-0-only evaluation); "
-                               "0: wait for ever."),
-    "MXKV_CHECK_FINITE": Knob(_parse_bool, "0",
-                              "`1`: before each `pushpull` combines anything, the ranks check "
-                              "their values for NaN/Inf (one `multi_all_finite` over the arrays, "
-                              "one 4-byte allreduce); if any rank has one, every rank raises "
-                              "`NonFiniteError` naming the first key per rank, and nothing is "
-                              "combined or updated."),
-    "MXKV_TIMELINE": Knob(str, "",
-                          "`path.json`: every rank records its collectives, each bucket's pack, "
-                          "allreduce (algorithm, bytes) and unpack, the parameter-server "
-                          "exchanges and the elastic exchanges, on one clock; `mxkv-launch` "
-                          "merges them into this Chrome-trace file when the job ends (see "
-                          "Timeline). Kept in memory until exit: record short runs."),
-    "MXKV_SUMMARY_EVERY": Knob(_whole_number(0, None, "a whole number of steps, 0 for off"), "0",
-                               "k > 0: every k steps (one `pushpull` each) the first rank of the "
-                               "ranks that step together prints one line: compute and "
-                               "communication time a step (means over ranks), bytes sent inside "
-                               "groups and across groups, the slowest and fastest rank's compute "
-                               "time (see Step summary). `0`: off."),
-    "MXKV_LOG_LEVEL": Knob(_choice(LOG_LEVELS), "info",
-                           "Which of the package's messages (progress, notices, warnings of the "
-                           "launcher and the ranks) are shown: `debug`, `info`, `warning` or "
-                           "`error`, the level of the `mxkv_hybrid` logger, read at `import "
-                           "mxkv_hybrid`; `mxkv-launch --log-level` sets it for the launcher and "
-                           "every rank. Each message keeps its stream (progress on stdout, the "
-                           "launcher's notices and every warning on stderr); to keep them in a "
-                           "file too, add a handler to `logging.getLogger(\"mxkv_hybrid\")` (see "
-                           "`mxkv_hybrid/logs.py`). Reports asked for (`--check`, `--dry-run`, "
-                           "the step summary, `plan` and `tune`) are printed at every level."),
-    "MXKV_FAULT": Knob(parse_fault, "",
-                       "Rehearses a failure: `ACTION:rank=R:step=S` makes rank R, at its S-th "
-                       "`pushpull` (one per training step), `kill` itself (SIGKILL, like the out-"
-                       "of-memory killer), `raise` an exception, `hang` for ever, or `exit` (its "
-                       "script ends there with status 0, like a rank that finished early)."),
-    "MXKV_AVERAGE": Knob(_parse_bool, "1",
-                         "How the Trainer and Module hooks combine the ranks' gradients. `1`: "
-                         "averaged (a script written for one process trains on the union of the "
-                         "batches; Module's result with `dist_sync`, Horovod's convention). `0`: "
-                         "summed (gluon.Trainer's with `dist_sync`). The store's own calls "
-                         "(`kv.push`, `kv.pushpull`) always sum, as every MXNet store does."),
+    "MXKV_MODE": Knob(
+        _choice(MODES),
+        ALLREDUCE,
+        "How gradients are combined. allreduce: one MPI allreduce over all ranks. "
+        "sync: allreduce inside each group, group leaders sum through MXNet's "
+        "parameter server (dist_sync), which runs the optimizer as dist_sync does, "
+        "then a broadcast inside each group. async: the "
+        "same groups, asynchronous to each other: the servers (dist_async) hold "
+        "the weights and apply each group's gradient as it arrives. easgd: elastic "
+        "averaging SGD between groups through a centre variable on the parameter "
+        "server. lasgd: every rank takes local steps; the models are averaged every "
+        "MXKV_TAU steps by an allreduce that overlaps the next local steps.",
+    ),
+    "MXKV_TAU": Knob(
+        _whole_number(1, None, "a whole number >= 1"),
+        "4",
+        "easgd: local steps between two elastic exchanges of a group with the "
+        "centre variable on the parameter server. lasgd: local steps between two "
+        "model averagings.",
+    ),
+    "MXKV_EASGD_BETA": Knob(
+        _parse_fraction,
+        "0.9",
+        "`easgd`: the moving rate beta = groups x alpha (the paper's 0.9); "
+        "alpha = beta / number of groups unless `MXKV_EASGD_ALPHA` is set.",
+    ),
+    "MXKV_EASGD_ALPHA": Knob(
+        _parse_fraction,
+        "",
+        "`easgd`: the elastic moving rate of each exchange (e = alpha (x - "
+        "centre); x -= e; centre += e), between 0 and 1. Empty: beta / "
+        "groups.",
+    ),
+    "MXKV_EASGD_SYNC": Knob(
+        _parse_bool,
+        "0",
+        "easgd: 0: each group exchanges with the centre on its own "
+        "(asynchronous EASGD, dist_async servers); 1: all groups exchange at "
+        "the same step and the centre moves by the sum of their elastic "
+        "differences (synchronous EASGD, dist_sync servers).",
+    ),
+    "MXKV_TRANSPORT": Knob(
+        _choice(TRANSPORTS),
+        "ps",
+        "easgd: where the centre variable lives. ps: on MXNet's parameter "
+        "servers (mxkv-launch --servers), reached by ps-lite's push and pull. "
+        "rma: in MPI windows on the group leaders (each holds 1/groups of it; "
+        "no servers), read with MPI_Get_accumulate and moved with "
+        "MPI_Accumulate, one-sided: the leaders that hold it take no part. rma "
+        "needs every group in one MPI job (mxkv-launch without --servers). "
+        "Other modes refuse rma.",
+    ),
+    "MXKV_RMA_PROGRESS_US": Knob(
+        _whole_number(0, None, "a whole number of microseconds >= 0"),
+        "500",
+        "`easgd` over `rma`, leaders on more than one host: a thread of "
+        "each leader enters MPI this often (microseconds), so the other "
+        "leaders' reads and adds of the centre it holds move on while it"
+        " computes (over TCP, MPICH serves one-sided operations only "
+        "inside MPI). `0`: no thread.",
+    ),
+    "MXKV_WARMUP_STEPS": Knob(
+        _whole_number(0, None, "a whole number >= 0"),
+        "0",
+        "`easgd`: steps of group-synchronous SGD before the first elastic "
+        "exchange. `lasgd`: steps of synchronous SGD over all ranks before "
+        "the first local step.",
+    ),
+    "MXKV_LASGD_OVERLAP": Knob(
+        _parse_bool,
+        "1",
+        "`lasgd`: `1`: the average started at one averaging point is "
+        "computed while the next `MXKV_TAU` steps run and applied at the "
+        "next point (x += A - S); `0`: a blocking average (x = mean of x) "
+        "at every point. `1` needs MXNet's threaded engine (refused with "
+        "`NaiveEngine`) and MPI_THREAD_MULTIPLE (mpi4py's default; refused"
+        " with a `ConfigError` otherwise).",
+    ),
+    "MXKV_OUTER": Knob(
+        _choice(("none", "nesterov", "sgd")),
+        "none",
+        "`lasgd`: an outer optimizer at each averaging point (DiLoCo, SlowMo): "
+        "delta = anchor - mean(x) (the anchor: the model every rank shared at the "
+        "last point, or after the warm-up), m = mu m + delta, anchor -= lr (delta "
+        "+ mu m) (`nesterov`) or lr m (`sgd`); every rank goes on from the new "
+        "anchor. With `MXKV_LASGD_OVERLAP=1` the outer step is taken when the "
+        "average arrives, at the next point, and every rank keeps the local "
+        "progress made meanwhile: x += new anchor - snapshot. `none`: plain "
+        "averaging. `easgd` (either transport, sync or async): the centre is the "
+        "outer model and each leader sends it lr (e + mu m) instead of its elastic"
+        " difference e, m = mu m + e its own momentum; the momentum is linear, so "
+        "with `MXKV_EASGD_SYNC=1` the centre takes exactly the outer step of the "
+        "sum of the groups' e, and asynchronous groups each give their own moves "
+        "momentum (x + c is then no longer conserved). Other modes are refused "
+        "(`ConfigError`). The anchor and m (easgd: each leader's m) are in the "
+        "checkpoint. Tested step by step against numpy (`tests/test_lasgd.py`, "
+        "`tests/test_easgd.py`).",
+    ),
+    "MXKV_FRAGMENTS": Knob(
+        _whole_number(1, None, "a whole number >= 1"),
+        "1",
+        "`lasgd`: Streaming DiLoCo's partial averages. The weights, read in "
+        "key order as one vector, are cut into this many ranges of equal "
+        "element counts (a weight may be split between two); there is an "
+        "averaging point every `MXKV_TAU / MXKV_FRAGMENTS` steps, and point n "
+        "averages fragment (n - 1) mod P only, so each fragment is still "
+        "averaged every `MXKV_TAU` steps and each exchange sends 1/P of the "
+        "model. Works with `MXKV_OUTER` (each piece has its own outer "
+        "momentum) and with `MXKV_LASGD_OVERLAP=1` (a fragment's average is "
+        "applied at the next point, `MXKV_TAU / P` steps later). `MXKV_TAU` "
+        "must be a multiple of it; other modes are refused. "
+        "`PeriodicModelAverager(..., fragments=P)` does the same.",
+    ),
+    "MXKV_OUTER_LR": Knob(
+        float,
+        "0.7",
+        "The outer optimizer's learning rate (DiLoCo's 0.7). With"
+        " `1` and momentum `0` the outer step is plain averaging.",
+    ),
+    "MXKV_OUTER_MOMENTUM": Knob(float, "0.9", "The outer optimizer's momentum mu (DiLoCo's 0.9)."),
+    "MXKV_ASYNC_DAMPING": Knob(
+        _choice(("none", "staleness", "momentum")),
+        "none",
+        "`async`: `staleness` damps each group's gradient by 1 / (1 + s) "
+        "before its leader pushes it, s the updates of other groups the "
+        "servers applied since that leader last read the weights (the "
+        "servers' push counter, read just before the push: one small round"
+        " trip more a step). `momentum`: the servers' optimizer runs with "
+        "its momentum less 1 - 1/G for G groups (never below 0: the "
+        "momentum asynchrony adds), the one setting that makes async "
+        "converge at sync's lr 0.05 and momentum 0.9 on digits (Modes); an"
+        " optimizer without momentum is refused. `none`: every gradient "
+        "applied as it is, as MXNet's `dist_async` does. Other modes "
+        "refuse it. Tested with a deliberately stale push "
+        "(`tests/test_training_async.py`), with and without momentum.",
+    ),
+    "MXKV_GROUP_SIZE": Knob(
+        _whole_number(0, None, "0 (one group per host) or a positive number of ranks"),
+        "0",
+        "Ranks per group: `0` puts the ranks of one host in one group; N "
+        "makes groups of N consecutive ranks (the last may be smaller). Modes"
+        " `sync`, `async` and `easgd` join the groups through the parameter "
+        "server; in modes `allreduce` and `lasgd` the groups are where the "
+        "slow link runs (`MXKV_HIERARCHY`, `MXKV_THROTTLE_*`, the summary's "
+        "bytes across groups). `mxkv-launch --group-size` sets it.",
+    ),
+    "MXKV_GROUP_JOB": Knob(
+        parse_group_job,
+        "",
+        "Set by `mxkv-launch` (modes `async`/`easgd` by default, `--group-"
+        "jobs`, `--join`) for each group's own MPI job: "
+        "`group=G:groups=N:first_rank=F:ranks=R` (which group, which of all "
+        "ranks it holds), with `:local_first=L:local_ranks=H` when the group "
+        "jobs share one host (`--group-size`): its ranks are local ranks L, "
+        "L+1, ... of the host's H, so they pick distinct GPUs. Modes `sync`, "
+        "`async` and asynchronous `easgd`. Empty: one MPI job holds every "
+        "rank.",
+        internal=True,
+    ),
+    "MXKV_ATTEMPT": Knob(
+        _whole_number(0, None, "a whole number >= 0"),
+        "0",
+        "Set by `mxkv-launch --restarts`: `0` for the first start, k for the "
+        "k-th restart of the job (or, where each group is its own MPI job, of a "
+        "lost group, whose leader then rejoins the servers' model). `MXKV_FAULT`"
+        " fires only in attempt 0.",
+        internal=True,
+    ),
+    "MXKV_PS_TIMEOUT": Knob(
+        _parse_seconds,
+        "60",
+        "Seconds a group leader waits for the parameter server (connecting, "
+        "or one push/pull) before it ends the job with an error naming what "
+        "it waited for. With `--group-jobs`: also how long a finished group "
+        "waits at `consensus` for groups that make no progress and that its "
+        "launcher has not given up.",
+    ),
+    "MXKV_HIERARCHY": Knob(
+        _choice(HIERARCHIES),
+        "auto",
+        "Mode `allreduce`: `on`: hierarchical allreduce (ring reduce-scatter "
+        "inside each group, an allreduce of each 1/g slice across groups among"
+        " the ranks that hold it, ring allgather inside the group), so the "
+        "link between groups carries about one model per group instead of one "
+        "per rank pair that straddles it; `off`: one flat allreduce over all "
+        "ranks; `auto`: on when the ranks form more than one group "
+        "(`MXKV_GROUP_SIZE`, or hosts) and all groups have the same size. `on`"
+        " refuses groups of unequal size with a `ConfigError`. See "
+        "Hierarchical allreduce.",
+    ),
+    "MXKV_THROTTLE_MBPS": Knob(
+        _non_negative,
+        "0",
+        "Emulates a slow link between groups (for benchmarks and "
+        "rehearsals on one machine). Each group has one full-duplex link "
+        "to the other groups, shared by its ranks as a host's network card"
+        " is (a shared-memory clock per direction, "
+        "`csrc/shared_link_clock.h`); every transfer step across groups — "
+        "one exchange of an allreduce algorithm with a rank of another "
+        "group (mode `allreduce`, flat or hierarchical; lasgd's model "
+        "average), a leader's parameter-server push and pull — takes at "
+        "least latency + bytes / this many megabits per second, for the "
+        "bytes that step really sends and receives, queued after what the "
+        "group's other ranks put on the link. So each algorithm pays for "
+        "its own traffic over the boundary. A transfer that overlaps "
+        "computation (lasgd's average in flight) is only waited for when "
+        "its result is used. `0`: off.",
+    ),
+    "MXKV_THROTTLE_LATENCY_MS": Knob(
+        _non_negative,
+        "0",
+        "The emulated link's latency per transfer step across "
+        "groups, in milliseconds (with `MXKV_THROTTLE_MBPS` > 0).",
+    ),
+    "MXKV_BUCKET_MB": Knob(
+        _parse_bucket_mb,
+        "1",
+        "Fusion bucket size in MiB (0.001 to 1024): smaller arrays are packed "
+        "together up to this size; larger ones are reduced whole, in place. 1 "
+        "MiB measured best here (below).",
+    ),
+    "MXKV_ALGO": Knob(
+        _choice(ALGORITHMS),
+        "auto",
+        "Allreduce algorithm: `ring`, `rhd` (recursive halving/doubling), `rd` "
+        "(recursive doubling), `mpi` (MPI_Allreduce), or `auto`: chosen per bucket "
+        "by size and rank count from the algorithm table (see Allreduce "
+        "algorithms).",
+    ),
+    "MXKV_ALGO_TABLE": Knob(
+        str,
+        "",
+        "JSON algorithm table for `auto`, written by `python -m "
+        "mxkv_hybrid.tune`. Empty: the table tune saved in "
+        "`~/.cache/mxkv_hybrid/allreduce_table.json` if there is one, else "
+        "the one shipped in the package. Rank 0's table is used on every "
+        "rank.",
+    ),
+    "MXKV_COMPRESS": Knob(
+        _choice(tuple(COMPRESSIONS)),
+        "none",
+        "`fp16` or `bf16`: float32 gradients travel in 16 bits and are summed "
+        "in float32 (half the bytes). Other dtypes travel as they are. Not with"
+        " `MXKV_ALGO=mpi`. In `lasgd` the model averages (as Streaming DiLoCo's"
+        " outer gradients) send each rank's change since the model all ranks "
+        "last shared, d = anchor - x + r, rounded to 16 bits on the wire, with "
+        "error feedback (r = d - round(d) goes out with the next change; "
+        "`modes/rounded_deltas.py`; `consensus` averages the same way): the "
+        "rounding is relative to the change, not to the weight (bf16 rounds a "
+        "weight near 100 by up to 0.25). It keeps one more copy of the model "
+        "and one of the residual; the residual is in the checkpoint.",
+    ),
+    "MXKV_OVERLAP": Knob(
+        _parse_bool,
+        "0",
+        "`1`: in mode `allreduce`, each gradient bucket becomes an MXNet engine "
+        "operation that starts as soon as backward has written its gradients, "
+        "while backward goes on; one communication thread runs the buckets in "
+        "the same order on every rank. Same numbers as `0` (tested bitwise). "
+        "Needs MPI_THREAD_MULTIPLE (mpi4py's default; a lower level, e.g. "
+        "`MPI4PY_RC_THREAD_LEVEL=serialized`, gets a `ConfigError` when the "
+        "store is created) and MXNet's threaded engine.",
+    ),
+    "MXKV_SEGMENT_KB": Knob(
+        _whole_number(4, 65536, "a size in KiB between 4 and 65536"),
+        "1024",
+        "Segment size in KiB (4 to 65536) of the `ring`/`rhd`/`rd` "
+        "algorithms: every message is cut into segments this large, two in "
+        "flight, each reduced while it is in cache.",
+    ),
+    "MXKV_AUTO": Knob(
+        _parse_bool,
+        "0",
+        "1 (set by `mxkv-launch --auto`): for scripts with no kvstore flag, the "
+        "stores 'local' and 'device' (the Trainer's and Module.fit's defaults) "
+        "become 'hybrid', a shuffled mx.io.ImageRecordIter and a "
+        "gluon.data.DataLoader(shuffle=True) read one shard per rank; unshuffled "
+        "(validation) data stays whole; a script argument --gpus LIST becomes "
+        "the rank's share of LIST. Each change is logged once by rank 0.",
+    ),
+    "MXKV_LOST_SECONDS": Knob(
+        _parse_seconds,
+        "30",
+        "The bound on noticing a lost host. `mxkv-launch` keeps a link with"
+        " every rank (a TCP connection each, a heartbeat a second each way,"
+        " kept on the rank's side by a small keeper process); a rank it has"
+        " not heard from for this long is lost: its group job is ended and "
+        "named with its host (async/easgd: the others train on; one MPI "
+        "job: the job ends naming the host), and a rank that has not heard "
+        "from its launcher for this long is ended by its keeper, so nothing"
+        " is left running on a cut-off host. Ranks on other hosts that "
+        "never call within this time after their job started count as lost "
+        "too. With `--serve` / `--join`, the serving launcher and each "
+        "joined group's launcher beat on their rendezvous connection: a "
+        "group not heard from this long is named lost (`group 2 (2 rank(s),"
+        " joined from 198.18.7.13) was last heard from 10 s ago ...`; sync:"
+        " the others are stopped), and a joined launcher that has not heard"
+        " from the serving one this long stops its group.",
+    ),
+    "MXKV_LAUNCHER_LINK": Knob(
+        str,
+        "",
+        "Set by mxkv-launch: TOKEN@HOST:PORT of its link with every rank "
+        "(heartbeats both ways, comm/launcher_link.py).",
+        internal=True,
+    ),
+    "MXKV_PS_NODES": Knob(
+        str,
+        "",
+        "Set by `mxkv-launch` when relays carry ps-lite between hosts: where "
+        "every ps-lite node listens (JSON, `ps/node_addresses.py`); a group "
+        "leader takes its address and port from it.",
+        internal=True,
+    ),
+    "MXKV_STALL_TIMEOUT": Knob(
+        _non_negative,
+        "30",
+        "Seconds a rank waits for the others in one collective before it "
+        "asks every rank where it is, prints the answers (waiting, "
+        "working, finished, no answer) and ends the job. Raise it when a "
+        "rank legitimately works alone longer (rank-0-only evaluation); "
+        "0: wait for ever.",
+    ),
+    "MXKV_CHECK_FINITE": Knob(
+        _parse_bool,
+        "0",
+        "`1`: before each `pushpull` combines anything, the ranks check "
+        "their values for NaN/Inf (one `multi_all_finite` over the arrays, "
+        "one 4-byte allreduce); if any rank has one, every rank raises "
+        "`NonFiniteError` naming the first key per rank, and nothing is "
+        "combined or updated.",
+    ),
+    "MXKV_TIMELINE": Knob(
+        str,
+        "",
+        "`path.json`: every rank records its collectives, each bucket's pack, "
+        "allreduce (algorithm, bytes) and unpack, the parameter-server "
+        "exchanges and the elastic exchanges, on one clock; `mxkv-launch` "
+        "merges them into this Chrome-trace file when the job ends (see "
+        "Timeline). Kept in memory until exit: record short runs.",
+    ),
+    "MXKV_SUMMARY_EVERY": Knob(
+        _whole_number(0, None, "a whole number of steps, 0 for off"),
+        "0",
+        "k > 0: every k steps (one `pushpull` each) the first rank of the "
+        "ranks that step together prints one line: compute and "
+        "communication time a step (means over ranks), bytes sent inside "
+        "groups and across groups, the slowest and fastest rank's compute "
+        "time (see Step summary). `0`: off.",
+    ),
+    "MXKV_LOG_LEVEL": Knob(
+        _choice(LOG_LEVELS),
+        "info",
+        "Which of the package's messages (progress, notices, warnings of the "
+        "launcher and the ranks) are shown: `debug`, `info`, `warning` or "
+        "`error`, the level of the `mxkv_hybrid` logger, read at `import "
+        "mxkv_hybrid`; `mxkv-launch --log-level` sets it for the launcher and "
+        "every rank. Each message keeps its stream (progress on stdout, the "
+        "launcher's notices and every warning on stderr); to keep them in a "
+        'file too, add a handler to `logging.getLogger("mxkv_hybrid")` (see '
+        "`mxkv_hybrid/logs.py`). Reports asked for (`--check`, `--dry-run`, "
+        "the step summary, `plan` and `tune`) are printed at every level.",
+    ),
+    "MXKV_FAULT": Knob(
+        parse_fault,
+        "",
+        "Rehearses a failure: `ACTION:rank=R:step=S` makes rank R, at its S-th "
+        "`pushpull` (one per training step), `kill` itself (SIGKILL, like the out-"
+        "of-memory killer), `raise` an exception, `hang` for ever, or `exit` (its "
+        "script ends there with status 0, like a rank that finished early).",
+    ),
+    "MXKV_AVERAGE": Knob(
+        _parse_bool,
+        "1",
+        "How the Trainer and Module hooks combine the ranks' gradients. `1`: "
+        "averaged (a script written for one process trains on the union of the "
+        "batches; Module's result with `dist_sync`, Horovod's convention). `0`: "
+        "summed (gluon.Trainer's with `dist_sync`). The store's own calls "
+        "(`kv.push`, `kv.pushpull`) always sum, as every MXNet store does.",
+    ),
 }
 
 
@@ -462,13 +582,17 @@ def separate_groups_refusal(mode: str, easgd_sync: bool, transport: str = "ps") 
     easgd asynchronous. The one rule of the launcher and of every rank."""
     can = capabilities_of(mode)
     if can.rma_transport and transport == "rma":
-        return ("MXKV_TRANSPORT=rma keeps easgd's centre variable in MPI windows of the group "
-                "leaders, which only ranks of one MPI job can reach")
+        return (
+            "MXKV_TRANSPORT=rma keeps easgd's centre variable in MPI windows of the group "
+            "leaders, which only ranks of one MPI job can reach"
+        )
     if can.group_jobs and not (can.easgd_sync and easgd_sync):
         return ""
-    return (f"MXKV_MODE={mode}{' with MXKV_EASGD_SYNC=1' if easgd_sync else ''} cannot run its "
-            "groups as separate MPI jobs: they are joined through the parameter server only "
-            f"in the modes {', '.join(modes_with('group_jobs'))} (easgd asynchronous)")
+    return (
+        f"MXKV_MODE={mode}{' with MXKV_EASGD_SYNC=1' if easgd_sync else ''} cannot run its "
+        "groups as separate MPI jobs: they are joined through the parameter server only "
+        f"in the modes {', '.join(modes_with('group_jobs'))} (easgd asynchronous)"
+    )
 
 
 @dataclass(frozen=True)
@@ -516,72 +640,107 @@ class Config:
         if unknown:
             raise ConfigError(
                 f"unknown setting {', '.join(unknown)}; the known MXKV_* knobs are "
-                f"{', '.join(KNOBS)} (see docs/reference/knobs.md). Unset or rename it.")
+                f"{', '.join(KNOBS)} (see docs/reference/knobs.md). Unset or rename it."
+            )
         values = {name: read_knob(name, environ) for name in KNOBS}
         if values["MXKV_ALGO"] == "mpi" and values["MXKV_COMPRESS"] != "none":
-            raise ConfigError(f"MXKV_COMPRESS={values['MXKV_COMPRESS']} needs one of this "
-                              "package's algorithms (MPI cannot sum 16-bit floats into float32): "
-                              "set MXKV_ALGO to auto, ring, rhd or rd, or MXKV_COMPRESS=none")
+            raise ConfigError(
+                f"MXKV_COMPRESS={values['MXKV_COMPRESS']} needs one of this "
+                "package's algorithms (MPI cannot sum 16-bit floats into float32): "
+                "set MXKV_ALGO to auto, ring, rhd or rd, or MXKV_COMPRESS=none"
+            )
         if values["MXKV_OVERLAP"] and environ.get("MXNET_ENGINE_TYPE") == "NaiveEngine":
-            raise ConfigError("MXKV_OVERLAP=1 reduces buckets behind MXNet's threaded engine, "
-                              "and MXNET_ENGINE_TYPE=NaiveEngine runs every operation at once: "
-                              "unset one of them")
+            raise ConfigError(
+                "MXKV_OVERLAP=1 reduces buckets behind MXNet's threaded engine, "
+                "and MXNET_ENGINE_TYPE=NaiveEngine runs every operation at once: "
+                "unset one of them"
+            )
         can = capabilities_of(values["MXKV_MODE"])
-        if (can.overlapped_average and values["MXKV_LASGD_OVERLAP"]
-                and environ.get("MXNET_ENGINE_TYPE") == "NaiveEngine"):
-            raise ConfigError("MXKV_LASGD_OVERLAP=1 (the default) averages behind MXNet's threaded "
-                              "engine, and MXNET_ENGINE_TYPE=NaiveEngine runs every operation at "
-                              "once: set MXKV_LASGD_OVERLAP=0 or unset MXNET_ENGINE_TYPE")
-        for knob, unset, capability in (("MXKV_OUTER", "none", "outer_optimizer"),
-                                        ("MXKV_FRAGMENTS", 1, "fragments")):
+        if (
+            can.overlapped_average
+            and values["MXKV_LASGD_OVERLAP"]
+            and environ.get("MXNET_ENGINE_TYPE") == "NaiveEngine"
+        ):
+            raise ConfigError(
+                "MXKV_LASGD_OVERLAP=1 (the default) averages behind MXNet's threaded "
+                "engine, and MXNET_ENGINE_TYPE=NaiveEngine runs every operation at "
+                "once: set MXKV_LASGD_OVERLAP=0 or unset MXNET_ENGINE_TYPE"
+            )
+        for knob, unset, capability in (
+            ("MXKV_OUTER", "none", "outer_optimizer"),
+            ("MXKV_FRAGMENTS", 1, "fragments"),
+        ):
             if values[knob] != unset and not getattr(can, capability):
                 modes = reversed(modes_with(capability))  # the later modes first
-                raise ConfigError(f"{knob}={values[knob]} is built for MXKV_MODE="
-                                  f"{' or '.join(modes)}, and this job has MXKV_MODE="
-                                  f"{values['MXKV_MODE']}: unset {knob} or change the mode")
+                raise ConfigError(
+                    f"{knob}={values[knob]} is built for MXKV_MODE="
+                    f"{' or '.join(modes)}, and this job has MXKV_MODE="
+                    f"{values['MXKV_MODE']}: unset {knob} or change the mode"
+                )
         if values["MXKV_TAU"] % values["MXKV_FRAGMENTS"]:
-            raise ConfigError(f"MXKV_FRAGMENTS={values['MXKV_FRAGMENTS']} averages one fragment "
-                              "every MXKV_TAU / MXKV_FRAGMENTS steps, and MXKV_TAU="
-                              f"{values['MXKV_TAU']} is not a multiple of it: make MXKV_TAU a "
-                              "multiple of MXKV_FRAGMENTS")
+            raise ConfigError(
+                f"MXKV_FRAGMENTS={values['MXKV_FRAGMENTS']} averages one fragment "
+                "every MXKV_TAU / MXKV_FRAGMENTS steps, and MXKV_TAU="
+                f"{values['MXKV_TAU']} is not a multiple of it: make MXKV_TAU a "
+                "multiple of MXKV_FRAGMENTS"
+            )
         if values["MXKV_ASYNC_DAMPING"] != "none" and not can.async_damping:
             damped = " or ".join(modes_with("async_damping"))
-            raise ConfigError(f"MXKV_ASYNC_DAMPING={values['MXKV_ASYNC_DAMPING']} damps the "
-                              f"stale gradients of MXKV_MODE={damped}, and this job has MXKV_MODE="
-                              f"{values['MXKV_MODE']}: unset MXKV_ASYNC_DAMPING")
+            raise ConfigError(
+                f"MXKV_ASYNC_DAMPING={values['MXKV_ASYNC_DAMPING']} damps the "
+                f"stale gradients of MXKV_MODE={damped}, and this job has MXKV_MODE="
+                f"{values['MXKV_MODE']}: unset MXKV_ASYNC_DAMPING"
+            )
         if values["MXKV_TRANSPORT"] == "rma" and not can.rma_transport:
             rma_modes = " or ".join(modes_with("rma_transport"))
-            raise ConfigError(f"MXKV_TRANSPORT=rma is built for MXKV_MODE={rma_modes} (its centre "
-                              f"variable), and MXKV_MODE is {values['MXKV_MODE']}: unset "
-                              f"MXKV_TRANSPORT or use MXKV_MODE={rma_modes}")
+            raise ConfigError(
+                f"MXKV_TRANSPORT=rma is built for MXKV_MODE={rma_modes} (its centre "
+                f"variable), and MXKV_MODE is {values['MXKV_MODE']}: unset "
+                f"MXKV_TRANSPORT or use MXKV_MODE={rma_modes}"
+            )
         if values["MXKV_GROUP_JOB"] is not None:
-            refusal = separate_groups_refusal(values["MXKV_MODE"], values["MXKV_EASGD_SYNC"],
-                                              values["MXKV_TRANSPORT"])
+            refusal = separate_groups_refusal(
+                values["MXKV_MODE"], values["MXKV_EASGD_SYNC"], values["MXKV_TRANSPORT"]
+            )
             if refusal:
-                raise ConfigError(f"MXKV_GROUP_JOB: {refusal}; use one of those, or start the "
-                                  "groups in one MPI job (drop --group-jobs)")
-        return cls(mode=values["MXKV_MODE"],
-                   bucket_bytes=int(values["MXKV_BUCKET_MB"] * 1024 * 1024),
-                   average=values["MXKV_AVERAGE"], group_size=values["MXKV_GROUP_SIZE"],
-                   ps_timeout=values["MXKV_PS_TIMEOUT"], algorithm=values["MXKV_ALGO"],
-                   algorithm_table=values["MXKV_ALGO_TABLE"], compress=values["MXKV_COMPRESS"],
-                   segment_bytes=values["MXKV_SEGMENT_KB"] * 1024, overlap=values["MXKV_OVERLAP"],
-                   tau=values["MXKV_TAU"], easgd_beta=values["MXKV_EASGD_BETA"],
-                   easgd_alpha=values["MXKV_EASGD_ALPHA"], warmup_steps=values["MXKV_WARMUP_STEPS"],
-                   easgd_sync=values["MXKV_EASGD_SYNC"], transport=values["MXKV_TRANSPORT"],
-                   rma_progress_us=values["MXKV_RMA_PROGRESS_US"],
-                   lasgd_overlap=values["MXKV_LASGD_OVERLAP"], outer=values["MXKV_OUTER"],
-                   outer_lr=values["MXKV_OUTER_LR"],
-                   outer_momentum=values["MXKV_OUTER_MOMENTUM"],
-                   fragments=values["MXKV_FRAGMENTS"],
-                   async_damping=values["MXKV_ASYNC_DAMPING"],
-                   hierarchy=values["MXKV_HIERARCHY"],
-                   throttle_mbps=values["MXKV_THROTTLE_MBPS"],
-                   throttle_latency_ms=values["MXKV_THROTTLE_LATENCY_MS"],
-                   auto=values["MXKV_AUTO"], fault=values["MXKV_FAULT"],
-                   check_finite=values["MXKV_CHECK_FINITE"],
-                   summary_every=values["MXKV_SUMMARY_EVERY"],
-                   group_job=values["MXKV_GROUP_JOB"], attempt=values["MXKV_ATTEMPT"])
+                raise ConfigError(
+                    f"MXKV_GROUP_JOB: {refusal}; use one of those, or start the "
+                    "groups in one MPI job (drop --group-jobs)"
+                )
+        return cls(
+            mode=values["MXKV_MODE"],
+            bucket_bytes=int(values["MXKV_BUCKET_MB"] * 1024 * 1024),
+            average=values["MXKV_AVERAGE"],
+            group_size=values["MXKV_GROUP_SIZE"],
+            ps_timeout=values["MXKV_PS_TIMEOUT"],
+            algorithm=values["MXKV_ALGO"],
+            algorithm_table=values["MXKV_ALGO_TABLE"],
+            compress=values["MXKV_COMPRESS"],
+            segment_bytes=values["MXKV_SEGMENT_KB"] * 1024,
+            overlap=values["MXKV_OVERLAP"],
+            tau=values["MXKV_TAU"],
+            easgd_beta=values["MXKV_EASGD_BETA"],
+            easgd_alpha=values["MXKV_EASGD_ALPHA"],
+            warmup_steps=values["MXKV_WARMUP_STEPS"],
+            easgd_sync=values["MXKV_EASGD_SYNC"],
+            transport=values["MXKV_TRANSPORT"],
+            rma_progress_us=values["MXKV_RMA_PROGRESS_US"],
+            lasgd_overlap=values["MXKV_LASGD_OVERLAP"],
+            outer=values["MXKV_OUTER"],
+            outer_lr=values["MXKV_OUTER_LR"],
+            outer_momentum=values["MXKV_OUTER_MOMENTUM"],
+            fragments=values["MXKV_FRAGMENTS"],
+            async_damping=values["MXKV_ASYNC_DAMPING"],
+            hierarchy=values["MXKV_HIERARCHY"],
+            throttle_mbps=values["MXKV_THROTTLE_MBPS"],
+            throttle_latency_ms=values["MXKV_THROTTLE_LATENCY_MS"],
+            auto=values["MXKV_AUTO"],
+            fault=values["MXKV_FAULT"],
+            check_finite=values["MXKV_CHECK_FINITE"],
+            summary_every=values["MXKV_SUMMARY_EVERY"],
+            group_job=values["MXKV_GROUP_JOB"],
+            attempt=values["MXKV_ATTEMPT"],
+        )
 
     @property
     def compress_dtype(self) -> int:

@@ -1,4 +1,5 @@
 """class Hybrid: the KVStore that MXNet sees (mx.kv.create('hybrid'))."""
+
 import logging
 from typing import Callable, List, Optional, Sequence, Tuple
 
@@ -27,6 +28,7 @@ from .safety.finite_check import check_finite
 
 log = logging.getLogger(__name__)
 
+
 def _as_key_lists(key, value) -> Tuple[List[Key], List[Arrays]]:
     """MXNet's calling conventions -> ([key, ...], [[array per device], ...])."""
     if isinstance(key, (list, tuple)):
@@ -50,13 +52,19 @@ class Hybrid(KVStoreBase):
     def __init__(self):
         self._config = Config.from_environment()
         self._world = world()
-        self._fault = (FaultInjector(self._config.fault, self._world.rank)
-                       if self._config.fault is not None and self._config.attempt == 0 else None)
+        self._fault = (
+            FaultInjector(self._config.fault, self._world.rank)
+            if self._config.fault is not None and self._config.attempt == 0
+            else None
+        )
         self._can = capabilities_of(self._config.mode)
         this_group = groups(self._config.group_size)
         collectives = TensorCollectives(
-            self._world.comm, self._config, this_group,
-            hierarchy=self._config.hierarchy if self._can.gradients_allreduced else "off")
+            self._world.comm,
+            self._config,
+            this_group,
+            hierarchy=self._config.hierarchy if self._can.gradients_allreduced else "off",
+        )
         self._collectives: Optional[TensorCollectives] = collectives  # None once closed
         parts = parts_for(self._config, self._world, this_group, collectives)
         self._reducer: Reducer = parts.reducer  # what combines plain values
@@ -114,10 +122,12 @@ class Hybrid(KVStoreBase):
         script skips that many steps to train only the steps its group had left."""
         done = 0 if self._rejoinable is None else self._rejoinable.steps_done
         if done is None:
-            raise MXKVError("steps_done is known once the store has the model's weights (the "
-                            "Trainer sends them when it is created with initialised parameters):"
-                            " create the Trainer after the network's shapes are known (one "
-                            "forward pass, or in_units/in_channels), then ask")
+            raise MXKVError(
+                "steps_done is known once the store has the model's weights (the "
+                "Trainer sends them when it is created with initialised parameters):"
+                " create the Trainer after the network's shapes are known (one "
+                "forward pass, or in_units/in_channels), then ask"
+            )
         return done
 
     def after_update(self, keys: Sequence[Key], weights: Sequence[Sequence[mx.nd.NDArray]]) -> None:
@@ -246,20 +256,30 @@ class Hybrid(KVStoreBase):
         if self._summary is not None and self._averaging is None:  # else: after_update ends it
             self._summary.step_done()
 
-    def _combine(self, keys: List[Key], values: List[Arrays], outs: List[Arrays],
-                 average: bool) -> None:
+    def _combine(
+        self, keys: List[Key], values: List[Arrays], outs: List[Arrays], average: bool
+    ) -> None:
         """pushpull's work: updates the keys that hold a weight, combines the others."""
         if self._config.check_finite:
             check_finite("pushpull", keys, values, self._world.rank)
         updated = [i for i, k in enumerate(keys) if self._weights.updates(k)]
         plain = [i for i, k in enumerate(keys) if not self._weights.updates(k)]
         if plain:
-            self._reducer.allreduce("pushpull", [keys[i] for i in plain],
-                                    [values[i] for i in plain], [outs[i] for i in plain], average)
+            self._reducer.allreduce(
+                "pushpull",
+                [keys[i] for i in plain],
+                [values[i] for i in plain],
+                [outs[i] for i in plain],
+                average,
+            )
         if updated:
-            self._weights.push_pull("pushpull", [keys[i] for i in updated],
-                                    [values[i] for i in updated], [outs[i] for i in updated],
-                                    average)
+            self._weights.push_pull(
+                "pushpull",
+                [keys[i] for i in updated],
+                [values[i] for i in updated],
+                [outs[i] for i in updated],
+                average,
+            )
 
     def row_sparse_pull(self, key, out=None, priority: int = 0, row_ids=None) -> None:
         """Copies the rows `row_ids` (an NDArray of row ids per out, or one for all) of each
@@ -271,11 +291,12 @@ class Hybrid(KVStoreBase):
         ids = [[i[0]] * len(o) if len(i) == 1 else i for i, o in zip(ids, outs)]
         dense = [k for k, o in zip(keys, outs) if not all(map(row_sparse.is_row_sparse, o))]
         if dense:
-            raise MXKVError(f"row_sparse_pull: key(s) {dense!r}: out must be row_sparse "
-                            "NDArrays (pull copies into dense ones)")
+            raise MXKVError(
+                f"row_sparse_pull: key(s) {dense!r}: out must be row_sparse "
+                "NDArrays (pull copies into dense ones)"
+            )
         if any(len(i) != len(o) for i, o in zip(ids, outs)):
-            raise MXKVError("row_sparse_pull: give one row_ids array per out array, or one "
-                            "for all")
+            raise MXKVError("row_sparse_pull: give one row_ids array per out array, or one for all")
         self._require_initialised("row_sparse_pull", keys)
         self._active()
         with mx.autograd.pause():  # Parameter.row_sparse_data pulls inside a record section
@@ -295,8 +316,10 @@ class Hybrid(KVStoreBase):
         warm-up); the weights' averaging stays float32."""
         compression = parse_compression(compression_params)
         if self._config.compress != "none":
-            raise MXKVError(f"set_gradient_compression: MXKV_COMPRESS={self._config.compress} "
-                            "already compresses float32 values; use one of the two")
+            raise MXKVError(
+                f"set_gradient_compression: MXKV_COMPRESS={self._config.compress} "
+                "already compresses float32 values; use one of the two"
+            )
         if isinstance(self._reducer, GroupedSync):  # sync: group sums through the servers
             self._compress_across_groups(compression)
             return
@@ -316,10 +339,12 @@ class Hybrid(KVStoreBase):
     def _compress_across_groups(self, compression: Compression) -> None:
         """Mode sync: the leaders' group sums cross as codes the servers sum."""
         if not isinstance(self._weights, WorkerWeights):
-            raise MXKVError("set_gradient_compression: the parameter servers already run this "
-                            "store's optimizer; call set_gradient_compression before "
-                            "set_optimizer (gluon.Trainer and Module do), so that the optimizer "
-                            "runs on every rank and the servers sum the codes")
+            raise MXKVError(
+                "set_gradient_compression: the parameter servers already run this "
+                "store's optimizer; call set_gradient_compression before "
+                "set_optimizer (gluon.Trainer and Module do), so that the optimizer "
+                "runs on every rank and the servers sum the codes"
+            )
         self._active()
         assert isinstance(self._reducer, GroupedSync)  # (mode sync)
         self._reducer.compress_across_groups(compression)
@@ -340,9 +365,12 @@ class Hybrid(KVStoreBase):
         object itself; sync, async: a copy sent to the servers, with later changes of its
         learning rate or rescale_grad sent before the next gradient; sync with gradient
         compression: the object itself, on every rank)."""
-        if self._can.optimizer_on_servers and isinstance(self._weights, WorkerWeights) \
-                and isinstance(self._reducer, GroupedSync) \
-                and not self._reducer.compresses_across_groups:
+        if (
+            self._can.optimizer_on_servers
+            and isinstance(self._weights, WorkerWeights)
+            and isinstance(self._reducer, GroupedSync)
+            and not self._reducer.compresses_across_groups
+        ):
             self._move_weights_to_servers()
         self._weights.set_optimizer(optimizer)
 
@@ -370,14 +398,17 @@ class Hybrid(KVStoreBase):
         (the servers hold one per process): then this store updates on the workers."""
         if is_held(COUNTER_KEY):
             if self._world.rank == 0:
-                log.warning("mxkv_hybrid: another hybrid store of this process runs its "
-                            "optimizer on the parameter servers (they hold one per process): "
-                            "this store's runs on every rank")
+                log.warning(
+                    "mxkv_hybrid: another hybrid store of this process runs its "
+                    "optimizer on the parameter servers (they hold one per process): "
+                    "this store's runs on every rank"
+                )
             return
         assert isinstance(self._weights, WorkerWeights)  # (until now)
         kept = self._weights.kept()
-        servers = ServerWeights(self._config, self._world, self._this_group, self._active(),
-                                self._share)
+        servers = ServerWeights(
+            self._config, self._world, self._this_group, self._active(), self._share
+        )
         servers.expect_row_sparse_gradients(self._sparse_gradients)
         if kept:
             servers.init("init", list(kept), [[w] for w in kept.values()], [[] for _ in kept])

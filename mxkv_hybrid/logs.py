@@ -14,6 +14,7 @@ servers are not ranks). A handler of the user's gets the same text with
     handler.setFormatter(mxkv_hybrid.logs.RankFormatter())
     logging.getLogger("mxkv_hybrid").addHandler(handler)
 """
+
 import logging
 import os
 import sys
@@ -66,13 +67,17 @@ class ConsoleHandler(logging.Handler):
             self.handleError(record)
 
 
-def console_formatter(environ: Optional[Mapping[str, str]] = None,
-                      is_rank: bool = True) -> RankFormatter:
+def console_formatter(
+    environ: Optional[Mapping[str, str]] = None, is_rank: bool = True
+) -> RankFormatter:
     """The console's formatter: a rank named (not a parameter server, nor a rank of
     mxkv-launch, whose lines mpiexec names)."""
     environ = os.environ if environ is None else environ
-    named = (is_rank and environ.get("DMLC_ROLE", "worker") == "worker"
-             and not read_knob("MXKV_LAUNCHER_LINK", environ))
+    named = (
+        is_rank
+        and environ.get("DMLC_ROLE", "worker") == "worker"
+        and not read_knob("MXKV_LAUNCHER_LINK", environ)
+    )
     return RankFormatter(rank_of_process(environ) if named else None)
 
 

@@ -1,12 +1,14 @@
 """The MXNet this package runs on: 1.9.x, whichever build the user installed (the CPU wheel
 `mxnet`, or a CUDA one such as `mxnet-cu112`); checked once, on import."""
+
 import importlib
 
 SUPPORTED = "1.9."
 INSTALL_LINES = (
     "CPU: pip install 'mxkv_hybrid[cpu]' (from a checkout: pip install -e '.[cpu]'), which "
     "installs mxnet==1.9.1; GPU: pip install mxnet-cu117==1.9.1 (or the mxnet-cu1xx==1.9.1 of "
-    "your CUDA), then pip install mxkv_hybrid (from a checkout: pip install -e .)")
+    "your CUDA), then pip install mxkv_hybrid (from a checkout: pip install -e .)"
+)
 
 
 def require_mxnet() -> None:
@@ -14,10 +16,14 @@ def require_mxnet() -> None:
     try:
         mxnet = importlib.import_module("mxnet")
     except ImportError as err:
-        raise ImportError(f"mxkv_hybrid needs Apache MXNet 1.9.x and cannot import it ({err}). "
-                          f"Install one build of it: {INSTALL_LINES}") from None
+        raise ImportError(
+            f"mxkv_hybrid needs Apache MXNet 1.9.x and cannot import it ({err}). "
+            f"Install one build of it: {INSTALL_LINES}"
+        ) from None
     version = getattr(mxnet, "__version__", "unknown")
     if not version.startswith(SUPPORTED):
-        raise ImportError(f"mxkv_hybrid needs Apache MXNet 1.9.x, and this environment has "
-                          f"MXNet {version} ({mxnet.__file__}). Replace it with one 1.9.x build: "
-                          f"{INSTALL_LINES}")
+        raise ImportError(
+            f"mxkv_hybrid needs Apache MXNet 1.9.x, and this environment has "
+            f"MXNet {version} ({mxnet.__file__}). Replace it with one 1.9.x build: "
+            f"{INSTALL_LINES}"
+        )

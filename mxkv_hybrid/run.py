@@ -6,6 +6,7 @@
 `import mxkv_hybrid` happens first, so `kvstore='hybrid'` / `mx.kv.create('hybrid')`
 in the script get the Hybrid store instead of MXNet's silent local fallback.
 """
+
 import io
 import os
 import runpy

@@ -7,6 +7,7 @@ Times MPI_Allreduce and the ring, rhd and rd algorithms on float32 vectors from 
 the fastest algorithm per size as the rules for this rank count in the algorithm table
 (default ~/.cache/mxkv_hybrid/allreduce_table.json, which auto then reads on this machine).
 """
+
 import argparse
 import functools
 import socket
@@ -58,8 +59,9 @@ def measure(comm, config: Config, quick: bool) -> Dict[int, Dict[str, float]]:
         for algorithm in ALGORITHMS:
             if algorithm == "rd" and nbytes > RD_LIMIT:
                 continue
-            reduce = functools.partial(collectives.allreduce_vector, vector, algorithm,
-                                       1.0 / comm.size)
+            reduce = functools.partial(
+                collectives.allreduce_vector, vector, algorithm, 1.0 / comm.size
+            )
             row[algorithm] = median_seconds(comm, reduce, repetitions(nbytes, quick))
         results[nbytes] = row
         if comm.rank == 0:
@@ -88,10 +90,16 @@ def rules_from(results: Dict[int, Dict[str, float]]) -> algorithm_table.Rules:
 
 def build_parser() -> argparse.ArgumentParser:
     """The tuner's flags (the docs' flag page is generated from it)."""
-    parser = argparse.ArgumentParser(prog="python -m mxkv_hybrid.tune", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", default=algorithm_table.SAVED,
-                        help="table to add this rank count's rules to (default: %(default)s)")
+    parser = argparse.ArgumentParser(
+        prog="python -m mxkv_hybrid.tune",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--out",
+        default=algorithm_table.SAVED,
+        help="table to add this rank count's rules to (default: %(default)s)",
+    )
     parser.add_argument("--quick", action="store_true", help="fewer sizes and repetitions")
     return parser
 
@@ -101,8 +109,11 @@ def main() -> None:
     comm = MPI.COMM_WORLD
     config = Config.from_environment()
     if comm.rank == 0:
-        print(f"tuning the allreduce on {comm.size} ranks (segments of "
-              f"{config.segment_bytes >> 10} KiB) ...", flush=True)
+        print(
+            f"tuning the allreduce on {comm.size} ranks (segments of "
+            f"{config.segment_bytes >> 10} KiB) ...",
+            flush=True,
+        )
     results = measure(comm, config, args.quick)
     if comm.rank == 0:
         rules = rules_from(results)

@@ -1,5 +1,6 @@
 """The averaging algorithms written out in numpy (float64), step by step, for the tests to
 compare with what tests/workers/averaging_steps.py prints."""
+
 from typing import Callable, List, Optional
 
 import numpy as np
@@ -25,9 +26,17 @@ def is_averaging_point(step: int, warmup: int, tau: int) -> bool:
     return step > warmup and (step - warmup) % tau == 0
 
 
-def easgd_sync(steps: int, groups: int, tau: int, warmup: int, alpha: float,
-               optimizer: str, outer: str = "none", outer_lr: float = 0.7,
-               outer_momentum: float = 0.9) -> List[dict]:
+def easgd_sync(
+    steps: int,
+    groups: int,
+    tau: int,
+    warmup: int,
+    alpha: float,
+    optimizer: str,
+    outer: str = "none",
+    outer_lr: float = 0.7,
+    outer_momentum: float = 0.9,
+) -> List[dict]:
     """Synchronous EASGD with one rank per group: [{weights, centre} after each step].
     With an outer optimizer the centre takes its step on the sum E of the elastic
     differences: M = mu M + E, c += lr (E + mu M) (nesterov) or lr M (sgd)."""
@@ -44,15 +53,17 @@ def easgd_sync(steps: int, groups: int, tau: int, warmup: int, alpha: float,
             x, move = x - elastic, elastic.sum(axis=0)
             if outer != "none":
                 velocity = outer_momentum * velocity + move
-                move = outer_lr * (move + outer_momentum * velocity if outer == "nesterov"
-                                   else velocity)
+                move = outer_lr * (
+                    move + outer_momentum * velocity if outer == "nesterov" else velocity
+                )
             centre = centre + move
         records.append({"weights": x.copy(), "centre": centre.copy()})
     return records
 
 
-def lasgd(steps: int, ranks: int, tau: int, warmup: int, overlap: bool,
-          optimizer: str) -> List[dict]:
+def lasgd(
+    steps: int, ranks: int, tau: int, warmup: int, overlap: bool, optimizer: str
+) -> List[dict]:
     """Local SGD after synchronous warm-up steps; with overlap the average started at one
     point is applied at the next (x += A - S). [{weights, pending}] after each step."""
     goal = targets(ranks)
@@ -72,13 +83,22 @@ def lasgd(steps: int, ranks: int, tau: int, warmup: int, overlap: bool,
                 if snapshot is not None:
                     x = x + average - snapshot
                 snapshot, average = x.copy(), x.mean(axis=0)
-        records.append({"weights": x.copy(),
-                        "pending": None if snapshot is None else average - snapshot})
+        records.append(
+            {"weights": x.copy(), "pending": None if snapshot is None else average - snapshot}
+        )
     return records
 
 
-def lasgd_outer(steps: int, ranks: int, tau: int, warmup: int, optimizer: str, outer: str,
-                outer_lr: float, outer_momentum: float) -> List[dict]:
+def lasgd_outer(
+    steps: int,
+    ranks: int,
+    tau: int,
+    warmup: int,
+    optimizer: str,
+    outer: str,
+    outer_lr: float,
+    outer_momentum: float,
+) -> List[dict]:
     """Blocking lasgd with an outer optimizer (modes/outer_optimizer.py): at each averaging
     point delta = anchor - mean(x), m = mu m + delta, anchor -= lr (delta + mu m)
     (nesterov) or lr m (sgd), and every rank goes on from the anchor. [{weights}]."""
@@ -97,17 +117,28 @@ def lasgd_outer(steps: int, ranks: int, tau: int, warmup: int, optimizer: str, o
         if is_averaging_point(step, warmup, tau):
             delta = anchor - x.mean(axis=0)
             velocity = outer_momentum * velocity + delta
-            anchor = anchor - outer_lr * (delta + outer_momentum * velocity
-                                          if outer == "nesterov" else velocity)
+            anchor = anchor - outer_lr * (
+                delta + outer_momentum * velocity if outer == "nesterov" else velocity
+            )
             x = np.tile(anchor, (ranks, 1))
         records.append({"weights": x.copy()})
     return records
 
 
-def streaming_lasgd(steps: int, ranks: int, tau: int, warmup: int, overlap: bool, optimizer: str,
-                    fragments: int, outer: str = "none", outer_lr: float = 0.7,
-                    outer_momentum: float = 0.9, round16: Optional[Rounding] = None,
-                    offset: float = 0.0) -> List[dict]:
+def streaming_lasgd(
+    steps: int,
+    ranks: int,
+    tau: int,
+    warmup: int,
+    overlap: bool,
+    optimizer: str,
+    fragments: int,
+    outer: str = "none",
+    outer_lr: float = 0.7,
+    outer_momentum: float = 0.9,
+    round16: Optional[Rounding] = None,
+    offset: float = 0.0,
+) -> List[dict]:
     """lasgd with the model's elements cut into `fragments` equal ranges (Streaming DiLoCo,
     modes/fragments.py): a point every tau / fragments steps averages the next fragment
     only, plainly or through the outer optimizer; overlapped, the average is applied at
@@ -140,8 +171,9 @@ def streaming_lasgd(steps: int, ranks: int, tau: int, warmup: int, overlap: bool
             return mean
         delta = anchor[part] - mean
         velocity[part] = outer_momentum * velocity[part] + delta
-        anchor[part] -= outer_lr * (delta + outer_momentum * velocity[part]
-                                    if outer == "nesterov" else velocity[part])
+        anchor[part] -= outer_lr * (
+            delta + outer_momentum * velocity[part] if outer == "nesterov" else velocity[part]
+        )
         return anchor[part].copy()
 
     records = []
@@ -169,8 +201,13 @@ def streaming_lasgd(steps: int, ranks: int, tau: int, warmup: int, overlap: bool
             flying, snapshot, average = pending
             agreed[:, flying] += outer_step(flying, average) - snapshot
             anchor[:], velocity[:] = saved
-        records.append({"weights": x.copy(), "consensus": agreed.mean(axis=0),
-                        "change": max(changes, default=0.0)})
+        records.append(
+            {
+                "weights": x.copy(),
+                "consensus": agreed.mean(axis=0),
+                "change": max(changes, default=0.0),
+            }
+        )
         changes.clear()
     return records
 

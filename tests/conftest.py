@@ -1,6 +1,7 @@
 """Helpers for tests that start real MPI jobs through mxkv-launch, and the fast tier:
 `pytest -m unit` runs the tests that start no process (no MPI job, server, relay or
 emulated host), found by reading each test's code and what it calls."""
+
 import inspect
 import os
 import re
@@ -26,8 +27,10 @@ JOB_TAG = "PYTEST_MXKV_JOB"  # marks every process of one test job (not an MXKV_
 
 
 # what starts a process, in a test's code or in the fixtures and test-module functions it uses
-STARTS_PROCESSES = re.compile(r"\b(launch|start_job|launch_on|HostLauncher|run_reference|"
-                              r"Popen|subprocess|make_cluster|Cluster|run_ps_job|mpiexec)\b")
+STARTS_PROCESSES = re.compile(
+    r"\b(launch|start_job|launch_on|HostLauncher|run_reference|"
+    r"Popen|subprocess|make_cluster|Cluster|run_ps_job|mpiexec)\b"
+)
 _unit_tier = False  # `-m unit`: a job started anyway is a misfiled test
 
 
@@ -74,8 +77,10 @@ def pytest_collection_modifyitems(items) -> None:
 
 def refuse_in_the_unit_tier(what: str) -> None:
     if _unit_tier:
-        raise RuntimeError(f"a test of the unit tier {what}: tests/conftest.py's "
-                           "STARTS_PROCESSES did not see it; name what starts it there")
+        raise RuntimeError(
+            f"a test of the unit tier {what}: tests/conftest.py's "
+            "STARTS_PROCESSES did not see it; name what starts it there"
+        )
 
 
 @dataclass
@@ -85,7 +90,7 @@ class Job:
 
     def lines_of(self, rank: int) -> List[str]:
         prefix = f"[{rank}] "
-        return [line[len(prefix):] for line in self.output.splitlines() if line.startswith(prefix)]
+        return [line[len(prefix) :] for line in self.output.splitlines() if line.startswith(prefix)]
 
 
 def processes_of(tag: str) -> List[int]:
@@ -146,9 +151,14 @@ class RunningJob:
     timeout: float
 
 
-def start_job(num_ranks: int, script: Optional[str], *args: str,
-              env: Optional[Dict[str, str]] = None, timeout: float = JOB_TIMEOUT,
-              launcher_options: Sequence[str] = ()) -> RunningJob:
+def start_job(
+    num_ranks: int,
+    script: Optional[str],
+    *args: str,
+    env: Optional[Dict[str, str]] = None,
+    timeout: float = JOB_TIMEOUT,
+    launcher_options: Sequence[str] = (),
+) -> RunningJob:
     """Starts `mxkv-launch -n N [options] -- python workers/script args` (script "-m":
     `python -m args`; None: no program, for --check), every process of it marked with a
     fresh JOB_TAG."""
@@ -158,14 +168,24 @@ def start_job(num_ranks: int, script: Optional[str], *args: str,
     else:
         target = ["-m"] if script == "-m" else [str(WORKERS / script)]
         program = ["--", "python", *target, *args]
-    command = [sys.executable, "-m", "mxkv_hybrid.launch", "-n", str(num_ranks),
-               "--timeout", str(timeout), *launcher_options, *program]
+    command = [
+        sys.executable,
+        "-m",
+        "mxkv_hybrid.launch",
+        "-n",
+        str(num_ranks),
+        "--timeout",
+        str(timeout),
+        *launcher_options,
+        *program,
+    ]
     tag = uuid.uuid4().hex
     full_env = job_environment()
     full_env.update(env or {})
     full_env[JOB_TAG] = tag
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               text=True, env=full_env)
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=full_env
+    )
     return RunningJob(process, tag, timeout)
 
 
@@ -208,8 +228,13 @@ def environment_of(pid: int) -> Dict[str, str]:
 def run_reference(script: str, *args: str) -> str:
     """Runs a worker as one plain process (no MPI job) and returns its output."""
     refuse_in_the_unit_tier("started a worker process")
-    done = subprocess.run([sys.executable, str(WORKERS / script), *args], capture_output=True,
-                          check=False, text=True, timeout=JOB_TIMEOUT)
+    done = subprocess.run(
+        [sys.executable, str(WORKERS / script), *args],
+        capture_output=True,
+        check=False,
+        text=True,
+        timeout=JOB_TIMEOUT,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout
 
@@ -236,10 +261,18 @@ def convex_halves_alone(tmp_path_factory) -> Dict[int, float]:
     """The control of train_convex.py --halves: for each half of the features, one process
     with no exchange trained CONVEX_STEPS on that half; its loss on the whole data set (the
     other half's weights as initialised) over the zero-weight loss."""
-    return {half: convex_loss(run_reference("train_convex.py",
-                                            str(tmp_path_factory.mktemp(f"half{half}")),
-                                            str(CONVEX_STEPS), "--alone", str(half)))
-            for half in (0, 1)}
+    return {
+        half: convex_loss(
+            run_reference(
+                "train_convex.py",
+                str(tmp_path_factory.mktemp(f"half{half}")),
+                str(CONVEX_STEPS),
+                "--alone",
+                str(half),
+            )
+        )
+        for half in (0, 1)
+    }
 
 
 def load_ranks(directory: Path, num_ranks: int) -> List[Dict[str, np.ndarray]]:
@@ -250,16 +283,22 @@ def assert_identical_across_ranks(weights: List[Dict[str, np.ndarray]]) -> None:
     for rank, mine in enumerate(weights[1:], start=1):
         assert mine.keys() == weights[0].keys()
         for name in mine:
-            assert np.array_equal(mine[name], weights[0][name]), \
-                f"{name}: rank {rank} differs from rank 0 (max |diff| " \
+            assert np.array_equal(mine[name], weights[0][name]), (
+                f"{name}: rank {rank} differs from rank 0 (max |diff| "
                 f"{np.abs(mine[name] - weights[0][name]).max():.3g})"
+            )
 
 
 def assert_matches_reference(mine: Dict[str, np.ndarray], reference: Dict[str, np.ndarray]) -> None:
     assert mine.keys() == reference.keys()
     for name in mine:
-        np.testing.assert_allclose(mine[name], reference[name], rtol=1e-4, atol=1e-6,
-                                   err_msg=f"{name} differs from the single-process reference")
+        np.testing.assert_allclose(
+            mine[name],
+            reference[name],
+            rtol=1e-4,
+            atol=1e-6,
+            err_msg=f"{name} differs from the single-process reference",
+        )
 
 
 @pytest.fixture
@@ -271,9 +310,20 @@ def job_dir(tmp_path: Path) -> Path:
 def tiny_imagenet(tmp_path_factory) -> Path:
     """The tiny ImageNet of examples/make_tiny_imagenet.py (folder and RecordIO), made once."""
     out = tmp_path_factory.mktemp("tiny-imagenet")
-    subprocess.run([sys.executable, str(EXAMPLES / "make_tiny_imagenet.py"), "--out", str(out),
-                    "--classes", str(TINY_IMAGENET_CLASSES), "--size", "32"],
-                   check=True, timeout=120)
+    subprocess.run(
+        [
+            sys.executable,
+            str(EXAMPLES / "make_tiny_imagenet.py"),
+            "--out",
+            str(out),
+            "--classes",
+            str(TINY_IMAGENET_CLASSES),
+            "--size",
+            "32",
+        ],
+        check=True,
+        timeout=120,
+    )
     return out
 
 
@@ -298,8 +348,9 @@ def assert_same_on_every_rank(found: Dict[int, Dict[str, np.ndarray]], prefix: s
     assert names
     for rank, arrays in found.items():
         for name in names:
-            assert np.array_equal(arrays[name], found[first][name]), \
+            assert np.array_equal(arrays[name], found[first][name]), (
                 f"{name}: rank {rank} differs from rank {first}"
+            )
 
 
 def bytes_across(output: str) -> float:

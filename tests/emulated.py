@@ -1,6 +1,7 @@
 """Helpers for tests on emulated hosts (mxkv_hybrid.testing.cluster): a fixture that makes
 a fresh cluster per test (skipped, with the reason, where namespaces cannot be made), and
 mxkv-launch run on one of its hosts with a hard timeout and nothing left behind."""
+
 import os
 import subprocess
 import sys
@@ -16,8 +17,10 @@ from conftest import WORKERS, Job, OutputLines, job_environment
 JOB_TIMEOUT = 150  # seconds: --timeout of a job on emulated hosts; the test waits 30 s more
 REASON = unavailable_reason()
 # every test of emulated hosts: marked (`pytest -m emulated_hosts`), skipped with the reason
-on_emulated_hosts = [pytest.mark.emulated_hosts,
-                     pytest.mark.skipif(REASON is not None, reason=f"no emulated hosts: {REASON}")]
+on_emulated_hosts = [
+    pytest.mark.emulated_hosts,
+    pytest.mark.skipif(REASON is not None, reason=f"no emulated hosts: {REASON}"),
+]
 
 
 @pytest.fixture
@@ -26,8 +29,9 @@ def make_cluster() -> Iterator[Callable[..., Cluster]]:
     after the test (and checked to have no process left in it)."""
     made: List[Cluster] = []
 
-    def make(hosts: int, rate_mbit: Optional[float] = None,
-             interfaces: Optional[Dict[str, str]] = None) -> Cluster:
+    def make(
+        hosts: int, rate_mbit: Optional[float] = None, interfaces: Optional[Dict[str, str]] = None
+    ) -> Cluster:
         cluster = Cluster(hosts, rate_mbit, interfaces)
         cluster.start()
         made.append(cluster)
@@ -50,17 +54,37 @@ class HostLauncher(OutputLines):
     """`mxkv-launch --timeout T OPTIONS [-- python PROGRAM]` started on one emulated host,
     its output lines collected as they come (PROGRAM: a worker script and its arguments)."""
 
-    def __init__(self, cluster: Cluster, host: str, launcher_options: Sequence[str],
-                 program: Sequence[str] = (), env: Optional[Dict[str, str]] = None,
-                 timeout: float = JOB_TIMEOUT):
-        command = [sys.executable, "-m", "mxkv_hybrid.launch", "--timeout", str(timeout),
-                   *launcher_options]
+    def __init__(
+        self,
+        cluster: Cluster,
+        host: str,
+        launcher_options: Sequence[str],
+        program: Sequence[str] = (),
+        env: Optional[Dict[str, str]] = None,
+        timeout: float = JOB_TIMEOUT,
+    ):
+        command = [
+            sys.executable,
+            "-m",
+            "mxkv_hybrid.launch",
+            "--timeout",
+            str(timeout),
+            *launcher_options,
+        ]
         if program:
             script = program[0] if "/" in program[0] else str(WORKERS / program[0])
             command += ["--", "python", script, *program[1:]]
         self.timeout = timeout
-        super().__init__(cluster.run(host, command, env=launcher_environment(env),
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+        super().__init__(
+            cluster.run(
+                host,
+                command,
+                env=launcher_environment(env),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
 
     def finish(self) -> Job:
         """Waits for the launcher (its timeout and 30 s more, then kills it)."""
@@ -74,9 +98,14 @@ class HostLauncher(OutputLines):
         return Job(self.process.returncode, self.output)
 
 
-def launch_on(cluster: Cluster, host: str, launcher_options: Sequence[str],
-              program: Sequence[str] = (), env: Optional[Dict[str, str]] = None,
-              timeout: float = JOB_TIMEOUT) -> Job:
+def launch_on(
+    cluster: Cluster,
+    host: str,
+    launcher_options: Sequence[str],
+    program: Sequence[str] = (),
+    env: Optional[Dict[str, str]] = None,
+    timeout: float = JOB_TIMEOUT,
+) -> Job:
     """Runs a HostLauncher to its end; asserts that no process is left on any host."""
     job = HostLauncher(cluster, host, launcher_options, program, env, timeout).finish()
     assert_nothing_left(cluster)

@@ -1,6 +1,7 @@
 """The allreduce algorithms (ring, rhd, rd, and MPI's own) on 1 to 4, 6 and 7 real ranks,
 against a float64 reference; and how MXKV_ALGO / MXKV_COMPRESS / the algorithm table are
 chosen."""
+
 import json
 
 import mxnet as mx
@@ -38,7 +39,7 @@ def test_auto_follows_the_table_and_compression_never_takes_mpi(tmp_path, monkey
     algorithm_table.save(str(path), 1, [(1000, "mpi"), (50000, "rd"), (-1, "ring")])
     monkeypatch.setenv("MXKV_ALGO_TABLE", str(path))
     kv = mx.kv.create("hybrid")
-    chosen = [kv._collectives.algorithm_for("float32", n) for n in (10, 1000, 1001, 10 ** 6)]
+    chosen = [kv._collectives.algorithm_for("float32", n) for n in (10, 1000, 1001, 10**6)]
     assert chosen == ["mpi", "mpi", "rd", "ring"]
     monkeypatch.setenv("MXKV_COMPRESS", "bf16")
     kv = mx.kv.create("hybrid")
@@ -51,8 +52,14 @@ def test_the_table_of_the_nearest_rank_count_is_used(tmp_path):
     for ranks, algorithm in ((2, "rd"), (4, "rhd"), (8, "ring")):
         algorithm_table.save(path, ranks, [(-1, algorithm)])
     tables = algorithm_table.load(path)
-    assert [algorithm_table.rules_for(tables, n)[0][1] for n in (1, 3, 5, 6, 7, 16)] == \
-        ["rd", "rd", "rhd", "rhd", "ring", "ring"]
+    assert [algorithm_table.rules_for(tables, n)[0][1] for n in (1, 3, 5, 6, 7, 16)] == [
+        "rd",
+        "rd",
+        "rhd",
+        "rhd",
+        "ring",
+        "ring",
+    ]
 
 
 def test_a_broken_table_says_how_to_make_a_new_one(tmp_path):
@@ -69,8 +76,11 @@ def test_tune_measures_and_saves_rules_that_auto_can_read(tmp_path):
     table = tmp_path / "table.json"
     job = launch(2, "-m", "mxkv_hybrid.tune", "--quick", "--out", str(table), timeout=240)
     assert job.returncode == 0, job.output
-    progress = [line for line in job.lines_of(0) if line.rstrip().endswith(("-> mpi", "-> ring",
-                                                                             "-> rhd", "-> rd"))]
+    progress = [
+        line
+        for line in job.lines_of(0)
+        if line.rstrip().endswith(("-> mpi", "-> ring", "-> rhd", "-> rd"))
+    ]
     assert len(progress) == 6, job.output  # 1 KiB, 16 KiB, ... 64 MiB, 128 MiB
     rules = algorithm_table.load(str(table))[2]
     assert rules[-1][0] == -1 and all(name in ("mpi", "ring", "rhd", "rd") for _, name in rules)

@@ -1,5 +1,6 @@
 """One table says what each mode can do (mxkv_hybrid/capabilities.py): no module outside it
 and modes/ names a mode, and the table agrees with the refusals config makes."""
+
 import ast
 import pathlib
 from dataclasses import fields
@@ -48,18 +49,21 @@ def mode_literals(path: pathlib.Path) -> Iterator[Tuple[int, str]]:
 
 
 def test_no_module_outside_the_table_and_modes_names_a_mode():
-    found = [f"{path.relative_to(PACKAGE)}:{line}: {text!r}"
-             for path in sorted(PACKAGE.rglob("*.py"))
-             if not any(path == allowed or allowed in path.parents
-                        for allowed in ALLOWED_TO_NAME_MODES)
-             for line, text in mode_literals(path)]
+    found = [
+        f"{path.relative_to(PACKAGE)}:{line}: {text!r}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if not any(path == allowed or allowed in path.parents for allowed in ALLOWED_TO_NAME_MODES)
+        for line, text in mode_literals(path)
+    ]
     assert not found, "ask capabilities.py, or build the mode in modes/:\n" + "\n".join(found)
 
 
 def test_the_checker_sees_literals_and_skips_docstrings(tmp_path):
     source = tmp_path / "example.py"
-    source.write_text('"""sync"""\ndef f(mode):\n    """async"""\n'
-                      '    return mode == "easgd" or f"{mode}" == f"lasgd" or "lasgd tau"\n')
+    source.write_text(
+        '"""sync"""\ndef f(mode):\n    """async"""\n'
+        '    return mode == "easgd" or f"{mode}" == f"lasgd" or "lasgd tau"\n'
+    )
     assert list(mode_literals(source)) == [(4, "easgd"), (4, "lasgd")]
 
 
@@ -69,8 +73,10 @@ def test_every_mode_has_every_capability_documented():
     for can in CAPABILITIES.values():
         assert all(isinstance(getattr(can, name), bool) for name in names)
     assert all(f.metadata["doc"].strip() for f in fields(ModeCapabilities))
-    assert rows()[:2] == [(MODES[0], names[0], CAPABILITIES[MODES[0]].servers),
-                          (MODES[0], names[1], CAPABILITIES[MODES[0]].group_jobs)]
+    assert rows()[:2] == [
+        (MODES[0], names[0], CAPABILITIES[MODES[0]].servers),
+        (MODES[0], names[1], CAPABILITIES[MODES[0]].group_jobs),
+    ]
     assert len(rows()) == len(MODES) * len(names)
 
 
@@ -91,10 +97,13 @@ def test_a_name_that_is_no_mode_may_use_servers_and_nothing_else():
 
 
 def test_which_ranks_step_together():
-    assert [mode for mode in MODES if steps_together(mode, False)] == [
-        "allreduce", "sync", "lasgd"]
+    assert [mode for mode in MODES if steps_together(mode, False)] == ["allreduce", "sync", "lasgd"]
     assert [mode for mode in MODES if steps_together(mode, True)] == [
-        "allreduce", "sync", "easgd", "lasgd"]
+        "allreduce",
+        "sync",
+        "easgd",
+        "lasgd",
+    ]
 
 
 def _refused(**environ: str) -> bool:
@@ -112,8 +121,10 @@ def test_config_refuses_a_knob_exactly_where_the_mode_lacks_it(mode):
     assert _refused(MXKV_MODE=mode, MXKV_OUTER="nesterov") != can.outer_optimizer
     assert _refused(MXKV_MODE=mode, MXKV_FRAGMENTS="2") != can.fragments
     assert _refused(MXKV_MODE=mode, MXKV_ASYNC_DAMPING="staleness") != can.async_damping
-    assert _refused(MXKV_MODE=mode, MXKV_LASGD_OVERLAP="1",
-                    MXNET_ENGINE_TYPE="NaiveEngine") == can.overlapped_average
+    assert (
+        _refused(MXKV_MODE=mode, MXKV_LASGD_OVERLAP="1", MXNET_ENGINE_TYPE="NaiveEngine")
+        == can.overlapped_average
+    )
     assert (config.separate_groups_refusal(mode, False) == "") == can.group_jobs
 
 

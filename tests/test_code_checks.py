@@ -2,6 +2,7 @@
 only): ruff's lint and format check, mypy on the package, clang-format on csrc/. Their
 settings are pyproject.toml's [tool.ruff] and [tool.mypy] and .clang-format; the tools
 are this environment's (the `test` extra pins them)."""
+
 import subprocess
 import sys
 from pathlib import Path
@@ -18,8 +19,14 @@ def check(tool: str, *arguments: str) -> None:
     path = TOOLS / tool
     if not path.exists():
         pytest.fail(f"{path} is missing: install the test extra (pip install -e '.[test]')")
-    done = subprocess.run([str(path), *arguments], cwd=ROOT, capture_output=True, text=True,
-                          timeout=TIMEOUT, check=False)
+    done = subprocess.run(
+        [str(path), *arguments],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
     assert done.returncode == 0, f"{tool} {' '.join(arguments)}:\n{done.stdout}{done.stderr}"
 
 
@@ -27,7 +34,6 @@ def test_ruff_finds_nothing():
     check("ruff", "check", "--no-cache")
 
 
-@pytest.mark.xfail(strict=True, reason="ruff format lands in a later commit")
 def test_python_is_formatted_by_ruff():
     check("ruff", "format", "--check", "--no-cache")
 
@@ -38,7 +44,10 @@ def test_mypy_finds_nothing_in_the_package():
 
 
 def test_csrc_is_clang_formatted():
-    sources = sorted(str(p.relative_to(ROOT)) for pattern in ("*.cpp", "*.h")
-                     for p in (ROOT / "csrc").glob(pattern))
+    sources = sorted(
+        str(p.relative_to(ROOT))
+        for pattern in ("*.cpp", "*.h")
+        for p in (ROOT / "csrc").glob(pattern)
+    )
     assert sources, "no C++ sources in csrc/"
     check("clang-format", "--dry-run", "-Werror", *sources)

@@ -3,6 +3,7 @@ host buffers, MXNet's copies): MXNet's CPU build has such a device, `mx.cpu_pinn
 Gluon and Module on [cpu_pinned(0), cpu_pinned(1)] train to the same bits as on
 [cpu(0), cpu(1)], on every rank, in every mode, and overlapped (MXKV_OVERLAP=1) in mode
 allreduce, where it applies."""
+
 import re
 
 import numpy as np
@@ -16,8 +17,10 @@ MODES = {
     "sync": ({}, lambda ranks: ["--group-size", str(ranks - 1), "--servers", "1"]),
     # synchronous EASGD: the centre moves by the sum of both groups' exchanges, in any
     # order, so two runs end on the same bits (asynchronous exchanges land in any order)
-    "easgd": ({"MXKV_EASGD_SYNC": "1", "MXKV_TAU": "2"},
-              lambda ranks: ["--group-size", str(ranks - 1), "--servers", "1", "--one-job"]),
+    "easgd": (
+        {"MXKV_EASGD_SYNC": "1", "MXKV_TAU": "2"},
+        lambda ranks: ["--group-size", str(ranks - 1), "--servers", "1", "--one-job"],
+    ),
     "lasgd": ({"MXKV_TAU": "2"}, lambda ranks: []),
 }
 SCRIPTS = {"train_gluon.py": ["--consensus"], "train_module.py": ["--averaging-checks"]}
@@ -28,12 +31,27 @@ def train(job_dir, script, mode, ranks, context, overlap="0"):
     env, options = MODES[mode]
     out = job_dir / f"{script}-{context}-overlap{overlap}"
     consensus = SCRIPTS[script] if mode in ("easgd", "lasgd") else []
-    job = launch(ranks, script, "--out", str(out), "--devices", "2", "--context", context,
-                 *consensus, env=dict(env, MXKV_MODE=mode, MXKV_OVERLAP=overlap),
-                 launcher_options=options(ranks))
+    job = launch(
+        ranks,
+        script,
+        "--out",
+        str(out),
+        "--devices",
+        "2",
+        "--context",
+        context,
+        *consensus,
+        env=dict(env, MXKV_MODE=mode, MXKV_OVERLAP=overlap),
+        launcher_options=options(ranks),
+    )
     assert job.returncode == 0, job.output
-    staged = [int(found.group(1)) for r in range(ranks) for line in job.lines_of(r)
-              for found in [re.search(r"staged_bytes=(\d+)", line)] if found]
+    staged = [
+        int(found.group(1))
+        for r in range(ranks)
+        for line in job.lines_of(r)
+        for found in [re.search(r"staged_bytes=(\d+)", line)]
+        if found
+    ]
     assert len(staged) == ranks, job.output
     overlapped = re.findall(r"overlapped_buckets=(\d+)", job.output)
     assert len(overlapped) == ranks and all((int(n) > 0) == (overlap == "1") for n in overlapped)
@@ -44,8 +62,11 @@ def train(job_dir, script, mode, ranks, context, overlap="0"):
 
 # every (script, mode) pair once, the rank counts alternating so that every mode and
 # every script runs with both (was the full 16-job product: 290 s of CI's suite)
-PAIRS = [(script, mode, 2 + (i + j) % 2) for i, script in enumerate(SCRIPTS)
-         for j, mode in enumerate(MODES)]
+PAIRS = [
+    (script, mode, 2 + (i + j) % 2)
+    for i, script in enumerate(SCRIPTS)
+    for j, mode in enumerate(MODES)
+]
 
 
 @pytest.mark.parametrize("script, mode, ranks", PAIRS)

@@ -1,5 +1,6 @@
 """The documentation site: built by Sphinx with warnings as errors (a broken link or
 reference fails), its knob and flag pages generated from the code."""
+
 import argparse
 import shutil
 import subprocess
@@ -22,9 +23,24 @@ BUILD_TIMEOUT = 300
 
 
 def sphinx_build(source: Path, out: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b",
-                           "html", str(source), str(out)], capture_output=True, text=True,
-                          timeout=BUILD_TIMEOUT, check=False)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sphinx",
+            "-W",
+            "--keep-going",
+            "-q",
+            "-b",
+            "html",
+            str(source),
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=BUILD_TIMEOUT,
+        check=False,
+    )
 
 
 def test_a_new_knob_appears_on_the_generated_page():
@@ -41,8 +57,7 @@ def test_the_knobs_mxkv_launch_sets_have_their_own_table():
     internal = [name for name, knob in KNOBS.items() if knob.internal]
     assert "MXKV_GROUP_JOB" in internal
     users, launchers = knob_table(KNOBS), knob_table(KNOBS, internal=True)
-    assert all(f"| `{name}` |" in launchers and f"| `{name}` |" not in users
-               for name in internal)
+    assert all(f"| `{name}` |" in launchers and f"| `{name}` |" not in users for name in internal)
     assert "| `MXKV_MODE` |" in users and "| `MXKV_MODE` |" not in launchers
 
 
@@ -78,11 +93,14 @@ def test_the_error_catalogue_reads_every_kind_of_message():
         "        raise ConfigError(f'MXKV_MODE={mode} is wrong: ' 'unset it')\n"
         "    parser.error('--servers needs ' + mode)\n"
         "    raise ValueError('expected 1/0')\n"
-        "    raise RuntimeError(message)\n")
+        "    raise RuntimeError(message)\n"
+    )
     found = [(m.raised_as, m.text) for m in messages_of(source, "m")]
-    assert found == [("ConfigError", "MXKV_MODE={mode} is wrong: unset it"),
-                     ("usage error (exit 2)", "--servers needs {mode}"),
-                     ("ValueError", "expected 1/0")]
+    assert found == [
+        ("ConfigError", "MXKV_MODE={mode} is wrong: unset it"),
+        ("usage error (exit 2)", "--servers needs {mode}"),
+        ("ValueError", "expected 1/0"),
+    ]
 
 
 def test_the_error_catalogue_holds_the_package_messages():
@@ -99,8 +117,12 @@ def test_the_site_builds_with_warnings_as_errors(tmp_path):
     missing = [name for name in KNOBS if name not in knobs_page]
     assert not missing, missing
     commands_page = (tmp_path / "reference" / "commands.html").read_text()
-    flags = [flag for action in build_parser()._actions for flag in action.option_strings
-             if not isinstance(action, argparse._HelpAction)]
+    flags = [
+        flag
+        for action in build_parser()._actions
+        for flag in action.option_strings
+        if not isinstance(action, argparse._HelpAction)
+    ]
     assert [flag for flag in flags if flag not in commands_page] == []
     errors_page = (tmp_path / "troubleshooting.html").read_text()
     assert "the known MXKV_* knobs are {', '.join(KNOBS)}" in errors_page
@@ -118,8 +140,10 @@ def test_a_broken_link_fails_the_build(tmp_path):
     assert "no-such-page" in done.stderr
 
 
-@pytest.mark.parametrize("page", sorted(p.relative_to(DOCS).as_posix()
-                                        for p in DOCS.rglob("*.md") if "_build" not in p.parts))
+@pytest.mark.parametrize(
+    "page",
+    sorted(p.relative_to(DOCS).as_posix() for p in DOCS.rglob("*.md") if "_build" not in p.parts),
+)
 def test_every_page_has_one_title(page):
     lines = (DOCS / page).read_text().splitlines()
     fence = False

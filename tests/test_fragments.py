@@ -1,4 +1,5 @@
 """modes/fragments.py: the model's elements cut into equal fragments, reached by views."""
+
 import mxnet as mx
 import numpy as np
 import pytest
@@ -9,8 +10,12 @@ from mxkv_hybrid.modes.fragments import Piece, cut_into_fragments
 
 def test_fragments_hold_equal_element_counts_across_keys():
     fragments = cut_into_fragments(["a", "b", "c"], [10, 3, 7], 4)  # 20 elements, 5 each
-    assert fragments == [[Piece("a", 0, 5, 10)], [Piece("a", 5, 10, 10)],
-                         [Piece("b", 0, 3, 3), Piece("c", 0, 2, 7)], [Piece("c", 2, 7, 7)]]
+    assert fragments == [
+        [Piece("a", 0, 5, 10)],
+        [Piece("a", 5, 10, 10)],
+        [Piece("b", 0, 3, 3), Piece("c", 0, 2, 7)],
+        [Piece("c", 2, 7, 7)],
+    ]
     assert [p.name for p in fragments[2]] == ["b", "c[0:2]"]  # a whole key keeps its name
 
 
@@ -27,8 +32,9 @@ def test_a_piece_s_view_writes_into_the_weight():
     weight = mx.nd.arange(12).reshape((3, 4))
     view = Piece("w", 5, 9, 12).view(weight)
     view += 100
-    np.testing.assert_array_equal(weight.asnumpy().ravel(),
-                                  [0, 1, 2, 3, 4, 105, 106, 107, 108, 9, 10, 11])
+    np.testing.assert_array_equal(
+        weight.asnumpy().ravel(), [0, 1, 2, 3, 4, 105, 106, 107, 108, 9, 10, 11]
+    )
     assert Piece("w", 0, 12, 12).view(weight) is weight
 
 

@@ -5,6 +5,7 @@ rank's residuals equal to numpy's; tests/workers/sync_compression.py: mode sync'
 sums through the servers as summed codes; tests/workers/async_compression.py: mode
 async's codes decoded and applied by the servers).
 MXNet's `--gc-type 2bit` script path: tests/test_unmodified_scripts.py."""
+
 import pytest
 
 from conftest import assert_checks_passed, launch
@@ -15,8 +16,9 @@ HIERARCHICAL = {"MXKV_GROUP_SIZE": "2", "MXKV_HIERARCHY": "on"}
 
 @pytest.mark.parametrize("num_ranks,average", [(3, "0"), (2, "1")])
 def test_two_bit_equals_mxnets_quantiser_step_by_step(job_dir, num_ranks, average):
-    job = launch(num_ranks, "compression.py",
-                 env={"MXKV_MODE": "allreduce", "MXKV_AVERAGE": average})
+    job = launch(
+        num_ranks, "compression.py", env={"MXKV_MODE": "allreduce", "MXKV_AVERAGE": average}
+    )
     assert_checks_passed(job, num_ranks, EXPECTED_CHECKS)
 
 
@@ -26,8 +28,9 @@ def test_compression_of_group_sums_equals_numpys_quantiser_step_by_step(job_dir,
     of its ranks) and only the codes cross between groups; every step equals numpy's
     quantiser of each group's sum, residuals included (the sum of a group's slices).
     Sabotaged (a group decoding only its own codes), 4 of the 6 checks fail on every rank."""
-    job = launch(4, "compression.py", env=dict(HIERARCHICAL, MXKV_MODE="allreduce",
-                                           COMPRESSION=kind))
+    job = launch(
+        4, "compression.py", env=dict(HIERARCHICAL, MXKV_MODE="allreduce", COMPRESSION=kind)
+    )
     assert_checks_passed(job, 4, EXPECTED_CHECKS)
 
 
@@ -47,24 +50,28 @@ def test_async_servers_decode_each_groups_codes_and_apply_them_at_once(job_dir, 
     compression_params reach the store. Each rank's gradients are its own: no group alone
     gives the weights. Sabotaged (the servers not applying decoded codes), the step check
     fails."""
-    job = launch(4, "async_compression.py",
-                 env={"MXKV_MODE": "async", "COMPRESSION": kind,
-                      "MXNET_KVSTORE_BIGARRAY_BOUND": "1000"},
-                 launcher_options=["--group-size", "2", "--servers", "2", "--one-job"])
+    job = launch(
+        4,
+        "async_compression.py",
+        env={"MXKV_MODE": "async", "COMPRESSION": kind, "MXNET_KVSTORE_BIGARRAY_BOUND": "1000"},
+        launcher_options=["--group-size", "2", "--servers", "2", "--one-job"],
+    )
     assert_checks_passed(job, 4, 4)
 
 
 @pytest.mark.parametrize("mode,kind", [("easgd", "2bit"), ("easgd", "1bit"), ("lasgd", "2bit")])
-def test_averaging_modes_quantise_each_ranks_gradients_where_ranks_sum_them(job_dir, mode,
-                                                                            kind):
+def test_averaging_modes_quantise_each_ranks_gradients_where_ranks_sum_them(job_dir, mode, kind):
     """easgd, 2 groups of 2 (one job, 1 server): each rank's gradients quantised, its
     residual kept, the codes summed in its group; lasgd in the warm-up: over all 4 ranks.
     Every step equals numpy's quantiser summed over those ranks (a rank alone cannot: its
     gradients are its own), and a Trainer with compression_params keeps them equal."""
     options = ["--group-size", "2", "--servers", "1", "--one-job"] if mode == "easgd" else []
-    job = launch(4, "averaging_compression.py",
-                 env={"MXKV_MODE": mode, "COMPRESSION": kind, "MXKV_WARMUP_STEPS": "100"},
-                 launcher_options=options)
+    job = launch(
+        4,
+        "averaging_compression.py",
+        env={"MXKV_MODE": mode, "COMPRESSION": kind, "MXKV_WARMUP_STEPS": "100"},
+        launcher_options=options,
+    )
     assert_checks_passed(job, 4, 4)
 
 
@@ -76,6 +83,10 @@ def test_sync_sums_each_groups_quantised_sum_through_the_servers(job_dir, kind):
     workers) applies the decoded sum. A group's own codes alone cannot give the sum (each
     rank's gradients are its own): sabotaged (the leaders not crossing), 3 of the 4 checks
     fail."""
-    job = launch(4, "sync_compression.py", env={"MXKV_MODE": "sync", "COMPRESSION": kind},
-                 launcher_options=["--group-size", "2", "--servers", "2"])
+    job = launch(
+        4,
+        "sync_compression.py",
+        env={"MXKV_MODE": "sync", "COMPRESSION": kind},
+        launcher_options=["--group-size", "2", "--servers", "2"],
+    )
     assert_checks_passed(job, 4, 4)

@@ -3,6 +3,7 @@
 on every rank, within float tolerance of a float64 sum and of the flat allreduce, the bytes
 it sends across groups); a Gluon training in mode allreduce that uses it; and when it is
 chosen or refused."""
+
 import pytest
 
 from mxkv_hybrid.comm.hierarchy import use_hierarchy
@@ -35,9 +36,15 @@ def test_gluon_training_in_groups(job_dir):
     reference = load_ranks(job_dir / "ref", 1)[0]
     across = {}
     for hierarchy in ("on", "off"):
-        job = launch(4, "train_gluon.py", "--out", str(job_dir / hierarchy), "--kvstore", "string",
-                     env={"MXKV_GROUP_SIZE": "2", "MXKV_HIERARCHY": hierarchy,
-                          "MXKV_SUMMARY_EVERY": "5"})
+        job = launch(
+            4,
+            "train_gluon.py",
+            "--out",
+            str(job_dir / hierarchy),
+            "--kvstore",
+            "string",
+            env={"MXKV_GROUP_SIZE": "2", "MXKV_HIERARCHY": hierarchy, "MXKV_SUMMARY_EVERY": "5"},
+        )
         assert job.returncode == 0, job.output
         across[hierarchy] = bytes_across(job.output)
         weights = load_ranks(job_dir / hierarchy, 4)
@@ -49,15 +56,18 @@ def test_gluon_training_in_groups(job_dir):
 def test_auto_is_hierarchical_for_several_groups_of_equal_size():
     assert use_hierarchy("auto", [0, 0, 1, 1])
     assert use_hierarchy("auto", [0, 0, 0, 1, 1, 1])
-    assert not use_hierarchy("auto", [0, 0, 0, 0])      # one group (one host)
-    assert not use_hierarchy("auto", [0, 0, 1, 1, 2])   # unequal: flat
+    assert not use_hierarchy("auto", [0, 0, 0, 0])  # one group (one host)
+    assert not use_hierarchy("auto", [0, 0, 1, 1, 2])  # unequal: flat
     assert not use_hierarchy("off", [0, 0, 1, 1])
     assert use_hierarchy("on", [0, 0, 0])
 
 
 def test_on_refuses_groups_of_unequal_size():
-    with pytest.raises(ConfigError, match="MXKV_HIERARCHY=on needs groups of equal size, but "
-                                          "the 5 ranks form groups of 2, 2, 1 ranks"):
+    with pytest.raises(
+        ConfigError,
+        match="MXKV_HIERARCHY=on needs groups of equal size, but "
+        "the 5 ranks form groups of 2, 2, 1 ranks",
+    ):
         use_hierarchy("on", [0, 0, 1, 1, 2])
 
 

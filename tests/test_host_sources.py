@@ -2,6 +2,7 @@
 Slurm's hostlists expanded as Slurm does, PBS node files, MPI host files, values it cannot
 read refused naming the variable; the launcher's mpiexec command under each scheduler, and
 the examples in examples/cluster/ (checked with --dry-run)."""
+
 import re
 import shlex
 import subprocess
@@ -38,57 +39,92 @@ CLUSTER = EXAMPLES / "cluster"
 SLURM_2X2 = {"SLURM_JOB_NODELIST": "node[01-02]", "SLURM_TASKS_PER_NODE": "2(x2)"}
 
 
-@pytest.mark.parametrize("nodelist, hosts", [
-    # Slurm's documentation: slurm_hostlist_create(3), Slurm::Hostlist(3pm),
-    # scontrol(1) `hostnames`, slurm.conf's node ranges (quickstart_admin)
-    ("linux[1-3,6]", ["linux1", "linux2", "linux3", "linux6"]),
-    ("node1,node[2-5,12]", ["node1", "node2", "node3", "node4", "node5", "node12"]),
-    ("tux[1-3]", ["tux1", "tux2", "tux3"]),
-    ("lx[15,18,32-33]", ["lx15", "lx18", "lx32", "lx33"]),
-    ("rack[0-1]_blade[0-2]", ["rack0_blade0", "rack0_blade1", "rack0_blade2",
-                              "rack1_blade0", "rack1_blade1", "rack1_blade2"]),
-    # zero padding: the width of a range's first number
-    ("node[08-10]", ["node08", "node09", "node10"]),
-    ("node[8-10]", ["node8", "node9", "node10"]),
-    ("rack[01-3]", ["rack01", "rack02", "rack03"]),
-    ("node[01-03,07],gpu-a1,rack[1-2]-n[3-4]",
-     ["node01", "node02", "node03", "node07", "gpu-a1", "rack1-n3", "rack1-n4", "rack2-n3",
-      "rack2-n4"]),
-    ("gpu-a[01-02]-ib", ["gpu-a01-ib", "gpu-a02-ib"]),  # text after the bracket (dims 1)
-    ("tux1 tux2\ttux3,,tux4", ["tux1", "tux2", "tux3", "tux4"]),  # Slurm's separators
-    # three brackets: Slurm's _push_range_list loops over the second, then the first,
-    # then the last
-    ("a[1-2]b[3-4]c[5-6]", ["a1b3c5", "a1b3c6", "a2b3c5", "a2b3c6",
-                            "a1b4c5", "a1b4c6", "a2b4c5", "a2b4c6"]),
-])
+@pytest.mark.parametrize(
+    "nodelist, hosts",
+    [
+        # Slurm's documentation: slurm_hostlist_create(3), Slurm::Hostlist(3pm),
+        # scontrol(1) `hostnames`, slurm.conf's node ranges (quickstart_admin)
+        ("linux[1-3,6]", ["linux1", "linux2", "linux3", "linux6"]),
+        ("node1,node[2-5,12]", ["node1", "node2", "node3", "node4", "node5", "node12"]),
+        ("tux[1-3]", ["tux1", "tux2", "tux3"]),
+        ("lx[15,18,32-33]", ["lx15", "lx18", "lx32", "lx33"]),
+        (
+            "rack[0-1]_blade[0-2]",
+            [
+                "rack0_blade0",
+                "rack0_blade1",
+                "rack0_blade2",
+                "rack1_blade0",
+                "rack1_blade1",
+                "rack1_blade2",
+            ],
+        ),
+        # zero padding: the width of a range's first number
+        ("node[08-10]", ["node08", "node09", "node10"]),
+        ("node[8-10]", ["node8", "node9", "node10"]),
+        ("rack[01-3]", ["rack01", "rack02", "rack03"]),
+        (
+            "node[01-03,07],gpu-a1,rack[1-2]-n[3-4]",
+            [
+                "node01",
+                "node02",
+                "node03",
+                "node07",
+                "gpu-a1",
+                "rack1-n3",
+                "rack1-n4",
+                "rack2-n3",
+                "rack2-n4",
+            ],
+        ),
+        ("gpu-a[01-02]-ib", ["gpu-a01-ib", "gpu-a02-ib"]),  # text after the bracket (dims 1)
+        ("tux1 tux2\ttux3,,tux4", ["tux1", "tux2", "tux3", "tux4"]),  # Slurm's separators
+        # three brackets: Slurm's _push_range_list loops over the second, then the first,
+        # then the last
+        (
+            "a[1-2]b[3-4]c[5-6]",
+            ["a1b3c5", "a1b3c6", "a2b3c5", "a2b3c6", "a1b4c5", "a1b4c6", "a2b4c5", "a2b4c6"],
+        ),
+    ],
+)
 def test_nodelists_expand_as_slurm_expands_them(nodelist, hosts):
     assert expand_nodelist(nodelist) == hosts
 
 
-@pytest.mark.parametrize("tasks, counts", [
-    ("2(x3),1", [2, 2, 2, 1]),  # sbatch(1), SLURM_TASKS_PER_NODE
-    ("1,2,1(x3),3,2", [1, 2, 1, 1, 1, 3, 2]),  # Slurm's env.c, uint16_array_to_str
-    ("4", [4]),
-])
+@pytest.mark.parametrize(
+    "tasks, counts",
+    [
+        ("2(x3),1", [2, 2, 2, 1]),  # sbatch(1), SLURM_TASKS_PER_NODE
+        ("1,2,1(x3),3,2", [1, 2, 1, 1, 1, 3, 2]),  # Slurm's env.c, uint16_array_to_str
+        ("4", [4]),
+    ],
+)
 def test_tasks_per_node_expand_their_repeats(tasks, counts):
     assert expand_tasks_per_node(tasks) == counts
 
 
 def test_each_node_gets_its_task_count():
     assert slurm_hosts("node[01-03,07]", "2(x3),1") == [
-        ("node01", 2), ("node02", 2), ("node03", 2), ("node07", 1)]
+        ("node01", 2),
+        ("node02", 2),
+        ("node03", 2),
+        ("node07", 1),
+    ]
 
 
-@pytest.mark.parametrize("nodelist, problem", [
-    ("node[01-03", "unmatched or nested brackets"),
-    ("node01]", "unmatched or nested brackets"),
-    ("node[1-[2]]", "unmatched or nested brackets"),
-    ("node[3-1]", "the range 3-1 in [3-1] goes down"),
-    ("node[a-c]", "[a-c] holds 'a-c', not a number or a range lo-hi"),
-    ("node[]", "[] holds '', not a number"),
-    ("node[0-65536]", "holds more than 65536 hosts"),  # Slurm's MAX_RANGE
-    (" , ", "no host names"),
-])
+@pytest.mark.parametrize(
+    "nodelist, problem",
+    [
+        ("node[01-03", "unmatched or nested brackets"),
+        ("node01]", "unmatched or nested brackets"),
+        ("node[1-[2]]", "unmatched or nested brackets"),
+        ("node[3-1]", "the range 3-1 in [3-1] goes down"),
+        ("node[a-c]", "[a-c] holds 'a-c', not a number or a range lo-hi"),
+        ("node[]", "[] holds '', not a number"),
+        ("node[0-65536]", "holds more than 65536 hosts"),  # Slurm's MAX_RANGE
+        (" , ", "no host names"),
+    ],
+)
 def test_a_malformed_nodelist_is_named_with_its_value(nodelist, problem):
     with pytest.raises(MalformedHosts) as refused:
         expand_nodelist(nodelist)
@@ -108,7 +144,8 @@ def test_task_counts_for_another_number_of_nodes_are_refused():
         slurm_hosts("node[01-03]", "2(x2)")
     assert str(refused.value).startswith(
         "SLURM_TASKS_PER_NODE='2(x2)': 2 task count(s) for the 3 node(s) of "
-        "SLURM_JOB_NODELIST='node[01-03]'; expected one task count per node")
+        "SLURM_JOB_NODELIST='node[01-03]'; expected one task count per node"
+    )
 
 
 def test_a_pbs_node_file_counts_each_hosts_lines_in_first_seen_order(tmp_path):
@@ -117,35 +154,43 @@ def test_a_pbs_node_file_counts_each_hosts_lines_in_first_seen_order(tmp_path):
     assert read_pbs_nodefile(str(nodefile)) == [("n2", 3), ("n1", 2), ("n3", 1)]
 
 
-@pytest.mark.parametrize("text, problem", [
-    (None, "cannot be read (No such file or directory)"),
-    ("\n\n", "the file names no host"),
-    ("n1\nn1 n2\n", "line 2 'n1 n2' holds more than one name"),
-])
+@pytest.mark.parametrize(
+    "text, problem",
+    [
+        (None, "cannot be read (No such file or directory)"),
+        ("\n\n", "the file names no host"),
+        ("n1\nn1 n2\n", "line 2 'n1 n2' holds more than one name"),
+    ],
+)
 def test_a_pbs_node_file_it_cannot_read_is_named(tmp_path, text, problem):
     nodefile = tmp_path / "nodes"
     if text is not None:
         nodefile.write_text(text)
     with pytest.raises(MalformedHosts) as refused:
         read_pbs_nodefile(str(nodefile))
-    assert str(refused.value).startswith(f"PBS_NODEFILE={str(nodefile)!r}: {problem}; "
-                                         "expected a readable file with one host name")
+    assert str(refused.value).startswith(
+        f"PBS_NODEFILE={str(nodefile)!r}: {problem}; expected a readable file with one host name"
+    )
 
 
 def test_mpi_host_files_of_mpich_and_open_mpi(tmp_path):
     hostfile = tmp_path / "hosts"
-    hostfile.write_text("# mpich\nnodea:2\nnodeb  # one slot\n"
-                        "  # open mpi\nnodec slots=4 max_slots=8\n")
+    hostfile.write_text(
+        "# mpich\nnodea:2\nnodeb  # one slot\n  # open mpi\nnodec slots=4 max_slots=8\n"
+    )
     assert read_mpi_hostfile(str(hostfile)) == [("nodea", 2), ("nodeb", 1), ("nodec", 4)]
 
 
-@pytest.mark.parametrize("line", ["nodea:0", "nodea:x", "nodea:2 slots=3", "nodea 4",
-                                  "nodea slots=", ":2"])
+@pytest.mark.parametrize(
+    "line", ["nodea:0", "nodea:x", "nodea:2 slots=3", "nodea 4", "nodea slots=", ":2"]
+)
 def test_a_host_file_line_it_cannot_read_is_named(tmp_path, line):
     hostfile = tmp_path / "hosts"
     hostfile.write_text(f"nodez:1\n{line}\n")
-    with pytest.raises(MalformedHosts, match=re.escape(
-            f"--hostfile={str(hostfile)!r}: line 2 {line!r} is not a host")):
+    with pytest.raises(
+        MalformedHosts,
+        match=re.escape(f"--hostfile={str(hostfile)!r}: line 2 {line!r} is not a host"),
+    ):
         read_mpi_hostfile(str(hostfile))
 
 
@@ -153,15 +198,20 @@ def test_the_environment_names_its_source_and_slurm_comes_before_pbs(tmp_path):
     nodefile = tmp_path / "nodes"
     nodefile.write_text("pbs1\npbs1\n")
     assert hosts_from_environment({"HOME": "/root"}) is None
-    assert hosts_from_environment({"PBS_NODEFILE": str(nodefile)}) == \
-        HostList([("pbs1", 2)], "PBS_NODEFILE")
+    assert hosts_from_environment({"PBS_NODEFILE": str(nodefile)}) == HostList(
+        [("pbs1", 2)], "PBS_NODEFILE"
+    )
     both = hosts_from_environment({**SLURM_2X2, "PBS_NODEFILE": str(nodefile)})
     assert both.hosts == [("node01", 2), ("node02", 2)] and both.total_slots == 4
-    assert both.describe() == ("hosts from SLURM_JOB_NODELIST/SLURM_TASKS_PER_NODE: "
-                               "node01:2,node02:2 (PBS_NODEFILE is set too, not used: "
-                               "Slurm's list comes first)")
-    with pytest.raises(MalformedHosts, match=re.escape(
-            "SLURM_TASKS_PER_NODE (unset): SLURM_JOB_NODELIST='node[01-02]' is set")):
+    assert both.describe() == (
+        "hosts from SLURM_JOB_NODELIST/SLURM_TASKS_PER_NODE: "
+        "node01:2,node02:2 (PBS_NODEFILE is set too, not used: "
+        "Slurm's list comes first)"
+    )
+    with pytest.raises(
+        MalformedHosts,
+        match=re.escape("SLURM_TASKS_PER_NODE (unset): SLURM_JOB_NODELIST='node[01-02]' is set"),
+    ):
         hosts_from_environment({"SLURM_JOB_NODELIST": "node[01-02]"})
 
 
@@ -169,9 +219,15 @@ def dry_run(options: List[str], env: Dict[str, str]) -> subprocess.CompletedProc
     """`mxkv-launch --dry-run [options]` in a subprocess, run where the checkout's root is,
     with `env` instead of any scheduler's or mxkv's variables of this process."""
     clean = job_environment()
-    return subprocess.run([sys.executable, "-m", "mxkv_hybrid.launch", "--dry-run", *options],
-                          capture_output=True, check=False, text=True, timeout=60, cwd=ROOT,
-                          env={**clean, **env})
+    return subprocess.run(
+        [sys.executable, "-m", "mxkv_hybrid.launch", "--dry-run", *options],
+        capture_output=True,
+        check=False,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        env={**clean, **env},
+    )
 
 
 @pytest.mark.parametrize("scheduler", ["slurm", "pbs"])
@@ -196,14 +252,17 @@ def test_hosts_given_on_the_command_line_win_over_the_schedulers():
 def test_a_malformed_scheduler_variable_stops_the_launcher():
     done = dry_run(["--", "python", "x.py"], {**SLURM_2X2, "SLURM_TASKS_PER_NODE": "2(x3)"})
     assert done.returncode == 2 and not done.stdout
-    assert "mxkv-launch: error: SLURM_TASKS_PER_NODE='2(x3)': 3 task count(s) for the 2 " \
-           "node(s) of SLURM_JOB_NODELIST='node[01-02]'" in done.stderr, done.stderr
+    assert (
+        "mxkv-launch: error: SLURM_TASKS_PER_NODE='2(x3)': 3 task count(s) for the 2 "
+        "node(s) of SLURM_JOB_NODELIST='node[01-02]'" in done.stderr
+    ), done.stderr
 
 
 @dataclass
 class SbatchScript:
     """The parts of slurm.sbatch a test runs: its #SBATCH options (without the dashes),
     its exports and its mxkv-launch command's words."""
+
     options: Dict[str, str]
     exports: Dict[str, str]
     command: List[str]
@@ -213,10 +272,11 @@ def read_sbatch_script() -> SbatchScript:
     script = SbatchScript({}, {}, [])
     for line in (CLUSTER / "slurm.sbatch").read_text().splitlines():
         if line.startswith("#SBATCH "):
-            script.options.update(option.lstrip("-").split("=", 1)
-                                  for option in shlex.split(line[len("#SBATCH "):]))
+            script.options.update(
+                option.lstrip("-").split("=", 1) for option in shlex.split(line[len("#SBATCH ") :])
+            )
         elif line.startswith("export "):
-            script.exports.update([line[len("export "):].split("=", 1)])
+            script.exports.update([line[len("export ") :].split("=", 1)])
         elif line.startswith("mxkv-launch "):
             script.command = shlex.split(line)
     return script
@@ -226,23 +286,30 @@ def test_the_slurm_script_runs_one_group_job_per_node():
     script = read_sbatch_script()
     nodes, per_node = int(script.options["nodes"]), int(script.options["ntasks-per-node"])
     assert (nodes, per_node) == (2, 2) and script.exports == {"MXKV_MODE": "easgd"}
-    slurm = {"SLURM_JOB_NODELIST": f"node[01-{nodes:02d}]",
-             "SLURM_TASKS_PER_NODE": f"{per_node}(x{nodes})"}
+    slurm = {
+        "SLURM_JOB_NODELIST": f"node[01-{nodes:02d}]",
+        "SLURM_TASKS_PER_NODE": f"{per_node}(x{nodes})",
+    }
     done = dry_run(script.command[1:], {**slurm, **script.exports})
     assert done.returncode == 0, done.stderr
-    assert done.stderr == "mxkv-launch: hosts from SLURM_JOB_NODELIST/SLURM_TASKS_PER_NODE: " \
-                          "node01:2,node02:2\n"
+    assert (
+        done.stderr == "mxkv-launch: hosts from SLURM_JOB_NODELIST/SLURM_TASKS_PER_NODE: "
+        "node01:2,node02:2\n"
+    )
     lines = done.stdout.splitlines()
     assert [line.split()[0] for line in lines] == [
-        f"MXKV_GROUP_JOB=group={g}:groups=2:first_rank={2 * g}:ranks=4" for g in range(2)]
+        f"MXKV_GROUP_JOB=group={g}:groups=2:first_rank={2 * g}:ranks=4" for g in range(2)
+    ]
     for node, line in enumerate(lines, 1):
         assert f" -n 2 -prepend-rank -hosts node{node:02d}:2 " in line, line
         assert line.endswith(" -m mxkv_hybrid.run examples/train_digits.py"), line
 
 
 def test_the_mpijob_manifest_launches_mxkv_launch_on_its_workers_hosts(tmp_path):
-    yaml = pytest.importorskip("yaml", reason="PyYAML is not installed: the manifest "
-                                              "examples/cluster/mpijob.yaml is not parsed")
+    yaml = pytest.importorskip(
+        "yaml",
+        reason="PyYAML is not installed: the manifest examples/cluster/mpijob.yaml is not parsed",
+    )
     job = yaml.safe_load((CLUSTER / "mpijob.yaml").read_text())
     assert (job["apiVersion"], job["kind"]) == ("kubeflow.org/v2beta1", "MPIJob")
     spec = job["spec"]
@@ -280,8 +347,13 @@ def test_a_slurm_allocation_of_emulated_hosts_trains_across_them(make_cluster, j
     """h[1-2] with 2(x2) tasks, no -H and no -n: 4 ranks, 2 on each host, the same weights
     as one process; the gradients crossed h2's link."""
     cluster = make_cluster(2)
-    job = launch_on(cluster, "h1", [], ["train_gluon.py", "--out", str(job_dir / "dist")],
-                    env={"SLURM_JOB_NODELIST": "h[1-2]", "SLURM_TASKS_PER_NODE": "2(x2)"})
+    job = launch_on(
+        cluster,
+        "h1",
+        [],
+        ["train_gluon.py", "--out", str(job_dir / "dist")],
+        env={"SLURM_JOB_NODELIST": "h[1-2]", "SLURM_TASKS_PER_NODE": "2(x2)"},
+    )
     assert job.returncode == 0, job.output
     assert "hosts from SLURM_JOB_NODELIST/SLURM_TASKS_PER_NODE: h1:2,h2:2" in job.output
     run_reference("train_gluon.py", "--out", str(job_dir / "ref"), "--reference", "4")

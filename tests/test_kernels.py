@@ -1,4 +1,5 @@
 """The fused elastic step (comm/kernels.py) against numpy, in one process."""
+
 import mxnet as mx
 import numpy as np
 import pytest

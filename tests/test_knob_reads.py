@@ -1,6 +1,7 @@
 """config.py reads every MXKV_* variable (read_knob, Config.from_environment, launcher_mode):
 no other module of the package reads one from the environment itself. Setting one for the
 processes it starts (os.environ[...] = ..., dict(os.environ, MXKV_X=...)) is allowed."""
+
 import ast
 import pathlib
 from typing import Iterator, Tuple
@@ -14,8 +15,9 @@ READERS = ("get", "pop")  # os.environ.get(...), environ.pop(...)
 
 def _is_environment(node: ast.AST) -> bool:
     """os.environ, or a name `environ` (a mapping of the environment passed in)."""
-    return ((isinstance(node, ast.Attribute) and node.attr == "environ")
-            or (isinstance(node, ast.Name) and node.id == "environ"))
+    return (isinstance(node, ast.Attribute) and node.attr == "environ") or (
+        isinstance(node, ast.Name) and node.id == "environ"
+    )
 
 
 def _is_knob_name(node: ast.AST) -> bool:
@@ -31,13 +33,19 @@ def knob_reads(path: pathlib.Path) -> Iterator[Tuple[int, str]]:
             read = _is_environment(node.value) and _is_knob_name(node.slice)
         elif isinstance(node, ast.Call) and node.args and _is_knob_name(node.args[0]):
             function = node.func
-            read = ((isinstance(function, ast.Attribute) and function.attr in READERS
-                     and _is_environment(function.value))
-                    or (isinstance(function, ast.Attribute) and function.attr == "getenv")
-                    or (isinstance(function, ast.Name) and function.id == "getenv"))
+            read = (
+                (
+                    isinstance(function, ast.Attribute)
+                    and function.attr in READERS
+                    and _is_environment(function.value)
+                )
+                or (isinstance(function, ast.Attribute) and function.attr == "getenv")
+                or (isinstance(function, ast.Name) and function.id == "getenv")
+            )
         elif isinstance(node, ast.Compare) and _is_knob_name(node.left):
-            read = any(isinstance(op, (ast.In, ast.NotIn)) for op in node.ops) \
-                and any(_is_environment(right) for right in node.comparators)
+            read = any(isinstance(op, (ast.In, ast.NotIn)) for op in node.ops) and any(
+                _is_environment(right) for right in node.comparators
+            )
         if read:
             yield node.lineno, ast.get_source_segment(source, node)
 
@@ -46,8 +54,12 @@ def knob_writes(path: pathlib.Path) -> Iterator[str]:
     """The MXKV_* names `path` sets for processes: os.environ[...] = ..., a keyword of a
     call (dict(os.environ, MXKV_X=...)) or a key of a dict literal."""
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store) \
-                and _is_environment(node.value) and _is_knob_name(node.slice):
+        if (
+            isinstance(node, ast.Subscript)
+            and isinstance(node.ctx, ast.Store)
+            and _is_environment(node.value)
+            and _is_knob_name(node.slice)
+        ):
             yield node.slice.value
         elif isinstance(node, ast.Call):
             yield from (k.arg for k in node.keywords if (k.arg or "").startswith("MXKV_"))
@@ -56,9 +68,12 @@ def knob_writes(path: pathlib.Path) -> Iterator[str]:
 
 
 def test_only_config_reads_knobs_from_the_environment():
-    found = [f"{path.relative_to(PACKAGE)}:{line}: {code}"
-             for path in sorted(PACKAGE.rglob("*.py")) if path != PACKAGE / "config.py"
-             for line, code in knob_reads(path)]
+    found = [
+        f"{path.relative_to(PACKAGE)}:{line}: {code}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if path != PACKAGE / "config.py"
+        for line, code in knob_reads(path)
+    ]
     assert not found, "read it with config.read_knob (or add a reader there):\n" + "\n".join(found)
 
 
@@ -74,7 +89,8 @@ def test_the_checker_tells_reads_from_writes(tmp_path):
         "os.environ['MXKV_F'] = '1'\n"
         "env = dict(os.environ, MXKV_G='1')\n"
         "h = os.environ.get('DMLC_ROLE')\n"
-        "i = 'MXKV_I' in env\n")
+        "i = 'MXKV_I' in env\n"
+    )
     assert [line for line, _ in knob_reads(source)] == [2, 3, 4, 5, 6]
 
 

@@ -1,5 +1,6 @@
 """MXKV_MODE=lasgd and the explicit averager, on real MPI jobs: every step follows the
 formulas of tests/averaging_reference.py; a checkpoint resumes the same trajectory."""
+
 import json
 import os
 
@@ -20,9 +21,16 @@ RANKS, TAU, WARMUP, STEPS = 3, 2, 2, 9
 
 def run_steps(job_dir, *args: str, **env: str):
     """averaging_steps.py on 3 ranks in mode lasgd; (STEP records, CONSENSUS or None)."""
-    job = launch(RANKS, "averaging_steps.py", str(job_dir), *args, timeout=120,
-                 env=dict({"MXKV_MODE": "lasgd", "MXKV_TAU": str(TAU),
-                           "MXKV_WARMUP_STEPS": str(WARMUP)}, **env))
+    job = launch(
+        RANKS,
+        "averaging_steps.py",
+        str(job_dir),
+        *args,
+        timeout=120,
+        env=dict(
+            {"MXKV_MODE": "lasgd", "MXKV_TAU": str(TAU), "MXKV_WARMUP_STEPS": str(WARMUP)}, **env
+        ),
+    )
     assert job.returncode == 0, job.output
     lines = job.lines_of(0)
     steps = [json.loads(line[5:]) for line in lines if line.startswith("STEP ")]
@@ -33,13 +41,15 @@ def run_steps(job_dir, *args: str, **env: str):
 @pytest.mark.parametrize("overlap", [True, False])
 @pytest.mark.parametrize("optimizer", ["sgd", "nag"])
 def test_lasgd_steps_follow_the_formula(job_dir, overlap, optimizer):
-    seen, agreed = run_steps(job_dir, str(STEPS), optimizer, "--consensus",
-                             MXKV_LASGD_OVERLAP=str(int(overlap)))
+    seen, agreed = run_steps(
+        job_dir, str(STEPS), optimizer, "--consensus", MXKV_LASGD_OVERLAP=str(int(overlap))
+    )
     expected = reference.lasgd(STEPS, RANKS, TAU, WARMUP, overlap, optimizer)
     assert [r["step"] for r in seen] == list(range(1, STEPS + 1))
     for record, want in zip(seen, expected):
-        np.testing.assert_allclose(record["weights"], want["weights"], rtol=0, atol=1e-5,
-                                   err_msg=f"step {record['step']}")
+        np.testing.assert_allclose(
+            record["weights"], want["weights"], rtol=0, atol=1e-5, err_msg=f"step {record['step']}"
+        )
     final = reference.consensus_of_lasgd(expected[-1], overlap)
     np.testing.assert_allclose(agreed, np.tile(final, (RANKS, 1)), rtol=0, atol=1e-5)
     assert all(row == agreed[0] for row in agreed)  # bitwise the same model everywhere
@@ -49,13 +59,18 @@ def test_lasgd_steps_follow_the_formula(job_dir, overlap, optimizer):
 def test_an_outer_optimizer_follows_its_formula(job_dir, outer):
     """MXKV_OUTER (DiLoCo) on blocking averages, every step against the numpy reference;
     control: the same steps without it differ (plain averaging)."""
-    settings = {"MXKV_LASGD_OVERLAP": "0", "MXKV_OUTER": outer, "MXKV_OUTER_LR": "0.7",
-                "MXKV_OUTER_MOMENTUM": "0.9"}
+    settings = {
+        "MXKV_LASGD_OVERLAP": "0",
+        "MXKV_OUTER": outer,
+        "MXKV_OUTER_LR": "0.7",
+        "MXKV_OUTER_MOMENTUM": "0.9",
+    }
     seen, _ = run_steps(job_dir, str(STEPS), "nag", **settings)
     expected = reference.lasgd_outer(STEPS, RANKS, TAU, WARMUP, "nag", outer, 0.7, 0.9)
     for record, want in zip(seen, expected):
-        np.testing.assert_allclose(record["weights"], want["weights"], rtol=0, atol=1e-5,
-                                   err_msg=f"step {record['step']}")
+        np.testing.assert_allclose(
+            record["weights"], want["weights"], rtol=0, atol=1e-5, err_msg=f"step {record['step']}"
+        )
     plain = reference.lasgd(STEPS, RANKS, TAU, WARMUP, False, "nag")
     assert np.abs(plain[-1]["weights"] - expected[-1]["weights"]).max() > 1e-2
 
@@ -67,8 +82,7 @@ def test_an_outer_optimizer_s_state_survives_a_checkpoint(tmp_path):
     run_steps(tmp_path / "straight", str(STEPS), "nag", **settings)
     per_rank = str(tmp_path / "ckpt-{rank}")
     run_steps(tmp_path / "first", str(STEPS), "nag", "--save", "5", per_rank, **settings)
-    resumed, _ = run_steps(tmp_path / "second", str(STEPS), "nag", "--resume", per_rank,
-                           **settings)
+    resumed, _ = run_steps(tmp_path / "second", str(STEPS), "nag", "--resume", per_rank, **settings)
     assert [r["step"] for r in resumed] == list(range(6, STEPS + 1))
     for rank in range(RANKS):
         straight = np.load(tmp_path / "straight" / f"rank{rank}.npz")
@@ -78,8 +92,11 @@ def test_an_outer_optimizer_s_state_survives_a_checkpoint(tmp_path):
 
 def test_an_outer_optimizer_and_fragments_outside_their_modes_are_refused():
     for mode in ("sync", "async", "allreduce"):
-        with pytest.raises(ConfigError, match="MXKV_OUTER=nesterov is built for MXKV_MODE=lasgd "
-                                              "or easgd, and this job has MXKV_MODE="):
+        with pytest.raises(
+            ConfigError,
+            match="MXKV_OUTER=nesterov is built for MXKV_MODE=lasgd "
+            "or easgd, and this job has MXKV_MODE=",
+        ):
             Config.from_environment({"MXKV_MODE": mode, "MXKV_OUTER": "nesterov"})
     for mode in ("easgd", "sync", "allreduce"):
         with pytest.raises(ConfigError, match="MXKV_FRAGMENTS=2 is built for MXKV_MODE=lasgd, "):
@@ -87,13 +104,20 @@ def test_an_outer_optimizer_and_fragments_outside_their_modes_are_refused():
 
 
 def test_fragments_must_divide_tau():
-    with pytest.raises(ConfigError, match="MXKV_TAU=6 is not a multiple of it: make MXKV_TAU a "
-                                          "multiple of MXKV_FRAGMENTS"):
+    with pytest.raises(
+        ConfigError,
+        match="MXKV_TAU=6 is not a multiple of it: make MXKV_TAU a multiple of MXKV_FRAGMENTS",
+    ):
         Config.from_environment({"MXKV_MODE": "lasgd", "MXKV_TAU": "6", "MXKV_FRAGMENTS": "4"})
-    assert Config.from_environment({"MXKV_MODE": "lasgd", "MXKV_TAU": "8",
-                                    "MXKV_FRAGMENTS": "4"}).fragments == 4
-    with pytest.raises(ValueError, match="fragments must be a whole number >= 1 that divides "
-                                         "period 4, got 3"):
+    assert (
+        Config.from_environment(
+            {"MXKV_MODE": "lasgd", "MXKV_TAU": "8", "MXKV_FRAGMENTS": "4"}
+        ).fragments
+        == 4
+    )
+    with pytest.raises(
+        ValueError, match="fragments must be a whole number >= 1 that divides period 4, got 3"
+    ):
         mxkv_hybrid.PeriodicModelAverager(period=4, fragments=3)
 
 
@@ -105,8 +129,9 @@ def test_the_streaming_reference_with_one_fragment_is_lasgd(overlap):
     streaming = reference.streaming_lasgd(STEPS, RANKS, TAU, WARMUP, overlap, "nag", 1)
     for a, b in zip(plain, streaming):
         np.testing.assert_allclose(a["weights"], b["weights"], rtol=0, atol=1e-12)
-    np.testing.assert_allclose(streaming[-1]["consensus"],
-                               reference.consensus_of_lasgd(plain[-1], overlap), atol=1e-12)
+    np.testing.assert_allclose(
+        streaming[-1]["consensus"], reference.consensus_of_lasgd(plain[-1], overlap), atol=1e-12
+    )
     outer = reference.lasgd_outer(STEPS, RANKS, TAU, WARMUP, "nag", "nesterov", 0.7, 0.9)
     streaming = reference.streaming_lasgd(STEPS, RANKS, TAU, WARMUP, False, "nag", 1, "nesterov")
     for a, b in zip(outer, streaming):
@@ -116,29 +141,52 @@ def test_the_streaming_reference_with_one_fragment_is_lasgd(overlap):
 STREAMING_TAU, STREAMING_STEPS = 4, 11  # 2 fragments: points at steps 4, 6, 8, 10
 
 
-@pytest.mark.parametrize("overlap, outer, fragments", [
-    (False, "none", 2), (True, "none", 2), (False, "nesterov", 2), (True, "nesterov", 2),
-    (True, "sgd", 1)])
-def test_streaming_fragments_and_outer_steps_follow_the_formula(job_dir, overlap, outer,
-                                                                fragments):
+@pytest.mark.parametrize(
+    "overlap, outer, fragments",
+    [
+        (False, "none", 2),
+        (True, "none", 2),
+        (False, "nesterov", 2),
+        (True, "nesterov", 2),
+        (True, "sgd", 1),
+    ],
+)
+def test_streaming_fragments_and_outer_steps_follow_the_formula(job_dir, overlap, outer, fragments):
     """MXKV_FRAGMENTS (the 3 weights cut into [0:1] and [1:3]) and MXKV_OUTER, blocking
     and overlapped, every step and the consensus against the numpy reference; control:
     the reference without fragments, or without the outer optimizer, differs."""
-    seen, agreed = run_steps(job_dir, str(STREAMING_STEPS), "nag", "--consensus",
-                             MXKV_TAU=str(STREAMING_TAU), MXKV_LASGD_OVERLAP=str(int(overlap)),
-                             MXKV_FRAGMENTS=str(fragments), MXKV_OUTER=outer)
-    expected = reference.streaming_lasgd(STREAMING_STEPS, RANKS, STREAMING_TAU, WARMUP, overlap,
-                                         "nag", fragments, outer)
+    seen, agreed = run_steps(
+        job_dir,
+        str(STREAMING_STEPS),
+        "nag",
+        "--consensus",
+        MXKV_TAU=str(STREAMING_TAU),
+        MXKV_LASGD_OVERLAP=str(int(overlap)),
+        MXKV_FRAGMENTS=str(fragments),
+        MXKV_OUTER=outer,
+    )
+    expected = reference.streaming_lasgd(
+        STREAMING_STEPS, RANKS, STREAMING_TAU, WARMUP, overlap, "nag", fragments, outer
+    )
     assert [r["step"] for r in seen] == list(range(1, STREAMING_STEPS + 1))
     for record, want in zip(seen, expected):
-        np.testing.assert_allclose(record["weights"], want["weights"], rtol=0, atol=1e-5,
-                                   err_msg=f"step {record['step']}")
-    np.testing.assert_allclose(agreed, np.tile(expected[-1]["consensus"], (RANKS, 1)),
-                               rtol=0, atol=1e-5)
+        np.testing.assert_allclose(
+            record["weights"], want["weights"], rtol=0, atol=1e-5, err_msg=f"step {record['step']}"
+        )
+    np.testing.assert_allclose(
+        agreed, np.tile(expected[-1]["consensus"], (RANKS, 1)), rtol=0, atol=1e-5
+    )
     assert all(row == agreed[0] for row in agreed)
-    other = reference.streaming_lasgd(STREAMING_STEPS, RANKS, STREAMING_TAU, WARMUP, overlap,
-                                      "nag", 3 - fragments if outer == "none" else fragments,
-                                      "none" if outer != "none" else outer)
+    other = reference.streaming_lasgd(
+        STREAMING_STEPS,
+        RANKS,
+        STREAMING_TAU,
+        WARMUP,
+        overlap,
+        "nag",
+        3 - fragments if outer == "none" else fragments,
+        "none" if outer != "none" else outer,
+    )
     assert np.abs(other[-1]["weights"] - expected[-1]["weights"]).max() > 1e-2
 
 
@@ -148,16 +196,22 @@ def test_streaming_state_survives_a_checkpoint(tmp_path):
     settings = {"MXKV_TAU": str(STREAMING_TAU), "MXKV_FRAGMENTS": "2", "MXKV_OUTER": "nesterov"}
     run_steps(tmp_path / "straight", str(STREAMING_STEPS), "nag", **settings)
     per_rank = str(tmp_path / "ckpt-{rank}")
-    run_steps(tmp_path / "first", str(STREAMING_STEPS), "nag", "--save", "5", per_rank,
-              **settings)
-    resumed, _ = run_steps(tmp_path / "second", str(STREAMING_STEPS), "nag", "--resume",
-                           per_rank, **settings)
+    run_steps(tmp_path / "first", str(STREAMING_STEPS), "nag", "--save", "5", per_rank, **settings)
+    resumed, _ = run_steps(
+        tmp_path / "second", str(STREAMING_STEPS), "nag", "--resume", per_rank, **settings
+    )
     assert [r["step"] for r in resumed] == list(range(6, STREAMING_STEPS + 1))
-    expected = reference.streaming_lasgd(STREAMING_STEPS, RANKS, STREAMING_TAU, WARMUP, True,
-                                         "nag", 2, "nesterov")
+    expected = reference.streaming_lasgd(
+        STREAMING_STEPS, RANKS, STREAMING_TAU, WARMUP, True, "nag", 2, "nesterov"
+    )
     for record in resumed:
-        np.testing.assert_allclose(record["weights"], expected[record["step"] - 1]["weights"],
-                                   rtol=0, atol=1e-5, err_msg=f"step {record['step']}")
+        np.testing.assert_allclose(
+            record["weights"],
+            expected[record["step"] - 1]["weights"],
+            rtol=0,
+            atol=1e-5,
+            err_msg=f"step {record['step']}",
+        )
     for rank in range(RANKS):
         straight = np.load(tmp_path / "straight" / f"rank{rank}.npz")
         second = np.load(tmp_path / "second" / f"rank{rank}.npz")
@@ -178,8 +232,9 @@ def test_lasgd_correction_keeps_the_mean_over_ranks(job_dir):
     for record, want in zip(seen, expected):
         if want["pending"] is not None:
             assert abs(want["pending"].sum(axis=0)).max() < 1e-12
-        np.testing.assert_allclose(np.mean(record["weights"], axis=0),
-                                   want["weights"].mean(axis=0), rtol=0, atol=1e-5)
+        np.testing.assert_allclose(
+            np.mean(record["weights"], axis=0), want["weights"].mean(axis=0), rtol=0, atol=1e-5
+        )
 
 
 def test_lasgd_checkpoint_resumes_the_same_trajectory(tmp_path):
@@ -192,7 +247,10 @@ def test_lasgd_checkpoint_resumes_the_same_trajectory(tmp_path):
     assert (tmp_path / "ckpt-0" / "manifest.json").exists()
     for rank in range(1, RANKS):
         assert sorted(os.listdir(tmp_path / f"ckpt-{rank}")) == [
-            f"rank{rank}.g1.params", f"rank{rank}.g1.states", f"rank{rank}.g1.states.averaging"]
+            f"rank{rank}.g1.params",
+            f"rank{rank}.g1.states",
+            f"rank{rank}.g1.states.averaging",
+        ]
     resumed, _ = run_steps(tmp_path / "second", str(STEPS), "nag", "--resume", per_rank)
     assert [r["step"] for r in resumed] == list(range(6, STEPS + 1))
     for rank in range(RANKS):
@@ -214,18 +272,22 @@ def test_periodic_model_averager_follows_the_formula(overlap):
     agreed = json.loads(next(line[10:] for line in lines if line.startswith("CONSENSUS ")))
     expected = reference.lasgd(STEPS, RANKS, period, 0, overlap == "1", "sgd")
     for record, want in zip(seen, expected):
-        np.testing.assert_allclose(record["weights"], want["weights"], rtol=0, atol=1e-5,
-                                   err_msg=f"step {record['step']}")
+        np.testing.assert_allclose(
+            record["weights"], want["weights"], rtol=0, atol=1e-5, err_msg=f"step {record['step']}"
+        )
     final = reference.consensus_of_lasgd(expected[-1], overlap == "1")
     np.testing.assert_allclose(agreed, np.tile(final, (RANKS, 1)), rtol=0, atol=1e-5)
     assert f"averagings {STEPS // period}" in lines
 
 
-@pytest.mark.parametrize("arguments, message", [
-    ({"period": 0}, "period must be a whole number >= 1, got 0"),
-    ({"period": 2.5}, "period must be a whole number >= 1, got 2.5"),
-    ({"period": 4, "warmup_steps": -1}, "warmup_steps must be a whole number >= 0, got -1"),
-])
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        ({"period": 0}, "period must be a whole number >= 1, got 0"),
+        ({"period": 2.5}, "period must be a whole number >= 1, got 2.5"),
+        ({"period": 4, "warmup_steps": -1}, "warmup_steps must be a whole number >= 0, got -1"),
+    ],
+)
 def test_periodic_model_averager_refuses_bad_arguments(arguments, message):
     with pytest.raises(ValueError, match=message):
         mxkv_hybrid.PeriodicModelAverager(**arguments)
@@ -244,8 +306,15 @@ def test_unknown_lasgd_overlap_setting_is_refused():
 def test_module_fit_in_lasgd_mode_averages_saves_and_agrees(job_dir):
     """Module: local updates, averagings after steps 2 and 4 of 5, the averaging state
     saved beside the optimizer states and loaded back, one model after consensus."""
-    job = launch(2, "train_module.py", "--out", str(job_dir), "--averaging-checks",
-                 env={"MXKV_MODE": "lasgd", "MXKV_TAU": "2"}, timeout=120)
+    job = launch(
+        2,
+        "train_module.py",
+        "--out",
+        str(job_dir),
+        "--averaging-checks",
+        env={"MXKV_MODE": "lasgd", "MXKV_TAU": "2"},
+        timeout=120,
+    )
     assert job.returncode == 0, job.output
     for rank in range(2):
         text = " ".join(job.lines_of(rank))
@@ -260,17 +329,27 @@ def test_module_fit_in_lasgd_mode_averages_saves_and_agrees(job_dir):
 def test_overlapped_averaging_is_refused_with_the_naive_engine():
     with pytest.raises(ConfigError, match="set MXKV_LASGD_OVERLAP=0 or unset MXNET_ENGINE_TYPE"):
         Config.from_environment({"MXKV_MODE": "lasgd", "MXNET_ENGINE_TYPE": "NaiveEngine"})
-    assert not Config.from_environment({"MXKV_MODE": "lasgd", "MXKV_LASGD_OVERLAP": "0",
-                                        "MXNET_ENGINE_TYPE": "NaiveEngine"}).lasgd_overlap
+    assert not Config.from_environment(
+        {"MXKV_MODE": "lasgd", "MXKV_LASGD_OVERLAP": "0", "MXNET_ENGINE_TYPE": "NaiveEngine"}
+    ).lasgd_overlap
 
 
 def test_the_average_in_flight_does_not_hold_up_the_local_steps():
     """Behind a link of 2 s latency, the average started at step 2 is still travelling
     when step 3 (its gradients reduced, its update done) is over: the local step did not
     wait for it. It lands by close (so the check can fail)."""
-    job = launch(2, "lasgd_overlap.py", timeout=120,
-                 env={"MXKV_MODE": "lasgd", "MXKV_TAU": "2", "MXKV_GROUP_SIZE": "1",
-                      "MXKV_THROTTLE_MBPS": "1000", "MXKV_THROTTLE_LATENCY_MS": "2000"})
+    job = launch(
+        2,
+        "lasgd_overlap.py",
+        timeout=120,
+        env={
+            "MXKV_MODE": "lasgd",
+            "MXKV_TAU": "2",
+            "MXKV_GROUP_SIZE": "1",
+            "MXKV_THROTTLE_MBPS": "1000",
+            "MXKV_THROTTLE_LATENCY_MS": "2000",
+        },
+    )
     assert job.returncode == 0, job.output
     for rank in range(2):
         seen = json.loads(job.lines_of(rank)[-1])
@@ -278,11 +357,10 @@ def test_the_average_in_flight_does_not_hold_up_the_local_steps():
         assert seen["in_flight_after_close"] == 0, seen
 
 
-HALF_UNIT = {"bf16": 2.0 ** -8, "fp16": 2.0 ** -11}  # the largest relative rounding error
+HALF_UNIT = {"bf16": 2.0**-8, "fp16": 2.0**-11}  # the largest relative rounding error
 
 
-@pytest.mark.parametrize("compress, overlap", [("bf16", False), ("bf16", True),
-                                               ("fp16", False)])
+@pytest.mark.parametrize("compress, overlap", [("bf16", False), ("bf16", True), ("fp16", False)])
 def test_16_bit_averages_send_rounded_changes_with_error_feedback(job_dir, compress, overlap):
     """MXKV_COMPRESS in lasgd, the weights near 1000 (start and targets moved by 1000), no
     warm-up: every step is within a derived bound of the reference that rounds each
@@ -293,32 +371,52 @@ def test_16_bit_averages_send_rounded_changes_with_error_feedback(job_dir, compr
     an operation, a few a step: 1e-3 over the 9 steps). Control: rounding the weights
     themselves, as 16-bit averages did before (bf16 steps of 4 there), misses the bound."""
     offset, unit = 1000.0, HALF_UNIT[compress]
-    seen, agreed = run_steps(job_dir, str(STEPS), "nag", "--offset", str(offset), "--consensus",
-                             MXKV_COMPRESS=compress, MXKV_LASGD_OVERLAP=str(int(overlap)),
-                             MXKV_WARMUP_STEPS="0", MXKV_ALGO="ring")
+    seen, agreed = run_steps(
+        job_dir,
+        str(STEPS),
+        "nag",
+        "--offset",
+        str(offset),
+        "--consensus",
+        MXKV_COMPRESS=compress,
+        MXKV_LASGD_OVERLAP=str(int(overlap)),
+        MXKV_WARMUP_STEPS="0",
+        MXKV_ALGO="ring",
+    )
     rounding = lambda values: round_to_16_bits(values, compress)  # noqa: E731
-    expected = reference.streaming_lasgd(STEPS, RANKS, TAU, 0, overlap, "nag", 1,
-                                         round16=rounding, offset=offset)
+    expected = reference.streaming_lasgd(
+        STEPS, RANKS, TAU, 0, overlap, "nag", 1, round16=rounding, offset=offset
+    )
     bound = 1e-3
     for record, want in zip(seen, expected):
         bound += 8 * unit * want["change"]
-        np.testing.assert_allclose(record["weights"], want["weights"], rtol=0, atol=bound,
-                                   err_msg=f"step {record['step']}")
+        np.testing.assert_allclose(
+            record["weights"], want["weights"], rtol=0, atol=bound, err_msg=f"step {record['step']}"
+        )
     assert all(row == agreed[0] for row in agreed)
     # consensus averages the changes too: one more point's error, of changes at most D
     consensus_bound = bound + 8 * unit * max(want["change"] for want in expected)
-    np.testing.assert_allclose(agreed, np.tile(expected[-1]["consensus"], (RANKS, 1)), rtol=0,
-                               atol=consensus_bound)
+    np.testing.assert_allclose(
+        agreed, np.tile(expected[-1]["consensus"], (RANKS, 1)), rtol=0, atol=consensus_bound
+    )
     exact = reference.streaming_lasgd(STEPS, RANKS, TAU, 0, overlap, "nag", 1, offset=offset)
     means = [record["weights"].mean(axis=0) for record in exact]
     assert max(np.abs(rounding(mean) - mean).max() for mean in means) > bound
 
 
 def test_a_checkpoint_written_with_other_averaging_settings_is_refused():
-    with pytest.raises(MXKVError, match="lasgd: this checkpoint was written without an outer "
-                                        "optimizer \\(MXKV_OUTER\\); resume with the same"):
+    with pytest.raises(
+        MXKVError,
+        match="lasgd: this checkpoint was written without an outer "
+        "optimizer \\(MXKV_OUTER\\); resume with the same",
+    ):
         check_saved_with({"outer": None}, "outer", True, "lasgd", "an outer optimizer (MXKV_OUTER)")
     with pytest.raises(MXKVError, match="written with 16-bit averages"):
-        check_saved_with({"deltas": {"residual": {}}}, "deltas", False, "lasgd",
-                         "16-bit averages (MXKV_COMPRESS)")
+        check_saved_with(
+            {"deltas": {"residual": {}}},
+            "deltas",
+            False,
+            "lasgd",
+            "16-bit averages (MXKV_COMPRESS)",
+        )
     check_saved_with({}, "deltas", False, "lasgd", "16-bit averages")  # older: none saved

@@ -1,6 +1,7 @@
 """The launcher's link (comm/launcher_link.py) on loopback: its address form, the groups'
 meeting notice, a caller without the token answered nothing, the failing rank named
 first from its report on the link, and the groups it gave up, as the finish line reads them."""
+
 import os
 import socket
 import subprocess
@@ -33,8 +34,9 @@ def test_a_job_address_is_token_at_host_colon_port():
     assert JobAddress.parse("ab12@198.18.0.11:4000").where == "198.18.0.11:4000"
 
 
-@pytest.mark.parametrize("address", ["198.18.0.11:4000", "ab12@198.18.0.11", "ab12@:4000",
-                                     "ab12@198.18.0.11:port"])
+@pytest.mark.parametrize(
+    "address", ["198.18.0.11:4000", "ab12@198.18.0.11", "ab12@:4000", "ab12@198.18.0.11:port"]
+)
 def test_a_malformed_job_address_names_the_form(address):
     with pytest.raises(ValueError, match="expected TOKEN@HOST:PORT"):
         JobAddress.parse(address)
@@ -84,9 +86,13 @@ def test_strangers_are_refused_with_one_line_and_the_link_keeps_serving(capfd):
     finally:
         link.close()
     refused = [line for line in capfd.readouterr().err.splitlines() if "refused" in line]
-    assert refused == [("mxkv-launch: refused a connection to the launcher's link from "
-                        "127.0.0.1: not a message of the link (its host's next ones are "
-                        "closed without a word)")], refused
+    assert refused == [
+        (
+            "mxkv-launch: refused a connection to the launcher's link from "
+            "127.0.0.1: not a message of the link (its host's next ones are "
+            "closed without a word)"
+        )
+    ], refused
 
 
 def test_a_script_that_reported_its_failure_is_named_before_the_rank_killed_for_it():
@@ -94,8 +100,13 @@ def test_a_script_that_reported_its_failure_is_named_before_the_rank_killed_for_
     under load, when mpiexec's kill of rank 0 ended it before the failing rank 1, a big
     process, finished ending. Rank 1's report on the link came before that end: it is
     named; a report that came after the end is not."""
-    ranks = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
-                              env=dict(os.environ, PMI_RANK=str(r))) for r in (0, 1)]
+    ranks = [
+        subprocess.Popen(
+            [sys.executable, "-c", "import time; time.sleep(60)"],
+            env=dict(os.environ, PMI_RANK=str(r)),
+        )
+        for r in (0, 1)
+    ]
     watch = RankWatch(os.getpid(), 2)
     try:
         deadline = time.monotonic() + 10
@@ -107,7 +118,8 @@ def test_a_script_that_reported_its_failure_is_named_before_the_rank_killed_for_
             watch.wait(0.05)
         assert watch.describe_first_ended("h").startswith(f"rank 0 (pid {ranks[0].pid} on h)")
         assert watch.describe_first_ended("h", RankExit(1, 1, reported)) == (
-            f"rank 1 (pid {ranks[1].pid} on h) was the first rank to end (its script failed)")
+            f"rank 1 (pid {ranks[1].pid} on h) was the first rank to end (its script failed)"
+        )
         first = watch.describe_first_ended("h", RankExit(1, 1, time.monotonic()))
         assert first.startswith("rank 0 ")
     finally:
@@ -134,7 +146,11 @@ def test_the_groups_a_launcher_gave_up_are_told_to_callers_with_its_token():
 def test_the_finish_line_goes_on_once_every_unfinished_group_is_given_up_or_quiet():
     assert reason_to_go_on([1, 2], [2], quiet=1.0, timeout=15) is None  # 1 may still come
     assert reason_to_go_on([1, 2], None, quiet=1.0, timeout=15) is None  # not asked this time
-    assert reason_to_go_on([1, 2], [0, 1, 2], quiet=1.0, timeout=15) == \
-        "were given up by the launcher (lost, no restart left)"
-    assert reason_to_go_on([1], [], quiet=15.5, timeout=15) == \
-        "neither finished nor made progress for 15 s (MXKV_PS_TIMEOUT)"
+    assert (
+        reason_to_go_on([1, 2], [0, 1, 2], quiet=1.0, timeout=15)
+        == "were given up by the launcher (lost, no restart left)"
+    )
+    assert (
+        reason_to_go_on([1], [], quiet=15.5, timeout=15)
+        == "neither finished nor made progress for 15 s (MXKV_PS_TIMEOUT)"
+    )

@@ -2,6 +2,7 @@
 ones inside functions included) goes to its own folder or to one its folder may use, and
 the folders' import graph has no cycle. The allowed sets are those the folders'
 `__init__.py` docstrings state."""
+
 import ast
 import pathlib
 from typing import Dict, Iterator, Set, Tuple
@@ -35,8 +36,10 @@ ALLOWED: Dict[str, Set[str]] = {
     "kvstore": {"modes", "observe", "ps", "safety", "comm"},
     "integration": {"kvstore", "modes", "observe", "ps", "safety", "comm"},
     "launch": {"integration", "kvstore", "modes", "observe", "ps", "safety", "comm", *ENTRY_POINTS},
-    **{entry: {"integration", "kvstore", "modes", "observe", "ps", "safety", "comm", *ENTRY_POINTS}
-       for entry in ENTRY_POINTS},
+    **{
+        entry: {"integration", "kvstore", "modes", "observe", "ps", "safety", "comm", *ENTRY_POINTS}
+        for entry in ENTRY_POINTS
+    },
 }
 
 
@@ -62,15 +65,16 @@ def imported_modules(module: Tuple[str, ...], path: pathlib.Path) -> Iterator[Tu
         elif isinstance(node, ast.ImportFrom):
             names = (node.module or "").split(".") if node.module else []
             if node.level:
-                target = package[:len(package) - node.level + 1] + tuple(names)
+                target = package[: len(package) - node.level + 1] + tuple(names)
             elif names[:1] == ["mxkv_hybrid"]:
                 target = tuple(names[1:])
             else:
                 continue
             for alias in node.names:  # `from . import stall` names a module
                 directory = PACKAGE.joinpath(*target)
-                is_module = ((directory / alias.name).is_dir()
-                             or any(directory.glob(alias.name + ".*")))
+                is_module = (directory / alias.name).is_dir() or any(
+                    directory.glob(alias.name + ".*")
+                )
                 yield target + (alias.name,) if is_module else target
 
 
@@ -95,8 +99,9 @@ def test_imports_go_down_the_layers(module):
     source = unit_of(parts)
     for target in imported_modules(parts, path):
         unit = unit_of(target)
-        assert unit == source or unit in BASE or unit in ALLOWED[source], \
+        assert unit == source or unit in BASE or unit in ALLOWED[source], (
             f"mxkv_hybrid.{module} imports {'.'.join(target)}: {source} may not import {unit}"
+        )
 
 
 def test_the_folders_import_graph_has_no_cycle():

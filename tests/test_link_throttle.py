@@ -1,4 +1,5 @@
 """The emulated slow link between groups: its arithmetic and its knobs (no timing)."""
+
 import os
 import secrets
 
@@ -17,11 +18,13 @@ def test_a_transfer_takes_latency_plus_bytes_over_bandwidth():
 
 def test_throttle_knobs():
     assert link_throttle(Config.from_environment({})) is None
-    configured = link_throttle(Config.from_environment(
-        {"MXKV_THROTTLE_MBPS": "50", "MXKV_THROTTLE_LATENCY_MS": "2"}))
+    configured = link_throttle(
+        Config.from_environment({"MXKV_THROTTLE_MBPS": "50", "MXKV_THROTTLE_LATENCY_MS": "2"})
+    )
     assert configured == LinkThrottle(50.0, 0.002)
-    with pytest.raises(ConfigError,
-                       match="MXKV_THROTTLE_MBPS='-1' is invalid: expected a number >= 0"):
+    with pytest.raises(
+        ConfigError, match="MXKV_THROTTLE_MBPS='-1' is invalid: expected a number >= 0"
+    ):
         Config.from_environment({"MXKV_THROTTLE_MBPS": "-1"})
 
 

@@ -2,6 +2,7 @@
 under `mxkv_hybrid`, a level from MXKV_LOG_LEVEL or `mxkv-launch --log-level`, each message
 on the stream its print wrote to, a rank's lines named by rank, and a user's handler on the
 `mxkv_hybrid` logger gets them too."""
+
 import ast
 import logging
 import pathlib
@@ -24,9 +25,17 @@ from conftest import launch
 PACKAGE = pathlib.Path(mxkv_hybrid.__file__).parent
 # modules whose prints are a program's output, not messages: reports, tables, a dry run's
 # commands, --serve's join address, usage, the test cluster's command-line answers
-PRINTS_KEPT = {"tune.py", "run.py", "plan/__main__.py", "observe/step_summary.py",
-               "shard/orchestrator.py", "launch/self_check.py", "launch/launcher.py",
-               "launch/serve_join.py", "testing/cluster.py"}
+PRINTS_KEPT = {
+    "tune.py",
+    "run.py",
+    "plan/__main__.py",
+    "observe/step_summary.py",
+    "shard/orchestrator.py",
+    "launch/self_check.py",
+    "launch/launcher.py",
+    "launch/serve_join.py",
+    "testing/cluster.py",
+}
 
 
 @pytest.fixture
@@ -66,8 +75,11 @@ def test_only_the_package_logger_gets_a_handler():
 def printing_modules():
     """The package's modules that call print(), as paths inside the package."""
     for path in sorted(PACKAGE.rglob("*.py")):
-        calls = [node for node in ast.walk(ast.parse(path.read_text()))
-                 if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "print"]
+        calls = [
+            node
+            for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "print"
+        ]
         if calls:
             yield path.relative_to(PACKAGE).as_posix()
 
@@ -76,16 +88,20 @@ def test_messages_are_logged_and_only_program_output_is_printed():
     assert set(printing_modules()) <= PRINTS_KEPT
 
 
-@pytest.mark.parametrize("text, level", [("debug", "debug"), (" Warning ", "warning"),
-                                         ("ERROR", "error")])
+@pytest.mark.parametrize(
+    "text, level", [("debug", "debug"), (" Warning ", "warning"), ("ERROR", "error")]
+)
 def test_the_level_knob_parses(text, level):
     assert read_knob("MXKV_LOG_LEVEL", {"MXKV_LOG_LEVEL": text}) == level
 
 
 def test_the_level_knob_defaults_to_info_and_refuses_other_words():
     assert read_knob("MXKV_LOG_LEVEL", {}) == "info"
-    with pytest.raises(ConfigError, match=r"MXKV_LOG_LEVEL='loud' is invalid: expected one of: "
-                                          r"debug, info, warning, error"):
+    with pytest.raises(
+        ConfigError,
+        match=r"MXKV_LOG_LEVEL='loud' is invalid: expected one of: "
+        r"debug, info, warning, error",
+    ):
         read_knob("MXKV_LOG_LEVEL", {"MXKV_LOG_LEVEL": "loud"})
     with pytest.raises(ConfigError, match="MXKV_LOG_LEVEL"):
         Config.from_environment({"MXKV_LOG_LEVEL": "verbose"})
@@ -144,13 +160,16 @@ def test_a_users_file_handler_gets_the_messages(package_logger, tmp_path, capsys
         package_logger.removeHandler(handler)
         handler.close()
     assert (tmp_path / "job.log").read_text().splitlines() == [
-        "[rank 2] mxkv-launch: the job failed", "[rank 2] mxkv_hybrid: 10 asynchronous updates"]
+        "[rank 2] mxkv-launch: the job failed",
+        "[rank 2] mxkv_hybrid: 10 asynchronous updates",
+    ]
     assert capsys.readouterr().err.count("the job failed") == 1  # the console's still
 
 
 def test_the_launchers_flag_sets_the_level_for_it_and_its_ranks(package_logger):
-    args = launcher.parse_arguments(["-n", "2", "--log-level", "error", "--dry-run", "--",
-                                     "python", "train.py"])
+    args = launcher.parse_arguments(
+        ["-n", "2", "--log-level", "error", "--dry-run", "--", "python", "train.py"]
+    )
     assert args.log_level == "error" and package_logger.level == logging.ERROR
     assert read_knob("MXKV_LOG_LEVEL") == "error"  # what the ranks it starts inherit
 
@@ -161,10 +180,12 @@ def test_a_job_at_warning_level_drops_info_lines_and_still_trains(log_level):
     job = launch(2, "log_levels.py", launcher_options=options)
     assert job.returncode == 0, job.output
     for rank in range(2):
-        assert f"RESULT Hybrid rank={rank} of 2 value=[1.5, 1.5, 1.5]" in job.lines_of(rank), \
+        assert f"RESULT Hybrid rank={rank} of 2 value=[1.5, 1.5, 1.5]" in job.lines_of(rank), (
             job.output
+        )
         assert f"mxkv_hybrid: rank {rank} warns" in job.lines_of(rank), job.output
-    info_lines = ["mxkv-launch --auto: MXKV_AUTO=1 for every rank" in job.output,
-                  "mxkv_hybrid --auto: kvstore 'local' -> 'hybrid' (2 ranks)"
-                  in "\n".join(job.lines_of(0))]
+    info_lines = [
+        "mxkv-launch --auto: MXKV_AUTO=1 for every rank" in job.output,
+        "mxkv_hybrid --auto: kvstore 'local' -> 'hybrid' (2 ranks)" in "\n".join(job.lines_of(0)),
+    ]
     assert info_lines == ([False, False] if log_level == "warning" else [True, True]), job.output

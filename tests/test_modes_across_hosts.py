@@ -4,6 +4,7 @@ tests/averaging_reference.py (each rank's loss has its own optimum, so only the 
 across the hosts gives these numbers), hierarchical and flat allreduce against one process,
 async group jobs ending on the servers' model. Sync: test_network_setup.py; easgd over
 ps-lite with a host cut: test_partitions.py."""
+
 import json
 
 import numpy as np
@@ -39,31 +40,52 @@ def assert_steps(seen: list, expected: list, *names: str) -> None:
     assert [r["step"] for r in seen] == list(range(1, STEPS + 1))
     for record, want in zip(seen, expected):
         for name in names:
-            np.testing.assert_allclose(record[name], want[name], rtol=0, atol=1e-5,
-                                       err_msg=f"{name}, step {record['step']}")
+            np.testing.assert_allclose(
+                record[name],
+                want[name],
+                rtol=0,
+                atol=1e-5,
+                err_msg=f"{name}, step {record['step']}",
+            )
 
 
 def test_lasgd_across_hosts_follows_the_formula(make_cluster, job_dir):  # noqa: F811  (fixture)
     cluster = make_cluster(2, rate_mbit=1000)
-    seen, agreed = steps_of(launch_on(
-        cluster, "h1", ONE_RANK_EACH, ["averaging_steps.py", str(job_dir), str(STEPS), "nag",
-                                       "--consensus"],
-        env={"MXKV_MODE": "lasgd", "MXKV_TAU": str(TAU), "MXKV_WARMUP_STEPS": str(WARMUP)}))
+    seen, agreed = steps_of(
+        launch_on(
+            cluster,
+            "h1",
+            ONE_RANK_EACH,
+            ["averaging_steps.py", str(job_dir), str(STEPS), "nag", "--consensus"],
+            env={"MXKV_MODE": "lasgd", "MXKV_TAU": str(TAU), "MXKV_WARMUP_STEPS": str(WARMUP)},
+        )
+    )
     expected = reference.lasgd(STEPS, 2, TAU, WARMUP, True, "nag")
     assert_steps(seen, expected, "weights")
-    np.testing.assert_allclose(agreed, np.tile(reference.consensus_of_lasgd(expected[-1], True),
-                                               (2, 1)), rtol=0, atol=1e-5)
+    np.testing.assert_allclose(
+        agreed, np.tile(reference.consensus_of_lasgd(expected[-1], True), (2, 1)), rtol=0, atol=1e-5
+    )
 
 
 def test_easgd_over_rma_across_hosts_follows_the_formula(make_cluster, job_dir):  # noqa: F811  (fixture)
     """The centre in the leaders' MPI windows, one leader on each host."""
     cluster = make_cluster(2, rate_mbit=1000)
-    seen, agreed = steps_of(launch_on(
-        cluster, "h1", [*ONE_RANK_EACH, "--group-size", "1"],
-        ["averaging_steps.py", str(job_dir), str(STEPS), "nag", "--consensus"],
-        env={"MXKV_MODE": "easgd", "MXKV_TRANSPORT": "rma", "MXKV_EASGD_SYNC": "1",
-             "MXKV_EASGD_ALPHA": "0.45", "MXKV_TAU": str(TAU),
-             "MXKV_WARMUP_STEPS": str(WARMUP)}))
+    seen, agreed = steps_of(
+        launch_on(
+            cluster,
+            "h1",
+            [*ONE_RANK_EACH, "--group-size", "1"],
+            ["averaging_steps.py", str(job_dir), str(STEPS), "nag", "--consensus"],
+            env={
+                "MXKV_MODE": "easgd",
+                "MXKV_TRANSPORT": "rma",
+                "MXKV_EASGD_SYNC": "1",
+                "MXKV_EASGD_ALPHA": "0.45",
+                "MXKV_TAU": str(TAU),
+                "MXKV_WARMUP_STEPS": str(WARMUP),
+            },
+        )
+    )
     expected = reference.easgd_sync(STEPS, 2, TAU, WARMUP, 0.45, "nag")
     assert_steps(seen, expected, "weights", "centre")
     np.testing.assert_allclose(agreed, [expected[-1]["centre"]] * 2, rtol=0, atol=1e-5)
@@ -76,9 +98,13 @@ def test_hierarchical_and_flat_allreduce_across_hosts_match_one_process(make_clu
     run_reference("train_gluon.py", "--out", str(job_dir / "ref"), "--reference", "4")
     across = {}
     for hierarchy in ("on", "off"):
-        job = launch_on(cluster, "h1", ["-n", "4", "-H", "h1:2,h2:2"],
-                        ["train_gluon.py", "--out", str(job_dir / hierarchy)],
-                        env={"MXKV_HIERARCHY": hierarchy, "MXKV_SUMMARY_EVERY": "5"})
+        job = launch_on(
+            cluster,
+            "h1",
+            ["-n", "4", "-H", "h1:2,h2:2"],
+            ["train_gluon.py", "--out", str(job_dir / hierarchy)],
+            env={"MXKV_HIERARCHY": hierarchy, "MXKV_SUMMARY_EVERY": "5"},
+        )
         assert job.returncode == 0, job.output
         across[hierarchy] = bytes_across(job.output)
         weights = load_ranks(job_dir / hierarchy, 4)
@@ -95,9 +121,13 @@ def test_async_group_jobs_across_hosts_end_on_the_servers_model(make_cluster, jo
     test_group_jobs' run of the same job on one host."""
     cluster = make_cluster(2, rate_mbit=1000)
     epochs = 12
-    job = launch_on(cluster, "h1", ["-n", "4", "-H", "h1:2,h2:2", "--servers", "1"],
-                    ["group_job_digits.py", str(job_dir), str(epochs), "0.1"],
-                    env={"MXKV_MODE": "async", "MOMENTUM": "0"})
+    job = launch_on(
+        cluster,
+        "h1",
+        ["-n", "4", "-H", "h1:2,h2:2", "--servers", "1"],
+        ["group_job_digits.py", str(job_dir), str(epochs), "0.1"],
+        env={"MXKV_MODE": "async", "MOMENTUM": "0"},
+    )
     assert job.returncode == 0, job.output
     assert "each of the 2 groups runs as its own MPI job" in job.output
     found = rank_files(job_dir, range(4))
@@ -111,15 +141,24 @@ def test_async_group_jobs_across_hosts_end_on_the_servers_model(make_cluster, jo
 
 
 @pytest.mark.parametrize("period_us, woke", [("500", "signalled"), ("0", "at its limit")])
-def test_remote_memory_across_hosts_moves_while_its_holder_computes(make_cluster, job_dir,  # noqa: F811  (fixture)
-                                                                    period_us, woke):
+def test_remote_memory_across_hosts_moves_while_its_holder_computes(
+    make_cluster,  # noqa: F811  (fixture)
+    job_dir,
+    period_us,
+    woke,
+):
     """A read of a chunk whose holder (on the other host) sleeps outside MPI completes while
     it sleeps with the progress thread (MXKV_RMA_PROGRESS_US); control, with none (0): it
     waits until the holder enters MPI again (over TCP MPICH serves one-sided operations
     only there; in easgd over rma a leader held up the others' exchanges for its tau steps)."""
     cluster = make_cluster(2, rate_mbit=1000)
-    job = launch_on(cluster, "h1", ONE_RANK_EACH, ["holder_progress.py", str(job_dir)],
-                    env={"MXKV_RMA_PROGRESS_US": period_us})
+    job = launch_on(
+        cluster,
+        "h1",
+        ONE_RANK_EACH,
+        ["holder_progress.py", str(job_dir)],
+        env={"MXKV_RMA_PROGRESS_US": period_us},
+    )
     assert job.returncode == 0, job.output
     assert "CHECK read values ok" in job.output and "FAILED" not in job.output, job.output
     started = "none" if period_us == "0" else "started"

@@ -3,6 +3,7 @@ address chosen by the route towards the other hosts (sync across 2 hosts with no
 --ps-host trains as one process does), a loopback or foreign --ps-host refused before
 anything starts, a group that joins from a host whose interface has another name, and
 --check naming the hosts that cannot reach each other."""
+
 import re
 import subprocess
 import time
@@ -34,11 +35,18 @@ def test_sync_across_hosts_without_ps_host_matches_one_process(make_cluster, job
     """2 hosts x 2 ranks, a group per host, the server on h1: the launcher picks h1's
     address on the route towards h2, and the weights equal one process's."""
     cluster = make_cluster(2, rate_mbit=1000)
-    job = launch_on(cluster, "h1", ["-n", "4", "-H", "h1:2,h2:2", "--servers", "1"],
-                    ["train_gluon.py", "--out", str(job_dir / "dist")], env=SYNC)
+    job = launch_on(
+        cluster,
+        "h1",
+        ["-n", "4", "-H", "h1:2,h2:2", "--servers", "1"],
+        ["train_gluon.py", "--out", str(job_dir / "dist")],
+        env=SYNC,
+    )
     assert job.returncode == 0, job.output
-    assert (f"this host's relay (ps-lite's way in from the other hosts; ps-lite itself listens "
-            f"on loopback) listens on {cluster.address('h1')} (eth0)") in job.output
+    assert (
+        f"this host's relay (ps-lite's way in from the other hosts; ps-lite itself listens "
+        f"on loopback) listens on {cluster.address('h1')} (eth0)"
+    ) in job.output
     run_reference("train_gluon.py", "--out", str(job_dir / "ref"), "--reference", "4")
     weights = load_ranks(job_dir / "dist", 4)
     assert_identical_across_ranks(weights)
@@ -51,16 +59,22 @@ def test_a_ps_host_the_other_hosts_cannot_reach_is_refused_at_once(make_cluster,
     program = ["train_gluon.py", "--out", str(job_dir)]
     loopback = launch_on(cluster, "h1", [*options, "--ps-host", "127.0.0.1"], program, env=SYNC)
     assert loopback.returncode == 2, loopback.output
-    assert (f"--ps-host 127.0.0.1 is loopback, and the ranks or servers on h2 would look for "
-            f"the scheduler on their own loopback: give --ps-host {cluster.address('h1')}"
-            in loopback.output), loopback.output
-    foreign = launch_on(cluster, "h1", [*options, "--ps-host", cluster.address("h2")], program,
-                        env=SYNC)
+    assert (
+        f"--ps-host 127.0.0.1 is loopback, and the ranks or servers on h2 would look for "
+        f"the scheduler on their own loopback: give --ps-host {cluster.address('h1')}"
+        in loopback.output
+    ), loopback.output
+    foreign = launch_on(
+        cluster, "h1", [*options, "--ps-host", cluster.address("h2")], program, env=SYNC
+    )
     assert foreign.returncode == 2, foreign.output
-    assert f"--ps-host {cluster.address('h2')} is not an address of this machine (h1)" \
+    assert (
+        f"--ps-host {cluster.address('h2')} is not an address of this machine (h1)"
         in foreign.output
-    unknown = launch_on(cluster, "h1", ["-n", "4", "-H", "h1:2,nowhere:2", "--servers", "1"],
-                        program, env=SYNC)
+    )
+    unknown = launch_on(
+        cluster, "h1", ["-n", "4", "-H", "h1:2,nowhere:2", "--servers", "1"], program, env=SYNC
+    )
     assert unknown.returncode == 2 and "host nowhere does not resolve on h1" in unknown.output
 
 
@@ -70,13 +84,28 @@ def test_a_group_joins_from_a_host_whose_interface_has_another_name(make_cluster
     cluster = make_cluster(2, interfaces={"h2": "ens5"})
     tag = uuid.uuid4().hex
     env = {"MXKV_MODE": "easgd", "MXKV_PS_TIMEOUT": "20", "PYTEST_MXKV_JOB": tag}
-    serving = HostLauncher(cluster, "h1", ["--servers", "1", "--groups", "2", "--serve",
-                                           "--ps-host", cluster.address("h1"),
-                                           "--ps-interface", "eth0"], env=env)
+    serving = HostLauncher(
+        cluster,
+        "h1",
+        [
+            "--servers",
+            "1",
+            "--groups",
+            "2",
+            "--serve",
+            "--ps-host",
+            cluster.address("h1"),
+            "--ps-interface",
+            "eth0",
+        ],
+        env=env,
+    )
     address = serving.wait_for(r"--join (\S+@[\d.]+:\d+) -n RANKS").group(1)
     program = ["group_job_digits.py", str(tmp_path), "20", "0.1"]
-    groups = [HostLauncher(cluster, host, ["--join", address, "-n", "2"], program, env=env)
-              for host in ("h1", "h2")]
+    groups = [
+        HostLauncher(cluster, host, ["--join", address, "-n", "2"], program, env=env)
+        for host in ("h1", "h2")
+    ]
     jobs = [group.finish() for group in groups]
     served = serving.finish()
     assert_nothing_left(cluster)
@@ -111,12 +140,14 @@ def test_check_names_each_host_and_address_that_cannot_be_reached(make_cluster):
     assert time.monotonic() - started < REGISTER_SECONDS + CONNECT_SECONDS + 6, job.output
     assert job.returncode == 1, job.output
     assert re.search(rf"h2 \({h2}\) cannot reach h3 \({h3}:\d+\): No route to host", job.output)
-    assert re.search(rf"h3 \({h3}\) cannot reach h2 \({h2}:\d+\): no answer within 3 s",
-                     job.output)
+    assert re.search(rf"h3 \({h3}\) cannot reach h2 \({h2}:\d+\): no answer within 3 s", job.output)
     assert "h1 (" not in job.output and "self-check" not in job.output, job.output
 
     cluster.cut("h3")
     job = launch_on(cluster, "h1", options)
     assert job.returncode == 1, job.output
-    assert re.search(rf"h3: its probe never called this machine at {cluster.address('h1')}:"
-                     r"\d+ within 5 s: h3 cannot reach it", job.output), job.output
+    assert re.search(
+        rf"h3: its probe never called this machine at {cluster.address('h1')}:"
+        r"\d+ within 5 s: h3 cannot reach it",
+        job.output,
+    ), job.output

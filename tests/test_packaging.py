@@ -1,5 +1,6 @@
 """The package leaves the choice of MXNet build to the user: it requires `mxnet` only
 under the extra `cpu`, and without MXNet 1.9.x `import mxkv_hybrid` says how to install one."""
+
 import re
 import subprocess
 import sys
@@ -38,9 +39,14 @@ def test_mxnet_is_required_only_under_the_extra_cpu():
 def import_error(prelude: str, tmp_path=None) -> str:
     script = prelude + "\nimport mxkv_hybrid\n"
     env_path = [str(tmp_path)] if tmp_path is not None else []
-    job = subprocess.run([sys.executable, "-c", script], capture_output=True, check=False,
-                         text=True, timeout=120,
-                         env={"PYTHONPATH": ":".join(env_path + sys.path[1:])})
+    job = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        check=False,
+        text=True,
+        timeout=120,
+        env={"PYTHONPATH": ":".join(env_path + sys.path[1:])},
+    )
     assert job.returncode != 0, job.stdout
     last = job.stderr.strip().splitlines()[-1]
     assert last.startswith("ImportError: mxkv_hybrid needs Apache MXNet 1.9.x"), job.stderr
@@ -59,11 +65,13 @@ def test_import_with_another_mxnet_version_names_it(tmp_path):
     assert "this environment has MXNet 2.0.0" in import_error("", tmp_path)
 
 
-@pytest.mark.parametrize("version, accepted", [("1.9.1", True), ("1.9.0", True),
-                                               ("1.8.0", False), ("2.0.0", False)])
+@pytest.mark.parametrize(
+    "version, accepted", [("1.9.1", True), ("1.9.0", True), ("1.8.0", False), ("2.0.0", False)]
+)
 def test_every_1_9_release_and_no_other_is_accepted(monkeypatch, version, accepted):
-    monkeypatch.setitem(sys.modules, "mxnet", types.SimpleNamespace(__version__=version,
-                                                                     __file__="mxnet.py"))
+    monkeypatch.setitem(
+        sys.modules, "mxnet", types.SimpleNamespace(__version__=version, __file__="mxnet.py")
+    )
     if accepted:
         require_mxnet()
     else:

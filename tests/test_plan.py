@@ -1,5 +1,6 @@
 """The planner's cost model (mxkv_hybrid.plan): closed forms of the algorithms, the bytes
 the C++ counted in the hierarchy benchmark, the recommendation, the command line."""
+
 import json
 import subprocess
 import sys
@@ -15,7 +16,7 @@ from mxkv_hybrid.plan.mode_costs import Planner, Workload
 from mxkv_hybrid.plan.model_sizes import array_bytes
 
 RESULTS = Path(__file__).parent.parent / "examples" / "benchmarks" / "results"
-N = 8 * 2 ** 20
+N = 8 * 2**20
 INSIDE, BETWEEN = Link(1e-5, 1e9), Link(1e-3, 1e8)
 
 
@@ -54,13 +55,18 @@ def resnet50() -> list:
     return array_bytes("resnet50_v1")
 
 
-@pytest.mark.parametrize("method, rules, hierarchy", [
-    ("flat", None, False), ("flat_ring", [(-1, "ring")], False), ("hierarchical", None, True)])
+@pytest.mark.parametrize(
+    "method, rules, hierarchy",
+    [("flat", None, False), ("flat_ring", [(-1, "ring")], False), ("hierarchical", None, True)],
+)
 def test_the_bytes_across_are_those_the_collectives_counted(resnet50, method, rules, hierarchy):
     """The hierarchy benchmark's busiest rank (4 ranks in 2 groups, the ResNet-50 set, the
     shipped table), counted by the C++ at every exchange step: the model's bytes match."""
-    measured = next(r for r in json.loads((RESULTS / "hierarchy.json").read_text())["results"]
-                    if r["method"] == method)
+    measured = next(
+        r
+        for r in json.loads((RESULTS / "hierarchy.json").read_text())["results"]
+        if r["method"] == method
+    )
     table = {4: rules} if rules else algorithm_table.load(algorithm_table.SHIPPED)
     planner = Planner(Workload(resnet50, 0.0), two_by_two(), table)
     predicted = planner.allreduce(Span(4, 2), hierarchy=hierarchy)
@@ -78,8 +84,10 @@ def test_behind_a_slow_link_the_hierarchical_allreduce_is_recommended(resnet50):
 
 def test_averaging_every_tau_steps_sends_a_tau_th_of_the_bytes(resnet50):
     """easgd's group allreduce stays inside the host; only the exchanges cross."""
-    rows = {r.configuration: r for r in Planner(Workload(resnet50, 0.05), two_by_two())
-            .predictions(taus=(4, 16))}
+    rows = {
+        r.configuration: r
+        for r in Planner(Workload(resnet50, 0.05), two_by_two()).predictions(taus=(4, 16))
+    }
     for mode in ("lasgd tau={}", "easgd tau={} (ps)", "easgd tau={} (rma)"):
         every_16 = rows[mode.format(16)].bytes_across
         assert rows[mode.format(4)].bytes_across == pytest.approx(4 * every_16)
@@ -95,16 +103,18 @@ def test_waiting_is_paid_by_the_scope_each_mode_waits_for():
     lasgd; the group wait in async and easgd, whose groups do not wait for each other."""
     base = Workload([N], 0.05, 0.01)
     plain = _steps(base, two_by_two())
-    waited = _steps(Workload([N], 0.05, 0.01, world_wait_seconds=0.004, group_wait_seconds=0.001),
-                    two_by_two())
+    waited = _steps(
+        Workload([N], 0.05, 0.01, world_wait_seconds=0.004, group_wait_seconds=0.001), two_by_two()
+    )
     extra = {name: waited[name] - plain[name] for name in plain}
     for name in ("allreduce, flat", "allreduce, hierarchical", "sync"):
         assert extra[name] == pytest.approx(0.004)
     for name in ("async", "easgd tau=4 (ps)", "easgd tau=4 (rma)"):
         assert extra[name] == pytest.approx(0.001)
     assert extra["lasgd tau=4"] == pytest.approx(0.001)
-    drifting = _steps(Workload([N], 0.05, 0.01, world_wait_seconds=0.004, drift_seconds=0.002),
-                      two_by_two())  # the drift adds up between meetings: paid every step
+    drifting = _steps(
+        Workload([N], 0.05, 0.01, world_wait_seconds=0.004, drift_seconds=0.002), two_by_two()
+    )  # the drift adds up between meetings: paid every step
     assert drifting["lasgd tau=4"] - plain["lasgd tau=4"] == pytest.approx(0.002 + 0.002 / 4)
 
 
@@ -117,16 +127,25 @@ def test_lasgd_hides_its_average_behind_the_next_steps_but_not_its_cpu_work_with
     workload = Workload([N], c, u, overhead_seconds=o)
 
     def lasgd(between: Link, cores: float) -> float:
-        return _steps(workload, Cluster(2, 2, INSIDE, between, shared_nic=False,
-                                        cores_per_host=cores))["lasgd tau=4"]
+        return _steps(
+            workload, Cluster(2, 2, INSIDE, between, shared_nic=False, cores_per_host=cores)
+        )["lasgd tau=4"]
 
     fast, slow = Link(0.0, 5e8), Link(0.0, 1e7)
     planner = Planner(workload, Cluster(2, 2, INSIDE, slow, shared_nic=False))
-    cpu_work = Planner(workload, Cluster(2, 2, INSIDE, INSIDE, shared_nic=False)
-                       ).allreduce(Span(4, 2)).seconds
+    cpu_work = (
+        Planner(workload, Cluster(2, 2, INSIDE, INSIDE, shared_nic=False))
+        .allreduce(Span(4, 2))
+        .seconds
+    )
     average = planner.allreduce(Span(4, 2)).seconds
-    assert average > window > Planner(workload, Cluster(2, 2, INSIDE, fast, shared_nic=False)
-                                      ).allreduce(Span(4, 2)).seconds
+    assert (
+        average
+        > window
+        > Planner(workload, Cluster(2, 2, INSIDE, fast, shared_nic=False))
+        .allreduce(Span(4, 2))
+        .seconds
+    )
     # a fast link: all of the average hides, unless no core is spare for its CPU work
     assert lasgd(fast, 3) == pytest.approx(c + u + o)
     assert lasgd(fast, 0) == pytest.approx(c + u + o)  # cores not given: as if spare
@@ -142,8 +161,7 @@ def test_a_slow_parameter_server_connection_bounds_the_leaders_transfers():
     connection; on async's path the servers apply its own push (u / S, as sync's once a
     step); the other groups' updates share the servers' cores (the CPU bound), not its path."""
     workload = Workload([N], 0.05, 0.01)
-    slow = Cluster(2, 2, INSIDE, BETWEEN, shared_nic=False, servers=2,
-                   connection=Link(0.0, 1e7))
+    slow = Cluster(2, 2, INSIDE, BETWEEN, shared_nic=False, servers=2, connection=Link(0.0, 1e7))
     fast = Cluster(2, 2, INSIDE, BETWEEN, shared_nic=False, servers=2)
     delay = _steps(workload, slow)["sync"] - _steps(workload, fast)["sync"]
     assert delay == pytest.approx(2 * N / 1e7 - (1e-3 + 2 * N / 1e8))
@@ -156,7 +174,7 @@ def test_pushes_and_pulls_in_batches_cross_a_link_both_ways_at_once():
     while the next is pushed: a leader's link carries n and one batch, l + (n + 8 MiB) / B,
     not a push then a pull, 2 (l + n / B); easgd over rma reads and adds its (G - 1) / G of
     both alike, once every tau steps."""
-    mib = 2 ** 20
+    mib = 2**20
     workload = Workload([4 * mib] * 10, 0.05, 0.0)
     steps = _steps(workload, Cluster(2, 1, INSIDE, BETWEEN, servers=2))
     assert steps["sync"] - 0.05 == pytest.approx(1e-3 + 48 * mib / 1e8)
@@ -169,14 +187,15 @@ def test_a_holder_with_no_spare_core_pays_for_serving_the_others_through_tcp():
     connection's rate) in its own rank's time, once every tau steps; with a spare core
     (two a host) it does not show."""
     workload = Workload([N], 0.05, 0.0)
-    tight = Cluster(2, 1, INSIDE, BETWEEN, servers=1, cores_per_host=1,
-                    connection=Link(0.0, 1e9))
+    tight = Cluster(2, 1, INSIDE, BETWEEN, servers=1, cores_per_host=1, connection=Link(0.0, 1e9))
     rma = "easgd tau=4 (rma)"
-    assert _steps(workload, tight)[rma] - _steps(workload, replace(tight, connection=None))[rma] \
-        == pytest.approx(N / 1e9 / 4)
+    assert _steps(workload, tight)[rma] - _steps(workload, replace(tight, connection=None))[
+        rma
+    ] == pytest.approx(N / 1e9 / 4)
     spare = replace(tight, cores_per_host=2)
     assert _steps(workload, spare)[rma] == pytest.approx(
-        _steps(workload, replace(spare, connection=None))[rma])
+        _steps(workload, replace(spare, connection=None))[rma]
+    )
 
 
 def test_servers_beside_the_ranks_of_a_host_share_its_link_with_only_the_others_crossing():
@@ -214,8 +233,7 @@ def test_on_shared_cores_a_rank_waiting_in_ps_lite_is_bound_by_the_cpu_work_not_
     of its 2 n of ps-lite traffic at the connection's rate) over its 2/3 of a core."""
     c, u, connection = 0.05, 0.01, Link(0.0, 1e9)
     workload = Workload([N], c, u)
-    shared = Cluster(3, 1, INSIDE, INSIDE, servers=1, cores_per_host=2 / 3,
-                     connection=connection)
+    shared = Cluster(3, 1, INSIDE, INSIDE, servers=1, cores_per_host=2 / 3, connection=connection)
     steps = _steps(workload, shared)
     alone = _steps(workload, replace(shared, cores_per_host=0))
     assert steps["allreduce, flat"] - alone["allreduce, flat"] == pytest.approx(0.5 * (c + u))
@@ -224,36 +242,82 @@ def test_on_shared_cores_a_rank_waiting_in_ps_lite_is_bound_by_the_cpu_work_not_
     # a path longer than the CPU work: the path, with compute not stretched
     slow = replace(shared, server_link=Link(0.0, 1e7))
     assert _steps(workload, slow)["sync"] == pytest.approx(
-        _steps(workload, replace(slow, cores_per_host=0))["sync"])
+        _steps(workload, replace(slow, cores_per_host=0))["sync"]
+    )
 
 
-SUMMARY = ("[0] mxkv_hybrid summary: steps {first}-{last}, 2 rank(s), per step: compute {mean} ms, "
-           "communication 0.40 ms (means over ranks), 32 B sent inside groups and 0 B across "
-           "groups; slowest rank 1 computes {slow} ms (+96% over the mean), fastest rank 0 "
-           "0.90 ms")
+SUMMARY = (
+    "[0] mxkv_hybrid summary: steps {first}-{last}, 2 rank(s), per step: compute {mean} ms, "
+    "communication 0.40 ms (means over ranks), 32 B sent inside groups and 0 B across "
+    "groups; slowest rank 1 computes {slow} ms (+96% over the mean), fastest rank 0 "
+    "0.90 ms"
+)
 
 
 def test_compute_and_stragglers_come_from_a_jobs_step_summaries(tmp_path):
     """--from-summary: the median of the summaries' mean compute and of the slowest rank's
     lateness; given figures win; a log without summaries is refused with what to do."""
     log = tmp_path / "job.log"
-    log.write_text("\n".join(["[0] something else"] + [
-        SUMMARY.format(first=5 * i + 1, last=5 * i + 5, mean=mean, slow=slow)
-        for i, (mean, slow) in enumerate([(50.0, 99.0), (52.0, 101.0), (80.0, 100.0)])]))
+    log.write_text(
+        "\n".join(
+            ["[0] something else"]
+            + [
+                SUMMARY.format(first=5 * i + 1, last=5 * i + 5, mean=mean, slow=slow)
+                for i, (mean, slow) in enumerate([(50.0, 99.0), (52.0, 101.0), (80.0, 100.0)])
+            ]
+        )
+    )
     out = tmp_path / "plan.json"
-    subprocess.run([sys.executable, "-m", "mxkv_hybrid.plan", "--model", "resnet18_v1",
-                    "--hosts", "2", "--ranks-per-host", "2", "--from-summary", str(log),
-                    "--json", str(out)], check=True, capture_output=True, timeout=120)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mxkv_hybrid.plan",
+            "--model",
+            "resnet18_v1",
+            "--hosts",
+            "2",
+            "--ranks-per-host",
+            "2",
+            "--from-summary",
+            str(log),
+            "--json",
+            str(out),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     plan = json.loads(out.read_text())
     assert plan["compute_seconds"] == pytest.approx(0.052)
     assert plan["arguments"]["straggler_ms"] == pytest.approx(49.0)  # median of 49, 49, 20
-    given = subprocess.run([sys.executable, "-m", "mxkv_hybrid.plan", "--model", "resnet18_v1",
-                            "--from-summary", str(log), "--compute-ms", "7", "--json", str(out)],
-                           capture_output=True, check=False, timeout=120)
+    given = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mxkv_hybrid.plan",
+            "--model",
+            "resnet18_v1",
+            "--from-summary",
+            str(log),
+            "--compute-ms",
+            "7",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        check=False,
+        timeout=120,
+    )
     assert given.returncode == 0 and json.loads(out.read_text())["compute_seconds"] == 0.007
     log.write_text("[0] no summaries here\n")
-    refused = subprocess.run([sys.executable, "-m", "mxkv_hybrid.plan", "--from-summary",
-                              str(log)], capture_output=True, check=False, text=True, timeout=120)
+    refused = subprocess.run(
+        [sys.executable, "-m", "mxkv_hybrid.plan", "--from-summary", str(log)],
+        capture_output=True,
+        check=False,
+        text=True,
+        timeout=120,
+    )
     assert refused.returncode != 0 and "MXKV_SUMMARY_EVERY=k" in refused.stderr
 
 
@@ -265,10 +329,27 @@ def test_fused_buckets_pack_small_arrays_and_leave_large_ones_alone():
 def test_the_command_prints_a_table_and_a_recommendation(tmp_path):
     sizes = tmp_path / "model.json"
     sizes.write_text(json.dumps([[64, 3, 3, 3], [1000, 2048], 1000]))
-    done = subprocess.run([sys.executable, "-m", "mxkv_hybrid.plan", "--model", str(sizes),
-                           "--hosts", "4", "--ranks-per-host", "2", "--compute-ms", "20",
-                           "--json", str(tmp_path / "plan.json")],
-                          capture_output=True, check=False, text=True, timeout=120)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mxkv_hybrid.plan",
+            "--model",
+            str(sizes),
+            "--hosts",
+            "4",
+            "--ranks-per-host",
+            "2",
+            "--compute-ms",
+            "20",
+            "--json",
+            str(tmp_path / "plan.json"),
+        ],
+        capture_output=True,
+        check=False,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert "allreduce, hierarchical" in done.stdout and "recommended: " in done.stdout
     predictions = json.loads((tmp_path / "plan.json").read_text())["predictions"]
@@ -276,26 +357,58 @@ def test_the_command_prints_a_table_and_a_recommendation(tmp_path):
     cluster = Cluster(4, 2, Link(2e-6, 100e9 / 8), Link(20e-6, 25e9 / 8))  # the defaults
     expected = Planner(Workload(array_bytes(str(sizes)), 0.02), cluster).predictions()
     assert [p["step_seconds"] for p in predictions] == pytest.approx(
-        [r.step_seconds for r in expected])
+        [r.step_seconds for r in expected]
+    )
 
 
-@pytest.mark.parametrize("arguments, message", [
-    (["--hosts", "2"], "give the compute time of one batch"),
-    (["--model", "no_such_net", "--compute-ms", "5"], "neither a file nor a Gluon model-zoo name"),
-    (["--compute-ms", "5", "--straggler-ms", "1", "--drift-ms", "2"],
-     "--drift-ms 2 is a part of --straggler-ms (1): give a value from 0 to it"),
-])
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        (["--hosts", "2"], "give the compute time of one batch"),
+        (
+            ["--model", "no_such_net", "--compute-ms", "5"],
+            "neither a file nor a Gluon model-zoo name",
+        ),
+        (
+            ["--compute-ms", "5", "--straggler-ms", "1", "--drift-ms", "2"],
+            "--drift-ms 2 is a part of --straggler-ms (1): give a value from 0 to it",
+        ),
+    ],
+)
 def test_bad_input_is_refused_with_what_to_do(arguments, message):
-    done = subprocess.run([sys.executable, "-m", "mxkv_hybrid.plan", *arguments],
-                          capture_output=True, check=False, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "mxkv_hybrid.plan", *arguments],
+        capture_output=True,
+        check=False,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode != 0 and message in done.stderr
 
 
 def test_measure_times_the_model_here():
-    done = subprocess.run([sys.executable, "-m", "mxkv_hybrid.plan", "--model", "resnet18_v1",
-                           "--measure", "--batch", "2", "--image-size", "32", "--hosts", "2",
-                           "--ranks-per-host", "2"], capture_output=True, check=False, text=True,
-                          timeout=120)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mxkv_hybrid.plan",
+            "--model",
+            "resnet18_v1",
+            "--measure",
+            "--batch",
+            "2",
+            "--image-size",
+            "32",
+            "--hosts",
+            "2",
+            "--ranks-per-host",
+            "2",
+        ],
+        capture_output=True,
+        check=False,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     header = next(line for line in done.stdout.splitlines() if line.startswith("resnet18_v1:"))
     compute = float(header.split("compute ")[1].split(" ms")[0])
@@ -310,15 +423,22 @@ def test_lasgd_without_a_spare_core_gives_half_the_core_to_the_average_while_it_
     c, u, o, tau = 0.05, 0.01, 0.002, 4
     workload = Workload([N], c, u, overhead_seconds=o)
     between = Link(0.0, 5e7)
-    average = Planner(workload, Cluster(2, 2, INSIDE, between, shared_nic=False)
-                      ).allreduce(Span(4, 2)).seconds
-    cpu_work = Planner(workload, Cluster(2, 2, INSIDE, INSIDE, shared_nic=False)
-                       ).allreduce(Span(4, 2)).seconds
+    average = (
+        Planner(workload, Cluster(2, 2, INSIDE, between, shared_nic=False))
+        .allreduce(Span(4, 2))
+        .seconds
+    )
+    cpu_work = (
+        Planner(workload, Cluster(2, 2, INSIDE, INSIDE, shared_nic=False))
+        .allreduce(Span(4, 2))
+        .seconds
+    )
     assert 2 * cpu_work < average < 2 * tau * (c + u + o)
 
     def lasgd(cores: float) -> float:
-        return _steps(workload, Cluster(2, 2, INSIDE, between, shared_nic=False,
-                                        cores_per_host=cores))["lasgd tau=4"]
+        return _steps(
+            workload, Cluster(2, 2, INSIDE, between, shared_nic=False, cores_per_host=cores)
+        )["lasgd tau=4"]
 
     assert lasgd(2) == pytest.approx(c + u + o + average / 2 / tau)
     assert lasgd(3) == pytest.approx(c + u + o)
@@ -331,7 +451,7 @@ def test_groups_apart_are_bound_by_what_the_shared_link_carries_not_charged_it_e
     both of theirs, 2 n each way, so neither can step faster than l + 2 n / B; h1's group
     reaches the server without a link. The job's step: the harmonic mean. Sync exchanges
     at once: its path carries both, l + 2 (n + 8 MiB) / B."""
-    mib, c = 2 ** 20, 0.01
+    mib, c = 2**20, 0.01
     workload = Workload([4 * mib] * 10, c, 0.0)
     cluster = Cluster(3, 1, INSIDE, BETWEEN, servers=1, servers_beside=True)
     steps = _steps(workload, cluster)

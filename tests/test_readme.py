@@ -1,5 +1,6 @@
 """The README is the front door: short, its commands those of CI, its example a real file,
 its links alive."""
+
 import re
 from pathlib import Path
 
@@ -26,6 +27,9 @@ def test_the_readme_example_is_examples_quickstart():
 def test_every_link_of_the_readme_reaches_a_file():
     targets = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", README)
     assert targets
-    missing = [target for target in targets
-               if not target.startswith("http") and not (ROOT / target).exists()]
+    missing = [
+        target
+        for target in targets
+        if not target.startswith("http") and not (ROOT / target).exists()
+    ]
     assert not missing, missing

@@ -4,6 +4,7 @@ and on to a node (an echo server here, which records every byte it receives). By
 intact, many connections at once; strangers (garbage, a TLS client with another job's key,
 a relay asking for a node its plan does not list) are refused with one line each and no byte
 of theirs reaches the node; when the node hangs up, the dialling side sees the end."""
+
 import hashlib
 import os
 import socket
@@ -59,9 +60,21 @@ def start_relay(tmp_path, name: str, plan: RelayPlan, key: str) -> subprocess.Po
     """A relay process that writes a line for every refusal (--quiet-seconds 0)."""
     plan_path = tmp_path / f"{name}.json"
     plan_path.write_text(plan.to_json())
-    relay = subprocess.Popen([sys.executable, "-m", "mxkv_hybrid.launch.relay", "--plan",
-                              str(plan_path), "--key", key, "--quiet-seconds", "0"],
-                             stderr=subprocess.PIPE, text=True)
+    relay = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mxkv_hybrid.launch.relay",
+            "--plan",
+            str(plan_path),
+            "--key",
+            key,
+            "--quiet-seconds",
+            "0",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     line = relay.stderr.readline()
     assert "ready" in line, line
     return relay
@@ -85,11 +98,19 @@ def relays(tmp_path):
     node = EchoNode()
     tls_b, tls_a, stand_in = free_port(HOST), free_port(HOST), free_port(HOST)
     target = Endpoint(HOST, node.port)
-    relay_b = start_relay(tmp_path, "b", RelayPlan(Endpoint(HOST, tls_b), frozenset([target]), {}),
-                          key)
-    relay_a = start_relay(tmp_path, "a", RelayPlan(
-        Endpoint(HOST, tls_a), frozenset(),
-        {Endpoint(HOST, stand_in): StandIn(Endpoint(HOST, tls_b), target)}), key)
+    relay_b = start_relay(
+        tmp_path, "b", RelayPlan(Endpoint(HOST, tls_b), frozenset([target]), {}), key
+    )
+    relay_a = start_relay(
+        tmp_path,
+        "a",
+        RelayPlan(
+            Endpoint(HOST, tls_a),
+            frozenset(),
+            {Endpoint(HOST, stand_in): StandIn(Endpoint(HOST, tls_b), target)},
+        ),
+        key,
+    )
     yield node, stand_in, tls_b, (relay_a, relay_b), key
     for relay in (relay_a, relay_b):
         relay.kill()
@@ -153,11 +174,13 @@ def test_strangers_are_refused_with_one_line_each_and_reach_no_node(relays, tmp_
     make_job_key(other_key)
     stranger = tls_context(other_key, server=False)
     stranger.verify_mode = ssl.CERT_NONE  # trusts any relay: only relay B's check can stop it
-    assert closed_without_a_byte(stranger, tls_b, f"{HOST}:{node.port}\n".encode()
-                                 + os.urandom(100))
+    assert closed_without_a_byte(
+        stranger, tls_b, f"{HOST}:{node.port}\n".encode() + os.urandom(100)
+    )
     # the job's key, but a node that relay B's plan does not list
-    assert closed_without_a_byte(tls_context(key, server=False), tls_b,
-                                 f"{HOST}:{free_port(HOST)}\n".encode())
+    assert closed_without_a_byte(
+        tls_context(key, server=False), tls_b, f"{HOST}:{free_port(HOST)}\n".encode()
+    )
     assert echo_through(stand_in, b"still serving") == b"still serving"
     time.sleep(0.5)
     errors = stop(relay_b).splitlines()

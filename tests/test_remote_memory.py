@@ -1,5 +1,6 @@
 """Remote memory (comm/remote_memory.py, csrc/remote_array.h) on a real 3-rank job:
 every fact the worker checks against numpy holds on every rank."""
+
 from conftest import launch
 
 LAYOUTS, SIZES, DTYPES = 3, 4, 2

@@ -1,4 +1,5 @@
 """modes/rounded_deltas.py: rounding to 16 bits as the wire does, and error feedback."""
+
 import mxnet as mx
 import numpy as np
 
@@ -6,17 +7,17 @@ from mxkv_hybrid.modes.rounded_deltas import RoundedDeltas, round_to_16_bits
 
 
 def test_bfloat16_rounds_to_nearest_even_and_keeps_nan():
-    values = np.array([1 + 2 ** -8, 1 + 3 * 2 ** -8, 1 + 2 ** -7, -3.0, np.inf, np.nan],
-                      dtype=np.float32)
+    values = np.array([1 + 2**-8, 1 + 3 * 2**-8, 1 + 2**-7, -3.0, np.inf, np.nan], dtype=np.float32)
     rounded = round_to_16_bits(values, "bf16")
-    np.testing.assert_array_equal(rounded[:5], [1.0, 1 + 2 ** -6, 1 + 2 ** -7, -3.0, np.inf])
+    np.testing.assert_array_equal(rounded[:5], [1.0, 1 + 2**-6, 1 + 2**-7, -3.0, np.inf])
     assert np.isnan(rounded[5]) and rounded.dtype == np.float32
 
 
 def test_float16_is_numpy_s_half():
     values = np.array([0.1, 100.03, -2.5e-5], dtype=np.float32)
-    np.testing.assert_array_equal(round_to_16_bits(values, "fp16"),
-                                  values.astype(np.float16).astype(np.float32))
+    np.testing.assert_array_equal(
+        round_to_16_bits(values, "fp16"), values.astype(np.float16).astype(np.float32)
+    )
 
 
 def test_error_feedback_sends_in_all_what_the_changes_add_up_to():
@@ -32,7 +33,7 @@ def test_error_feedback_sends_in_all_what_the_changes_add_up_to():
     change = (anchor - model).asnumpy().astype(np.float64)
     carried = np.abs(sent - 64 * change)
     alone = np.abs(64 * round_to_16_bits(change.astype(np.float32), "bf16") - 64 * change)
-    assert (carried <= np.abs(change) * 2 ** -8 + 1e-6).all(), carried
+    assert (carried <= np.abs(change) * 2**-8 + 1e-6).all(), carried
     assert (alone > carried).all(), (alone, carried)
 
 

@@ -2,6 +2,7 @@
 its own by a launcher that joins it (real launchers, mpiexec jobs and ps-lite processes).
 The groups become one job; launchers with a wrong token, another mode, or one group too
 many are refused with a message; an address nobody serves is reported at once."""
+
 import os
 import re
 import subprocess
@@ -26,11 +27,20 @@ class Launcher(OutputLines):
 
     def __init__(self, tag: str, mode: str, *options: str, **settings: str):
         env = job_environment()
-        super().__init__(subprocess.Popen(
-            [sys.executable, "-m", "mxkv_hybrid.launch", "--timeout", str(TIMEOUT), *options],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            env=dict(env, MXKV_MODE=mode, **dict({"MXKV_PS_TIMEOUT": "20"}, **settings),
-                     **{JOB_TAG: tag})))
+        super().__init__(
+            subprocess.Popen(
+                [sys.executable, "-m", "mxkv_hybrid.launch", "--timeout", str(TIMEOUT), *options],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                env=dict(
+                    env,
+                    MXKV_MODE=mode,
+                    **dict({"MXKV_PS_TIMEOUT": "20"}, **settings),
+                    **{JOB_TAG: tag},
+                ),
+            )
+        )
 
     def finish(self) -> int:
         code = self.process.wait(timeout=TIMEOUT + 30)
@@ -38,10 +48,24 @@ class Launcher(OutputLines):
         return code
 
 
-def train(address: str, tag: str, out, mode: str = "easgd", ranks: int = 2,
-          **settings: str) -> Launcher:
-    return Launcher(tag, mode, "--join", address, "-n", str(ranks), "--", "python",
-                    str(WORKERS / "group_job_digits.py"), str(out), "30", "0.1", **settings)
+def train(
+    address: str, tag: str, out, mode: str = "easgd", ranks: int = 2, **settings: str
+) -> Launcher:
+    return Launcher(
+        tag,
+        mode,
+        "--join",
+        address,
+        "-n",
+        str(ranks),
+        "--",
+        "python",
+        str(WORKERS / "group_job_digits.py"),
+        str(out),
+        "30",
+        "0.1",
+        **settings,
+    )
 
 
 def test_groups_started_separately_join_one_job(tmp_path):
@@ -59,14 +83,16 @@ def test_groups_started_separately_join_one_job(tmp_path):
         refused = {  # while the two groups train
             "declared with 2 group(s) and all of them have joined": train(address, tag, tmp_path),
             "the token does not match": train("0" * len(token) + "@" + where, tag, tmp_path),
-            "this job trains in MXKV_MODE=easgd, and the group asked for async":
-                train(address, tag, tmp_path, mode="async"),
+            "this job trains in MXKV_MODE=easgd, and the group asked for async": train(
+                address, tag, tmp_path, mode="async"
+            ),
         }
         launchers += refused.values()
         for reason, launcher in refused.items():
             assert launcher.finish() == 2, launcher.output
-            assert "mxkv-launch: not joined: " in launcher.output and reason in launcher.output, \
+            assert "mxkv-launch: not joined: " in launcher.output and reason in launcher.output, (
                 launcher.output
+            )
         gate.touch()
         groups = launchers[1:3]
         for launcher in groups:
@@ -81,12 +107,19 @@ def test_groups_started_separately_join_one_job(tmp_path):
         for pid in leftovers:
             os.kill(pid, 9)
     assert not leftovers, f"processes left behind: {leftovers}"
-    joined = sorted(re.search(r"joined as group (\d) \(ranks (\d)-(\d)\) "
-                              r"of 2 group\(s\), 4 rank\(s\)", g.output).groups() for g in groups)
+    joined = sorted(
+        re.search(
+            r"joined as group (\d) \(ranks (\d)-(\d)\) "
+            r"of 2 group\(s\), 4 rank\(s\)",
+            g.output,
+        ).groups()
+        for g in groups
+    )
     assert joined == [("0", "0", "1"), ("1", "2", "3")]
     for group in (0, 1):
-        assert (f"mxkv-launch: group {group} (2 rank(s), joined from 127.0.0.1) ended with "
-                "status 0") in serving.output
+        assert (
+            f"mxkv-launch: group {group} (2 rank(s), joined from 127.0.0.1) ended with status 0"
+        ) in serving.output
     found = {r: dict(np.load(tmp_path / f"rank{r}.npz")) for r in range(4)}
     for prefix in ("initial/", "final/"):  # one start (the centre) and one end (consensus)
         for rank in range(1, 4):
@@ -97,13 +130,24 @@ def test_groups_started_separately_join_one_job(tmp_path):
 
 def test_a_join_nobody_serves_is_reported_at_once():
     tag = uuid.uuid4().hex
-    launcher = Launcher(tag, "easgd", "--join", f"abc@127.0.0.1:{free_port('127.0.0.1')}", "-n",
-                        "2", "--", "python", "x.py")
+    launcher = Launcher(
+        tag,
+        "easgd",
+        "--join",
+        f"abc@127.0.0.1:{free_port('127.0.0.1')}",
+        "-n",
+        "2",
+        "--",
+        "python",
+        "x.py",
+    )
     assert launcher.finish() == 2
     # refused at once: the message names the refusal, not a wait it did not do
-    assert re.search(r"not joined: could not reach the job at 127\.0\.0\.1:\d+: \[Errno 111\] "
-                     r"Connection refused; is mxkv-launch --serve running there",
-                     launcher.output), launcher.output
+    assert re.search(
+        r"not joined: could not reach the job at 127\.0\.0\.1:\d+: \[Errno 111\] "
+        r"Connection refused; is mxkv-launch --serve running there",
+        launcher.output,
+    ), launcher.output
     assert not processes_of(tag)
 
 
@@ -120,8 +164,21 @@ def test_sync_groups_joined_separately_train_as_one_mpi_job_does(tmp_path):
     for launcher in (first, second, serving):
         assert launcher.finish() == 0, launcher.output
     assert not processes_of(tag)
-    one_job = Launcher(tag, "sync", "-n", "4", "--group-size", "2", "--servers", "1", "--",
-                       "python", str(WORKERS / "train_convex.py"), str(tmp_path / "one"), "60")
+    one_job = Launcher(
+        tag,
+        "sync",
+        "-n",
+        "4",
+        "--group-size",
+        "2",
+        "--servers",
+        "1",
+        "--",
+        "python",
+        str(WORKERS / "train_convex.py"),
+        str(tmp_path / "one"),
+        "60",
+    )
     assert one_job.finish() == 0, one_job.output
     for rank in range(4):
         joined, one = (dict(np.load(tmp_path / d / f"rank{rank}.npz")) for d in ("joined", "one"))
@@ -145,14 +202,18 @@ def test_a_lost_sync_group_joined_separately_stops_the_other(tmp_path):
     for launcher in (first, second, serving):
         assert launcher.finish() == 1, launcher.output
     assert not processes_of(tag)
-    lost = re.escape("group 1 (2 rank(s), joined from 127.0.0.1) ended with status 1, and in "
-                     "MXKV_MODE=sync the servers "
-                     "wait for every group's gradients, so the other groups cannot go on")
+    lost = re.escape(
+        "group 1 (2 rank(s), joined from 127.0.0.1) ended with status 1, and in "
+        "MXKV_MODE=sync the servers "
+        "wait for every group's gradients, so the other groups cannot go on"
+    )
     assert re.search(f"mxkv-launch: {lost}: stopping them", serving.output), serving.output
     assert re.search(f"mxkv-launch: {lost}: stopping this group", first.output), first.output
     assert "mxkv-launch: 1 of 1 groups lost: group 1 (ranks 2-3)" in second.output, second.output
-    assert "mxkv-launch: group 0 (2 rank(s), joined from 127.0.0.1) ended with status 1" \
+    assert (
+        "mxkv-launch: group 0 (2 rank(s), joined from 127.0.0.1) ended with status 1"
         in serving.output
+    )
     assert not list(tmp_path.glob("rank*.npz"))  # no group got to the end
 
 
@@ -175,9 +236,11 @@ def test_a_rank_that_fails_before_its_store_in_a_joined_group_stops_every_group(
         assert launcher.finish() == 1, launcher.output
     assert time.monotonic() - failed < 10, (first.output, second.output, serving.output)
     assert not processes_of(tag)
-    assert re.search(r"group 1 \(ranks 2-3\) was lost: its MPI job exited with status 1; rank 3 "
-                     r"\(pid \d+ on \S+\) was the first rank to end \(its script failed\)",
-                     second.output), second.output
+    assert re.search(
+        r"group 1 \(ranks 2-3\) was lost: its MPI job exited with status 1; rank 3 "
+        r"\(pid \d+ on \S+\) was the first rank to end \(its script failed\)",
+        second.output,
+    ), second.output
     assert "so the other groups cannot go on: stopping this group" in first.output, first.output
 
 
@@ -195,17 +258,21 @@ def test_check_reports_on_each_joined_group(tmp_path):
     assert not processes_of(tag)
     for group, launcher in enumerate((first, second)):
         leader = 2 * group
-        assert f"groups:     group {group} of 2 as its own MPI job: ranks {leader}-{leader + 1} " \
-               f"of 4; leader (talks to the servers): rank {leader}" in launcher.output, \
-            launcher.output
+        assert (
+            f"groups:     group {group} of 2 as its own MPI job: ranks {leader}-{leader + 1} "
+            f"of 4; leader (talks to the servers): rank {leader}" in launcher.output
+        ), launcher.output
         assert "servers:    1 server(s) answered" in launcher.output, launcher.output
-        assert launcher.output.count(f"correct on every rank (combined over ranks "
-                                     f"[{leader}, {leader + 1}])") == 2, launcher.output
+        assert (
+            launcher.output.count(
+                f"correct on every rank (combined over ranks [{leader}, {leader + 1}])"
+            )
+            == 2
+        ), launcher.output
         assert "result:     OK" in launcher.output, launcher.output
 
 
-def test_a_group_waiting_for_the_others_knows_when_the_serving_launcher_falls_silent(
-        monkeypatch):
+def test_a_group_waiting_for_the_others_knows_when_the_serving_launcher_falls_silent(monkeypatch):
     """A joined group waits for its assignment while the others join: the serving launcher
     beats meanwhile, so a wait longer than the silence allowed goes on; when it stops (a
     rendezvous that is not gathering here: its host cut off, as seen on emulated hosts),
@@ -215,8 +282,11 @@ def test_a_group_waiting_for_the_others_knows_when_the_serving_launcher_falls_si
     silent = rendezvous.Rendezvous(2, "easgd", {}, "127.0.0.1", lost_seconds=0.5)
     try:
         started = time.monotonic()
-        with pytest.raises(rendezvous.JoinRefused, match=r"was silent for 1 s while this group "
-                                                         r"waited for the others to join"):
+        with pytest.raises(
+            rendezvous.JoinRefused,
+            match=r"was silent for 1 s while this group "
+            r"waited for the others to join",
+        ):
             rendezvous.join(silent.address, 2, "easgd", timeout=5, lost_seconds=0.5)
         assert time.monotonic() - started < 5
     finally:
@@ -225,12 +295,14 @@ def test_a_group_waiting_for_the_others_knows_when_the_serving_launcher_falls_si
     threading.Thread(target=gathering.gather, daemon=True).start()
     joined = []
     try:
-        first = threading.Thread(target=lambda: joined.append(rendezvous.join(
-            gathering.address, 2, "easgd", timeout=5, lost_seconds=0.5)))
+        first = threading.Thread(
+            target=lambda: joined.append(
+                rendezvous.join(gathering.address, 2, "easgd", timeout=5, lost_seconds=0.5)
+            )
+        )
         first.start()
         time.sleep(3)  # three times the silence allowed, beaten through
-        joined.append(rendezvous.join(gathering.address, 1, "easgd", timeout=5,
-                                      lost_seconds=0.5))
+        joined.append(rendezvous.join(gathering.address, 1, "easgd", timeout=5, lost_seconds=0.5))
         first.join(timeout=10)
         assert sorted(j.assignment["group"] for j in joined) == [0, 1], joined
     finally:

@@ -1,6 +1,7 @@
 """docs/modes/sync.md's claim on the servers' load ("Balance across servers"): the fused
 chunks put the same bytes on every server, where MXNet's one key per array does not; the
 ResNet-50 rows of its table, computed from MXNet's placement rule (ps/layout.py)."""
+
 from typing import List, Sequence
 
 import pytest
@@ -17,8 +18,9 @@ def server_bytes_of_chunks(chunks: Sequence[Chunk], num_servers: int, itemsize: 
     return loads
 
 
-def server_bytes_per_key(sizes: Sequence[int], num_servers: int, itemsize: int,
-                         bound: int) -> List[int]:
+def server_bytes_per_key(
+    sizes: Sequence[int], num_servers: int, itemsize: int, bound: int
+) -> List[int]:
     """Bytes per server when every array is its own key 0, 1, 2, ... (MXNet's placement)."""
     loads = [0] * num_servers
     for key, n in enumerate(sizes):
@@ -27,10 +29,10 @@ def server_bytes_per_key(sizes: Sequence[int], num_servers: int, itemsize: int,
     return loads
 
 
-@pytest.mark.parametrize("servers, per_key, chunks", [(2, 1.005, 26), (3, 1.035, 27),
-                                                      (4, 1.025, 28)])
-def test_fused_chunks_load_every_server_alike_where_keys_per_array_do_not(servers, per_key,
-                                                                         chunks):
+@pytest.mark.parametrize(
+    "servers, per_key, chunks", [(2, 1.005, 26), (3, 1.035, 27), (4, 1.025, 28)]
+)
+def test_fused_chunks_load_every_server_alike_where_keys_per_array_do_not(servers, per_key, chunks):
     sizes = [n // 4 for n in array_bytes("resnet50_v1")]  # float32 elements per array
     total = sum(sizes)
     layout = balanced_chunks(total, servers, 0, MXNET_BIGARRAY_BOUND)
@@ -52,8 +54,7 @@ def test_parts_of_an_array_are_where_mxnet_puts_them():
     round would give 2 for 2.5, and code the wrong values of a part)."""
     assert [(p.start, p.stop, p.server) for p in parts_of(3, 999, 2, 1000)] == [(0, 999, 1)]
     assert [(p.start, p.stop, p.server) for p in parts_of(3, 5, 2, 5)] == [(0, 3, 0), (3, 5, 1)]
-    assert [(p.start, p.stop) for p in parts_of(0, 10, 4, 10)] == [(0, 3), (3, 5), (5, 8),
-                                                                   (8, 10)]
+    assert [(p.start, p.stop) for p in parts_of(0, 10, 4, 10)] == [(0, 3), (3, 5), (5, 8), (8, 10)]
 
 
 def test_push_pull_paces_the_keys_in_consecutive_batches_of_at_least_the_pace():

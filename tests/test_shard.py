@@ -1,6 +1,7 @@
 """Shard parallelism (mxkv_hybrid.shard): the partitioner, the order of a model's tasks,
 the device budget, and real 2-rank jobs whose K models must end where each model
 trained alone ends, without any rank holding more than its budget."""
+
 import json
 
 import numpy as np
@@ -21,10 +22,16 @@ RANKS, MODELS, EPOCHS, BATCHES = 2, 4, 2, 4  # (the worker's defaults)
 def dense(position: int, inputs: int, outputs: int, batch: int = 8) -> LayerFootprint:
     """A dense layer's footprint with SGD momentum (one state array per parameter)."""
     shapes = (("w", (outputs, inputs)), ("b", (outputs,)))
-    return LayerFootprint(f"{position} (Dense d{position})", shapes,
-                          (2 * position, 2 * position + 1),
-                          (), tuple((shape,) for _, shape in shapes), (batch, inputs),
-                          (batch, outputs), 0.001 * (position + 1))
+    return LayerFootprint(
+        f"{position} (Dense d{position})",
+        shapes,
+        (2 * position, 2 * position + 1),
+        (),
+        tuple((shape,) for _, shape in shapes),
+        (batch, inputs),
+        (batch, outputs),
+        0.001 * (position + 1),
+    )
 
 
 LAYERS = [dense(0, 100, 100), dense(1, 100, 100), dense(2, 100, 120), dense(3, 120, 100)]
@@ -72,17 +79,30 @@ def test_unknown_schedules_and_budgets_are_refused():
 
 
 def train(job_dir, budget_mb: float, *options: str) -> list:
-    job = launch(RANKS, "shard_models.py", str(job_dir), "--models", str(MODELS),
-                 "--budget-mb", str(budget_mb), *options, timeout=150)
+    job = launch(
+        RANKS,
+        "shard_models.py",
+        str(job_dir),
+        "--models",
+        str(MODELS),
+        "--budget-mb",
+        str(budget_mb),
+        *options,
+        timeout=150,
+    )
     assert job.returncode == 0, job.output
     run_reference("shard_models.py", str(job_dir), "--models", str(MODELS), "--reference")
     reference = dict(np.load(job_dir / "reference.npz"))
     for rank, weights in enumerate(load_ranks(job_dir, RANKS)):
         assert weights.keys() == reference.keys()
         for name, value in weights.items():
-            np.testing.assert_allclose(value, reference[name], rtol=1e-6, atol=1e-6,
-                                       err_msg=f"rank {rank}: {name} differs from the model "
-                                               "trained alone")
+            np.testing.assert_allclose(
+                value,
+                reference[name],
+                rtol=1e-6,
+                atol=1e-6,
+                err_msg=f"rank {rank}: {name} differs from the model trained alone",
+            )
     return [json.loads((job_dir / f"rank{r}.json").read_text()) for r in range(RANKS)]
 
 
@@ -94,15 +114,19 @@ def test_models_trained_together_end_where_each_alone_ends_within_the_budget(job
     for report in reports:
         assert min(report["shards"].values()) >= 3, report["shards"]
         for device in report["devices"]:
-            assert 0 < device["peak_bytes"] <= device["budget_bytes"] == int(0.2 * 2 ** 20)
+            assert 0 < device["peak_bytes"] <= device["budget_bytes"] == int(0.2 * 2**20)
             assert device["tasks"] > 0
     tasks = sum(EPOCHS * BATCHES * (2 * shards - 1) for shards in reports[0]["shards"].values())
     assert sum(d["tasks"] for d in reports[0]["devices"]) == tasks
 
 
-@pytest.mark.parametrize("budget_mb, options", [
-    (0.15, ("--schedule", "fifo", "--no-prefetch")),  # (shards may take the whole budget)
-    (0.3, ("--schedule", "model-parallel"))])
+@pytest.mark.parametrize(
+    "budget_mb, options",
+    [
+        (0.15, ("--schedule", "fifo", "--no-prefetch")),  # (shards may take the whole budget)
+        (0.3, ("--schedule", "model-parallel")),
+    ],
+)
 def test_the_other_schedules_train_the_same_models(job_dir, budget_mb, options):
     reports = train(job_dir, budget_mb, *options)
     assert min(reports[0]["shards"].values()) >= 2

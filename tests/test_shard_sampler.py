@@ -1,5 +1,6 @@
 """ShardSampler (what --auto gives a shuffled DataLoader) and the one-rank pass-through of
 even_batches / EvenBatchesIter, in one process."""
+
 import mxnet as mx
 import numpy as np
 import pytest
@@ -35,8 +36,9 @@ def test_a_rank_outside_the_world_is_refused():
 
 def test_one_rank_reads_every_batch_every_epoch():
     assert mxkv_hybrid.world().size == 1
-    data = mx.io.NDArrayIter(np.arange(20, dtype=np.float32).reshape(10, 2), batch_size=4,
-                             last_batch_handle="discard")
+    data = mx.io.NDArrayIter(
+        np.arange(20, dtype=np.float32).reshape(10, 2), batch_size=4, last_batch_handle="discard"
+    )
     wrapped = EvenBatchesIter(data)
     assert wrapped.provide_data == data.provide_data
     for _ in range(2):

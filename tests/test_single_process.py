@@ -1,4 +1,5 @@
 """What one process can check without mpiexec (MPI runs as a world of one)."""
+
 import os
 import subprocess
 import sys
@@ -24,8 +25,9 @@ def test_the_plugin_registers_class_hybrid():
 
 
 def test_without_the_import_mxnet_silently_makes_a_local_store():
-    code = ("import mxnet as mx; kv = mx.kv.create('hybrid'); "
-            "print(type(kv).__name__, kv.num_workers)")
+    code = (
+        "import mxnet as mx; kv = mx.kv.create('hybrid'); print(type(kv).__name__, kv.num_workers)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["KVStore", "1"]
 
@@ -33,8 +35,9 @@ def test_without_the_import_mxnet_silently_makes_a_local_store():
 def test_the_string_store_survives_one_device():
     net = mx.gluon.nn.Dense(2, in_units=3)
     net.initialize()
-    trainer = mx.gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1},
-                               kvstore="hybrid")
+    trainer = mx.gluon.Trainer(
+        net.collect_params(), "sgd", {"learning_rate": 0.1}, kvstore="hybrid"
+    )
     trainer._init_kvstore()
     assert isinstance(trainer._kvstore, mxkv_hybrid.Hybrid)
 
@@ -64,14 +67,18 @@ def test_many_small_keys_in_one_call():
 def test_bucket_plan_fuses_small_tensors_and_keeps_large_ones_whole():
     kv = mx.kv.create("hybrid")
     cap = kv.config.bucket_bytes // 4
-    plan = kv._collectives.plan([(FLOAT32, 10), (FLOAT32, 2 * cap + 1), (FLOAT64, 3),
-                                 (FLOAT32, cap - 10), (FLOAT32, 1)])
+    plan = kv._collectives.plan(
+        [(FLOAT32, 10), (FLOAT32, 2 * cap + 1), (FLOAT64, 3), (FLOAT32, cap - 10), (FLOAT32, 1)]
+    )
     in_place = [b for b in plan if not b[0]]
     fused = [b for b in plan if b[0]]
     assert [segments for _, segments in in_place] == [[(1, 0, 2 * cap + 1)]]
     # float32: 10 + (cap - 10) fill one bucket; the last element opens the next one
-    assert [segments for _, segments in fused] == [[(0, 0, 10), (3, 0, cap - 10)],
-                                                    [(4, 0, 1)], [(2, 0, 3)]]
+    assert [segments for _, segments in fused] == [
+        [(0, 0, 10), (3, 0, cap - 10)],
+        [(4, 0, 1)],
+        [(2, 0, 3)],
+    ]
 
 
 def test_arrays_that_disagree_on_one_rank_name_the_key():
@@ -96,8 +103,10 @@ def test_unsupported_features_say_what_to_use_instead():
 def test_config_defaults_and_errors():
     config = Config.from_environment({})
     assert (config.mode, config.bucket_bytes, config.average) == ("allreduce", 1 << 20, True)
-    assert Config.from_environment({"MXKV_AVERAGE": "off", "MXKV_BUCKET_MB": "0.5"}).bucket_bytes \
+    assert (
+        Config.from_environment({"MXKV_AVERAGE": "off", "MXKV_BUCKET_MB": "0.5"}).bucket_bytes
         == 512 << 10
+    )
     with pytest.raises(ConfigError, match="unknown setting MXKV_NOPE"):
         Config.from_environment({"MXKV_NOPE": "1"})
     with pytest.raises(ConfigError, match="MXKV_BUCKET_MB='big' is invalid"):
@@ -105,12 +114,31 @@ def test_config_defaults_and_errors():
 
 
 def test_launcher_runs_python_scripts_through_the_runner():
-    assert wrap_command(["python", "train.py", "--kv-store", "hybrid"]) == \
-        [sys.executable, "-m", "mxkv_hybrid.run", "train.py", "--kv-store", "hybrid"]
-    assert wrap_command(["python3", "-m", "pkg.train"]) == \
-        [sys.executable, "-m", "mxkv_hybrid.run", "-m", "pkg.train"]
-    assert wrap_command(["python", "-u", "-W", "ignore", "t.py", "a"]) == \
-        [sys.executable, "-u", "-W", "ignore", "-m", "mxkv_hybrid.run", "t.py", "a"]
+    assert wrap_command(["python", "train.py", "--kv-store", "hybrid"]) == [
+        sys.executable,
+        "-m",
+        "mxkv_hybrid.run",
+        "train.py",
+        "--kv-store",
+        "hybrid",
+    ]
+    assert wrap_command(["python3", "-m", "pkg.train"]) == [
+        sys.executable,
+        "-m",
+        "mxkv_hybrid.run",
+        "-m",
+        "pkg.train",
+    ]
+    assert wrap_command(["python", "-u", "-W", "ignore", "t.py", "a"]) == [
+        sys.executable,
+        "-u",
+        "-W",
+        "ignore",
+        "-m",
+        "mxkv_hybrid.run",
+        "t.py",
+        "a",
+    ]
     assert wrap_command(["python", "-c", "print(1)"]) == [sys.executable, "-c", "print(1)"]
     assert wrap_command(["./train.sh", "x"]) == ["./train.sh", "x"]
     args = parse_arguments(["-n", "4", "-H", "a:2,b:2", "--", "python", "t.py"])
@@ -125,22 +153,35 @@ def test_launcher_refuses_servers_for_modes_without_a_parameter_server(monkeypat
         monkeypatch.setenv("MXKV_MODE", mode)
     with pytest.raises(SystemExit):
         parse_arguments(["-n", "2", "--servers", "1", "--", "python", "t.py"])
-    assert f"MXKV_MODE is {mode or 'allreduce (unset)'}, which uses no parameter server" \
+    assert (
+        f"MXKV_MODE is {mode or 'allreduce (unset)'}, which uses no parameter server"
         in capsys.readouterr().err
+    )
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("", None),
-    ("kill:rank=1:step=5", Fault("kill", 1, 5)),
-    (" HANG:step=2:rank=0 ", Fault("hang", 0, 2)),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("", None),
+        ("kill:rank=1:step=5", Fault("kill", 1, 5)),
+        (" HANG:step=2:rank=0 ", Fault("hang", 0, 2)),
+    ],
+)
 def test_fault_knob_parses(text, expected):
     assert parse_fault(text) == expected
 
 
-@pytest.mark.parametrize("text", ["kill", "explode:rank=1:step=5", "kill:rank=1:step=0",
-                                  "kill:rank=-1:step=5", "kill:rank=1:step=5:when=now",
-                                  "kill:rank=one:step=5"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "kill",
+        "explode:rank=1:step=5",
+        "kill:rank=1:step=0",
+        "kill:rank=-1:step=5",
+        "kill:rank=1:step=5:when=now",
+        "kill:rank=one:step=5",
+    ],
+)
 def test_bad_fault_knobs_are_refused(text):
     with pytest.raises(ConfigError, match=r"MXKV_FAULT=.*expected ACTION:rank=R:step=S"):
         Config.from_environment({"MXKV_FAULT": text})
@@ -158,8 +199,10 @@ def test_a_fault_for_another_rank_does_nothing():
 def test_the_summary_knob_takes_a_number_of_steps():
     assert Config.from_environment({}).summary_every == 0
     assert Config.from_environment({"MXKV_SUMMARY_EVERY": "50"}).summary_every == 50
-    with pytest.raises(ConfigError, match="MXKV_SUMMARY_EVERY='-5' is invalid: expected a whole "
-                                          "number of steps, 0 for off"):
+    with pytest.raises(
+        ConfigError,
+        match="MXKV_SUMMARY_EVERY='-5' is invalid: expected a whole number of steps, 0 for off",
+    ):
         Config.from_environment({"MXKV_SUMMARY_EVERY": "-5"})
 
 
@@ -192,8 +235,11 @@ def test_a_save_that_fails_midway_leaves_the_last_checkpoint(tmp_path, monkeypat
 def test_broadcasting_parameters_of_unknown_shape_says_to_run_a_batch_first():
     net = gluon.nn.Dense(3)  # no in_units: its weight's shape waits for the first batch
     net.initialize()
-    with pytest.raises(MXKVError, match=r"1 parameter\(s\) have no shape yet .*dense\d+_weight"
-                                        r".*run one batch through the network first"):
+    with pytest.raises(
+        MXKVError,
+        match=r"1 parameter\(s\) have no shape yet .*dense\d+_weight"
+        r".*run one batch through the network first",
+    ):
         mxkv_hybrid.broadcast_parameters(net.collect_params())
     net(mx.nd.ones((2, 4)))
     mxkv_hybrid.broadcast_parameters(net.collect_params())  # shapes known: one rank keeps its own
@@ -206,8 +252,11 @@ def test_csr_arrays_are_refused_and_row_sparse_ones_kept_saying_what_to_use():
     kv = mx.kv.create("hybrid")
     csr = mx.nd.ones((4, 3)).tostype("csr")
     for call in (lambda: kv.init(0, csr), lambda: kv.pushpull(1, csr)):
-        with pytest.raises(MXKVError, match=r"csr arrays .* are not supported by the hybrid "
-                                            r"kvstore; use row_sparse or dense arrays"):
+        with pytest.raises(
+            MXKVError,
+            match=r"csr arrays .* are not supported by the hybrid "
+            r"kvstore; use row_sparse or dense arrays",
+        ):
             call()
     rows = mx.nd.sparse.row_sparse_array((np.ones((2, 3)), [1, 3]), shape=(4, 3))
     kv.init(2, rows)
@@ -215,14 +264,18 @@ def test_csr_arrays_are_refused_and_row_sparse_ones_kept_saying_what_to_use():
     kv.row_sparse_pull(2, out=out, row_ids=mx.nd.array([3, 0, 3], dtype="int64"))
     assert out.asnumpy().tolist() == [[0] * 3, [0] * 3, [0] * 3, [1] * 3]  # row 1 not asked for
     for unknown in ({"type": "4bit"}, {"type": "1bit", "threshold": 0.5}):
-        with pytest.raises(MXKVError, match=r"takes MXNet's \{'type': '2bit', 'threshold': t\} "
-                                            r".* or \{'type': '1bit'\}"):
+        with pytest.raises(
+            MXKVError,
+            match=r"takes MXNet's \{'type': '2bit', 'threshold': t\} "
+            r".* or \{'type': '1bit'\}",
+        ):
             kv.set_gradient_compression(unknown)
 
 
 def test_two_bit_and_sixteen_bit_compression_are_not_combined(monkeypatch):
     monkeypatch.setenv("MXKV_COMPRESS", "fp16")
     kv = mx.kv.create("hybrid")
-    with pytest.raises(MXKVError, match="MXKV_COMPRESS=fp16 already compresses float32 values; "
-                                        "use one of the two"):
+    with pytest.raises(
+        MXKVError, match="MXKV_COMPRESS=fp16 already compresses float32 values; use one of the two"
+    ):
         kv.set_gradient_compression({"type": "2bit", "threshold": 0.5})

@@ -1,6 +1,7 @@
 """Load and soak (2 ranks): 10,000 small keys and 256 MiB of huge keys reduce correctly;
 1,000 steps of a small model end with the same weights on both ranks and without memory
 growth after warm-up."""
+
 import json
 
 from conftest import launch

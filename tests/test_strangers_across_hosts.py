@@ -6,6 +6,7 @@ and a real ps-lite worker registering there. The sync job ends with the weights 
 same job undisturbed, bit for bit; the easgd group jobs finish as accurate as undisturbed;
 each relay names h3 once and counts the rest. Control seen: the same strangers against the
 same sync job with --trusted-network (ps-lite on the hosts' addresses) end it."""
+
 import re
 import subprocess
 import sys
@@ -62,8 +63,13 @@ print("tried", len(targets), "ports", flush=True)
 
 def reachable(cluster, host: str) -> List[str]:
     """host:port of every TCP listener of `host` that another host can reach."""
-    done = subprocess.run(cluster.command(host, ["ss", "-ltnH"]), capture_output=True,
-                          text=True, timeout=30, check=True)
+    done = subprocess.run(
+        cluster.command(host, ["ss", "-ltnH"]),
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
     found = []
     for line in done.stdout.splitlines():
         address, _, port = line.split()[3].rpartition(":")
@@ -72,14 +78,17 @@ def reachable(cluster, host: str) -> List[str]:
     return found
 
 
-def run(cluster, job_dir: Path, mode: str, strangers_key: str = "",
-        options: tuple = ()) -> tuple:
+def run(cluster, job_dir: Path, mode: str, strangers_key: str = "", options: tuple = ()) -> tuple:
     """The job (its ranks wait after their last step until the strangers are done), its
     rank files, and what the strangers tried."""
     gate = job_dir / "strangers_done"
-    launcher = HostLauncher(cluster, "h1", [*JOB, *options],
-                            ["group_job_digits.py", str(job_dir), str(EPOCHS), str(LR)],
-                            env={"MXKV_MODE": mode, "HOLD_UNTIL": str(gate)})
+    launcher = HostLauncher(
+        cluster,
+        "h1",
+        [*JOB, *options],
+        ["group_job_digits.py", str(job_dir), str(EPOCHS), str(LR)],
+        env={"MXKV_MODE": mode, "HOLD_UNTIL": str(gate)},
+    )
     tried: Dict[str, List[str]] = {}
     try:
         launcher.wait_for(r"rank 0 of 4 starts", seconds=120)
@@ -97,9 +106,13 @@ def strangers(cluster, key: str) -> Dict[str, List[str]]:
     tried = {}
     for host in ("h1", "h2"):
         tried[host] = reachable(cluster, host)
-        done = subprocess.run(cluster.command("h3", [sys.executable, "-c", STRANGER, key,
-                                                     *tried[host]]),
-                              capture_output=True, check=False, text=True, timeout=120)
+        done = subprocess.run(
+            cluster.command("h3", [sys.executable, "-c", STRANGER, key, *tried[host]]),
+            capture_output=True,
+            check=False,
+            text=True,
+            timeout=120,
+        )
         assert f"tried {len(tried[host])} ports" in done.stdout, done.stderr[-3000:]
     return tried
 
@@ -116,14 +129,17 @@ def test_strangers_reach_neither_a_sync_nor_an_easgd_job(make_cluster, job_dir, 
     stranger = cluster.address("h3")
     for host in ("h1", "h2"):  # the relay, the launcher link (h1), Hydra's and MPI's ports
         assert len(tried[host]) >= 2, tried
-    expected, found = rank_files(job_dir / "quiet", range(4)), rank_files(job_dir / "disturbed",
-                                                                          range(4))
+    expected, found = (
+        rank_files(job_dir / "quiet", range(4)),
+        rank_files(job_dir / "disturbed", range(4)),
+    )
     for rank in range(4):
         for name in expected[rank]:
             if name.startswith("final/"):
                 np.testing.assert_array_equal(found[rank][name], expected[rank][name], name)
-    first = re.findall(rf"mxkv-relay: refused a connection from {re.escape(stranger)}:\d+",
-                       disturbed.output)
+    first = re.findall(
+        rf"mxkv-relay: refused a connection from {re.escape(stranger)}:\d+", disturbed.output
+    )
     assert len(first) == 2, disturbed.output  # once on each host; the rest are counted
     assert "failed to parse string into protobuf" not in disturbed.output
 
@@ -144,15 +160,25 @@ def test_strangers_reach_no_served_job(make_cluster, job_dir, tmp_path):  # noqa
     make_job_key(other_key)
     gate = job_dir / "strangers_done"
     env = {"MXKV_MODE": "easgd", "HOLD_UNTIL": str(gate)}
-    serving = HostLauncher(cluster, "h1", ["--servers", "1", "--groups", "2", "--serve",
-                                           "--ps-host", cluster.address("h1")], env=env)
+    serving = HostLauncher(
+        cluster,
+        "h1",
+        ["--servers", "1", "--groups", "2", "--serve", "--ps-host", cluster.address("h1")],
+        env=env,
+    )
     groups = []
     try:
         address = serving.wait_for(r"--join (\S+@[\d.]+:\d+) -n RANKS").group(1)
         for number, host in enumerate(("h1", "h2")):  # in turn: h1's is group 0, with rank 0
-            groups.append(HostLauncher(cluster, host, ["--join", address, "-n", "2"],
-                                       ["group_job_digits.py", str(job_dir), str(EPOCHS),
-                                        str(LR)], env=env))
+            groups.append(
+                HostLauncher(
+                    cluster,
+                    host,
+                    ["--join", address, "-n", "2"],
+                    ["group_job_digits.py", str(job_dir), str(EPOCHS), str(LR)],
+                    env=env,
+                )
+            )
             serving.wait_for(rf"group {number} joined")
         groups[0].wait_for(r"rank 0 of 4 starts", seconds=120)
         tried = strangers(cluster, other_key)
@@ -162,13 +188,15 @@ def test_strangers_reach_no_served_job(make_cluster, job_dir, tmp_path):  # noqa
     served = serving.finish()
     assert_nothing_left(cluster)
     assert all(job.returncode == 0 for job in [*jobs, served]), [j.output for j in jobs] + [
-        served.output]
+        served.output
+    ]
     assert "relays carry it between this host and each group's" in served.output
     assert len(tried["h1"]) >= 2 and len(tried["h2"]) >= 1, tried
     stranger = cluster.address("h3")
     for job in (served, *jobs):  # the serving host's relay, and each group's
-        first = re.findall(rf"mxkv-relay: refused a connection from {re.escape(stranger)}:\d+",
-                           job.output)
+        first = re.findall(
+            rf"mxkv-relay: refused a connection from {re.escape(stranger)}:\d+", job.output
+        )
         assert len(first) == 1, job.output
     accuracy = [float(f["accuracy"]) for f in rank_files(job_dir, range(4)).values()]
     assert min(accuracy) >= 0.93, [j.output for j in jobs]  # the bound above: the same job

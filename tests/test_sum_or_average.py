@@ -5,6 +5,7 @@ dist_sync; MXKV_AVERAGE=0 sums them, which is what gluon.Trainer gets from dist_
 test trains the same 2 workers' batches under MXNet's dist_sync (a real ps-lite job, 1
 server) and under the hybrid store, and compares the weights; the other setting of
 MXKV_AVERAGE is the control that must differ."""
+
 import sys
 
 import numpy as np
@@ -22,13 +23,27 @@ from ps_job import run_ps_job
 SAME_WITHIN = 1e-5
 
 
-@pytest.mark.parametrize("worker,matching,control", [
-    ("train_gluon.py", "0", "1"), ("train_module.py", "1", "0")],
-    ids=["gluon-trainer-sums", "module-averages"])
-def test_the_hooks_follow_dist_syncs_convention_for_trainer_and_module(job_dir, worker,
-                                                                       matching, control):
-    run_ps_job([sys.executable, str(WORKERS / worker), "--out", str(job_dir / "dist_sync"),
-                "--kvstore", "dist_sync"], num_workers=2, num_servers=1, timeout=JOB_TIMEOUT)
+@pytest.mark.parametrize(
+    "worker,matching,control",
+    [("train_gluon.py", "0", "1"), ("train_module.py", "1", "0")],
+    ids=["gluon-trainer-sums", "module-averages"],
+)
+def test_the_hooks_follow_dist_syncs_convention_for_trainer_and_module(
+    job_dir, worker, matching, control
+):
+    run_ps_job(
+        [
+            sys.executable,
+            str(WORKERS / worker),
+            "--out",
+            str(job_dir / "dist_sync"),
+            "--kvstore",
+            "dist_sync",
+        ],
+        num_workers=2,
+        num_servers=1,
+        timeout=JOB_TIMEOUT,
+    )
     reference = rank_files(job_dir / "dist_sync", range(2))[0]
     found = {}
     for average in (matching, control):
@@ -37,5 +52,6 @@ def test_the_hooks_follow_dist_syncs_convention_for_trainer_and_module(job_dir, 
         found[average] = rank_files(job_dir / average, range(2))[0]
     for name, weight in reference.items():
         assert np.allclose(found[matching][name], weight, rtol=0, atol=SAME_WITHIN), name
-    assert max(np.abs(found[control][n] - w).max() for n, w in reference.items()) \
-        > 100 * SAME_WITHIN
+    assert (
+        max(np.abs(found[control][n] - w).max() for n, w in reference.items()) > 100 * SAME_WITHIN
+    )

@@ -1,6 +1,7 @@
 """The one supervision loop of every launch path (launch/supervisor.py), with a scripted
 Work and real helper processes: the work's own exit status, a dead helper named even when
 the work fails at the same time, the deadline."""
+
 import subprocess
 import sys
 import time
@@ -53,8 +54,10 @@ def test_a_dead_helper_is_named_even_when_the_work_fails_at_once(capsys):
     dead = helper(3)
     assert supervise(Scripted([5]), [dead], None, None) == 5
     assert supervise(Scripted([None]), [dead], None, None) == 1
-    assert (f"the parameter server 0 (pid {dead.process.pid}) exited with status 3 while the "
-            "tests were running; stopping the test") in capsys.readouterr().err
+    assert (
+        f"the parameter server 0 (pid {dead.process.pid}) exited with status 3 while the "
+        "tests were running; stopping the test"
+    ) in capsys.readouterr().err
 
 
 def test_the_deadline_ends_work_that_goes_on(capsys):

@@ -1,6 +1,7 @@
 """examples/make_tiny_imagenet.py: the image folder and the RecordIO files hold the same
 labelled images, every rank's RecordIO part holds every class, and the classes are
 learnable (a nearest-centroid classifier beats chance by far)."""
+
 import subprocess
 import sys
 from pathlib import Path
@@ -16,16 +17,36 @@ CLASSES, TRAIN, VAL, SIZE = 4, 12, 6, 16
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("tiny")
-    subprocess.run([sys.executable, str(GENERATOR), "--out", str(out), "--classes", str(CLASSES),
-                    "--train-per-class", str(TRAIN), "--val-per-class", str(VAL),
-                    "--size", str(SIZE)], check=True, timeout=120)
+    subprocess.run(
+        [
+            sys.executable,
+            str(GENERATOR),
+            "--out",
+            str(out),
+            "--classes",
+            str(CLASSES),
+            "--train-per-class",
+            str(TRAIN),
+            "--val-per-class",
+            str(VAL),
+            "--size",
+            str(SIZE),
+        ],
+        check=True,
+        timeout=120,
+    )
     return out
 
 
 def read_records(path: Path, parts: int = 1, part: int = 0):
     """(images N x 3 x SIZE x SIZE, labels) of one part, in file order."""
-    records = mx.io.ImageRecordIter(path_imgrec=str(path), data_shape=(3, SIZE, SIZE),
-                                    batch_size=8, num_parts=parts, part_index=part)
+    records = mx.io.ImageRecordIter(
+        path_imgrec=str(path),
+        data_shape=(3, SIZE, SIZE),
+        batch_size=8,
+        num_parts=parts,
+        part_index=part,
+    )
     images, labels = [], []
     for batch in records:
         keep = batch.data[0].shape[0] - batch.pad
@@ -42,8 +63,11 @@ def test_folder_and_records_hold_the_same_labelled_images(tiny):
     assert len(listing) == len(labels) == CLASSES * TRAIN
     np.testing.assert_array_equal(labels, [float(row[1]) for row in listing])
     for index in (0, len(listing) - 1):  # the record decodes to its folder image
-        image, label = folder[folder.items.index((str(tiny / "train" / listing[index][2]),
-                                                  int(float(listing[index][1]))))]
+        image, label = folder[
+            folder.items.index(
+                (str(tiny / "train" / listing[index][2]), int(float(listing[index][1])))
+            )
+        ]
         assert label == labels[index]
         np.testing.assert_allclose(images[index], image.asnumpy().transpose(2, 0, 1), atol=1)
 

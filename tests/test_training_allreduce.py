@@ -1,6 +1,7 @@
 """Gluon Trainer and Module.fit with kvstore='hybrid' on real MPI jobs: weights are bitwise
 identical on every rank and equal, within float tolerance, to one process that trains on
 the union of the ranks' batches (each rank initialises differently: the broadcast is tested)."""
+
 import pytest
 
 from conftest import (
@@ -12,13 +13,16 @@ from conftest import (
 )
 
 
-@pytest.mark.parametrize("num_ranks, options", [
-    (2, ["--kvstore", "string"]),                                  # one device, string store
-    (4, ["--kvstore", "string"]),
-    (2, ["--kvstore", "instance", "--devices", "2"]),              # mx.kv.create + 2 devices
-    (2, ["--kvstore", "string", "--update-on-kvstore", "0"]),      # local updates
-    (4, ["--kvstore", "instance", "--devices", "2", "--update-on-kvstore", "0"]),
-])
+@pytest.mark.parametrize(
+    "num_ranks, options",
+    [
+        (2, ["--kvstore", "string"]),  # one device, string store
+        (4, ["--kvstore", "string"]),
+        (2, ["--kvstore", "instance", "--devices", "2"]),  # mx.kv.create + 2 devices
+        (2, ["--kvstore", "string", "--update-on-kvstore", "0"]),  # local updates
+        (4, ["--kvstore", "instance", "--devices", "2", "--update-on-kvstore", "0"]),
+    ],
+)
 def test_gluon_trainer(job_dir, num_ranks, options):
     job = launch(num_ranks, "train_gluon.py", "--out", str(job_dir / "dist"), *options)
     assert job.returncode == 0, job.output
@@ -28,14 +32,24 @@ def test_gluon_trainer(job_dir, num_ranks, options):
     assert_matches_reference(weights[0], load_ranks(job_dir / "ref", 1)[0])
 
 
-@pytest.mark.parametrize("num_ranks, devices, env", [
-    (2, 1, {}),                                   # update on the store (the default)
-    (4, 1, {}),
-    (2, 2, {"MXNET_UPDATE_ON_KVSTORE": "0"}),     # local updates, 2 devices per process
-])
+@pytest.mark.parametrize(
+    "num_ranks, devices, env",
+    [
+        (2, 1, {}),  # update on the store (the default)
+        (4, 1, {}),
+        (2, 2, {"MXNET_UPDATE_ON_KVSTORE": "0"}),  # local updates, 2 devices per process
+    ],
+)
 def test_module_fit(job_dir, num_ranks, devices, env):
-    job = launch(num_ranks, "train_module.py", "--out", str(job_dir / "dist"),
-                 "--devices", str(devices), env=env)
+    job = launch(
+        num_ranks,
+        "train_module.py",
+        "--out",
+        str(job_dir / "dist"),
+        "--devices",
+        str(devices),
+        env=env,
+    )
     assert job.returncode == 0, job.output
     expected = "update_on_kvstore=False" if env else "update_on_kvstore=True"
     assert all(expected in " ".join(job.lines_of(r)) for r in range(num_ranks)), job.output

@@ -1,6 +1,7 @@
 """Uneven shards: ranks with different numbers of batches end every epoch together
 (Module.fit wrapped by the plugin, Gluon through even_batches), with the weights of
 synchronous SGD over the batches that all ranks had; in mode async each group on its own."""
+
 from typing import List, Optional, Sequence
 
 import numpy as np
@@ -14,8 +15,11 @@ EPOCHS = 3
 LR = 0.1
 
 
-def reference(counts: List[int], ranks: Optional[Sequence[int]] = None,
-              features: Optional[Sequence[int]] = None) -> dict:
+def reference(
+    counts: List[int],
+    ranks: Optional[Sequence[int]] = None,
+    features: Optional[Sequence[int]] = None,
+) -> dict:
     """Numpy SGD: each epoch, min(counts) steps on the mean gradient of every rank's batch
     (`ranks` names the rank of each count, by default 0, 1, ...; `features`: the only
     ones the batches carry)."""
@@ -33,11 +37,11 @@ def reference(counts: List[int], ranks: Optional[Sequence[int]] = None,
     return {"weight": weight, "bias": bias}
 
 
-@pytest.mark.parametrize("counts, mode, group_jobs", [([3, 5, 5], "allreduce", False),
-                                                     ([5, 5, 3], "sync", False),
-                                                     ([5, 3, 5], "sync", True)],
-                         ids=["first-rank-short", "last-rank-short-sync",
-                              "middle-group-short-sync-group-jobs"])
+@pytest.mark.parametrize(
+    "counts, mode, group_jobs",
+    [([3, 5, 5], "allreduce", False), ([5, 5, 3], "sync", False), ([5, 3, 5], "sync", True)],
+    ids=["first-rank-short", "last-rank-short-sync", "middle-group-short-sync-group-jobs"],
+)
 def test_ranks_stop_together_with_reference_weights(job_dir, counts, mode, group_jobs):
     """In mode sync (3 groups, 1 server) each process also trains two models, Module's and
     Gluon's, through the one parameter-server connection it has; as separate group jobs
@@ -45,9 +49,20 @@ def test_ranks_stop_together_with_reference_weights(job_dir, counts, mode, group
     assert BATCH * min(counts) > 0
     servers = ("--servers", "1", "--group-size", "1") if mode == "sync" else ()
     servers += ("--group-jobs",) if group_jobs else ()
-    job = launch(RANKS, "uneven_shards.py", "--out", str(job_dir),
-                 "--batches", ",".join(map(str, counts)), "--epochs", str(EPOCHS), "--lr", str(LR),
-                 env={"MXKV_MODE": mode}, launcher_options=servers)
+    job = launch(
+        RANKS,
+        "uneven_shards.py",
+        "--out",
+        str(job_dir),
+        "--batches",
+        ",".join(map(str, counts)),
+        "--epochs",
+        str(EPOCHS),
+        "--lr",
+        str(LR),
+        env={"MXKV_MODE": mode},
+        launcher_options=servers,
+    )
     assert job.returncode == 0, job.output
     expected_steps = str([min(counts)] * EPOCHS)
     for rank in range(RANKS):
@@ -61,11 +76,16 @@ def test_ranks_stop_together_with_reference_weights(job_dir, counts, mode, group
         weights = [dict(np.load(job_dir / f"{api}-rank{r}.npz")) for r in range(RANKS)]
         for rank in range(RANKS):
             for name in expected:
-                assert np.array_equal(weights[rank][name], weights[0][name]), \
+                assert np.array_equal(weights[rank][name], weights[0][name]), (
                     f"{api} {name} rank {rank}"
-                np.testing.assert_allclose(weights[rank][name].reshape(expected[name].shape),
-                                           expected[name], rtol=1e-5, atol=1e-6,
-                                           err_msg=f"{api} {name} differs from numpy SGD")
+                )
+                np.testing.assert_allclose(
+                    weights[rank][name].reshape(expected[name].shape),
+                    expected[name],
+                    rtol=1e-5,
+                    atol=1e-6,
+                    err_msg=f"{api} {name} differs from numpy SGD",
+                )
 
 
 def test_in_async_mode_each_group_ends_its_epochs_on_its_own(job_dir):
@@ -74,10 +94,21 @@ def test_in_async_mode_each_group_ends_its_epochs_on_its_own(job_dir):
     halves of the features (--halves), so only the servers' model, which both groups'
     updates move, holds every weight learned: the one every rank takes at the end."""
     counts = [3, 5, 5, 5]
-    job = launch(4, "uneven_shards.py", "--out", str(job_dir), "--apis", "module", "--halves",
-                 "--batches", ",".join(map(str, counts)), "--epochs", str(EPOCHS),
-                 env={"MXKV_MODE": "async"},
-                 launcher_options=("--servers", "1", "--group-size", "2"))
+    job = launch(
+        4,
+        "uneven_shards.py",
+        "--out",
+        str(job_dir),
+        "--apis",
+        "module",
+        "--halves",
+        "--batches",
+        ",".join(map(str, counts)),
+        "--epochs",
+        str(EPOCHS),
+        env={"MXKV_MODE": "async"},
+        launcher_options=("--servers", "1", "--group-size", "2"),
+    )
     assert job.returncode == 0, job.output
     for rank, steps in enumerate([3, 3, 5, 5]):
         assert f"module steps per epoch: {[steps] * EPOCHS}" in job.lines_of(rank), job.output
@@ -97,7 +128,8 @@ def test_in_async_mode_each_group_ends_its_epochs_on_its_own(job_dir):
         assert error < np.linalg.norm(true_weight[features]), (features, learned)
         # The control: the group's own steps alone (numpy SGD) leave the other half's
         # weights exactly at 0, which fails the same bound with equality.
-        alone = reference([counts[rank] for rank in group], ranks=group,
-                          features=features)["weight"].ravel()
+        alone = reference([counts[rank] for rank in group], ranks=group, features=features)[
+            "weight"
+        ].ravel()
         other = [f for f in range(len(true_weight)) if f not in features]
         assert np.all(alone[other] == 0), alone

@@ -3,6 +3,7 @@ a Module-API script in the shape of MXNet's example/image-classification with
 `--kv-store hybrid` (RecordIO and `--benchmark 1`), and a gluoncv-style script with no
 kvstore flag under `mxkv-launch --auto` (RecordIO and folder). Each ends with identical
 trained weights on both ranks and (real data) validation accuracy far above chance."""
+
 import re
 from pathlib import Path
 from typing import List, Tuple
@@ -39,15 +40,29 @@ def assert_checkpoints_identical(prefix: Path, epoch: int) -> None:
 
 
 def run_module_script(job_dir: Path, *options: str) -> Job:
-    job = launch(RANKS, "image_classification_module.py", "--kv-store", "hybrid",
-                 "--model-prefix", str(job_dir / "model"), "--num-epochs", str(EPOCHS), *options)
+    job = launch(
+        RANKS,
+        "image_classification_module.py",
+        "--kv-store",
+        "hybrid",
+        "--model-prefix",
+        str(job_dir / "model"),
+        "--num-epochs",
+        str(EPOCHS),
+        *options,
+    )
     assert job.returncode == 0, job.output
     return job
 
 
 def test_module_script_with_kv_store_hybrid(tiny_imagenet, job_dir):
-    job = run_module_script(job_dir, "--data-train", str(tiny_imagenet / "train.rec"),
-                            "--data-val", str(tiny_imagenet / "val.rec"))
+    job = run_module_script(
+        job_dir,
+        "--data-train",
+        str(tiny_imagenet / "train.rec"),
+        "--data-val",
+        str(tiny_imagenet / "val.rec"),
+    )
     for rank in range(RANKS):
         lines = job.lines_of(rank)
         assert any("samples/sec" in line for line in lines), job.output
@@ -63,9 +78,19 @@ def test_module_script_with_gc_type_2bit(tiny_imagenet, job_dir):
     residual reaches the threshold (0.5), so the first epochs move less: validation
     accuracy seen 0.46-0.64 after 3 epochs, 0.95-0.98 after 6 (the learning rate cut at 5)."""
     epochs = 6
-    job = run_module_script(job_dir, "--data-train", str(tiny_imagenet / "train.rec"),
-                            "--data-val", str(tiny_imagenet / "val.rec"), "--gc-type", "2bit",
-                            "--num-epochs", str(epochs), "--lr-step-epochs", "5")
+    job = run_module_script(
+        job_dir,
+        "--data-train",
+        str(tiny_imagenet / "train.rec"),
+        "--data-val",
+        str(tiny_imagenet / "val.rec"),
+        "--gc-type",
+        "2bit",
+        "--num-epochs",
+        str(epochs),
+        "--lr-step-epochs",
+        "5",
+    )
     last = re.compile(rf"Epoch\[{epochs - 1}\] Validation-accuracy=([0-9.]+)")
     for rank in range(RANKS):
         accuracy = [float(m.group(1)) for line in job.lines_of(rank) if (m := last.search(line))]
@@ -82,17 +107,26 @@ def test_module_script_benchmark_mode(job_dir):
 
 def epochs_of(lines: List[str]) -> List[Tuple[int, float, str]]:
     """(batches, validation accuracy, weights digest) per epoch of gluoncv_classic.py."""
-    found = [re.search(r"\[Epoch \d+\] batches=(\d+) validation-accuracy=([0-9.]+) weights=(\w+)",
-                       line) for line in lines]
+    found = [
+        re.search(r"\[Epoch \d+\] batches=(\d+) validation-accuracy=([0-9.]+) weights=(\w+)", line)
+        for line in lines
+    ]
     return [(int(m.group(1)), float(m.group(2)), m.group(3)) for m in found if m]
 
 
-def run_classic_script(tiny_imagenet: Path, data_format: str, *launcher_options: str,
-                       epochs: int = EPOCHS) -> Job:
-    job = launch(RANKS, "gluoncv_classic.py", "--data-dir", str(tiny_imagenet),
-                 "--num-epochs", str(epochs),
-                 *(["--use-rec"] if data_format == "rec" else []),
-                 launcher_options=launcher_options)
+def run_classic_script(
+    tiny_imagenet: Path, data_format: str, *launcher_options: str, epochs: int = EPOCHS
+) -> Job:
+    job = launch(
+        RANKS,
+        "gluoncv_classic.py",
+        "--data-dir",
+        str(tiny_imagenet),
+        "--num-epochs",
+        str(epochs),
+        *(["--use-rec"] if data_format == "rec" else []),
+        launcher_options=launcher_options,
+    )
     assert job.returncode == 0, job.output
     return job
 
@@ -122,13 +156,17 @@ def test_without_auto_each_rank_trains_alone(tiny_imagenet):
     assert rank0[-1][2] != rank1[-1][2]
 
 
-FALLBACK = re.compile(r"mxkv_hybrid: this script names kvstore '(\w+)' in a job of (\d+) ranks "
-                      r"started by mxkv-launch, and MXNet's '\w+' store does not reach the other "
-                      r"processes: every rank trains alone\. Name kvstore='hybrid'")
+FALLBACK = re.compile(
+    r"mxkv_hybrid: this script names kvstore '(\w+)' in a job of (\d+) ranks "
+    r"started by mxkv-launch, and MXNet's '\w+' store does not reach the other "
+    r"processes: every rank trains alone\. Name kvstore='hybrid'"
+)
 
 
-@pytest.mark.parametrize("how, name", [("create", "local"), ("create", "hybird"),
-                                       ("trainer", "device"), ("module", "local")])
+@pytest.mark.parametrize(
+    "how, name",
+    [("create", "local"), ("create", "hybird"), ("trainer", "device"), ("module", "local")],
+)
 def test_a_store_that_does_not_reach_the_other_ranks_is_named_once_by_rank_0(how, name):
     """MXNet takes any name but 'dist*' for a store of this process alone (a typo too), and
     with one device Trainer and Module.fit create no store at all: each rank would train
@@ -141,9 +179,15 @@ def test_a_store_that_does_not_reach_the_other_ranks_is_named_once_by_rank_0(how
     assert all(FALLBACK.search(line) is None for line in job.lines_of(1)), job.output
 
 
-@pytest.mark.parametrize("ranks, how, name, launcher_options", [
-    (RANKS, "trainer", "hybrid", ()), (RANKS, "trainer", "device", ("--auto",)),
-    (RANKS, "module", "local", ("--auto",)), (1, "trainer", "local", ())])
+@pytest.mark.parametrize(
+    "ranks, how, name, launcher_options",
+    [
+        (RANKS, "trainer", "hybrid", ()),
+        (RANKS, "trainer", "device", ("--auto",)),
+        (RANKS, "module", "local", ("--auto",)),
+        (1, "trainer", "local", ()),
+    ],
+)
 def test_no_word_where_the_store_reaches_every_rank(ranks, how, name, launcher_options):
     """The control: 'hybrid', --auto (which makes 'local' and 'device' 'hybrid', also where
     Module.fit hands MXNet the name before --auto renames it), or one rank alone."""

@@ -1,6 +1,7 @@
 """The ``{mxkv-errors}`` directive: every error message the package can raise, read from its
 source (``raise SomeError("...")`` and ``parser.error("...")``), grouped by module, with
 placeholders where the message fills in values. Generated, so no message is left out."""
+
 import ast
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,14 +24,17 @@ def _message_text(node: ast.expr) -> Optional[str]:
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         return node.value
     if isinstance(node, ast.JoinedStr):
-        return "".join(part.value if isinstance(part, ast.Constant)
-                       else "{" + ast.unparse(part.value) + "}" for part in node.values)
+        return "".join(
+            part.value if isinstance(part, ast.Constant) else "{" + ast.unparse(part.value) + "}"
+            for part in node.values
+        )
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
         left, right = _message_text(node.left), _message_text(node.right)
         if left is None and right is None:
             return None
-        return (left or "{" + ast.unparse(node.left) + "}") + \
-            (right or "{" + ast.unparse(node.right) + "}")
+        return (left or "{" + ast.unparse(node.left) + "}") + (
+            right or "{" + ast.unparse(node.right) + "}"
+        )
     return None
 
 
@@ -43,14 +47,20 @@ def _raised(node: ast.AST) -> Optional[ast.Call]:
 def messages_of(source: str, module: str) -> List[ErrorMessage]:
     """Every message raised, or passed to an argparse parser's error(), in `source`."""
     found = []
-    nodes = sorted((node for node in ast.walk(ast.parse(source)) if hasattr(node, "lineno")),
-                   key=lambda node: (node.lineno, node.col_offset))
+    nodes = sorted(
+        (node for node in ast.walk(ast.parse(source)) if hasattr(node, "lineno")),
+        key=lambda node: (node.lineno, node.col_offset),
+    )
     for node in nodes:
         call, raised_as = _raised(node), None
         if call is not None and isinstance(call.func, ast.Name):
             raised_as = call.func.id
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
-                and node.func.attr == "error" and ast.unparse(node.func.value) == "parser":
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "error"
+            and ast.unparse(node.func.value) == "parser"
+        ):
             call, raised_as = node, "usage error (exit 2)"
         if call is None or raised_as is None or not call.args:
             continue

@@ -2,6 +2,7 @@
 ``{mxkv-knobs}`` from ``config.KNOBS``, ``{mxkv-capabilities}`` from
 ``capabilities.CAPABILITIES`` and ``{mxkv-flags} module:function`` from a command's argparse
 parser (mxkv-launch, the planner, the tuner)."""
+
 import argparse
 import importlib
 from dataclasses import fields
@@ -21,8 +22,11 @@ def knob_table(knobs: Mapping[str, Any], internal: bool = False) -> str:
     """The Markdown table of the knobs a user sets (or, `internal`, of those mxkv-launch sets
     for its ranks): name, default and documentation."""
     rows = ["| variable | default | meaning |", "|---|---|---|"]
-    rows += [f"| `{name}` | `{cell(knob.default)}` | {cell(knob.doc)} |"
-             for name, knob in knobs.items() if knob.internal == internal]
+    rows += [
+        f"| `{name}` | `{cell(knob.default)}` | {cell(knob.doc)} |"
+        for name, knob in knobs.items()
+        if knob.internal == internal
+    ]
     return "\n".join(rows)
 
 
@@ -31,12 +35,16 @@ def capability_table(capabilities: Mapping[str, object]) -> str:
     documentation), a column per mode."""
     rows_of = fields(next(iter(capabilities.values())))
     modes = list(capabilities)
-    rows = ["| capability | " + " | ".join(f"`{mode}`" for mode in modes) + " | what it means |",
-            "|---|" + "---|" * len(modes) + "---|"]
-    rows += [f"| `{field.name}` | "
-             + " | ".join("yes" if getattr(capabilities[mode], field.name) else "—"
-                          for mode in modes)
-             + f" | {cell(field.metadata.get('doc', ''))} |" for field in rows_of]
+    rows = [
+        "| capability | " + " | ".join(f"`{mode}`" for mode in modes) + " | what it means |",
+        "|---|" + "---|" * len(modes) + "---|",
+    ]
+    rows += [
+        f"| `{field.name}` | "
+        + " | ".join("yes" if getattr(capabilities[mode], field.name) else "—" for mode in modes)
+        + f" | {cell(field.metadata.get('doc', ''))} |"
+        for field in rows_of
+    ]
     return "\n".join(rows)
 
 
@@ -51,8 +59,11 @@ def _flag_help(action: argparse.Action) -> str:
     text = (action.help or "") % {"default": action.default, "prog": ""}
     if action.choices:
         text += f" (one of: {', '.join(map(str, action.choices))})"
-    if action.default not in (None, False, argparse.SUPPRESS) and action.option_strings \
-            and "%(default)" not in (action.help or ""):
+    if (
+        action.default not in (None, False, argparse.SUPPRESS)
+        and action.option_strings
+        and "%(default)" not in (action.help or "")
+    ):
         text += f" (default: `{action.default}`)"
     return cell(text)
 
@@ -62,8 +73,10 @@ def flag_tables(parser: argparse.ArgumentParser) -> str:
     sections: List[str] = []
     for group in parser._action_groups:
         actions: Iterable[argparse.Action] = [
-            action for action in group._group_actions if action.help != argparse.SUPPRESS
-            and not isinstance(action, argparse._HelpAction)]
+            action
+            for action in group._group_actions
+            if action.help != argparse.SUPPRESS and not isinstance(action, argparse._HelpAction)
+        ]
         if not actions:
             continue
         rows = [f"**{group.title}**", "", "| flag | what it does |", "|---|---|"]
@@ -89,12 +102,14 @@ class KnobsDirective(MarkdownDirective):
 
     def markdown(self) -> str:
         from mxkv_hybrid.config import KNOBS
+
         return knob_table(KNOBS, internal=self.arguments == ["internal"])
 
 
 class CapabilitiesDirective(MarkdownDirective):
     def markdown(self) -> str:
         from mxkv_hybrid.capabilities import CAPABILITIES
+
         return capability_table(CAPABILITIES)
 
 
@@ -108,6 +123,7 @@ class FlagsDirective(MarkdownDirective):
 
 def setup(app: Sphinx) -> dict:
     from error_catalogue import ErrorsDirective
+
     app.add_directive("mxkv-errors", ErrorsDirective)
     app.add_directive("mxkv-knobs", KnobsDirective)
     app.add_directive("mxkv-capabilities", CapabilitiesDirective)

@@ -22,6 +22,7 @@ shuffled order. A repetition's time is the slowest rank's; the table shows media
 machine's memory-copy bandwidth is measured in the same job and drawn as the physical
 limit. Prints a table and writes allreduce.json and allreduce.png to --out.
 """
+
 import argparse
 import functools
 import json
@@ -52,8 +53,9 @@ def repetitions(nbytes: int, quick: bool) -> int:
 def workloads(quick: bool) -> List[tuple]:
     """[(name, list of array shapes, repetitions)]."""
     sizes = SIZES[::2] + SIZES[-1:] if quick else SIZES
-    return [(str(n), [(n // 4,)], repetitions(n, quick)) for n in sizes] + \
-           [(RESNET50, resnet50_shapes(), repetitions(100 << 20, quick))]
+    return [(str(n), [(n // 4,)], repetitions(n, quick)) for n in sizes] + [
+        (RESNET50, resnet50_shapes(), repetitions(100 << 20, quick))
+    ]
 
 
 # ---- workers -------------------------------------------------------------------------
@@ -79,8 +81,11 @@ def horovod_binding():
         from mpi4py import MPI
 
         if MPI.COMM_WORLD.rank == 0:
-            print("note: Horovod's MXNet binding is not installed: the horovod column is "
-                  "skipped (docs/performance/index.md says how to build it)", flush=True)
+            print(
+                "note: Horovod's MXNet binding is not installed: the horovod column is "
+                "skipped (docs/performance/index.md says how to build it)",
+                flush=True,
+            )
         return None
     hvd.init()
     return hvd
@@ -115,27 +120,40 @@ def worker_mpi(quick: bool) -> None:
             print(json.dumps(dict(row, ranks=comm.size)), flush=True)
 
     copy_bandwidth = comm.allreduce(memory_copy_bandwidth(), op=MPI.MIN)
-    emit(workload="memcpy", method="memcpy", bytes=64 << 20, arrays=1,
-         times=[(64 << 20) / copy_bandwidth])
-    def methods_of(name: str, keys: List[int], arrays: list, flat: np.ndarray,
-                   ) -> Dict[str, Callable[[], object]]:
+    emit(
+        workload="memcpy",
+        method="memcpy",
+        bytes=64 << 20,
+        arrays=1,
+        times=[(64 << 20) / copy_bandwidth],
+    )
+
+    def methods_of(
+        name: str,
+        keys: List[int],
+        arrays: list,
+        flat: np.ndarray,
+    ) -> Dict[str, Callable[[], object]]:
         """{method: a call that reduces the workload's arrays (or `flat`) once}."""
         methods = {"mpi": lambda: comm.Allreduce(MPI.IN_PLACE, flat, op=MPI.SUM)}
         if name == RESNET50:
             for store_name, kv in stores.items():
                 methods[store_name] = lambda kv=kv: kv.pushpull(keys, arrays)
             if horovod is not None:
+
                 def horovod_allreduce() -> None:  # queued on MXNet's engine: wait for it
                     for k, a in zip(keys, arrays):
                         horovod.allreduce_(a, average=False, name=f"g{k}")
                     mx.nd.waitall()
+
                 methods["horovod"] = horovod_allreduce
         else:
             methods["hybrid"] = lambda: stores["hybrid"].pushpull(keys, arrays)
             for algorithm in ALGORITHMS:
                 if algorithm != "rd" or flat.nbytes <= RD_LIMIT:
                     methods[algorithm] = lambda a=algorithm: vectors.allreduce_vector(
-                        flat, a, 1.0 / comm.size)
+                        flat, a, 1.0 / comm.size
+                    )
         return methods
 
     for name, shapes, reps in workloads(quick):
@@ -153,9 +171,16 @@ def worker_mpi(quick: bool) -> None:
             for method in order:
                 times[method].append(timed(methods[method]))
         for method, values in times.items():
-            emit(workload=name, bytes=flat.nbytes, arrays=len(arrays), method=method,
-                 times=values, algorithm=vectors.algorithm_for("float32", flat.nbytes)
-                 if method == "auto" else None)
+            emit(
+                workload=name,
+                bytes=flat.nbytes,
+                arrays=len(arrays),
+                method=method,
+                times=values,
+                algorithm=vectors.algorithm_for("float32", flat.nbytes)
+                if method == "auto"
+                else None,
+            )
 
 
 def push_then_pull(kv, keys: List[str], arrays: list, outs: list) -> None:
@@ -178,9 +203,19 @@ def worker_dist_sync(quick: bool) -> None:
         mx.nd.waitall()
         values = time_calls(reps, kv._barrier, push_pull)
         if kv.rank == 0:
-            print(json.dumps({"workload": name, "bytes": sum(a.size * 4 for a in arrays),
-                              "arrays": len(arrays), "method": "dist_sync",
-                              "ranks": kv.num_workers, "times": values}), flush=True)
+            print(
+                json.dumps(
+                    {
+                        "workload": name,
+                        "bytes": sum(a.size * 4 for a in arrays),
+                        "arrays": len(arrays),
+                        "method": "dist_sync",
+                        "ranks": kv.num_workers,
+                        "times": values,
+                    }
+                ),
+                flush=True,
+            )
     kv._barrier()
 
 
@@ -188,20 +223,41 @@ def worker_dist_sync(quick: bool) -> None:
 def measure(ranks: int, quick: bool, skip_dist_sync: bool) -> List[dict]:
     flag = ["--quick"] if quick else []
     print(f"-- {ranks} ranks: MPI_Allreduce, the algorithms and Hybrid.pushpull ...", flush=True)
-    done = subprocess.run([sys.executable, "-m", "mxkv_hybrid.launch", "-n", str(ranks),
-                           "--timeout", "1200", "--", "python", __file__, "--worker", "mpi", *flag],
-                          capture_output=True, check=False, text=True)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mxkv_hybrid.launch",
+            "-n",
+            str(ranks),
+            "--timeout",
+            "1200",
+            "--",
+            "python",
+            __file__,
+            "--worker",
+            "mpi",
+            *flag,
+        ],
+        capture_output=True,
+        check=False,
+        text=True,
+    )
     if done.returncode != 0:
         sys.exit(f"benchmark job failed:\n{done.stdout}\n{done.stderr}")
     rows = json_lines(done.stdout)
     for line in done.stdout.splitlines():
         if line.startswith("[0] note: "):
-            print(line[len("[0] "):], flush=True)
+            print(line[len("[0] ") :], flush=True)
     if not skip_dist_sync:
         from ps_job import run_ps_job
+
         print(f"-- {ranks} ranks: dist_sync with 2 servers ...", flush=True)
-        outputs = run_ps_job([sys.executable, __file__, "--worker", "dist_sync", *flag],
-                             num_workers=ranks, num_servers=2)
+        outputs = run_ps_job(
+            [sys.executable, __file__, "--worker", "dist_sync", *flag],
+            num_workers=ranks,
+            num_servers=2,
+        )
         rows += [r for out in outputs for r in json_lines(out)]
     for row in rows:
         row["median_s"] = float(np.median(row["times"]))
@@ -220,66 +276,109 @@ RESNET_COLUMNS = ["mpi", "hybrid", "hybrid_fp16", "hybrid_bf16", "horovod", "dis
 
 
 def medians_ms(rows: List[dict], ranks: int, workload: str) -> Dict[str, float]:
-    return {r["method"]: r["median_s"] * 1e3 for r in rows
-            if r["ranks"] == ranks and r["workload"] == workload}
+    return {
+        r["method"]: r["median_s"] * 1e3
+        for r in rows
+        if r["ranks"] == ranks and r["workload"] == workload
+    }
 
 
 def print_table(rows: List[dict]) -> None:
     for ranks in sorted({r["ranks"] for r in rows}):
-        chosen = {r["workload"]: r["algorithm"] for r in rows
-                  if r["ranks"] == ranks and r["method"] == "auto"}
-        print(f"\n{ranks} ranks, median ms; auto/mpi and hybrid/mpi: ratio of times "
-              "(below 1: faster than MPI_Allreduce)")
-        print(f"{'size':>8} " + " ".join(f"{m:>9}" for m in SIZE_COLUMNS) +
-              f" {'auto is':>8} {'auto/mpi':>8} {'hyb/mpi':>8}")
+        chosen = {
+            r["workload"]: r["algorithm"]
+            for r in rows
+            if r["ranks"] == ranks and r["method"] == "auto"
+        }
+        print(
+            f"\n{ranks} ranks, median ms; auto/mpi and hybrid/mpi: ratio of times "
+            "(below 1: faster than MPI_Allreduce)"
+        )
+        print(
+            f"{'size':>8} "
+            + " ".join(f"{m:>9}" for m in SIZE_COLUMNS)
+            + f" {'auto is':>8} {'auto/mpi':>8} {'hyb/mpi':>8}"
+        )
         for workload in chosen:
             ms = medians_ms(rows, ranks, workload)
             cells = " ".join(f"{ms[m]:9.3f}" if m in ms else f"{'-':>9}" for m in SIZE_COLUMNS)
-            print(f"{label(workload):>8} {cells} {chosen[workload]:>8} "
-                  f"{ms['auto'] / ms['mpi']:8.3f} {ms['hybrid'] / ms['mpi']:8.3f}")
+            print(
+                f"{label(workload):>8} {cells} {chosen[workload]:>8} "
+                f"{ms['auto'] / ms['mpi']:8.3f} {ms['hybrid'] / ms['mpi']:8.3f}"
+            )
         ms = medians_ms(rows, ranks, RESNET50)
         if ms:
-            print(f"\nResNet-50 gradient set (193 arrays), {ranks} ranks, median ms; "
-                  "speed-up = mpi / method")
+            print(
+                f"\nResNet-50 gradient set (193 arrays), {ranks} ranks, median ms; "
+                "speed-up = mpi / method"
+            )
             for method in RESNET_COLUMNS:
                 if method in ms:
-                    print(f"{method:>12} {ms[method]:9.3f}  speed-up vs one flat MPI_Allreduce "
-                          f"{ms['mpi'] / ms[method]:5.2f}x")
+                    print(
+                        f"{method:>12} {ms[method]:9.3f}  speed-up vs one flat MPI_Allreduce "
+                        f"{ms['mpi'] / ms[method]:5.2f}x"
+                    )
 
 
 def plot(rows: List[dict], path: str) -> None:
     """Algorithm bandwidth (bytes / time) and bus bandwidth (x 2(p-1)/p, the bytes each
     rank must send and receive) per rank count, with the memory-copy bandwidth as limit."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     rank_counts = sorted({r["ranks"] for r in rows})
-    fig, axes = plt.subplots(2, len(rank_counts), figsize=(6.5 * len(rank_counts), 9),
-                             squeeze=False)
-    styles = {"mpi": "s--", "auto": "o-", "ring": "v:", "rhd": "^:", "rd": "<:",
-              "hybrid": "D-", "dist_sync": "x-."}
+    fig, axes = plt.subplots(
+        2, len(rank_counts), figsize=(6.5 * len(rank_counts), 9), squeeze=False
+    )
+    styles = {
+        "mpi": "s--",
+        "auto": "o-",
+        "ring": "v:",
+        "rhd": "^:",
+        "rd": "<:",
+        "hybrid": "D-",
+        "dist_sync": "x-.",
+    }
     for column, ranks in enumerate(rank_counts):
         bus_factor = 2 * (ranks - 1) / ranks
         copy = [r for r in rows if r["ranks"] == ranks and r["method"] == "memcpy"]
         for row_index, (kind, factor) in enumerate((("algorithm", 1.0), ("bus", bus_factor))):
             ax = axes[row_index][column]
             for method, style in styles.items():
-                pts = sorted((r["bytes"], r["median_s"]) for r in rows
-                             if r["ranks"] == ranks and r["method"] == method
-                             and r["workload"] not in (RESNET50, "memcpy"))
+                pts = sorted(
+                    (r["bytes"], r["median_s"])
+                    for r in rows
+                    if r["ranks"] == ranks
+                    and r["method"] == method
+                    and r["workload"] not in (RESNET50, "memcpy")
+                )
                 if pts:
                     x, t = (np.array(v) for v in zip(*pts))
                     ax.loglog(x, factor * x / t / 1e9, style, label=method, markersize=4)
             for method, marker in (("mpi", "s"), ("hybrid", "D"), ("hybrid_fp16", "*")):
-                resnet = [r for r in rows if r["ranks"] == ranks and r["method"] == method
-                          and r["workload"] == RESNET50]
+                resnet = [
+                    r
+                    for r in rows
+                    if r["ranks"] == ranks and r["method"] == method and r["workload"] == RESNET50
+                ]
                 if resnet:
-                    ax.plot(resnet[0]["bytes"], factor * resnet[0]["bytes"] / resnet[0]["median_s"]
-                            / 1e9, marker, markersize=12, label=f"ResNet-50 set: {method}")
+                    ax.plot(
+                        resnet[0]["bytes"],
+                        factor * resnet[0]["bytes"] / resnet[0]["median_s"] / 1e9,
+                        marker,
+                        markersize=12,
+                        label=f"ResNet-50 set: {method}",
+                    )
             if copy:
-                ax.axhline(copy[0]["bytes"] / copy[0]["median_s"] / 1e9, color="gray",
-                           linewidth=2, alpha=0.6, label="memory copy per rank, all ranks at once")
+                ax.axhline(
+                    copy[0]["bytes"] / copy[0]["median_s"] / 1e9,
+                    color="gray",
+                    linewidth=2,
+                    alpha=0.6,
+                    label="memory copy per rank, all ranks at once",
+                )
             ax.set_title(f"{ranks} ranks: {kind} bandwidth (median)")
             ax.set_xlabel("bytes reduced")
             ax.set_ylabel("GB/s" + (" x 2(p-1)/p" if kind == "bus" else " = bytes / time"))
@@ -290,17 +389,24 @@ def plot(rows: List[dict], path: str) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--ranks", type=int, nargs="+", default=[2, 4])
-    parser.add_argument("--out", default=os.path.join(HERE, "results"),
-                        help="folder for allreduce.json/.png "
-                             "(default: examples/benchmarks/results)")
+    parser.add_argument(
+        "--out",
+        default=os.path.join(HERE, "results"),
+        help="folder for allreduce.json/.png (default: examples/benchmarks/results)",
+    )
     parser.add_argument("--quick", action="store_true", help="fewer sizes and repetitions")
     parser.add_argument("--skip-dist-sync", action="store_true")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="OMP_NUM_THREADS of every rank and server (default 1: with MXNet's "
-                             "default, two Horovod ranks on 2 cores crawl)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="OMP_NUM_THREADS of every rank and server (default 1: with MXNet's "
+        "default, two Horovod ranks on 2 cores crawl)",
+    )
     parser.add_argument("--worker", choices=["mpi", "dist_sync"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker == "mpi":
@@ -314,8 +420,14 @@ def main() -> None:
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "allreduce.json"), "w") as f:
         settings = {k: v for k, v in os.environ.items() if k.startswith("MXKV_")}
-        json.dump({"settings": dict(settings, cpus=os.cpu_count(), omp_num_threads=args.threads),
-                   "rows": rows}, f, indent=1)
+        json.dump(
+            {
+                "settings": dict(settings, cpus=os.cpu_count(), omp_num_threads=args.threads),
+                "rows": rows,
+            },
+            f,
+            indent=1,
+        )
     plot(rows, os.path.join(args.out, "allreduce.png"))
     print(f"\nwrote {args.out}/allreduce.json and {args.out}/allreduce.png")
 

@@ -21,6 +21,7 @@ Prints a table and writes compression_hosts_<H>x<R>.json and .png to --out.
 
     python examples/benchmarks/compression.py [--hosts 2] [--group-size 1] [--mbps 1000]
 """
+
 import argparse
 import dataclasses
 import json
@@ -63,26 +64,34 @@ def worker(group_size: int, reps: int) -> None:
     keys = list(range(len(arrays)))
     plain = TensorCollectives(comm, base, this_group)
     two_bit, one_bit = Compression("2bit", THRESHOLD), Compression("1bit", THRESHOLD)
-    runs = {"none": (plain, plain),
-            "fp16": (TensorCollectives(comm, dataclasses.replace(base, compress="fp16"),
-                                       this_group),) * 2,
-            "2bit": (QuantisedReducer(plain, two_bit), plain),
-            "1bit": (QuantisedReducer(plain, one_bit), plain)}
+    runs = {
+        "none": (plain, plain),
+        "fp16": (TensorCollectives(comm, dataclasses.replace(base, compress="fp16"), this_group),)
+        * 2,
+        "2bit": (QuantisedReducer(plain, two_bit), plain),
+        "1bit": (QuantisedReducer(plain, one_bit), plain),
+    }
     if group_size > 1:
         hierarchical = TensorCollectives(comm, base, this_group, hierarchy="on")
-        runs.update({"hier": (hierarchical, hierarchical),
-                     "hier-2bit": (QuantisedReducer(hierarchical, two_bit), hierarchical),
-                     "hier-1bit": (QuantisedReducer(hierarchical, one_bit), hierarchical)})
+        runs.update(
+            {
+                "hier": (hierarchical, hierarchical),
+                "hier-2bit": (QuantisedReducer(hierarchical, two_bit), hierarchical),
+                "hier-1bit": (QuantisedReducer(hierarchical, one_bit), hierarchical),
+            }
+        )
 
     def once(method: str) -> tuple:
         """(seconds of the slowest rank, bytes sent across hosts by each rank)."""
         reducer, counted = runs[method]
         before = counted.bytes_sent_across
         comm.Barrier()
-        elapsed = seconds(lambda: (reducer.allreduce("allreduce", keys, arrays, outs, True),
-                                   mx.nd.waitall()))
+        elapsed = seconds(
+            lambda: (reducer.allreduce("allreduce", keys, arrays, outs, True), mx.nd.waitall())
+        )
         return comm.allreduce(elapsed, op=MPI.MAX), comm.allgather(
-            counted.bytes_sent_across - before)
+            counted.bytes_sent_across - before
+        )
 
     across: Dict[str, List[int]] = {}
 
@@ -93,22 +102,35 @@ def worker(group_size: int, reps: int) -> None:
     times = interleaved(runs, reps, timed)
     if comm.rank == 0:
         for method, values in times.items():
-            print(json.dumps({"method": method, "times": values,
-                              "bytes_across_per_rank": across[method], "ranks": comm.size,
-                              "hosts": this_group.num_groups,
-                              "gradient_bytes": 4 * sum(int(np.prod(s)) for s in shapes)}),
-                  flush=True)
+            print(
+                json.dumps(
+                    {
+                        "method": method,
+                        "times": values,
+                        "bytes_across_per_rank": across[method],
+                        "ranks": comm.size,
+                        "hosts": this_group.num_groups,
+                        "gradient_bytes": 4 * sum(int(np.prod(s)) for s in shapes),
+                    }
+                ),
+                flush=True,
+            )
 
 
 def plot(rows: List[dict], path: str) -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4))
     ax.bar([r["method"] for r in rows], [r["median_ms"] for r in rows])
-    ax.axhline(rows[0]["limit_ms"], color="gray", linestyle="--",
-               label="float32's least time over the link")
+    ax.axhline(
+        rows[0]["limit_ms"],
+        color="gray",
+        linestyle="--",
+        label="float32's least time over the link",
+    )
     ax.set_ylabel("median ms per allreduce of the ResNet-50 set")
     ax.set_title(f"{rows[0]['hosts']} emulated hosts, {rows[0]['mbps']:g} Mbit/s links")
     ax.legend()
@@ -117,8 +139,9 @@ def plot(rows: List[dict], path: str) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--hosts", type=int, default=2)
     parser.add_argument("--group-size", type=int, default=1, help="ranks per host")
     parser.add_argument("--mbps", type=float, default=1000)
@@ -133,33 +156,61 @@ def main() -> None:
     from mxkv_hybrid.testing.cluster import Cluster
 
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
-    print(f"-- {args.hosts} emulated hosts x {args.group_size} ranks, links {args.mbps:g} "
-          f"Mbit/s, {args.reps} repetitions, OMP_NUM_THREADS={args.threads} ...", flush=True)
+    print(
+        f"-- {args.hosts} emulated hosts x {args.group_size} ranks, links {args.mbps:g} "
+        f"Mbit/s, {args.reps} repetitions, OMP_NUM_THREADS={args.threads} ...",
+        flush=True,
+    )
     with Cluster(args.hosts, args.mbps) as cluster:
-        done = launch_on_hosts(cluster, args.group_size,
-                               ["python", __file__, "--worker", "--group-size",
-                                str(args.group_size), "--reps", str(args.reps)], env)
+        done = launch_on_hosts(
+            cluster,
+            args.group_size,
+            [
+                "python",
+                __file__,
+                "--worker",
+                "--group-size",
+                str(args.group_size),
+                "--reps",
+                str(args.reps),
+            ],
+            env,
+        )
     if done.returncode != 0:
         sys.exit(f"benchmark job on emulated hosts failed:\n{done.stdout}\n{done.stderr}")
     rows = [dict(row, mbps=args.mbps) for row in json_lines(done.stdout)]
     for r in rows:
         r["median_ms"] = 1e3 * float(np.median(r["times"]))
-        r["across_max_mb"] = max(r["bytes_across_per_rank"]) / 2 ** 20
+        r["across_max_mb"] = max(r["bytes_across_per_rank"]) / 2**20
         r["limit_ms"] = 1e3 * allreduce_limit_seconds(r["gradient_bytes"], r["hosts"], args.mbps)
     none = next(r for r in rows if r["method"] == "none")
-    print(f"\nResNet-50 gradient set ({none['gradient_bytes'] / 2 ** 20:.1f} MiB), {args.hosts} "
-          f"hosts x {args.group_size} ranks, {args.mbps:g} Mbit/s; median of {args.reps}, "
-          "slowest rank; limit: float32's least time over the link")
-    print(f"{'method':>9} {'ms':>9} {'/ limit':>8} {'MiB across (busiest rank)':>26} "
-          f"{'none / this':>12}")
+    print(
+        f"\nResNet-50 gradient set ({none['gradient_bytes'] / 2**20:.1f} MiB), {args.hosts} "
+        f"hosts x {args.group_size} ranks, {args.mbps:g} Mbit/s; median of {args.reps}, "
+        "slowest rank; limit: float32's least time over the link"
+    )
+    print(
+        f"{'method':>9} {'ms':>9} {'/ limit':>8} {'MiB across (busiest rank)':>26} "
+        f"{'none / this':>12}"
+    )
     for r in rows:
-        print(f"{r['method']:>9} {r['median_ms']:9.1f} {r['median_ms'] / r['limit_ms']:7.2f}x "
-              f"{r['across_max_mb']:26.1f} {none['median_ms'] / r['median_ms']:11.2f}x")
+        print(
+            f"{r['method']:>9} {r['median_ms']:9.1f} {r['median_ms'] / r['limit_ms']:7.2f}x "
+            f"{r['across_max_mb']:26.1f} {none['median_ms'] / r['median_ms']:11.2f}x"
+        )
     os.makedirs(args.out, exist_ok=True)
     name = f"compression_hosts_{args.hosts}x{args.group_size}"
     with open(os.path.join(args.out, f"{name}.json"), "w") as f:
-        json.dump({"omp_num_threads": args.threads, "reps": args.reps, "threshold": THRESHOLD,
-                   "results": rows}, f, indent=1)
+        json.dump(
+            {
+                "omp_num_threads": args.threads,
+                "reps": args.reps,
+                "threshold": THRESHOLD,
+                "results": rows,
+            },
+            f,
+            indent=1,
+        )
     plot(rows, os.path.join(args.out, f"{name}.png"))
     print(f"\nwrote {args.out}/{name}.json and {name}.png")
 

@@ -15,6 +15,7 @@ A repetition's time is the slowest rank's, ended when MXNet's engine is idle; th
 medians and the ratio to `cpu` with the same number of devices. OMP_NUM_THREADS is set (1 by
 default) for every rank. Prints a table and writes device_staging.json and .png to --out.
 """
+
 import argparse
 import json
 import os
@@ -33,8 +34,13 @@ from model_shapes import resnet50_shapes  # noqa: E402
 from timing import seconds  # noqa: E402
 
 METHODS = ["cpu", "cpu_pinned", "cpu x2", "cpu_pinned x2", "copies x2"]
-BASELINE = {"cpu": "cpu", "cpu_pinned": "cpu", "cpu x2": "cpu x2", "cpu_pinned x2": "cpu x2",
-            "copies x2": "cpu x2"}
+BASELINE = {
+    "cpu": "cpu",
+    "cpu_pinned": "cpu",
+    "cpu x2": "cpu x2",
+    "cpu_pinned x2": "cpu x2",
+    "copies x2": "cpu x2",
+}
 
 
 def worker(reps: int) -> None:
@@ -53,8 +59,12 @@ def worker(reps: int) -> None:
         make = getattr(mx, context)
         return [[mx.nd.ones(s, ctx=make(d)) for d in range(devices)] for s in shapes]
 
-    sets = {"cpu": arrays("cpu", 1), "cpu_pinned": arrays("cpu_pinned", 1),
-            "cpu x2": arrays("cpu", 2), "cpu_pinned x2": arrays("cpu_pinned", 2)}
+    sets = {
+        "cpu": arrays("cpu", 1),
+        "cpu_pinned": arrays("cpu_pinned", 1),
+        "cpu x2": arrays("cpu", 2),
+        "cpu_pinned x2": arrays("cpu_pinned", 2),
+    }
     buffers = [mx.nd.empty(s, ctx=mx.cpu_pinned(0)) for s in shapes]
 
     def copies_only() -> None:
@@ -83,17 +93,44 @@ def worker(reps: int) -> None:
     if comm.rank == 0:
         nbytes = sum(int(np.prod(s)) * 4 for s in shapes)
         for name, values in times.items():
-            print(json.dumps({"method": name, "ranks": comm.size, "bytes": nbytes,
-                              "arrays": len(shapes), "times": values}), flush=True)
+            print(
+                json.dumps(
+                    {
+                        "method": name,
+                        "ranks": comm.size,
+                        "bytes": nbytes,
+                        "arrays": len(shapes),
+                        "times": values,
+                    }
+                ),
+                flush=True,
+            )
 
 
 def measure(ranks: int, reps: int, threads: int) -> List[dict]:
     print(f"-- {ranks} ranks, {reps} repetitions, OMP_NUM_THREADS={threads} ...", flush=True)
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
-    done = subprocess.run([sys.executable, "-m", "mxkv_hybrid.launch", "-n", str(ranks),
-                           "--timeout", "1200", "--", "python", __file__, "--worker",
-                           "--reps", str(reps)], capture_output=True, check=False, text=True,
-                          env=env)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mxkv_hybrid.launch",
+            "-n",
+            str(ranks),
+            "--timeout",
+            "1200",
+            "--",
+            "python",
+            __file__,
+            "--worker",
+            "--reps",
+            str(reps),
+        ],
+        capture_output=True,
+        check=False,
+        text=True,
+        env=env,
+    )
     if done.returncode != 0:
         sys.exit(f"benchmark job failed:\n{done.stdout}\n{done.stderr}")
     rows = json_lines(done.stdout)
@@ -105,8 +142,10 @@ def measure(ranks: int, reps: int, threads: int) -> List[dict]:
 def print_table(rows: List[dict]) -> None:
     for ranks in sorted({r["ranks"] for r in rows}):
         medians = {r["method"]: r["median_ms"] for r in rows if r["ranks"] == ranks}
-        print(f"\n{ranks} ranks, ResNet-50 gradient set ({rows[0]['bytes'] / 2**20:.1f} MiB per "
-              "device copy), median ms; ratio: to cpu with the same devices per rank")
+        print(
+            f"\n{ranks} ranks, ResNet-50 gradient set ({rows[0]['bytes'] / 2**20:.1f} MiB per "
+            "device copy), median ms; ratio: to cpu with the same devices per rank"
+        )
         print(f"{'method':>15} {'median ms':>10} {'ratio':>7}")
         for name in METHODS:
             ratio = medians[name] / medians[BASELINE[name]]
@@ -134,8 +173,9 @@ def plot(rows: List[dict], path: str) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--ranks", type=int, nargs="+", default=[2])
     parser.add_argument("--reps", type=int, default=15)
     parser.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS of every rank")

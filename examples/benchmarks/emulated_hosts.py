@@ -1,6 +1,7 @@
 """Benchmark jobs on emulated hosts (mxkv_hybrid.testing.cluster: network namespaces, one
 tbf-shaped link per host that all of its ranks share, MPI over TCP): the real thing the
 in-process throttle (MXKV_THROTTLE_MBPS, one link per rank) stands in for. Needs root."""
+
 import subprocess
 import sys
 from typing import Dict, List, Optional
@@ -15,16 +16,33 @@ def require_emulated_hosts() -> None:
         sys.exit(f"--hosts needs emulated hosts, and {reason}")
 
 
-def launch_on_hosts(cluster: Cluster, ranks_per_host: int, command: List[str],
-                    env: Dict[str, str], launcher_options: Optional[List[str]] = None,
-                    timeout: float = 1800) -> subprocess.CompletedProcess:
+def launch_on_hosts(
+    cluster: Cluster,
+    ranks_per_host: int,
+    command: List[str],
+    env: Dict[str, str],
+    launcher_options: Optional[List[str]] = None,
+    timeout: float = 1800,
+) -> subprocess.CompletedProcess:
     """`mxkv-launch -n K*R -H h1:R,...,hK:R [options] -- command` started on h1."""
     hosts = ",".join(f"{name}:{ranks_per_host}" for name in cluster.names)
-    launcher = [sys.executable, "-m", "mxkv_hybrid.launch", "-n",
-                str(ranks_per_host * cluster.size), "-H", hosts, "--timeout", str(timeout),
-                *(launcher_options or []), "--", *command]
-    process = cluster.run("h1", launcher, env=env, stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True)
+    launcher = [
+        sys.executable,
+        "-m",
+        "mxkv_hybrid.launch",
+        "-n",
+        str(ranks_per_host * cluster.size),
+        "-H",
+        hosts,
+        "--timeout",
+        str(timeout),
+        *(launcher_options or []),
+        "--",
+        *command,
+    ]
+    process = cluster.run(
+        "h1", launcher, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     stdout, stderr = process.communicate(timeout=timeout + 60)
     return subprocess.CompletedProcess(launcher, process.returncode, stdout, stderr)
 
@@ -35,8 +53,9 @@ def allreduce_limit_seconds(gradient_bytes: int, hosts: int, mbps: float) -> flo
     return 2 * (hosts - 1) / hosts * gradient_bytes * 8 / (mbps * 1e6)
 
 
-def servers_limit_seconds(gradient_bytes: int, talkers_per_host: int, hosts: int,
-                          mbps: float) -> float:
+def servers_limit_seconds(
+    gradient_bytes: int, talkers_per_host: int, hosts: int, mbps: float
+) -> float:
     """The least time a step through parameter servers on h1 can take behind links of
     `mbps`: h1's link carries, each way, what the `talkers_per_host` processes of each
     other host push (and pull) to h1's servers (a hybrid group's leader: 1; dist_sync:

@@ -20,6 +20,7 @@ Prints a table and writes hierarchy.json and hierarchy.png to --out.
     python examples/benchmarks/hierarchy.py [--ranks 4] [--group-size 2] [--mbps 0 1000]
     python examples/benchmarks/hierarchy.py --hosts 2 3 4 --group-size 2 --mbps 1000
 """
+
 import argparse
 import dataclasses
 import json
@@ -69,7 +70,8 @@ def worker(group_size: int, link_speeds: List[float], reps: int) -> None:
         comm.Barrier()
         elapsed = seconds(lambda: collectives.allreduce("allreduce", keys, arrays, arrays, True))
         return comm.allreduce(elapsed, op=MPI.MAX), comm.allgather(
-            collectives.bytes_sent_across - before)
+            collectives.bytes_sent_across - before
+        )
 
     across: Dict[tuple, List[int]] = {}
 
@@ -80,59 +82,115 @@ def worker(group_size: int, link_speeds: List[float], reps: int) -> None:
     times = interleaved(runs, reps, timed)
     if comm.rank == 0:
         for (mbps, method), values in times.items():
-            print(json.dumps({"mbps": mbps, "method": method, "times": values,
-                              "bytes_across_per_rank": across[(mbps, method)],
-                              "ranks": comm.size, "group_size": this_group.group_comm.size,
-                              "groups": this_group.num_groups,
-                              "gradient_bytes": 4 * sum(int(np.prod(s)) for s in shapes)}),
-                  flush=True)
+            print(
+                json.dumps(
+                    {
+                        "mbps": mbps,
+                        "method": method,
+                        "times": values,
+                        "bytes_across_per_rank": across[(mbps, method)],
+                        "ranks": comm.size,
+                        "group_size": this_group.group_comm.size,
+                        "groups": this_group.num_groups,
+                        "gradient_bytes": 4 * sum(int(np.prod(s)) for s in shapes),
+                    }
+                ),
+                flush=True,
+            )
 
 
 def plot(rows: List[dict], path: str) -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    settings = list(dict.fromkeys((r["where"], r["groups"], r["group_size"], r["mbps"])
-                                  for r in rows))
+    settings = list(
+        dict.fromkeys((r["where"], r["groups"], r["group_size"], r["mbps"]) for r in rows)
+    )
     fig, (left, right) = plt.subplots(1, 2, figsize=(max(11, 2.2 * len(settings)), 4.2))
     width = 0.8 / len(METHODS)
     for i, method in enumerate(METHODS):
-        ours = [next(r for r in rows if (r["where"], r["groups"], r["group_size"], r["mbps"])
-                     == setting and r["method"] == method) for setting in settings]
+        ours = [
+            next(
+                r
+                for r in rows
+                if (r["where"], r["groups"], r["group_size"], r["mbps"]) == setting
+                and r["method"] == method
+            )
+            for setting in settings
+        ]
         positions = [j + i * width for j in range(len(settings))]
         left.bar(positions, [r["median_ms"] for r in ours], width, label=method)
         right.bar(positions, [r["across_max_mb"] for r in ours], width, label=method)
     for j, setting in enumerate(settings):
-        limit = next(r["limit_ms"] for r in rows if (r["where"], r["groups"], r["group_size"],
-                                                     r["mbps"]) == setting)
+        limit = next(
+            r["limit_ms"]
+            for r in rows
+            if (r["where"], r["groups"], r["group_size"], r["mbps"]) == setting
+        )
         if limit:
-            left.hlines(limit, j - width / 2, j + 2.5 * width, colors="black",
-                        label="link limit" if j == 0 or "link limit" not in
-                        left.get_legend_handles_labels()[1] else None)
+            left.hlines(
+                limit,
+                j - width / 2,
+                j + 2.5 * width,
+                colors="black",
+                label="link limit"
+                if j == 0 or "link limit" not in left.get_legend_handles_labels()[1]
+                else None,
+            )
     for ax in (left, right):
         ax.set_xticks([j + width for j in range(len(settings))])
-        ax.set_xticklabels([f"{where}\n{groups}x{size}, " + ("no link" if mbps == 0 else
-                                                           f"{mbps:g} Mbit/s")
-                            for where, groups, size, mbps in settings], fontsize=8)
+        ax.set_xticklabels(
+            [
+                f"{where}\n{groups}x{size}, " + ("no link" if mbps == 0 else f"{mbps:g} Mbit/s")
+                for where, groups, size, mbps in settings
+            ],
+            fontsize=8,
+        )
         ax.legend(fontsize=8)
     left.set_ylabel("ms per allreduce (median, slowest rank)")
     right.set_ylabel("MiB sent across groups by the busiest rank")
-    fig.suptitle("ResNet-50 gradient set; groups x ranks; throttle: one link per rank, "
-                 "hosts: emulated hosts sharing one link each")
+    fig.suptitle(
+        "ResNet-50 gradient set; groups x ranks; throttle: one link per rank, "
+        "hosts: emulated hosts sharing one link each"
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
 
 def run_on_this_machine(args: argparse.Namespace, env: dict) -> List[dict]:
     """Every rank here, the link between groups emulated by the throttle (per rank)."""
-    print(f"-- {args.ranks} ranks in groups of {args.group_size}, links {args.mbps} Mbit/s "
-          f"(throttle), {args.reps} repetitions, OMP_NUM_THREADS={args.threads} ...", flush=True)
+    print(
+        f"-- {args.ranks} ranks in groups of {args.group_size}, links {args.mbps} Mbit/s "
+        f"(throttle), {args.reps} repetitions, OMP_NUM_THREADS={args.threads} ...",
+        flush=True,
+    )
     done = subprocess.run(
-        [sys.executable, "-m", "mxkv_hybrid.launch", "-n", str(args.ranks), "--timeout", "1800",
-         "--", "python", __file__, "--worker", "--group-size", str(args.group_size),
-         "--reps", str(args.reps), "--mbps", *map(str, args.mbps)],
-        capture_output=True, check=False, text=True, env=env)
+        [
+            sys.executable,
+            "-m",
+            "mxkv_hybrid.launch",
+            "-n",
+            str(args.ranks),
+            "--timeout",
+            "1800",
+            "--",
+            "python",
+            __file__,
+            "--worker",
+            "--group-size",
+            str(args.group_size),
+            "--reps",
+            str(args.reps),
+            "--mbps",
+            *map(str, args.mbps),
+        ],
+        capture_output=True,
+        check=False,
+        text=True,
+        env=env,
+    )
     if done.returncode != 0:
         sys.exit(f"benchmark job failed:\n{done.stdout}\n{done.stderr}")
     return [dict(row, where="throttle") for row in json_lines(done.stdout)]
@@ -142,30 +200,60 @@ def run_on_hosts(args: argparse.Namespace, env: dict, hosts: int, mbps: float) -
     """One group per emulated host, their links shaped to `mbps`, no throttle."""
     from mxkv_hybrid.testing.cluster import Cluster
 
-    print(f"-- {hosts} emulated hosts x {args.group_size} ranks, host links {mbps:g} Mbit/s, "
-          f"{args.reps} repetitions, OMP_NUM_THREADS={args.threads} ...", flush=True)
+    print(
+        f"-- {hosts} emulated hosts x {args.group_size} ranks, host links {mbps:g} Mbit/s, "
+        f"{args.reps} repetitions, OMP_NUM_THREADS={args.threads} ...",
+        flush=True,
+    )
     with Cluster(hosts, mbps) as cluster:
-        done = launch_on_hosts(cluster, args.group_size,
-                               ["python", __file__, "--worker", "--group-size",
-                                str(args.group_size), "--reps", str(args.reps), "--mbps", "0"],
-                               env)
+        done = launch_on_hosts(
+            cluster,
+            args.group_size,
+            [
+                "python",
+                __file__,
+                "--worker",
+                "--group-size",
+                str(args.group_size),
+                "--reps",
+                str(args.reps),
+                "--mbps",
+                "0",
+            ],
+            env,
+        )
     if done.returncode != 0:
         sys.exit(f"benchmark job on emulated hosts failed:\n{done.stdout}\n{done.stderr}")
     return [dict(row, mbps=mbps, where="hosts") for row in json_lines(done.stdout)]
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--ranks", type=int, default=4)
     parser.add_argument("--group-size", type=int, default=2)
-    parser.add_argument("--mbps", type=float, nargs="+", default=[0, 1000],
-                        help="emulated link speeds between groups (0: none)")
-    parser.add_argument("--hosts", type=int, nargs="*", default=[],
-                        help="also on this many emulated hosts (each; needs root), one group "
-                             "of --group-size ranks per host, at each non-zero --mbps")
-    parser.add_argument("--compress", choices=["none", "fp16", "bf16"], default="none",
-                        help="MXKV_COMPRESS: the wire format between groups")
+    parser.add_argument(
+        "--mbps",
+        type=float,
+        nargs="+",
+        default=[0, 1000],
+        help="emulated link speeds between groups (0: none)",
+    )
+    parser.add_argument(
+        "--hosts",
+        type=int,
+        nargs="*",
+        default=[],
+        help="also on this many emulated hosts (each; needs root), one group "
+        "of --group-size ranks per host, at each non-zero --mbps",
+    )
+    parser.add_argument(
+        "--compress",
+        choices=["none", "fp16", "bf16"],
+        default="none",
+        help="MXKV_COMPRESS: the wire format between groups",
+    )
     parser.add_argument("--reps", type=int, default=7)
     parser.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS of every rank")
     parser.add_argument("--out", default=os.path.join(HERE, "results"))
@@ -184,32 +272,58 @@ def main() -> None:
     wire = 0.5 if args.compress != "none" else 1.0
     for r in rows:
         r["median_ms"] = 1e3 * float(np.median(r["times"]))
-        r["across_total_mb"] = sum(r["bytes_across_per_rank"]) / 2 ** 20
-        r["across_max_mb"] = max(r["bytes_across_per_rank"]) / 2 ** 20
-        r["limit_ms"] = 1e3 * allreduce_limit_seconds(int(r["gradient_bytes"] * wire),
-                                                      r["groups"], r["mbps"]) \
-            if r["mbps"] else None
+        r["across_total_mb"] = sum(r["bytes_across_per_rank"]) / 2**20
+        r["across_max_mb"] = max(r["bytes_across_per_rank"]) / 2**20
+        r["limit_ms"] = (
+            1e3 * allreduce_limit_seconds(int(r["gradient_bytes"] * wire), r["groups"], r["mbps"])
+            if r["mbps"]
+            else None
+        )
     first = rows[0]
-    print(f"\nResNet-50 gradient set ({first['gradient_bytes'] / 2 ** 20:.1f} MiB, wire "
-          f"{args.compress}); median of {args.reps}, slowest rank; limit: the bytes each host "
-          "(group) must send at the least over the link's rate")
-    print(f"{'where':>9} {'groups':>9} {'link':>12} {'method':>13} {'ms':>9} {'limit ms':>9} "
-          f"{'/ limit':>8} {'MiB across (busiest rank)':>26} {'flat / this':>12}")
+    print(
+        f"\nResNet-50 gradient set ({first['gradient_bytes'] / 2**20:.1f} MiB, wire "
+        f"{args.compress}); median of {args.reps}, slowest rank; limit: the bytes each host "
+        "(group) must send at the least over the link's rate"
+    )
+    print(
+        f"{'where':>9} {'groups':>9} {'link':>12} {'method':>13} {'ms':>9} {'limit ms':>9} "
+        f"{'/ limit':>8} {'MiB across (busiest rank)':>26} {'flat / this':>12}"
+    )
     for r in rows:
-        flat = next(f for f in rows if f["mbps"] == r["mbps"] and f["method"] == "flat"
-                    and f["where"] == r["where"] and f["groups"] == r["groups"])
+        flat = next(
+            f
+            for f in rows
+            if f["mbps"] == r["mbps"]
+            and f["method"] == "flat"
+            and f["where"] == r["where"]
+            and f["groups"] == r["groups"]
+        )
         link = "none" if r["mbps"] == 0 else f"{r['mbps']:g} Mbit/s"
-        limit = (f"{r['limit_ms']:9.0f} {r['median_ms'] / r['limit_ms']:7.2f}x"
-                 if r["limit_ms"] else f"{'':>9} {'':>8}")
-        print(f"{r['where']:>9} {r['groups']:>3} x {r['group_size']:<3} {link:>12} "
-              f"{r['method']:>13} {r['median_ms']:9.1f} {limit} {r['across_max_mb']:26.1f} "
-              f"{flat['median_ms'] / r['median_ms']:11.2f}x")
+        limit = (
+            f"{r['limit_ms']:9.0f} {r['median_ms'] / r['limit_ms']:7.2f}x"
+            if r["limit_ms"]
+            else f"{'':>9} {'':>8}"
+        )
+        print(
+            f"{r['where']:>9} {r['groups']:>3} x {r['group_size']:<3} {link:>12} "
+            f"{r['method']:>13} {r['median_ms']:9.1f} {limit} {r['across_max_mb']:26.1f} "
+            f"{flat['median_ms'] / r['median_ms']:11.2f}x"
+        )
     os.makedirs(args.out, exist_ok=True)
-    name = ("hierarchy_hosts" if args.hosts else "hierarchy") + \
-        ("" if args.compress == "none" else f"_{args.compress}")
+    name = ("hierarchy_hosts" if args.hosts else "hierarchy") + (
+        "" if args.compress == "none" else f"_{args.compress}"
+    )
     with open(os.path.join(args.out, f"{name}.json"), "w") as f:
-        json.dump({"omp_num_threads": args.threads, "reps": args.reps, "compress": args.compress,
-                   "results": rows}, f, indent=1)
+        json.dump(
+            {
+                "omp_num_threads": args.threads,
+                "reps": args.reps,
+                "compress": args.compress,
+                "results": rows,
+            },
+            f,
+            indent=1,
+        )
     plot(rows, os.path.join(args.out, f"{name}.png"))
     print(f"\nwrote {args.out}/{name}.json and {name}.png")
 

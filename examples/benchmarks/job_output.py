@@ -1,4 +1,5 @@
 """Reads the JSON lines that benchmark workers print, with or without mpiexec's rank prefix."""
+
 import json
 from typing import List
 

@@ -1,4 +1,5 @@
 """The gradient sets the benchmarks reduce."""
+
 from typing import List
 
 

@@ -34,6 +34,7 @@ against measured) to --out.
     python examples/benchmarks/planner_validation.py [--models cnn resnet18] [--ranks 2 3 4]
         [--mbps 0 1000 100] [--rounds 3] [--seconds 2] [--hosts]
 """
+
 import argparse
 import json
 import os
@@ -74,14 +75,21 @@ def network(model: str):
     if model == "resnet18":
         return gluon.model_zoo.vision.resnet18_v1(classes=CLASSES)
     net = gluon.nn.HybridSequential()
-    net.add(gluon.nn.Conv2D(32, 3, padding=1, activation="relu"), gluon.nn.MaxPool2D(),
-            gluon.nn.Conv2D(64, 3, padding=1, activation="relu"), gluon.nn.MaxPool2D(),
-            gluon.nn.Flatten(), gluon.nn.Dense(256, activation="relu"), gluon.nn.Dense(CLASSES))
+    net.add(
+        gluon.nn.Conv2D(32, 3, padding=1, activation="relu"),
+        gluon.nn.MaxPool2D(),
+        gluon.nn.Conv2D(64, 3, padding=1, activation="relu"),
+        gluon.nn.MaxPool2D(),
+        gluon.nn.Flatten(),
+        gluon.nn.Dense(256, activation="relu"),
+        gluon.nn.Dense(CLASSES),
+    )
     return net
 
 
-def train(model: str, batch: int, windows: int, kvstore=None, wait_for_others=None,
-          wait_every: int = 1) -> Tuple[float, float, float]:
+def train(
+    model: str, batch: int, windows: int, kvstore=None, wait_for_others=None, wait_every: int = 1
+) -> Tuple[float, float, float]:
     """(median step, median forward + backward, median update) in seconds, this rank.
     One warm-up window then `windows` windows of TAU steps (so averaging steps count);
     each window ends by waiting for the weights the next step reads (not for lasgd's
@@ -95,8 +103,9 @@ def train(model: str, batch: int, windows: int, kvstore=None, wait_for_others=No
     net = network(model)
     net.initialize(mx.init.Xavier())
     net.hybridize()
-    trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.01, "momentum": 0.9},
-                            kvstore=kvstore)
+    trainer = gluon.Trainer(
+        net.collect_params(), "sgd", {"learning_rate": 0.01, "momentum": 0.9}, kvstore=kvstore
+    )
     weights = [p for p in net.collect_params().values() if p.grad_req != "null"]
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
     x = mx.nd.random.uniform(shape=(batch, 3, 32, 32))
@@ -162,10 +171,11 @@ def alone_worker(args: argparse.Namespace) -> None:
         comm = world if args.wait == "world" else world.Split(world.rank // args.group_size)
         one = np.zeros(1)
         wait = lambda: comm.Allreduce(MPI.IN_PLACE, one)  # noqa: E731
-    step, compute, update = train(args.model, args.batch, args.windows, None, wait,
-                                  args.wait_every)
-    print(json.dumps({"step_seconds": step, "compute_seconds": compute,
-                      "update_seconds": update}), flush=True)
+    step, compute, update = train(args.model, args.batch, args.windows, None, wait, args.wait_every)
+    print(
+        json.dumps({"step_seconds": step, "compute_seconds": compute, "update_seconds": update}),
+        flush=True,
+    )
 
 
 def ping_pong_worker() -> None:
@@ -211,27 +221,55 @@ def ps_link_worker(model: str) -> None:
             kv.pull(keys, out=arrays)
             mx.nd.waitall()
         times[name] = (time.perf_counter() - started) / reps / 2  # one way
-    print(json.dumps(link_of(times["small"], times["model"], sum(a.size * 4 for a in model))),
-          flush=True)
+    print(
+        json.dumps(link_of(times["small"], times["model"], sum(a.size * 4 for a in model))),
+        flush=True,
+    )
 
 
 def link_of(small_seconds: float, large_seconds: float, large_bytes: int) -> dict:
     """Latency and bandwidth from the one-way times of a small and a large message."""
-    return {"latency": small_seconds,
-            "bandwidth": large_bytes / max(large_seconds - small_seconds, 1e-9)}
+    return {
+        "latency": small_seconds,
+        "bandwidth": large_bytes / max(large_seconds - small_seconds, 1e-9),
+    }
 
 
-def launch(ranks: int, options: List[str], worker_args: List[str], env: dict,
-           cluster=None) -> List[dict]:
+def launch(
+    ranks: int, options: List[str], worker_args: List[str], env: dict, cluster=None
+) -> List[dict]:
     """The JSON lines of a job of this script's workers: on this machine, or on every host
     of an emulated `cluster` (ranks / its size on each)."""
     if cluster is not None:
-        done = launch_on_hosts(cluster, ranks // cluster.size, ["python", __file__, *worker_args],
-                               env, options, timeout=900)
+        done = launch_on_hosts(
+            cluster,
+            ranks // cluster.size,
+            ["python", __file__, *worker_args],
+            env,
+            options,
+            timeout=900,
+        )
     else:
-        done = subprocess.run([sys.executable, "-m", "mxkv_hybrid.launch", "-n", str(ranks),
-                               "--timeout", "900", *options, "--", "python", __file__,
-                               *worker_args], capture_output=True, check=False, text=True, env=env)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "mxkv_hybrid.launch",
+                "-n",
+                str(ranks),
+                "--timeout",
+                "900",
+                *options,
+                "--",
+                "python",
+                __file__,
+                *worker_args,
+            ],
+            capture_output=True,
+            check=False,
+            text=True,
+            env=env,
+        )
     if done.returncode != 0:
         sys.exit(f"job failed ({options} {worker_args}):\n{done.stdout}\n{done.stderr}")
     return json_lines(done.stdout)
@@ -243,18 +281,38 @@ def layout(ranks: int) -> Tuple[int, int]:
     return ranks // size, size
 
 
-def measure_step(name: str, model: str, ranks: int, mbps: float, windows: int, args,
-                 env: dict, cluster=None) -> float:
+def measure_step(
+    name: str, model: str, ranks: int, mbps: float, windows: int, args, env: dict, cluster=None
+) -> float:
     mode, knobs = CONFIGURATIONS[name]
     size = layout(ranks)[1]
     options: List[str] = []
     if mode in ("sync", "async") or (mode == "easgd" and knobs.get("MXKV_TRANSPORT") != "rma"):
         options = ["--group-size", str(size), "--servers", "1"]
         options += ["--one-job"] if mode in ("async", "easgd") else []
-    environment = dict(env, MXKV_MODE=mode, MXKV_GROUP_SIZE=str(size), **knobs,
-                       MXKV_THROTTLE_MBPS=str(0 if cluster else mbps))
-    rows = launch(ranks, options, ["--worker", "step", "--model", model, "--batch", str(args.batch),
-                                   "--windows", str(windows)], environment, cluster)
+    environment = dict(
+        env,
+        MXKV_MODE=mode,
+        MXKV_GROUP_SIZE=str(size),
+        **knobs,
+        MXKV_THROTTLE_MBPS=str(0 if cluster else mbps),
+    )
+    rows = launch(
+        ranks,
+        options,
+        [
+            "--worker",
+            "step",
+            "--model",
+            model,
+            "--batch",
+            str(args.batch),
+            "--windows",
+            str(windows),
+        ],
+        environment,
+        cluster,
+    )
     return job_step(rows, ranks)
 
 
@@ -282,34 +340,80 @@ def calibrate(model: str, ranks_counts: List[int], args, env: dict) -> Dict[int,
     and group wait: what ranks in lockstep lose to stragglers and spinning); and the same
     when every rank meets once every TAU steps, from which the drift (the part of the
     world wait that adds up between meetings: w_tau = drift + (w_world - drift) / TAU)."""
+
     def at_once(n: int, wait: str, every: int = 1) -> dict:
         """The slowest rank's medians; of 3 jobs, the median one (by step)."""
-        jobs = [max(launch(n, [], ["--worker", "alone", "--model", model, "--batch",
-                                   str(args.batch), "--windows", "6", "--wait", wait,
-                                   "--wait-every", str(every),
-                                   "--group-size", str(layout(n)[1])], env),
-                    key=lambda r: r["step_seconds"]) for _ in range(3)]
+        jobs = [
+            max(
+                launch(
+                    n,
+                    [],
+                    [
+                        "--worker",
+                        "alone",
+                        "--model",
+                        model,
+                        "--batch",
+                        str(args.batch),
+                        "--windows",
+                        "6",
+                        "--wait",
+                        wait,
+                        "--wait-every",
+                        str(every),
+                        "--group-size",
+                        str(layout(n)[1]),
+                    ],
+                    env,
+                ),
+                key=lambda r: r["step_seconds"],
+            )
+            for _ in range(3)
+        ]
         return sorted(jobs, key=lambda r: r["step_seconds"])[1]
 
-    one_rank = float(np.median([launch(1, [], ["--worker", "step", "--model", model, "--batch",
-                                               str(args.batch), "--windows", "6"],
-                                        dict(env, MXKV_MODE="allreduce"))[0]["step_seconds"]
-                                 for _ in range(3)]))
+    one_rank = float(
+        np.median(
+            [
+                launch(
+                    1,
+                    [],
+                    [
+                        "--worker",
+                        "step",
+                        "--model",
+                        model,
+                        "--batch",
+                        str(args.batch),
+                        "--windows",
+                        "6",
+                    ],
+                    dict(env, MXKV_MODE="allreduce"),
+                )[0]["step_seconds"]
+                for _ in range(3)
+            ]
+        )
+    )
     alone = at_once(1, "none")
     alone_step = alone["compute_seconds"] + alone["update_seconds"]
     calibration = {}
     for n in ranks_counts:
         stretched = alone_step * max(1.0, layout(n)[1] / share_of_cores(n))
         scopes = ("world", "group") if layout(n)[1] > 1 else ("world",)  # (groups of 1: none)
-        waits = {f"{scope}_wait_seconds": max(0.0, at_once(n, scope)["step_seconds"] - stretched)
-                 for scope in scopes}
+        waits = {
+            f"{scope}_wait_seconds": max(0.0, at_once(n, scope)["step_seconds"] - stretched)
+            for scope in scopes
+        }
         every_tau = max(0.0, at_once(n, "world", TAU)["step_seconds"] - stretched)
         world = waits["world_wait_seconds"]
         drift = min(world, max(0.0, (TAU * every_tau - world) / (TAU - 1)))
-        calibration[n] = dict(compute_seconds=alone["compute_seconds"],
-                              update_seconds=alone["update_seconds"],
-                              overhead_seconds=max(0.0, one_rank - alone_step),
-                              drift_seconds=drift, **waits)
+        calibration[n] = dict(
+            compute_seconds=alone["compute_seconds"],
+            update_seconds=alone["update_seconds"],
+            overhead_seconds=max(0.0, one_rank - alone_step),
+            drift_seconds=drift,
+            **waits,
+        )
     return calibration
 
 
@@ -318,19 +422,31 @@ def ps_links(model: str) -> dict:
     a server's own throughput serving two workers at once (server)."""
     links = {}
     for workers in (1, 2):
-        outputs = run_ps_job([sys.executable, __file__, "--worker", "ps-link", "--model", model],
-                             workers, 1)
+        outputs = run_ps_job(
+            [sys.executable, __file__, "--worker", "ps-link", "--model", model], workers, 1
+        )
         slowest = min((json_lines(o)[0] for o in outputs), key=lambda r: r["bandwidth"])
         links["leader" if workers == 1 else "server"] = dict(
-            slowest, bandwidth=workers * slowest["bandwidth"])
-    print(f"{model} through ps-lite: a worker to a server {1e6 * links['leader']['latency']:.0f} "
-          f"us, {links['leader']['bandwidth'] / 1e9:.2f} GB/s; a server serving 2 workers "
-          f"{links['server']['bandwidth'] / 1e9:.2f} GB/s", flush=True)
+            slowest, bandwidth=workers * slowest["bandwidth"]
+        )
+    print(
+        f"{model} through ps-lite: a worker to a server {1e6 * links['leader']['latency']:.0f} "
+        f"us, {links['leader']['bandwidth'] / 1e9:.2f} GB/s; a server serving 2 workers "
+        f"{links['server']['bandwidth'] / 1e9:.2f} GB/s",
+        flush=True,
+    )
     return links
 
 
-def predict(model_bytes: List[int], measured: dict, link: dict, ps_link: dict, ranks: int,
-            mbps: float, host_link: Optional[dict] = None) -> Dict[str, float]:
+def predict(
+    model_bytes: List[int],
+    measured: dict,
+    link: dict,
+    ps_link: dict,
+    ranks: int,
+    mbps: float,
+    host_link: Optional[dict] = None,
+) -> Dict[str, float]:
     """The planner's step of every configuration; `host_link`: on emulated hosts, their
     link as measured (shared by a host's ranks, and in front of the servers on h1)."""
     from mxkv_hybrid.comm import algorithm_table
@@ -343,17 +459,28 @@ def predict(model_bytes: List[int], measured: dict, link: dict, ps_link: dict, r
         between = Link(**host_link)
     else:
         between = Link(0.0, mbps * 1e6 / 8) if mbps else inside
-    cluster = Cluster(groups, size, inside, between, servers=1, servers_beside=bool(host_link),
-                      server_link=Link(**ps_link["server"]),
-                      connection=Link(**ps_link["leader"]), cores_per_host=share_of_cores(ranks))
+    cluster = Cluster(
+        groups,
+        size,
+        inside,
+        between,
+        servers=1,
+        servers_beside=bool(host_link),
+        server_link=Link(**ps_link["server"]),
+        connection=Link(**ps_link["leader"]),
+        cores_per_host=share_of_cores(ranks),
+    )
     workload = Workload(model_bytes, **measured)
     table = algorithm_table.load(algorithm_table.default_path())
-    return {r.configuration: r.step_seconds
-            for r in Planner(workload, cluster, table).predictions(taus=(TAU,))}
+    return {
+        r.configuration: r.step_seconds
+        for r in Planner(workload, cluster, table).predictions(taus=(TAU,))
+    }
 
 
 def plot(rows: List[dict], path: str, where: str) -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -362,13 +489,20 @@ def plot(rows: List[dict], path: str, where: str) -> None:
     colours = dict(zip(sorted({r["model"] for r in rows}), ("tab:blue", "tab:orange", "tab:green")))
     for r in rows:
         mode = CONFIGURATIONS[r["configuration"]][0]
-        ax.scatter(1e3 * r["measured"], 1e3 * r["predicted"], s=20, marker=markers[mode],
-                   color=colours[r["model"]], alpha=0.8)
+        ax.scatter(
+            1e3 * r["measured"],
+            1e3 * r["predicted"],
+            s=20,
+            marker=markers[mode],
+            color=colours[r["model"]],
+            alpha=0.8,
+        )
     low = 1e3 * min(min(r["measured"], r["predicted"]) for r in rows) * 0.8
     top = 1e3 * max(max(r["measured"], r["predicted"]) for r in rows) * 1.25
     ax.plot([low, top], [low, top], color="grey", linewidth=0.8)
-    ax.fill_between([low, top], [0.8 * low, 0.8 * top], [1.2 * low, 1.2 * top], color="grey",
-                    alpha=0.15)
+    ax.fill_between(
+        [low, top], [0.8 * low, 0.8 * top], [1.2 * low, 1.2 * top], color="grey", alpha=0.15
+    )
     for mode, marker in markers.items():
         ax.scatter([], [], marker=marker, color="black", label=mode, s=20)
     for model, colour in colours.items():
@@ -385,9 +519,17 @@ def plot(rows: List[dict], path: str, where: str) -> None:
     fig.savefig(path, dpi=110)
 
 
-def measure_setting(model: str, ranks: int, mbps: float, names: List[str],
-                    predicted: Dict[str, float], args: argparse.Namespace, env: dict,
-                    random: np.random.Generator, cluster=None) -> Dict[str, List[float]]:
+def measure_setting(
+    model: str,
+    ranks: int,
+    mbps: float,
+    names: List[str],
+    predicted: Dict[str, float],
+    args: argparse.Namespace,
+    env: dict,
+    random: np.random.Generator,
+    cluster=None,
+) -> Dict[str, List[float]]:
     """The steps of each configuration of `names` in --rounds jobs, in shuffled order (one
     job only for a configuration whose first took longer than --long)."""
     measured: Dict[str, List[float]] = {n: [] for n in names}
@@ -396,13 +538,18 @@ def measure_setting(model: str, ranks: int, mbps: float, names: List[str],
         for name in random.permutation(names):
             if name in once:
                 continue
-            print(f"-- {model}, {ranks} ranks, link {mbps:g} Mbit/s"
-                  f"{' (emulated hosts)' if cluster else ''}, {name}, round "
-                  f"{round_ + 1}/{args.rounds} ...", flush=True)
+            print(
+                f"-- {model}, {ranks} ranks, link {mbps:g} Mbit/s"
+                f"{' (emulated hosts)' if cluster else ''}, {name}, round "
+                f"{round_ + 1}/{args.rounds} ...",
+                flush=True,
+            )
             started = time.perf_counter()
-            measured[name].append(measure_step(name, model, ranks, mbps,
-                                               windows_for(predicted[name], args), args, env,
-                                               cluster))
+            measured[name].append(
+                measure_step(
+                    name, model, ranks, mbps, windows_for(predicted[name], args), args, env, cluster
+                )
+            )
             if time.perf_counter() - started > args.long:
                 once.add(name)
     return measured
@@ -417,9 +564,12 @@ def measure_host_links(args: argparse.Namespace, env: dict) -> Dict[float, dict]
     for mbps in args.mbps:
         with Cluster(2, mbps) as cluster:
             links[mbps] = launch(2, [], ["--worker", "ping-pong"], env, cluster)[0]
-        print(f"link between two emulated hosts at {mbps:g} Mbit/s: latency "
-              f"{1e6 * links[mbps]['latency']:.1f} us, bandwidth "
-              f"{8 * links[mbps]['bandwidth'] / 1e6:.0f} Mbit/s", flush=True)
+        print(
+            f"link between two emulated hosts at {mbps:g} Mbit/s: latency "
+            f"{1e6 * links[mbps]['latency']:.1f} us, bandwidth "
+            f"{8 * links[mbps]['bandwidth'] / 1e6:.0f} Mbit/s",
+            flush=True,
+        )
     return links
 
 
@@ -429,47 +579,71 @@ def windows_for(predicted: float, args: argparse.Namespace) -> int:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--models", nargs="+", default=["cnn", "resnet18"])
     parser.add_argument("--ranks", type=int, nargs="+", default=[2, 3, 4])
     parser.add_argument("--mbps", type=float, nargs="+", default=[0, 1000, 100])
     parser.add_argument("--configurations", nargs="+", default=list(CONFIGURATIONS))
     parser.add_argument("--batch", type=int, default=16)
-    parser.add_argument("--seconds", type=float, default=2.0,
-                        help="measured steps a job, about (by the prediction)")
+    parser.add_argument(
+        "--seconds", type=float, default=2.0, help="measured steps a job, about (by the prediction)"
+    )
     parser.add_argument("--max-windows", type=int, default=15)
-    parser.add_argument("--rounds", type=int, default=3,
-                        help="jobs per configuration, in shuffled order; the median counts")
-    parser.add_argument("--long", type=float, default=60.0,
-                        help="a configuration whose first job took longer (s) runs once")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="jobs per configuration, in shuffled order; the median counts",
+    )
+    parser.add_argument(
+        "--long",
+        type=float,
+        default=60.0,
+        help="a configuration whose first job took longer (s) runs once",
+    )
     parser.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS everywhere")
     parser.add_argument("--seed", type=int, default=0, help="of the shuffled order")
-    parser.add_argument("--hosts", action="store_true",
-                        help="run the jobs on emulated hosts (root), one per group, each behind "
-                             "a link of --mbps that its ranks share")
-    parser.add_argument("--merge", help="an earlier planner_validation.json: its rows for "
-                                        "the configurations not measured now are kept, "
-                                        "predicted with this run's calibration")
+    parser.add_argument(
+        "--hosts",
+        action="store_true",
+        help="run the jobs on emulated hosts (root), one per group, each behind "
+        "a link of --mbps that its ranks share",
+    )
+    parser.add_argument(
+        "--merge",
+        help="an earlier planner_validation.json: its rows for "
+        "the configurations not measured now are kept, "
+        "predicted with this run's calibration",
+    )
     parser.add_argument("--out", default=os.path.join(HERE, "results"))
-    parser.add_argument("--worker", choices=["step", "alone", "ping-pong", "ps-link"],
-                        help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--worker", choices=["step", "alone", "ping-pong", "ps-link"], help=argparse.SUPPRESS
+    )
     parser.add_argument("--model", help=argparse.SUPPRESS)
     parser.add_argument("--windows", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--wait", choices=["none", "group", "world"], help=argparse.SUPPRESS)
     parser.add_argument("--group-size", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--wait-every", type=int, default=1, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    workers = {"step": lambda: step_worker(args), "alone": lambda: alone_worker(args),
-               "ping-pong": ping_pong_worker, "ps-link": lambda: ps_link_worker(args.model)}
+    workers = {
+        "step": lambda: step_worker(args),
+        "alone": lambda: alone_worker(args),
+        "ping-pong": ping_pong_worker,
+        "ps-link": lambda: ps_link_worker(args.model),
+    }
     if args.worker:
         return workers[args.worker]()
 
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
     link = launch(2, [], ["--worker", "ping-pong"], env)[0]
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
-    print(f"link between two ranks: latency {1e6 * link['latency']:.1f} us, bandwidth "
-          f"{link['bandwidth'] / 1e9:.2f} GB/s", flush=True)
+    print(
+        f"link between two ranks: latency {1e6 * link['latency']:.1f} us, bandwidth "
+        f"{link['bandwidth'] / 1e9:.2f} GB/s",
+        flush=True,
+    )
     if args.hosts and args.merge:
         sys.exit("--merge re-predicts rows on one machine: not with --hosts")
     host_links = measure_host_links(args, env) if args.hosts else {}
@@ -481,37 +655,56 @@ def main() -> None:
         calibrations[model] = dict(calibration, ps_link=ps_link)
         sizes = array_sizes(model)
         alone = calibration[args.ranks[0]]
-        print(f"{model}: {sum(sizes) / 2 ** 20:.1f} MiB; one rank alone: compute "
-              f"{1e3 * alone['compute_seconds']:.1f} ms, update {1e3 * alone['update_seconds']:.1f}"
-              f", the store's own cost {1e3 * alone['overhead_seconds']:.1f}; world / group wait: "
-              + "; ".join(f"{n} ranks {1e3 * c['world_wait_seconds']:.1f} / "
-                          f"{1e3 * c.get('group_wait_seconds', 0):.1f} (drift "
-                          f"{1e3 * c['drift_seconds']:.1f})"
-                          for n, c in calibration.items()), flush=True)
+        print(
+            f"{model}: {sum(sizes) / 2**20:.1f} MiB; one rank alone: compute "
+            f"{1e3 * alone['compute_seconds']:.1f} ms, update {1e3 * alone['update_seconds']:.1f}"
+            f", the store's own cost {1e3 * alone['overhead_seconds']:.1f}; world / group wait: "
+            + "; ".join(
+                f"{n} ranks {1e3 * c['world_wait_seconds']:.1f} / "
+                f"{1e3 * c.get('group_wait_seconds', 0):.1f} (drift "
+                f"{1e3 * c['drift_seconds']:.1f})"
+                for n, c in calibration.items()
+            ),
+            flush=True,
+        )
         for ranks in args.ranks:
             for mbps in args.mbps:
-                predicted = predict(sizes, calibration[ranks], link, ps_link, ranks, mbps,
-                                    host_links.get(mbps))
+                predicted = predict(
+                    sizes, calibration[ranks], link, ps_link, ranks, mbps, host_links.get(mbps)
+                )
                 # (hierarchical needs groups of 2)
                 names = [n for n in args.configurations if n in predicted]
-                with (Cluster(layout(ranks)[0], mbps) if args.hosts else nullcontext()) as cluster:
-                    measured = measure_setting(model, ranks, mbps, names, predicted, args, env,
-                                               random, cluster)
+                with Cluster(layout(ranks)[0], mbps) if args.hosts else nullcontext() as cluster:
+                    measured = measure_setting(
+                        model, ranks, mbps, names, predicted, args, env, random, cluster
+                    )
                 for name in names:
                     median = float(np.median(measured[name]))
-                    rows.append({"model": model, "ranks": ranks, "mbps": mbps,
-                                 "configuration": name, "predicted": predicted[name],
-                                 "measured": median, "jobs": measured[name],
-                                 "error": predicted[name] / median - 1})
+                    rows.append(
+                        {
+                            "model": model,
+                            "ranks": ranks,
+                            "mbps": mbps,
+                            "configuration": name,
+                            "predicted": predicted[name],
+                            "measured": median,
+                            "jobs": measured[name],
+                            "error": predicted[name] / median - 1,
+                        }
+                    )
     earlier = None
     if args.merge:
         with open(args.merge) as f:
             earlier = json.load(f)
         measured_now = {(r["model"], r["ranks"], r["mbps"], r["configuration"]) for r in rows}
-        kept = [r for r in earlier["results"]
-                if (r["model"], r["ranks"], r["mbps"], r["configuration"]) not in measured_now]
-        rows = [predicted_again(r, calibrations, link) for r in kept
-                ] + [dict(r, run="this") for r in rows]
+        kept = [
+            r
+            for r in earlier["results"]
+            if (r["model"], r["ranks"], r["mbps"], r["configuration"]) not in measured_now
+        ]
+        rows = [predicted_again(r, calibrations, link) for r in kept] + [
+            dict(r, run="this") for r in rows
+        ]
         rows.sort(key=lambda r: (r["model"], r["ranks"], r["mbps"]))
     report(rows, args, link, host_links, calibrations, earlier)
 
@@ -522,20 +715,40 @@ def predicted_again(row: dict, calibrations: dict, link: dict) -> dict:
     calibration = calibrations.get(row["model"], {})
     if row["ranks"] not in calibration:
         return dict(row, run="earlier")
-    predicted = predict(array_sizes(row["model"]), calibration[row["ranks"]], link,
-                        calibration["ps_link"], row["ranks"], row["mbps"])[row["configuration"]]
-    return dict(row, run="earlier, predicted now", predicted=predicted,
-                error=predicted / row["measured"] - 1)
+    predicted = predict(
+        array_sizes(row["model"]),
+        calibration[row["ranks"]],
+        link,
+        calibration["ps_link"],
+        row["ranks"],
+        row["mbps"],
+    )[row["configuration"]]
+    return dict(
+        row,
+        run="earlier, predicted now",
+        predicted=predicted,
+        error=predicted / row["measured"] - 1,
+    )
 
 
-def report(rows: List[dict], args: argparse.Namespace, link: dict, host_links: dict,
-           calibrations: dict, earlier: Optional[dict] = None) -> None:
-    print(f"\n{'model':>8} {'ranks':>5} {'link':>5} {'configuration':>24} {'predicted':>10} "
-          f"{'measured':>9} {'error':>6}  jobs (ms)")
+def report(
+    rows: List[dict],
+    args: argparse.Namespace,
+    link: dict,
+    host_links: dict,
+    calibrations: dict,
+    earlier: Optional[dict] = None,
+) -> None:
+    print(
+        f"\n{'model':>8} {'ranks':>5} {'link':>5} {'configuration':>24} {'predicted':>10} "
+        f"{'measured':>9} {'error':>6}  jobs (ms)"
+    )
     for r in rows:
-        print(f"{r['model']:>8} {r['ranks']:>5} {r['mbps']:>5g} {r['configuration']:>24} "
-              f"{1e3 * r['predicted']:10.1f} {1e3 * r['measured']:9.1f} {100 * r['error']:5.0f}%  "
-              + " ".join(f"{1e3 * t:.1f}" for t in r["jobs"]))
+        print(
+            f"{r['model']:>8} {r['ranks']:>5} {r['mbps']:>5g} {r['configuration']:>24} "
+            f"{1e3 * r['predicted']:10.1f} {1e3 * r['measured']:9.1f} {100 * r['error']:5.0f}%  "
+            + " ".join(f"{1e3 * t:.1f}" for t in r["jobs"])
+        )
     within = float(np.mean([abs(r["error"]) <= 0.2 for r in rows]))
     settings = sorted({(r["model"], r["ranks"], r["mbps"]) for r in rows})
     best_ok = 0
@@ -545,23 +758,40 @@ def report(rows: List[dict], args: argparse.Namespace, link: dict, host_links: d
         best = min(mine, key=lambda r: r["measured"])
         best_ok += chosen["measured"] <= 1.1 * best["measured"]
         if chosen is not best:
-            print(f"{setting}: predicted best {chosen['configuration']} measured "
-                  f"{1e3 * chosen['measured']:.1f} ms, measured best {best['configuration']} "
-                  f"{1e3 * best['measured']:.1f} ms")
-    print(f"\nwithin 20 %: {100 * within:.0f}% of {len(rows)} configurations; the predicted best "
-          f"is the measured best or within 10 % of it in {best_ok} of {len(settings)} settings")
+            print(
+                f"{setting}: predicted best {chosen['configuration']} measured "
+                f"{1e3 * chosen['measured']:.1f} ms, measured best {best['configuration']} "
+                f"{1e3 * best['measured']:.1f} ms"
+            )
+    print(
+        f"\nwithin 20 %: {100 * within:.0f}% of {len(rows)} configurations; the predicted best "
+        f"is the measured best or within 10 % of it in {best_ok} of {len(settings)} settings"
+    )
     os.makedirs(args.out, exist_ok=True)
     name = "planner_validation_hosts" if args.hosts else "planner_validation"
     with open(os.path.join(args.out, f"{name}.json"), "w") as f:
-        json.dump({"settings": {k: v for k, v in vars(args).items()
-                                if k not in ("worker", "model", "windows")},
-                   "link": link, "host_links": host_links, "calibration": calibrations,
-                   "within_20_percent": within, "best_within_10_percent": best_ok,
-                   "settings_compared": len(settings), "results": rows,
-                   "merged_with": earlier and {k: v for k, v in earlier.items() if k != "results"}},
-                  f, indent=1)
-    plot(rows, os.path.join(args.out, f"{name}.png"),
-         "emulated hosts" if args.hosts else "2-4 ranks, one machine")
+        json.dump(
+            {
+                "settings": {
+                    k: v for k, v in vars(args).items() if k not in ("worker", "model", "windows")
+                },
+                "link": link,
+                "host_links": host_links,
+                "calibration": calibrations,
+                "within_20_percent": within,
+                "best_within_10_percent": best_ok,
+                "settings_compared": len(settings),
+                "results": rows,
+                "merged_with": earlier and {k: v for k, v in earlier.items() if k != "results"},
+            },
+            f,
+            indent=1,
+        )
+    plot(
+        rows,
+        os.path.join(args.out, f"{name}.png"),
+        "emulated hosts" if args.hosts else "2-4 ranks, one machine",
+    )
     print(f"wrote {args.out}/{name}.json and {name}.png")
 
 

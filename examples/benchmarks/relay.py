@@ -10,6 +10,7 @@ A client sends --megabytes to a sink (which reads and discards, then answers one
 --reps times, in alternating order; the table shows median MB/s (1 MB = 1e6 bytes) and the
 relay's share of the direct figure.
 """
+
 import argparse
 import json
 import os
@@ -66,7 +67,7 @@ def send(port: int, total: int) -> None:
     with socket.create_connection((HOST, port)) as conn:
         left = total
         while left > 0:
-            conn.sendall(payload[:min(left, BLOCK)])
+            conn.sendall(payload[: min(left, BLOCK)])
             left -= min(left, BLOCK)
         assert conn.recv(1) == b"!"
 
@@ -84,16 +85,24 @@ def start_relays(directory: str, sink: Sink) -> List[subprocess.Popen]:
     key = os.path.join(directory, "job.pem")
     make_job_key(key)
     target, tls_b, stand_in = Endpoint(HOST, sink.port), free_port(HOST), free_port(HOST)
-    plans = {"b": RelayPlan(Endpoint(HOST, tls_b), frozenset([target]), {}),
-             "a": RelayPlan(Endpoint(HOST, free_port(HOST)), frozenset(),
-                            {Endpoint(HOST, stand_in): StandIn(Endpoint(HOST, tls_b), target)})}
+    plans = {
+        "b": RelayPlan(Endpoint(HOST, tls_b), frozenset([target]), {}),
+        "a": RelayPlan(
+            Endpoint(HOST, free_port(HOST)),
+            frozenset(),
+            {Endpoint(HOST, stand_in): StandIn(Endpoint(HOST, tls_b), target)},
+        ),
+    }
     relays = []
     for name, plan in plans.items():
         path = os.path.join(directory, f"{name}.json")
         with open(path, "w") as f:
             f.write(plan.to_json())
-        relay = subprocess.Popen([sys.executable, "-m", "mxkv_hybrid.launch.relay", "--plan",
-                                  path, "--key", key], stderr=subprocess.PIPE, text=True)
+        relay = subprocess.Popen(
+            [sys.executable, "-m", "mxkv_hybrid.launch.relay", "--plan", path, "--key", key],
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         if "ready" not in relay.stderr.readline():
             sys.exit(f"relay {name} did not start")
         relays.append(relay)
@@ -119,11 +128,13 @@ def main() -> None:
             ports = {"direct": sink.port, "relay": relays[-1].stand_in}
             try:
                 for rep in range(args.reps):
-                    for path in (("direct", "relay") if rep % 2 == 0 else ("relay", "direct")):
+                    for path in ("direct", "relay") if rep % 2 == 0 else ("relay", "direct"):
                         rate = megabytes_per_second(ports[path], per_connection, connections)
                         rows.setdefault(f"{path} x{connections}", []).append(rate)
-                        print(f"{path}, {connections} connection(s), rep {rep}: {rate:.0f} MB/s",
-                              flush=True)
+                        print(
+                            f"{path}, {connections} connection(s), rep {rep}: {rate:.0f} MB/s",
+                            flush=True,
+                        )
             finally:
                 for relay in relays:
                     relay.terminate()
@@ -138,8 +149,16 @@ def main() -> None:
         print(f"| {connections} | {direct:.0f} | {relay:.0f} | {relay / direct:.2f} |")
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "relay.json"), "w") as f:
-        json.dump({"megabytes": args.megabytes, "reps": args.reps, "runs": rows,
-                   "medians_mb_per_s": medians}, f, indent=1)
+        json.dump(
+            {
+                "megabytes": args.megabytes,
+                "reps": args.reps,
+                "runs": rows,
+                "medians_mb_per_s": medians,
+            },
+            f,
+            indent=1,
+        )
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ Prints a table and writes remote_centre.json and remote_centre.png to --out.
     python examples/benchmarks/remote_centre.py [--groups 2 4] [--rounds 2] [--reps 5]
     python examples/benchmarks/remote_centre.py --hosts --groups 2 --mbps 1000
 """
+
 import argparse
 import json
 import os
@@ -73,14 +74,23 @@ def worker(reps: int) -> None:
             times[kind].append(comm.allreduce(mine, op=MPI.MAX))
     if comm.rank == 0:
         for kind, values in times.items():
-            print(json.dumps({"kind": kind, "times": values, "groups": comm.size,
-                              "weight_bytes": 4 * sum(int(np.prod(s)) for s in shapes)}),
-                  flush=True)
+            print(
+                json.dumps(
+                    {
+                        "kind": kind,
+                        "times": values,
+                        "groups": comm.size,
+                        "weight_bytes": 4 * sum(int(np.prod(s)) for s in shapes),
+                    }
+                ),
+                flush=True,
+            )
     kv.close()
 
 
-def run_job(transport: str, servers: int, groups: int, reps: int, env: dict,
-            mbps: float = 0) -> List[dict]:
+def run_job(
+    transport: str, servers: int, groups: int, reps: int, env: dict, mbps: float = 0
+) -> List[dict]:
     """One job of `groups` groups of 1 rank (with `mbps`: on as many emulated hosts)."""
     options = ["--group-size", "1"]
     if transport == "ps":
@@ -89,12 +99,28 @@ def run_job(transport: str, servers: int, groups: int, reps: int, env: dict,
     env = dict(env, MXKV_MODE="easgd", MXKV_TRANSPORT=transport, MXKV_EASGD_ALPHA="0.1")
     if mbps:
         from mxkv_hybrid.testing.cluster import Cluster
+
         with Cluster(groups, mbps) as cluster:
             done = launch_on_hosts(cluster, 1, command, env, options)
     else:
-        done = subprocess.run([sys.executable, "-m", "mxkv_hybrid.launch", "-n", str(groups),
-                               "--timeout", "1200", *options, "--", *command],
-                              capture_output=True, check=False, text=True, env=env)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "mxkv_hybrid.launch",
+                "-n",
+                str(groups),
+                "--timeout",
+                "1200",
+                *options,
+                "--",
+                *command,
+            ],
+            capture_output=True,
+            check=False,
+            text=True,
+            env=env,
+        )
     if done.returncode != 0:
         sys.exit(f"{transport} job with {groups} groups failed:\n{done.stdout}\n{done.stderr}")
     return json_lines(done.stdout)
@@ -113,6 +139,7 @@ def limit_bytes(transport: str, groups: int, kind: str, weight_bytes: int) -> fl
 
 def plot(rows: List[dict], path: str) -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -121,32 +148,49 @@ def plot(rows: List[dict], path: str) -> None:
     width = 0.8 / len(TRANSPORTS)
     for ax, kind in zip(axes, ("alone", "together")):
         for i, name in enumerate(TRANSPORTS):
-            mine = [next(r for r in rows if r["groups"] == g and r["transport"] == name
-                         and r["kind"] == kind) for g in groups]
-            ax.bar([j + i * width for j in range(len(groups))], [r["median_ms"] for r in mine],
-                   width, label=name)
+            mine = [
+                next(
+                    r
+                    for r in rows
+                    if r["groups"] == g and r["transport"] == name and r["kind"] == kind
+                )
+                for g in groups
+            ]
+            ax.bar(
+                [j + i * width for j in range(len(groups))],
+                [r["median_ms"] for r in mine],
+                width,
+                label=name,
+            )
         ax.set_xticks([j + width for j in range(len(groups))])
         ax.set_xticklabels([f"{g} groups" for g in groups])
         ax.set_ylabel("ms per elastic exchange (median)")
         ax.set_title("one group exchanges" if kind == "alone" else "every group at once (slowest)")
         ax.legend(fontsize=8)
-    fig.suptitle("easgd: one exchange of the ResNet-50 weights (97.6 MiB), centre over ps-lite "
-                 "or remote memory")
+    fig.suptitle(
+        "easgd: one exchange of the ResNet-50 weights (97.6 MiB), centre over ps-lite "
+        "or remote memory"
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--groups", type=int, nargs="+", default=[2, 4])
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--reps", type=int, default=5, help="exchanges per job and kind")
     parser.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS everywhere")
-    parser.add_argument("--hosts", action="store_true",
-                        help="each group on an emulated host of its own (needs root)")
-    parser.add_argument("--mbps", type=float, default=1000,
-                        help="with --hosts: the rate of every host's link")
+    parser.add_argument(
+        "--hosts",
+        action="store_true",
+        help="each group on an emulated host of its own (needs root)",
+    )
+    parser.add_argument(
+        "--mbps", type=float, default=1000, help="with --hosts: the rate of every host's link"
+    )
     parser.add_argument("--out", default=os.path.join(HERE, "results"))
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -163,35 +207,76 @@ def main() -> None:
         for name, groups in runs:
             print(f"-- round {round_ + 1}/{args.rounds}: {name}, {groups} groups ...", flush=True)
             transport, servers = TRANSPORTS[name]
-            for row in run_job(transport, servers, groups, args.reps, env,
-                               args.mbps if args.hosts else 0):
+            for row in run_job(
+                transport, servers, groups, args.reps, env, args.mbps if args.hosts else 0
+            ):
                 times.setdefault((name, groups, row["kind"]), []).extend(row["times"])
                 weight_bytes = row["weight_bytes"]
-    rows = [{"transport": name, "groups": groups, "kind": kind, "times": values,
-             "median_ms": 1e3 * float(np.median(values)),
-             "limit_ms": (1e3 * limit_bytes(TRANSPORTS[name][0], groups, kind, weight_bytes)
-                          * 8 / (args.mbps * 1e6) if args.hosts else None)}
-            for (name, groups, kind), values in sorted(times.items())]
-    where = (f"each group on an emulated host, links {args.mbps:g} Mbit/s, servers on h1" if
-             args.hosts else "one machine")
-    print(f"\nResNet-50 weights ({weight_bytes / 2 ** 20:.1f} MiB), one elastic exchange, groups "
-          f"of 1 rank ({where}), OMP_NUM_THREADS={args.threads}; medians of {args.rounds} x "
-          f"{args.reps}")
-    print(f"{'groups':>6} {'kind':>9} {'transport':>14} {'ms':>9} {'best ps / this':>15}"
-          + (f" {'limit ms':>9} {'/ limit':>8}" if args.hosts else ""))
+    rows = [
+        {
+            "transport": name,
+            "groups": groups,
+            "kind": kind,
+            "times": values,
+            "median_ms": 1e3 * float(np.median(values)),
+            "limit_ms": (
+                1e3
+                * limit_bytes(TRANSPORTS[name][0], groups, kind, weight_bytes)
+                * 8
+                / (args.mbps * 1e6)
+                if args.hosts
+                else None
+            ),
+        }
+        for (name, groups, kind), values in sorted(times.items())
+    ]
+    where = (
+        f"each group on an emulated host, links {args.mbps:g} Mbit/s, servers on h1"
+        if args.hosts
+        else "one machine"
+    )
+    print(
+        f"\nResNet-50 weights ({weight_bytes / 2**20:.1f} MiB), one elastic exchange, groups "
+        f"of 1 rank ({where}), OMP_NUM_THREADS={args.threads}; medians of {args.rounds} x "
+        f"{args.reps}"
+    )
+    print(
+        f"{'groups':>6} {'kind':>9} {'transport':>14} {'ms':>9} {'best ps / this':>15}"
+        + (f" {'limit ms':>9} {'/ limit':>8}" if args.hosts else "")
+    )
     for r in sorted(rows, key=lambda r: (r["groups"], r["kind"], r["transport"])):
-        best_ps = min(o["median_ms"] for o in rows if o["groups"] == r["groups"]
-                      and o["kind"] == r["kind"] and o["transport"].startswith("ps"))
-        print(f"{r['groups']:>6} {r['kind']:>9} {r['transport']:>14} {r['median_ms']:9.1f} "
-              f"{best_ps / r['median_ms']:14.2f}x"
-              + (f" {r['limit_ms']:9.0f} {r['median_ms'] / r['limit_ms']:7.2f}x"
-                 if args.hosts else ""))
+        best_ps = min(
+            o["median_ms"]
+            for o in rows
+            if o["groups"] == r["groups"]
+            and o["kind"] == r["kind"]
+            and o["transport"].startswith("ps")
+        )
+        print(
+            f"{r['groups']:>6} {r['kind']:>9} {r['transport']:>14} {r['median_ms']:9.1f} "
+            f"{best_ps / r['median_ms']:14.2f}x"
+            + (
+                f" {r['limit_ms']:9.0f} {r['median_ms'] / r['limit_ms']:7.2f}x"
+                if args.hosts
+                else ""
+            )
+        )
     os.makedirs(args.out, exist_ok=True)
     name = "remote_centre_hosts" if args.hosts else "remote_centre"
     with open(os.path.join(args.out, f"{name}.json"), "w") as f:
-        json.dump({"omp_num_threads": args.threads, "rounds": args.rounds, "reps": args.reps,
-                   "weight_bytes": weight_bytes, "hosts": args.hosts,
-                   "mbps": args.mbps if args.hosts else None, "results": rows}, f, indent=1)
+        json.dump(
+            {
+                "omp_num_threads": args.threads,
+                "rounds": args.rounds,
+                "reps": args.reps,
+                "weight_bytes": weight_bytes,
+                "hosts": args.hosts,
+                "mbps": args.mbps if args.hosts else None,
+                "results": rows,
+            },
+            f,
+            indent=1,
+        )
     plot(rows, os.path.join(args.out, f"{name}.png"))
     print(f"\nwrote {args.out}/{name}.json and {name}.png")
 

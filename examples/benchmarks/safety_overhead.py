@@ -9,6 +9,7 @@ alternate, --rounds of each); in the same jobs a bare 16-byte MPI_Allreduce meas
 what the signature adds to each call. Medians over repetitions and rounds; prints a
 table and writes safety_overhead.json to --out.
 """
+
 import argparse
 import functools
 import json
@@ -38,6 +39,7 @@ def worker(monitor: str) -> None:
     from mpi4py import MPI
 
     import mxkv_hybrid
+
     if monitor == "off":
         mxkv_hybrid.comm.topology.stall.StallMonitor = lambda *args, **kwargs: None
     store = mx.kv.create("hybrid")
@@ -53,16 +55,40 @@ def worker(monitor: str) -> None:
         signature_check = functools.partial(comm.Allreduce, mine, extremes, op=MPI.MAX)
         signature = [seconds(signature_check) for _ in range(200)]
         if store.rank == 0:
-            print(json.dumps({"workload": name, "monitor": monitor,
-                              "pushpull_us": float(np.median(times)) * 1e6,
-                              "signature_us": float(np.median(signature)) * 1e6}), flush=True)
+            print(
+                json.dumps(
+                    {
+                        "workload": name,
+                        "monitor": monitor,
+                        "pushpull_us": float(np.median(times)) * 1e6,
+                        "signature_us": float(np.median(signature)) * 1e6,
+                    }
+                ),
+                flush=True,
+            )
 
 
 def run_job(ranks: int, monitor: str) -> List[dict]:
-    done = subprocess.run([sys.executable, "-m", "mxkv_hybrid.launch", "-n", str(ranks),
-                           "--timeout", "600", "--", "python", os.path.abspath(__file__),
-                           "--worker", monitor], capture_output=True, check=False, text=True,
-                          timeout=660)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mxkv_hybrid.launch",
+            "-n",
+            str(ranks),
+            "--timeout",
+            "600",
+            "--",
+            "python",
+            os.path.abspath(__file__),
+            "--worker",
+            monitor,
+        ],
+        capture_output=True,
+        check=False,
+        text=True,
+        timeout=660,
+    )
     if done.returncode != 0:
         raise SystemExit(f"the {monitor} job failed:\n{done.stdout}\n{done.stderr}")
     return json_lines(done.stdout)
@@ -84,27 +110,39 @@ def main() -> None:
             print(f"round {round_number + 1}/{args.rounds}: monitor {monitor}", flush=True)
             rows += run_job(args.ranks, monitor)
     summary: Dict[str, dict] = {}
+
     def median(name: str, monitor: str, field: str) -> float:
-        return float(np.median([r[field] for r in rows
-                                if r["workload"] == name and r["monitor"] == monitor]))
+        return float(
+            np.median([r[field] for r in rows if r["workload"] == name and r["monitor"] == monitor])
+        )
 
     for name in WORKLOADS:
         on, off = median(name, "on", "pushpull_us"), median(name, "off", "pushpull_us")
         signature = median(name, "off", "signature_us")
-        summary[name] = {"pushpull_monitor_on_us": on, "pushpull_monitor_off_us": off,
-                         "monitor_ratio": on / off, "signature_us": signature,
-                         "signature_share": signature / off}
+        summary[name] = {
+            "pushpull_monitor_on_us": on,
+            "pushpull_monitor_off_us": off,
+            "monitor_ratio": on / off,
+            "signature_us": signature,
+            "signature_share": signature / off,
+        }
     print(f"\n{args.ranks} ranks, medians over {args.rounds} rounds of each setting")
-    print(f"{'workload':<24}{'monitor on':>12}{'off':>12}{'on/off':>8}{'signature':>11}"
-          f"{'share':>8}")
+    print(
+        f"{'workload':<24}{'monitor on':>12}{'off':>12}{'on/off':>8}{'signature':>11}{'share':>8}"
+    )
     for name, s in summary.items():
-        print(f"{name:<24}{s['pushpull_monitor_on_us']:>10.0f}us{s['pushpull_monitor_off_us']:>10.0f}us"
-              f"{s['monitor_ratio']:>8.3f}{s['signature_us']:>9.1f}us{s['signature_share']:>8.1%}")
+        print(
+            f"{name:<24}{s['pushpull_monitor_on_us']:>10.0f}us{s['pushpull_monitor_off_us']:>10.0f}us"
+            f"{s['monitor_ratio']:>8.3f}{s['signature_us']:>9.1f}us{s['signature_share']:>8.1%}"
+        )
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, "safety_overhead.json")
     with open(path, "w") as f:
-        json.dump({"ranks": args.ranks, "rounds": args.rounds, "rows": rows, "summary": summary},
-                  f, indent=2)
+        json.dump(
+            {"ranks": args.ranks, "rounds": args.rounds, "rows": rows, "summary": summary},
+            f,
+            indent=2,
+        )
     print(f"wrote {path}")
 
 

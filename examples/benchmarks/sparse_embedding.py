@@ -25,6 +25,7 @@ counted by the collectives, plus a leader's pushes to the servers in sync_sparse
 dist_sync: not counted). Prints a table and writes sparse_embedding.json and
 sparse_embedding.png to --out.
 """
+
 import argparse
 import json
 import os
@@ -88,8 +89,9 @@ def worker_hybrid(args) -> None:
     def hybrid_sparse() -> None:
         step = steps["hybrid_sparse"] = steps["hybrid_sparse"] + 1
         kv.push("sparse", sparse_gradient(mx, kv.rank, step, shape, args.touched))
-        next_rows = mx.nd.array(batch_rows(kv.rank, step + 1, shape[0], args.touched),
-                                dtype="int64")
+        next_rows = mx.nd.array(
+            batch_rows(kv.rank, step + 1, shape[0], args.touched), dtype="int64"
+        )
         kv.row_sparse_pull("sparse", out=pulled, row_ids=next_rows)
 
     def hybrid_dense() -> None:
@@ -97,8 +99,11 @@ def worker_hybrid(args) -> None:
         gradient = sparse_gradient(mx, kv.rank, step, shape, args.touched).tostype("default")
         kv.pushpull("dense", gradient, out=dense_weight)
 
-    methods = ({"sync_sparse": hybrid_sparse} if sync
-               else {"hybrid_sparse": hybrid_sparse, "hybrid_dense": hybrid_dense})
+    methods = (
+        {"sync_sparse": hybrid_sparse}
+        if sync
+        else {"hybrid_sparse": hybrid_sparse, "hybrid_dense": hybrid_dense}
+    )
     collectives = kv._collectives
 
     def bytes_sent() -> int:
@@ -108,7 +113,7 @@ def worker_hybrid(args) -> None:
         call()  # warm-up: buffers, page faults
     mx.nd.waitall()
     for rep in range(args.reps):
-        for name in (list(methods) if rep % 2 == 0 else list(methods)[::-1]):
+        for name in list(methods) if rep % 2 == 0 else list(methods)[::-1]:
             sent = bytes_sent()
             seconds = time_calls(1, barrier, methods[name])[0]
             sent = bytes_sent() - sent
@@ -138,8 +143,9 @@ def worker_dist_sync(args) -> None:
     def dist_sync_step() -> None:
         step[0] += 1
         kv.push("sparse", sparse_gradient(mx, kv.rank, step[0], shape, args.touched))
-        next_rows = mx.nd.array(batch_rows(kv.rank, step[0] + 1, shape[0], args.touched),
-                                dtype="int64")
+        next_rows = mx.nd.array(
+            batch_rows(kv.rank, step[0] + 1, shape[0], args.touched), dtype="int64"
+        )
         kv.row_sparse_pull("sparse", out=pulled, row_ids=next_rows)
 
     dist_sync_step()  # warm-up
@@ -151,17 +157,42 @@ def worker_dist_sync(args) -> None:
 
 # ---- driver --------------------------------------------------------------------------
 def worker_arguments(args) -> List[str]:
-    return ["--rows", str(args.rows), "--width", str(args.width), "--touched",
-            str(args.touched), "--reps", str(args.reps)]
+    return [
+        "--rows",
+        str(args.rows),
+        "--width",
+        str(args.width),
+        "--touched",
+        str(args.touched),
+        "--reps",
+        str(args.reps),
+    ]
 
 
 def hybrid_job(ranks: int, mode: str, options: List[str], args) -> List[dict]:
     """worker_hybrid's rows, from an mxkv-launch job of `ranks` in MXKV_MODE=`mode`."""
-    done = subprocess.run([sys.executable, "-m", "mxkv_hybrid.launch", "-n", str(ranks),
-                           *options, "--timeout", "1500", "--", "python", __file__, "--worker",
-                           "hybrid", *worker_arguments(args)],
-                          capture_output=True, check=False, text=True,
-                          env=dict(os.environ, MXKV_MODE=mode))
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mxkv_hybrid.launch",
+            "-n",
+            str(ranks),
+            *options,
+            "--timeout",
+            "1500",
+            "--",
+            "python",
+            __file__,
+            "--worker",
+            "hybrid",
+            *worker_arguments(args),
+        ],
+        capture_output=True,
+        check=False,
+        text=True,
+        env=dict(os.environ, MXKV_MODE=mode),
+    )
     if done.returncode != 0:
         sys.exit(f"benchmark job failed:\n{done.stdout}\n{done.stderr}")
     return json_lines(done.stdout)
@@ -172,17 +203,25 @@ def measure(ranks: int, args) -> List[dict]:
     rows = hybrid_job(ranks, "allreduce", [], args)
     if ranks % 2 == 0:
         print(f"-- {ranks} ranks: hybrid mode sync, 2 groups, 2 servers ...", flush=True)
-        rows += hybrid_job(ranks, "sync", ["--group-size", str(ranks // 2), "--servers", "2"],
-                           args)
+        rows += hybrid_job(ranks, "sync", ["--group-size", str(ranks // 2), "--servers", "2"], args)
     if not args.skip_dist_sync:
         from ps_job import run_ps_job
+
         print(f"-- {ranks} ranks: dist_sync with 2 servers ...", flush=True)
-        outputs = run_ps_job([sys.executable, __file__, "--worker", "dist_sync",
-                              *worker_arguments(args)], num_workers=ranks, num_servers=2)
+        outputs = run_ps_job(
+            [sys.executable, __file__, "--worker", "dist_sync", *worker_arguments(args)],
+            num_workers=ranks,
+            num_servers=2,
+        )
         per_rank = [json_lines(out) for out in outputs]
         for rep in range(args.reps):  # the slowest worker's time of each repetition
-            rows.append({"method": "dist_sync", "ranks": ranks,
-                         "seconds": max(worker[rep]["seconds"] for worker in per_rank)})
+            rows.append(
+                {
+                    "method": "dist_sync",
+                    "ranks": ranks,
+                    "seconds": max(worker[rep]["seconds"] for worker in per_rank),
+                }
+            )
     return rows
 
 
@@ -196,23 +235,29 @@ def summary(rows: List[dict]) -> Dict[int, Dict[str, dict]]:
                 sent = [r["bytes_sent"] for r in mine if "bytes_sent" in r]
                 table.setdefault(ranks, {})[method] = {
                     "median_ms": float(np.median([r["seconds"] for r in mine])) * 1e3,
-                    "bytes_sent": float(np.median(sent)) if sent else None}
+                    "bytes_sent": float(np.median(sent)) if sent else None,
+                }
     return table
 
 
 def print_table(table: Dict[int, Dict[str, dict]], args) -> None:
-    print(f"\nembedding {args.rows} x {args.width} float32, {args.touched:.1%} of the rows per "
-          "rank and step; median ms per step (push + pull), MB each rank sent")
+    print(
+        f"\nembedding {args.rows} x {args.width} float32, {args.touched:.1%} of the rows per "
+        "rank and step; median ms per step (push + pull), MB each rank sent"
+    )
     for ranks, methods in table.items():
         sparse = methods["hybrid_sparse"]["median_ms"]
         for method, cell in methods.items():
             sent = "-" if cell["bytes_sent"] is None else f"{cell['bytes_sent'] / 1e6:.2f}"
-            print(f"{ranks} ranks {method:>14} {cell['median_ms']:9.1f} ms  {sent:>8} MB  "
-                  f"{cell['median_ms'] / sparse:6.2f}x hybrid_sparse")
+            print(
+                f"{ranks} ranks {method:>14} {cell['median_ms']:9.1f} ms  {sent:>8} MB  "
+                f"{cell['median_ms'] / sparse:6.2f}x hybrid_sparse"
+            )
 
 
 def plot(table: Dict[int, Dict[str, dict]], path: str) -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -221,8 +266,12 @@ def plot(table: Dict[int, Dict[str, dict]], path: str) -> None:
     width = 0.8 / len(table)
     for i, (ranks, cells) in enumerate(table.items()):
         x = np.arange(len(methods)) + i * width
-        ax.bar(x, [cells.get(m, {}).get("median_ms", 0) for m in methods], width,
-               label=f"{ranks} ranks")
+        ax.bar(
+            x,
+            [cells.get(m, {}).get("median_ms", 0) for m in methods],
+            width,
+            label=f"{ranks} ranks",
+        )
     ax.set_xticks(np.arange(len(methods)) + width * (len(table) - 1) / 2)
     ax.set_xticklabels(methods)
     ax.set_yscale("log")
@@ -234,8 +283,9 @@ def plot(table: Dict[int, Dict[str, dict]], path: str) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--ranks", type=int, nargs="+", default=[2, 4])
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--width", type=int, default=64)
@@ -260,10 +310,22 @@ def main() -> None:
     print_table(table, args)
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "sparse_embedding.json"), "w") as f:
-        json.dump({"settings": {"rows": args.rows, "width": args.width, "touched": args.touched,
-                                "reps": args.reps, "cpus": os.cpu_count(),
-                                "omp_num_threads": args.threads},
-                   "summary": {str(k): v for k, v in table.items()}, "rows": rows}, f, indent=1)
+        json.dump(
+            {
+                "settings": {
+                    "rows": args.rows,
+                    "width": args.width,
+                    "touched": args.touched,
+                    "reps": args.reps,
+                    "cpus": os.cpu_count(),
+                    "omp_num_threads": args.threads,
+                },
+                "summary": {str(k): v for k, v in table.items()},
+                "rows": rows,
+            },
+            f,
+            indent=1,
+        )
     plot(table, os.path.join(args.out, "sparse_embedding.png"))
     print(f"\nwrote {args.out}/sparse_embedding.json and {args.out}/sparse_embedding.png")
 

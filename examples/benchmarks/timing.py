@@ -1,4 +1,5 @@
 """The timing loops the benchmark workers share."""
+
 import random
 import time
 from typing import Callable, Dict, Hashable, Iterable, List
@@ -27,8 +28,11 @@ def time_calls(reps: int, barrier: Callable[[], None], call: Callable[[], None])
     return times
 
 
-def interleaved(runs: Iterable[Hashable], reps: int, once: Callable[[Hashable], float],
-                ) -> Dict[Hashable, List[float]]:
+def interleaved(
+    runs: Iterable[Hashable],
+    reps: int,
+    once: Callable[[Hashable], float],
+) -> Dict[Hashable, List[float]]:
     """once(run) for every run, a warm-up then `reps` rounds in an order shuffled alike on
     every rank (no run always follows another): {run: its times}."""
     runs = list(runs)

@@ -32,6 +32,7 @@ once; dist_sync, every worker) over the rate.
     python examples/benchmarks/training_step.py --hosts 2 --mbps 1000 \
         --configurations sync dist_sync
 """
+
 import argparse
 import importlib.util
 import json
@@ -84,6 +85,7 @@ def horovod_trainer(net, optimizer_params: dict):
 
 def _one_image():
     import mxnet as mx
+
     return mx.nd.zeros((1, 3, 32, 32))
 
 
@@ -102,8 +104,13 @@ def worker(kvstore_name: str, steps: int, warmup: int, compression: Optional[str
         kv = mx.kv.create(kvstore_name)
         mx.random.seed(kv.rank)
         net.initialize(mx.init.Xavier())
-        trainer = gluon.Trainer(net.collect_params(), "sgd", optimizer_params, kvstore=kv,
-                                compression_params=compression_params(compression))
+        trainer = gluon.Trainer(
+            net.collect_params(),
+            "sgd",
+            optimizer_params,
+            kvstore=kv,
+            compression_params=compression_params(compression),
+        )
     net.hybridize()
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
     rng = np.random.RandomState(kv.rank)
@@ -132,10 +139,20 @@ def worker(kvstore_name: str, steps: int, warmup: int, compression: Optional[str
     pushed, pulled = (a - b for a, b in zip(ps_traffic(), traffic_before))
     steps *= 2
     size = sum(p.data().size for p in net.collect_params().values() if p.grad_req != "null")
-    print(json.dumps({"rank": kv.rank, "workers": kv.num_workers, "compute": compute,
-                      "step": update, "whole": whole,
-                      "ps_bytes_per_step": (pushed + pulled) / steps,
-                      "gradient_bytes": size * 4}), flush=True)
+    print(
+        json.dumps(
+            {
+                "rank": kv.rank,
+                "workers": kv.num_workers,
+                "compute": compute,
+                "step": update,
+                "whole": whole,
+                "ps_bytes_per_step": (pushed + pulled) / steps,
+                "gradient_bytes": size * 4,
+            }
+        ),
+        flush=True,
+    )
     if hasattr(kv, "close"):
         kv.close()
 
@@ -156,25 +173,37 @@ def ps_traffic():
     return traffic()
 
 
-def run_configuration(name: str, ranks: int, steps: int, warmup: int,
-                      cluster=None) -> Optional[dict]:
+def run_configuration(
+    name: str, ranks: int, steps: int, warmup: int, cluster=None
+) -> Optional[dict]:
     """Medians of one configuration's job (on `cluster`'s emulated hosts, if given), or None
     (with a note) for horovod when it is not installed."""
     args = ["--worker", "--steps", str(steps), "--warmup", str(warmup)]
     if name == "horovod" and importlib.util.find_spec("horovod") is None:
-        print("note: Horovod's MXNet binding is not installed: the horovod configuration is "
-              "skipped (docs/performance/index.md says how to build it)", flush=True)
+        print(
+            "note: Horovod's MXNet binding is not installed: the horovod configuration is "
+            "skipped (docs/performance/index.md says how to build it)",
+            flush=True,
+        )
         return None
     if name == "horovod" and ranks > (os.cpu_count() or 1):
-        print(f"note: horovod is skipped with {ranks} ranks on {os.cpu_count()} cores: measured "
-              "here, 4 Horovod ranks on 2 cores did not finish 3 steps in 90 s (its threads "
-              "spin); use --ranks 2", flush=True)
+        print(
+            f"note: horovod is skipped with {ranks} ranks on {os.cpu_count()} cores: measured "
+            "here, 4 Horovod ranks on 2 cores did not finish 3 steps in 90 s (its threads "
+            "spin); use --ranks 2",
+            flush=True,
+        )
         return None
     print(f"-- {name} ...", flush=True)
     if name == "dist_sync":
         from ps_job import run_ps_job
-        outputs = run_ps_job([sys.executable, __file__, *args, "--kvstore", "dist_sync"],
-                             num_workers=ranks, num_servers=SERVERS, cluster=cluster)
+
+        outputs = run_ps_job(
+            [sys.executable, __file__, *args, "--kvstore", "dist_sync"],
+            num_workers=ranks,
+            num_servers=SERVERS,
+            cluster=cluster,
+        )
         rows = [r for out in outputs for r in json_lines(out)]
         # every worker pushes and pulls every gradient once per step
         for r in rows:
@@ -182,19 +211,46 @@ def run_configuration(name: str, ranks: int, steps: int, warmup: int,
     else:
         base, _, trusted = name.partition("+")
         mode, _, compression = base.partition("-")
-        env = dict(os.environ, MXKV_MODE="allreduce" if name == "overlap" else mode,
-                   MXKV_OVERLAP="1" if name == "overlap" else "0")
+        env = dict(
+            os.environ,
+            MXKV_MODE="allreduce" if name == "overlap" else mode,
+            MXKV_OVERLAP="1" if name == "overlap" else "0",
+        )
         groups = cluster.size if cluster else 2
-        options = ([] if base in ("allreduce", "overlap", "horovod") else
-                   ["--group-size", str(ranks // groups), "--servers", str(SERVERS)])
+        options = (
+            []
+            if base in ("allreduce", "overlap", "horovod")
+            else ["--group-size", str(ranks // groups), "--servers", str(SERVERS)]
+        )
         options += ["--trusted-network"] if trusted == "trusted" else []
         store = "horovod" if name == "horovod" else "hybrid"
-        command = ["python", __file__, *args, "--kvstore", store,
-                   *(["--gc", compression] if compression else [])]
+        command = [
+            "python",
+            __file__,
+            *args,
+            "--kvstore",
+            store,
+            *(["--gc", compression] if compression else []),
+        ]
         if cluster is None:
-            done = subprocess.run([sys.executable, "-m", "mxkv_hybrid.launch", "-n", str(ranks),
-                                   "--timeout", "1500", *options, "--", *command],
-                                  capture_output=True, check=False, text=True, env=env)
+            done = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "mxkv_hybrid.launch",
+                    "-n",
+                    str(ranks),
+                    "--timeout",
+                    "1500",
+                    *options,
+                    "--",
+                    *command,
+                ],
+                capture_output=True,
+                check=False,
+                text=True,
+                env=env,
+            )
         else:
             done = launch_on_hosts(cluster, ranks // cluster.size, command, env, options)
         if done.returncode != 0:
@@ -203,14 +259,18 @@ def run_configuration(name: str, ranks: int, steps: int, warmup: int,
     first = min(rows, key=lambda r: r["rank"])
     last = max(rows, key=lambda r: r["rank"])  # on the last host: async's groups differ
     limit = link_limit_ms(name, first["gradient_bytes"], ranks, cluster) if cluster else None
-    return {"configuration": name, "ranks": ranks, "limit_ms": limit,
-            "compute_ms": 1e3 * np.median(first["compute"]),
-            "step_ms": 1e3 * np.median(first["step"]),
-            "total_ms": 1e3 * np.median(first["whole"]),
-            "last_rank_total_ms": 1e3 * np.median(last["whole"]),
-            "total_mean_ms": 1e3 * np.mean(first["whole"]),  # easgd: every tau-th step exchanges
-            "ps_mb_per_step": sum(r["ps_bytes_per_step"] for r in rows) / 2 ** 20,
-            "gradient_mb": first["gradient_bytes"] / 2 ** 20}
+    return {
+        "configuration": name,
+        "ranks": ranks,
+        "limit_ms": limit,
+        "compute_ms": 1e3 * np.median(first["compute"]),
+        "step_ms": 1e3 * np.median(first["step"]),
+        "total_ms": 1e3 * np.median(first["whole"]),
+        "last_rank_total_ms": 1e3 * np.median(last["whole"]),
+        "total_mean_ms": 1e3 * np.mean(first["whole"]),  # easgd: every tau-th step exchanges
+        "ps_mb_per_step": sum(r["ps_bytes_per_step"] for r in rows) / 2**20,
+        "gradient_mb": first["gradient_bytes"] / 2**20,
+    }
 
 
 def link_limit_ms(name: str, gradient_bytes: int, ranks: int, cluster) -> Optional[float]:
@@ -225,6 +285,7 @@ def link_limit_ms(name: str, gradient_bytes: int, ranks: int, cluster) -> Option
         talkers = ranks // cluster.size if name == "dist_sync" else 1
         if name == "sync-2bit":  # a float32 word per digits_per_word values
             from mxkv_hybrid.comm import _C
+
             gradient_bytes /= _C.digits_per_word(cluster.size)
         if name == "sync-1bit":  # every group's slot: 40 bytes per 256 values, 3 a word
             gradient_bytes *= cluster.size * 40 / 256 / 3
@@ -234,14 +295,19 @@ def link_limit_ms(name: str, gradient_bytes: int, ranks: int, cluster) -> Option
 
 def plot(results: list, path: str) -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     names = [r["configuration"] for r in results]
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
     left.bar(names, [r["compute_ms"] for r in results], label="forward + backward")
-    left.bar(names, [r["step_ms"] for r in results], bottom=[r["compute_ms"] for r in results],
-             label="trainer.step (communication + update)")
+    left.bar(
+        names,
+        [r["step_ms"] for r in results],
+        bottom=[r["compute_ms"] for r in results],
+        label="trainer.step (communication + update)",
+    )
     left.set_ylabel("ms per step (median, rank 0)")
     left.set_title(f"ResNet-18, 32x32, batch {BATCH}/rank, {results[0]['ranks']} ranks")
     left.legend(fontsize=8)
@@ -253,21 +319,34 @@ def plot(results: list, path: str) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--ranks", type=int, default=4, help="ranks (even: two groups)")
     parser.add_argument("--steps", type=int, default=20, help="measured steps")
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--out", default=os.path.join(HERE, "results"))
-    parser.add_argument("--configurations", nargs="+",
-                        default=["allreduce", "overlap", "sync", "async", "dist_sync", "horovod"])
-    parser.add_argument("--threads", type=int, default=1,
-                        help="OMP_NUM_THREADS of every rank and server (default 1: with MXNet's "
-                             "default, two Horovod ranks on 2 cores crawled)")
-    parser.add_argument("--hosts", type=int, default=0,
-                        help="on this many emulated hosts (needs root), --ranks / H each")
-    parser.add_argument("--mbps", type=float, default=1000,
-                        help="with --hosts: the rate of every host's link")
+    parser.add_argument(
+        "--configurations",
+        nargs="+",
+        default=["allreduce", "overlap", "sync", "async", "dist_sync", "horovod"],
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="OMP_NUM_THREADS of every rank and server (default 1: with MXNet's "
+        "default, two Horovod ranks on 2 cores crawled)",
+    )
+    parser.add_argument(
+        "--hosts",
+        type=int,
+        default=0,
+        help="on this many emulated hosts (needs root), --ranks / H each",
+    )
+    parser.add_argument(
+        "--mbps", type=float, default=1000, help="with --hosts: the rate of every host's link"
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--kvstore", help=argparse.SUPPRESS)
     parser.add_argument("--gc", help=argparse.SUPPRESS)
@@ -279,51 +358,84 @@ def main() -> None:
     if args.hosts:
         require_emulated_hosts()
         from mxkv_hybrid.testing.cluster import Cluster
+
         with Cluster(args.hosts, args.mbps) as cluster:
-            results = [run_configuration(c, args.ranks, args.steps, args.warmup, cluster)
-                       for c in args.configurations]
+            results = [
+                run_configuration(c, args.ranks, args.steps, args.warmup, cluster)
+                for c in args.configurations
+            ]
     else:
-        results = [run_configuration(c, args.ranks, args.steps, args.warmup)
-                   for c in args.configurations]
+        results = [
+            run_configuration(c, args.ranks, args.steps, args.warmup) for c in args.configurations
+        ]
     results = [r for r in results if r is not None]
-    where = (f"{args.hosts} emulated hosts, links {args.mbps:g} Mbit/s, servers on h1" if
-             args.hosts else "one machine")
-    print(f"\nResNet-18, 32x32, batch {BATCH} per rank, {args.ranks} ranks, {SERVERS} servers "
-          f"({where}), OMP_NUM_THREADS={args.threads}; medians of {args.steps} steps, rank 0")
-    print(f"{'configuration':>14} {'compute ms':>11} {'step ms':>9} {'whole ms':>9} "
-          f"{'last rank':>10} {'PS MiB/step':>12} {'limit ms':>9} {'step / limit':>13}")
+    where = (
+        f"{args.hosts} emulated hosts, links {args.mbps:g} Mbit/s, servers on h1"
+        if args.hosts
+        else "one machine"
+    )
+    print(
+        f"\nResNet-18, 32x32, batch {BATCH} per rank, {args.ranks} ranks, {SERVERS} servers "
+        f"({where}), OMP_NUM_THREADS={args.threads}; medians of {args.steps} steps, rank 0"
+    )
+    print(
+        f"{'configuration':>14} {'compute ms':>11} {'step ms':>9} {'whole ms':>9} "
+        f"{'last rank':>10} {'PS MiB/step':>12} {'limit ms':>9} {'step / limit':>13}"
+    )
     for r in results:
-        limit = (f"{r['limit_ms']:9.0f} {r['step_ms'] / r['limit_ms']:12.2f}x" if r["limit_ms"]
-                 else "")
-        print(f"{r['configuration']:>14} {r['compute_ms']:11.1f} {r['step_ms']:9.1f} "
-              f"{r['total_ms']:9.1f} {r['last_rank_total_ms']:10.1f} "
-              f"{r['ps_mb_per_step']:12.1f} {limit}")
-    print("(times of rank 0, on h1 with the servers; 'last rank': the whole step of the "
-          "highest rank, on the last host: in async its group alone crosses a link)")
+        limit = (
+            f"{r['limit_ms']:9.0f} {r['step_ms'] / r['limit_ms']:12.2f}x" if r["limit_ms"] else ""
+        )
+        print(
+            f"{r['configuration']:>14} {r['compute_ms']:11.1f} {r['step_ms']:9.1f} "
+            f"{r['total_ms']:9.1f} {r['last_rank_total_ms']:10.1f} "
+            f"{r['ps_mb_per_step']:12.1f} {limit}"
+        )
+    print(
+        "(times of rank 0, on h1 with the servers; 'last rank': the whole step of the "
+        "highest rank, on the last host: in async its group alone crosses a link)"
+    )
     by_name = {r["configuration"]: r for r in results}
     if "allreduce" in by_name and "overlap" in by_name:
-        print(f"\noverlap on / off, whole step: "
-              f"{by_name['overlap']['total_ms'] / by_name['allreduce']['total_ms']:.3f}")
+        print(
+            f"\noverlap on / off, whole step: "
+            f"{by_name['overlap']['total_ms'] / by_name['allreduce']['total_ms']:.3f}"
+        )
     if "sync" in by_name and "dist_sync" in by_name:
-        print(f"sync / dist_sync, whole step: "
-              f"{by_name['sync']['total_ms'] / by_name['dist_sync']['total_ms']:.3f}")
+        print(
+            f"sync / dist_sync, whole step: "
+            f"{by_name['sync']['total_ms'] / by_name['dist_sync']['total_ms']:.3f}"
+        )
     for name, r in by_name.items():
         direct = by_name.get(f"{name}+trusted")
         if direct:
-            print(f"{name} through the relays / {name}+trusted (direct), whole step: median "
-                  f"{r['total_ms'] / direct['total_ms']:.3f}, mean "
-                  f"{r['total_mean_ms'] / direct['total_mean_ms']:.3f}")
+            print(
+                f"{name} through the relays / {name}+trusted (direct), whole step: median "
+                f"{r['total_ms'] / direct['total_ms']:.3f}, mean "
+                f"{r['total_mean_ms'] / direct['total_mean_ms']:.3f}"
+            )
     for coded in ("sync-2bit", "sync-1bit", "async-2bit", "async-1bit"):
         plain = coded.partition("-")[0]
         if plain in by_name and coded in by_name:
-            print(f"{coded} / {plain}, whole step: "
-                  f"{by_name[coded]['total_ms'] / by_name[plain]['total_ms']:.3f}")
+            print(
+                f"{coded} / {plain}, whole step: "
+                f"{by_name[coded]['total_ms'] / by_name[plain]['total_ms']:.3f}"
+            )
     os.makedirs(args.out, exist_ok=True)
     name = f"training_step_{args.hosts}_hosts" if args.hosts else "training_step"
     with open(os.path.join(args.out, f"{name}.json"), "w") as f:
-        json.dump({"batch_per_rank": BATCH, "servers": SERVERS, "omp_num_threads": args.threads,
-                   "hosts": args.hosts, "mbps": args.mbps if args.hosts else None,
-                   "results": results}, f, indent=1)
+        json.dump(
+            {
+                "batch_per_rank": BATCH,
+                "servers": SERVERS,
+                "omp_num_threads": args.threads,
+                "hosts": args.hosts,
+                "mbps": args.mbps if args.hosts else None,
+                "results": results,
+            },
+            f,
+            indent=1,
+        )
     plot(results, os.path.join(args.out, f"{name}.png"))
     print(f"\nwrote {args.out}/{name}.json and {name}.png")
 

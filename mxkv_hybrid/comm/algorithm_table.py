@@ -1,6 +1,7 @@
 """The table MXKV_ALGO=auto reads: for each rank count, which allreduce algorithm to use up
 to which message size. `python -m mxkv_hybrid.tune` measures one and saves it; the package
 ships the table measured on its development machine."""
+
 import json
 import os
 from typing import Dict, List, Optional, Tuple
@@ -24,17 +25,23 @@ def load(path: str) -> Dict[int, Rules]:
     try:
         with open(path) as f:
             document = json.load(f)
-        tables = {int(ranks): [(int(limit), str(name)) for limit, name in rules]
-                  for ranks, rules in document["tables"].items()}
+        tables = {
+            int(ranks): [(int(limit), str(name)) for limit, name in rules]
+            for ranks, rules in document["tables"].items()
+        }
     except (OSError, ValueError, KeyError, TypeError) as err:
-        raise ConfigError(f"cannot read the algorithm table {path}: {err}. Write a new one with "
-                          "`mxkv-launch -n N -- python -m mxkv_hybrid.tune`, or unset "
-                          "MXKV_ALGO_TABLE") from None
+        raise ConfigError(
+            f"cannot read the algorithm table {path}: {err}. Write a new one with "
+            "`mxkv-launch -n N -- python -m mxkv_hybrid.tune`, or unset "
+            "MXKV_ALGO_TABLE"
+        ) from None
     for ranks, rules in tables.items():
         bad = [name for _, name in rules if name not in ALGORITHMS or name == "auto"]
         if bad or not rules or rules[-1][0] != -1:
-            raise ConfigError(f"the algorithm table {path} is invalid for {ranks} ranks: each "
-                              "rule names mpi, ring, rhd or rd, and the last has no limit (-1)")
+            raise ConfigError(
+                f"the algorithm table {path} is invalid for {ranks} ranks: each "
+                "rule names mpi, ring, rhd or rd, and the last has no limit (-1)"
+            )
     return tables
 
 

@@ -1,4 +1,5 @@
 """Python face of the C++ tensor collectives: keys and NDArrays in, errors that name keys out."""
+
 import atexit
 import hashlib
 import secrets
@@ -19,6 +20,7 @@ from .topology import Groups
 
 Key = Hashable  # int or str, as MXNet passes them
 Arrays = Sequence[mx.nd.NDArray]
+
 
 def _key_signature(keys: Sequence[Key]) -> int:
     """A hash of the keys that is the same in every process (unlike hash())."""
@@ -53,7 +55,8 @@ def _require_thread_multiple() -> None:
             "collectives behind MXNet's engine (MXKV_OVERLAP=1, or mode lasgd's average with "
             "MXKV_LASGD_OVERLAP=1, the default) need MPI initialised with MPI_THREAD_MULTIPLE, "
             "mpi4py's default: set that knob to 0, or leave mpi4py.rc.thread_level and "
-            "MPI4PY_RC_THREAD_LEVEL unset")
+            "MPI4PY_RC_THREAD_LEVEL unset"
+        )
 
 
 def _algorithm_rules(comm, config: Config, ranks: int) -> list:
@@ -68,8 +71,9 @@ def _algorithm_rules(comm, config: Config, ranks: int) -> list:
 class TensorCollectives:
     """Fused allreduce and broadcast of many keys' arrays over one communicator."""
 
-    def __init__(self, comm, config: Config, groups: Optional[Groups] = None,
-                 hierarchy: str = "off"):
+    def __init__(
+        self, comm, config: Config, groups: Optional[Groups] = None, hierarchy: str = "off"
+    ):
         """comm: an mpi4py communicator (collective: every rank of it constructs one).
         groups (comm must then be the world's): the groups its ranks form,
         so that bytes across groups are counted apart and go through the emulated slow link
@@ -79,9 +83,13 @@ class TensorCollectives:
         if config.overlap:
             _require_thread_multiple()
         self._impl = extension().TensorCollectives(
-            comm.py2f(), config.bucket_bytes, config.algorithm,
-            _algorithm_rules(comm, config, comm.size), config.compress_dtype,
-            config.segment_bytes)
+            comm.py2f(),
+            config.bucket_bytes,
+            config.algorithm,
+            _algorithm_rules(comm, config, comm.size),
+            config.compress_dtype,
+            config.segment_bytes,
+        )
         if groups is not None:
             self._span_groups(config, groups, hierarchy)
         self._overlap = config.overlap
@@ -142,18 +150,23 @@ class TensorCollectives:
         shared_link = ""
         if config.throttle_mbps and len(set(group_of_rank)) > 1:
             # the emulated link is the group's, shared by its ranks as a host's card is
-            shared_link = (f"/mxkv-link-{self._comm.bcast(secrets.token_hex(6))}-"
-                           f"{groups.group_index}")
-        self._impl.span_groups(group_of_rank, config.throttle_mbps,
-                               config.throttle_latency_ms / 1000, shared_link)
+            shared_link = (
+                f"/mxkv-link-{self._comm.bcast(secrets.token_hex(6))}-{groups.group_index}"
+            )
+        self._impl.span_groups(
+            group_of_rank, config.throttle_mbps, config.throttle_latency_ms / 1000, shared_link
+        )
         if shared_link:
             self._comm.Barrier()  # every rank has it open: its name can go
             extension().TensorCollectives.unlink_shared_link(shared_link)
         if use_hierarchy(hierarchy, group_of_rank):
             # the ranks holding the same slice: this rank's index in every group
             cross = self._comm.Split(color=groups.group_comm.Get_rank(), key=groups.group_index)
-            self._impl.set_hierarchy(groups.group_comm.py2f(), cross.py2f(),
-                                     _algorithm_rules(self._comm, config, cross.size))
+            self._impl.set_hierarchy(
+                groups.group_comm.py2f(),
+                cross.py2f(),
+                _algorithm_rules(self._comm, config, cross.size),
+            )
             cross.Free()  # the C++ keeps duplicates of both
 
     def allreduce_vector(self, array: np.ndarray, algorithm: str, scale: float = 1.0) -> None:
@@ -166,8 +179,14 @@ class TensorCollectives:
         """The algorithm a bucket of `nbytes` of `dtype` takes (auto resolved)."""
         return self._impl.algorithm_for(DTYPE_CODES[dtype], nbytes)
 
-    def allreduce(self, op: str, keys: Sequence[Key], inputs: Sequence[Arrays],
-                  outputs: Sequence[Arrays], average: bool) -> None:
+    def allreduce(
+        self,
+        op: str,
+        keys: Sequence[Key],
+        inputs: Sequence[Arrays],
+        outputs: Sequence[Arrays],
+        average: bool,
+    ) -> None:
         """outputs[k] = (average of, or sum over ranks of) sum(inputs[k]), for every key k.
         With MXKV_OVERLAP=1 it returns once the buckets are queued behind MXNet's engine:
         MXNet operations that read the outputs wait for them, as after any MXNet op.
@@ -176,8 +195,14 @@ class TensorCollectives:
         sparse = {i for i, copies in enumerate(inputs) if row_sparse.is_row_sparse(copies[0])}
         if sparse:
             chosen = sorted(sparse)
-            row_sparse.sum_into(self, op, [keys[i] for i in chosen], [inputs[i] for i in chosen],
-                                [outputs[i] for i in chosen], average)
+            row_sparse.sum_into(
+                self,
+                op,
+                [keys[i] for i in chosen],
+                [inputs[i] for i in chosen],
+                [outputs[i] for i in chosen],
+                average,
+            )
             keys, inputs, outputs = row_sparse.dense_entries(sparse, keys, inputs, outputs)
             if not keys:
                 return
@@ -187,38 +212,67 @@ class TensorCollectives:
         self._run(op, keys, host_outputs, lambda: run(spec, _key_signature(keys), average))
         copy_back()
 
-    def broadcast(self, op: str, keys: Sequence[Key], inputs: Sequence[Arrays],
-                  outputs: Sequence[Arrays], root: int = 0) -> None:
+    def broadcast(
+        self,
+        op: str,
+        keys: Sequence[Key],
+        inputs: Sequence[Arrays],
+        outputs: Sequence[Arrays],
+        root: int = 0,
+    ) -> None:
         """outputs[k] = root's inputs[k][0] on every rank."""
         host_inputs, host_outputs, copy_back = self._staging.stage(
-            keys, inputs, outputs, read_inputs=self._comm.rank == root)
+            keys, inputs, outputs, read_inputs=self._comm.rank == root
+        )
         spec = [(_handles(i), _handles(o)) for i, o in zip(host_inputs, host_outputs)]
-        self._run(op, keys, host_outputs,
-                  lambda: self._impl.broadcast(spec, _key_signature(keys), root))
+        self._run(
+            op, keys, host_outputs, lambda: self._impl.broadcast(spec, _key_signature(keys), root)
+        )
         copy_back()
 
-    def sum_sparse_rows(self, op: str, key: Key, array: mx.nd.NDArray, ids: np.ndarray,
-                        rows: np.ndarray, average: bool) -> Tuple[np.ndarray, np.ndarray, str]:
+    def sum_sparse_rows(
+        self,
+        op: str,
+        key: Key,
+        array: mx.nd.NDArray,
+        ids: np.ndarray,
+        rows: np.ndarray,
+        average: bool,
+    ) -> Tuple[np.ndarray, np.ndarray, str]:
         """The sum (average) over ranks of row_sparse values of `key` (`array`: this rank's,
         whose shape and dtype every rank must share; `ids`: its sorted row ids, int64;
         `rows`: those rows, C-contiguous): (the union of the ids, their summed rows, the
         path the rows took: 'allgather' or 'union allreduce'; csrc/sparse_rows.h)."""
         row_shape = tuple(array.shape[1:])
-        signature = _key_signature([("row_sparse", key, tuple(array.shape),
-                                     np.dtype(array.dtype).name)])
-        with stall.waiting(f"{op} of row_sparse key {key!r}"), \
-                timeline.span(op, "collective", keys=1):
-            result = self._impl.sparse_row_sum(ids, rows, int(np.prod(row_shape)),
-                                               _CODE_OF_NUMPY_CHAR[rows.dtype.char], signature,
-                                               average)
+        signature = _key_signature(
+            [("row_sparse", key, tuple(array.shape), np.dtype(array.dtype).name)]
+        )
+        with stall.waiting(f"{op} of row_sparse key {key!r}"), timeline.span(
+            op, "collective", keys=1
+        ):
+            result = self._impl.sparse_row_sum(
+                ids,
+                rows,
+                int(np.prod(row_shape)),
+                _CODE_OF_NUMPY_CHAR[rows.dtype.char],
+                signature,
+                average,
+            )
         if result is None:
             self._raise_mismatch(op, [key], [[array]])
         union, summed, path = result
         return union, summed.view(rows.dtype).reshape((len(union),) + row_shape), path
 
-    def allreduce_quantised(self, op: str, keys: Sequence[Key], inputs: Sequence[Arrays],
-                            outputs: Sequence[Arrays], average: bool, kind: int,
-                            threshold: float) -> None:
+    def allreduce_quantised(
+        self,
+        op: str,
+        keys: Sequence[Key],
+        inputs: Sequence[Arrays],
+        outputs: Sequence[Arrays],
+        average: bool,
+        kind: int,
+        threshold: float,
+    ) -> None:
         """allreduce() of float32 arrays, quantised (csrc/quantiser.h; kind 0: MXNet's 2-bit
         with `threshold`, 1: 1-bit SGD's): each rank's sum over its devices (or, when
         hierarchical, each group's sum) quantised with the residual kept per key (error
@@ -226,8 +280,14 @@ class TensorCollectives:
         host_inputs, host_outputs, copy_back = self._staging.stage(keys, inputs, outputs)
         spec = [(_handles(i), _handles(o)) for i, o in zip(host_inputs, host_outputs)]
         residual_keys = [_key_signature([k]) for k in keys]
-        self._run(op, keys, host_outputs, lambda: self._impl.allreduce_quantised(
-            spec, _key_signature(keys), residual_keys, kind, threshold, average))
+        self._run(
+            op,
+            keys,
+            host_outputs,
+            lambda: self._impl.allreduce_quantised(
+                spec, _key_signature(keys), residual_keys, kind, threshold, average
+            ),
+        )
         copy_back()
 
     def quantiser_residual(self, key: Key) -> np.ndarray:
@@ -245,8 +305,9 @@ class TensorCollectives:
 
     def _run(self, op, keys, outputs, call) -> None:
         try:
-            with stall.waiting(f"{op} of {len(keys)} key(s)"), \
-                    timeline.span(op, "collective", keys=len(keys)):
+            with stall.waiting(f"{op} of {len(keys)} key(s)"), timeline.span(
+                op, "collective", keys=len(keys)
+            ):
                 agreed = call()
         except ValueError as err:
             if len(err.args) == 2 and isinstance(err.args[1], int):
@@ -264,16 +325,20 @@ class TensorCollectives:
         detail = _first_difference(everyone)
         raise MismatchError(
             f"{op}: ranks disagree on the arrays of this call: {detail}. Every rank must pass "
-            "the same keys, in the same order, with the same shapes and dtypes.")
+            "the same keys, in the same order, with the same shapes and dtypes."
+        )
 
 
 def _first_difference(per_rank: List[list]) -> str:
     lengths = [len(entries) for entries in per_rank]
     for position in range(max(lengths)):
-        seen = {r: (entries[position] if position < len(entries) else None)
-                for r, entries in enumerate(per_rank)}
+        seen = {
+            r: (entries[position] if position < len(entries) else None)
+            for r, entries in enumerate(per_rank)
+        }
         if len(set(seen.values())) > 1:
             return "; ".join(
                 f"rank {r} has " + ("nothing" if e is None else f"key {e[0]!r} {e[1]} {e[2]}")
-                for r, e in seen.items())
+                for r, e in seen.items()
+            )
     return f"the ranks passed {lengths} keys"  # pragma: no cover - signatures differed

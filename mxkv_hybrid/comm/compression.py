@@ -6,6 +6,7 @@ NDArrays in place), the same bits on every rank. '2bit' is MXNet's compression, 
 result is the sum dist_sync's servers compute; '1bit' (this package's, 1-bit SGD's
 quantiser) sends a sign a value and, per 256 values, the mean of each sign's values.
 Other dtypes and row_sparse values go through uncompressed."""
+
 from typing import Sequence
 
 import numpy as np
@@ -26,17 +27,35 @@ class QuantisedReducer:
         """This rank's residual of `key` (what quantisation has not sent yet), flat."""
         return self._collectives.quantiser_residual(key)
 
-    def allreduce(self, op: str, keys: Sequence[Key], inputs: Sequence[Arrays],
-                  outputs: Sequence[Arrays], average: bool) -> None:
-        compressed = [i for i, copies in enumerate(inputs)
-                      if copies[0].dtype == np.float32 and not row_sparse.is_row_sparse(copies[0])]
+    def allreduce(
+        self,
+        op: str,
+        keys: Sequence[Key],
+        inputs: Sequence[Arrays],
+        outputs: Sequence[Arrays],
+        average: bool,
+    ) -> None:
+        compressed = [
+            i
+            for i, copies in enumerate(inputs)
+            if copies[0].dtype == np.float32 and not row_sparse.is_row_sparse(copies[0])
+        ]
         others = [i for i in range(len(keys)) if i not in set(compressed)]
         if others:
-            self._collectives.allreduce(op, [keys[i] for i in others], [inputs[i] for i in others],
-                                        [outputs[i] for i in others], average)
+            self._collectives.allreduce(
+                op,
+                [keys[i] for i in others],
+                [inputs[i] for i in others],
+                [outputs[i] for i in others],
+                average,
+            )
         if compressed:
-            self._collectives.allreduce_quantised(op, [keys[i] for i in compressed],
-                                                  [inputs[i] for i in compressed],
-                                                  [outputs[i] for i in compressed], average,
-                                                  KINDS[self.compression.type],
-                                                  self.compression.threshold)
+            self._collectives.allreduce_quantised(
+                op,
+                [keys[i] for i in compressed],
+                [inputs[i] for i in compressed],
+                [outputs[i] for i in compressed],
+                average,
+                KINDS[self.compression.type],
+                self.compression.threshold,
+            )

@@ -1,6 +1,7 @@
 """What set_gradient_compression takes, checked (Compression), in a module of its own that
 imports nothing of MXNet: the parameter servers unpickle it (mode async's codes) inside
 MXNet's own import, where most of MXNet is not there yet."""
+
 from dataclasses import dataclass
 
 from ..errors import MXKVError
@@ -20,14 +21,18 @@ class Compression:
 def parse_compression(params: dict) -> Compression:
     """MXNet's compression_params -> Compression; a clear error for anything else."""
     if not isinstance(params, dict) or "type" not in params:
-        raise MXKVError("set_gradient_compression takes a dict with a 'type', e.g. "
-                        "{'type': '2bit', 'threshold': 0.5}")
+        raise MXKVError(
+            "set_gradient_compression takes a dict with a 'type', e.g. "
+            "{'type': '2bit', 'threshold': 0.5}"
+        )
     kind = params["type"]
     allowed = {"type", "threshold"} if kind == "2bit" else {"type"}
     if kind not in KINDS or set(params) - allowed:
-        raise MXKVError(f"set_gradient_compression: {params!r}: the hybrid kvstore takes "
-                        "MXNet's {'type': '2bit', 'threshold': t} (t > 0, default 0.5) or "
-                        "{'type': '1bit'} (a sign a value, and each sign's mean per 256 values)")
+        raise MXKVError(
+            f"set_gradient_compression: {params!r}: the hybrid kvstore takes "
+            "MXNet's {'type': '2bit', 'threshold': t} (t > 0, default 0.5) or "
+            "{'type': '1bit'} (a sign a value, and each sign's mean per 256 values)"
+        )
     threshold = float(params.get("threshold", DEFAULT_THRESHOLD))
     if not threshold > 0:
         raise MXKVError(f"set_gradient_compression: threshold {threshold} must be above 0")

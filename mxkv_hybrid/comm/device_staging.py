@@ -7,6 +7,7 @@ device array into a pinned buffer kept for its key and device. The C++ collectiv
 sums a process's per-device buffers into its fused bucket and reduces across ranks,
 exactly as it does for `cpu` arrays, into one pinned result buffer; engine copies take
 the result back to every output device. Arrays already on `cpu` are used in place."""
+
 import ctypes
 from typing import Callable, Dict, List, Sequence, Tuple
 
@@ -23,8 +24,9 @@ def on_host(array: mx.nd.NDArray) -> bool:
     MXNet's C API for the device type only: `array.context` builds a Context object, which
     cost 0.4 ms per step for ResNet-50's 193 gradients and their outputs."""
     device_type, device_id = ctypes.c_int(), ctypes.c_int()
-    check_call(_LIB.MXNDArrayGetContext(array.handle, ctypes.byref(device_type),
-                                        ctypes.byref(device_id)))
+    check_call(
+        _LIB.MXNDArrayGetContext(array.handle, ctypes.byref(device_type), ctypes.byref(device_id))
+    )
     return device_type.value == _CPU
 
 
@@ -39,8 +41,13 @@ class DeviceStaging:
         self._buffers: Dict[tuple, mx.nd.NDArray] = {}
         self.staged_bytes = 0  # copied between devices and pinned buffers, both ways
 
-    def stage(self, keys: Sequence, inputs: Sequence[Arrays], outputs: Sequence[Arrays],
-              read_inputs: bool = True) -> Tuple[List[Arrays], List[Arrays], Callable[[], None]]:
+    def stage(
+        self,
+        keys: Sequence,
+        inputs: Sequence[Arrays],
+        outputs: Sequence[Arrays],
+        read_inputs: bool = True,
+    ) -> Tuple[List[Arrays], List[Arrays], Callable[[], None]]:
         """(inputs, outputs) with every non-cpu array replaced by a pinned buffer (inputs
         copied into theirs now, unless `read_inputs` is False: a broadcast's non-root), and
         what copies the results back to the output devices once the collective ran."""
@@ -50,8 +57,10 @@ class DeviceStaging:
         host_outputs: List[Arrays] = []
         copies_back = []
         for key, ins, outs in zip(keys, inputs, outputs):
-            staged_ins = [self._copy_in(key, i, a) if read_inputs and not on_host(a) else a
-                          for i, a in enumerate(ins)]
+            staged_ins = [
+                self._copy_in(key, i, a) if read_inputs and not on_host(a) else a
+                for i, a in enumerate(ins)
+            ]
             host_inputs.append(staged_ins)
             if all(on_host(o) for o in outs):
                 host_outputs.append(outs)
@@ -79,8 +88,9 @@ class DeviceStaging:
         ident = (slot, like.shape, like.dtype, like.context.device_id)
         buffer = self._buffers.get(ident)
         if buffer is None:
-            buffer = mx.nd.empty(like.shape, ctx=mx.cpu_pinned(like.context.device_id),
-                                 dtype=like.dtype)
+            buffer = mx.nd.empty(
+                like.shape, ctx=mx.cpu_pinned(like.context.device_id), dtype=like.dtype
+            )
             self._buffers[ident] = buffer
         return buffer
 

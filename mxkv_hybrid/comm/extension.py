@@ -1,15 +1,23 @@
 """The C++ extension _C, loaded once: libmpi first (_C links against it; mpi4py loads it),
 then MXNet's C API handed to it. Imports no more of MXNet than its C library, so that a
 parameter server can load it inside MXNet's own import (mode async's codes)."""
+
 import ctypes
 import sys
 from functools import lru_cache
 
 from mxnet import base
 
-_MXNET_FUNCTIONS = ("MXNDArrayGetData", "MXNDArrayGetShapeEx", "MXNDArrayGetDType",
-                    "MXNDArrayGetContext", "MXNDArrayGetStorageType", "MXNDArrayWaitAll",
-                    "MXGetLastError", "MXEnginePushAsyncND")
+_MXNET_FUNCTIONS = (
+    "MXNDArrayGetData",
+    "MXNDArrayGetShapeEx",
+    "MXNDArrayGetDType",
+    "MXNDArrayGetContext",
+    "MXNDArrayGetStorageType",
+    "MXNDArrayWaitAll",
+    "MXGetLastError",
+    "MXEnginePushAsyncND",
+)
 
 
 @lru_cache(maxsize=None)
@@ -19,8 +27,12 @@ def extension():
 
     from . import _C
 
-    _C.bind_mxnet_api({name: ctypes.cast(getattr(base._LIB, name), ctypes.c_void_p).value
-                       for name in _MXNET_FUNCTIONS})
+    _C.bind_mxnet_api(
+        {
+            name: ctypes.cast(getattr(base._LIB, name), ctypes.c_void_p).value
+            for name in _MXNET_FUNCTIONS
+        }
+    )
     return _C
 
 
@@ -30,5 +42,6 @@ def extension_without_mpi():
     before, as on an MPI rank)."""
     if "mpi4py.MPI" not in sys.modules:
         import mpi4py
+
         mpi4py.rc.initialize = mpi4py.rc.finalize = False
     return extension()

@@ -1,5 +1,6 @@
 """MXKV_HIERARCHY: whether mode allreduce runs hierarchically (the C++ stages are in
 csrc/allreduce_hierarchical.h)."""
+
 from collections import Counter
 from typing import List
 
@@ -16,6 +17,6 @@ def use_hierarchy(setting: str, group_of_rank: List[int]) -> bool:
             f"MXKV_HIERARCHY=on needs groups of equal size, but the {len(group_of_rank)} ranks "
             f"form groups of {', '.join(str(sizes[g]) for g in sorted(sizes))} ranks: set "
             "MXKV_GROUP_SIZE to a divisor of the rank count, or MXKV_HIERARCHY=auto (flat "
-            "allreduce for unequal groups)")
+            "allreduce for unequal groups)"
+        )
     return setting == "on" or (setting == "auto" and len(sizes) > 1 and equal)
-

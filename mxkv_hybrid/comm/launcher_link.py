@@ -25,6 +25,7 @@ holds the others there for ever, before any stall monitor runs. The launcher say
 groups it gave up (lost, no restart left: `groups_given_up`), so that the others' finish
 line goes on without them at once.
 """
+
 import hmac
 import json
 import logging
@@ -98,8 +99,10 @@ class RankSeen:
     def describe_silence(self, now: float) -> str:
         if self.left:
             return f"rank {self.rank} on {self.host} ({self.address}): its link closed (it ended)"
-        return (f"rank {self.rank} on {self.host} ({self.address}): the launcher last heard "
-                f"from it {self.silent_for(now):.0f} s ago (its host cut off or dead)")
+        return (
+            f"rank {self.rank} on {self.host} ({self.address}): the launcher last heard "
+            f"from it {self.silent_for(now):.0f} s ago (its host cut off or dead)"
+        )
 
 
 class LinkServer:
@@ -122,8 +125,7 @@ class LinkServer:
         self._refused_hosts: set = set()  # hosts whose stray connection was named
         self._given_up: set = set()  # groups lost for good (no restart left)
         self._wake, self._waker = socket.socketpair()  # close() ends the wait at once
-        self._thread = threading.Thread(target=self._serve, name="mxkv-launcher-link",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._serve, name="mxkv-launcher-link", daemon=True)
         self._thread.start()
 
     def ranks(self) -> Dict[int, RankSeen]:
@@ -173,14 +175,18 @@ class LinkServer:
                 self._exits.pop(rank, None)
                 self._mpi_starts.pop(rank, None)
                 self._mpi_started.discard(rank)
-            self._to_close.update(connection for connection, state
-                                  in list(self._connections.items()) if state["rank"] in ranks)
+            self._to_close.update(
+                connection
+                for connection, state in list(self._connections.items())
+                if state["rank"] in ranks
+            )
 
     def _serve(self) -> None:
         last_beat = 0.0
         while not self._closed:
-            ready, _, _ = select.select([self._listener, self._wake, *self._connections], [],
-                                        [], BEAT_SECONDS / 2)
+            ready, _, _ = select.select(
+                [self._listener, self._wake, *self._connections], [], [], BEAT_SECONDS / 2
+            )
             now = time.monotonic()
             for source in ready:
                 if source is self._wake:
@@ -197,8 +203,9 @@ class LinkServer:
             with self._lock:
                 to_close, self._to_close = self._to_close, set()
             for connection, state in list(self._connections.items()):
-                if connection in to_close or (state["rank"] is None
-                                              and now - state["since"] > HELLO_SECONDS):
+                if connection in to_close or (
+                    state["rank"] is None and now - state["since"] > HELLO_SECONDS
+                ):
                     self._drop(connection)
             if now - last_beat >= BEAT_SECONDS:
                 last_beat = now
@@ -247,8 +254,9 @@ class LinkServer:
                     return
                 rank = state["rank"] = int(message["rank"])
                 with self._lock:
-                    self._ranks[rank] = RankSeen(rank, str(message["host"]),
-                                                 str(message["address"]), now)
+                    self._ranks[rank] = RankSeen(
+                        rank, str(message["host"]), str(message["address"]), now
+                    )
                 continue
             with self._lock:
                 seen = self._ranks.get(state["rank"])
@@ -272,13 +280,19 @@ class LinkServer:
     def _answer(self, connection: socket.socket, now: float) -> None:
         """Tells a rank what the launcher knows of every rank (ask_launcher), and closes."""
         with self._lock:
-            ranks = {rank: {"host": seen.host, "address": seen.address, "left": seen.left,
-                            "silent": seen.silent_for(now)} for rank, seen in self._ranks.items()}
+            ranks = {
+                rank: {
+                    "host": seen.host,
+                    "address": seen.address,
+                    "left": seen.left,
+                    "silent": seen.silent_for(now),
+                }
+                for rank, seen in self._ranks.items()
+            }
             given_up = sorted(self._given_up)
         connection.setblocking(True)
         try:
-            connection.sendall(json.dumps({"ranks": ranks, "given_up": given_up}).encode()
-                               + b"\n")
+            connection.sendall(json.dumps({"ranks": ranks, "given_up": given_up}).encode() + b"\n")
         except OSError:
             pass
         self._connections.pop(connection, None)
@@ -293,8 +307,10 @@ class LinkServer:
             host = "an unknown peer"
         if host not in self._refused_hosts:
             self._refused_hosts.add(host)
-            log.warning(f"mxkv-launch: refused a connection to the launcher's link from {host}: "
-                        f"{why} (its host's next ones are closed without a word)")
+            log.warning(
+                f"mxkv-launch: refused a connection to the launcher's link from {host}: "
+                f"{why} (its host's next ones are closed without a word)"
+            )
         self._drop(connection)
 
     def _drop(self, connection: socket.socket) -> None:
@@ -329,9 +345,11 @@ class LinkKeeper:
         self._rank_ended = os.pidfd_open(rank_pid)
 
     def _end_rank(self, why: str) -> None:
-        sys.stderr.write(f"mxkv_hybrid: rank {self._rank} on {socket.gethostname()}: {why} "
-                         f"(MXKV_LOST_SECONDS={self._lost_seconds:g}): the launcher is gone or "
-                         "this host is cut off from it; ending this rank\n")
+        sys.stderr.write(
+            f"mxkv_hybrid: rank {self._rank} on {socket.gethostname()}: {why} "
+            f"(MXKV_LOST_SECONDS={self._lost_seconds:g}): the launcher is gone or "
+            "this host is cut off from it; ending this rank\n"
+        )
         sys.stderr.flush()
         for sig in (signal.SIGTERM, signal.SIGKILL):
             try:
@@ -355,11 +373,17 @@ class LinkKeeper:
                 break
             except OSError as err:
                 if time.monotonic() - started > self._lost_seconds:
-                    self._end_rank(f"could not reach the launcher at {self._where[0]}:"
-                                   f"{self._where[1]} for {self._lost_seconds:g} s ({err})")
+                    self._end_rank(
+                        f"could not reach the launcher at {self._where[0]}:"
+                        f"{self._where[1]} for {self._lost_seconds:g} s ({err})"
+                    )
                 self._wait(BEAT_SECONDS)
-        hello = {"token": self._token, "rank": self._rank, "host": socket.gethostname(),
-                 "address": connection.getsockname()[0]}
+        hello = {
+            "token": self._token,
+            "rank": self._rank,
+            "host": socket.gethostname(),
+            "address": connection.getsockname()[0],
+        }
         connection.sendall(json.dumps(hello).encode() + b"\n")
         connection.setblocking(False)
         return connection
@@ -387,8 +411,10 @@ class LinkKeeper:
                     self._end_rank("the launcher closed its link")
                 heard = time.monotonic()
             if time.monotonic() - heard > self._lost_seconds:
-                self._end_rank(f"no word from the launcher at {self._where[0]}:"
-                               f"{self._where[1]} for {time.monotonic() - heard:.0f} s")
+                self._end_rank(
+                    f"no word from the launcher at {self._where[0]}:"
+                    f"{self._where[1]} for {time.monotonic() - heard:.0f} s"
+                )
 
 
 def _ask(address: str, what: str, timeout: float) -> Optional[dict]:
@@ -411,9 +437,16 @@ def ask_launcher(address: str, timeout: float = 2 * BEAT_SECONDS) -> Optional[Di
     if ranks is None:
         return None
     now = time.monotonic()
-    return {int(rank): RankSeen(int(rank), seen["host"], seen["address"],
-                                now - float(seen["silent"]), bool(seen["left"]))
-            for rank, seen in ranks.items()}
+    return {
+        int(rank): RankSeen(
+            int(rank),
+            seen["host"],
+            seen["address"],
+            now - float(seen["silent"]),
+            bool(seen["left"]),
+        )
+        for rank, seen in ranks.items()
+    }
 
 
 def groups_given_up(address: str, timeout: float = 2 * BEAT_SECONDS) -> List[int]:
@@ -494,9 +527,17 @@ def start_for_this_rank(environ=os.environ) -> None:
         return
     from ..config import read_knob  # not at the top: the keeper runs this file as a script
 
-    subprocess.Popen([sys.executable, __file__, address, str(rank),
-                      str(read_knob("MXKV_LOST_SECONDS", environ)), str(os.getpid())],
-                     stdin=subprocess.DEVNULL)
+    subprocess.Popen(
+        [
+            sys.executable,
+            __file__,
+            address,
+            str(rank),
+            str(read_knob("MXKV_LOST_SECONDS", environ)),
+            str(os.getpid()),
+        ],
+        stdin=subprocess.DEVNULL,
+    )
 
 
 if __name__ == "__main__":

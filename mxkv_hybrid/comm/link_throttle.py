@@ -10,6 +10,7 @@ csrc/shared_link_clock.h), every exchange step of an allreduce algorithm with a 
 another group (mode allreduce, flat or hierarchical; lasgd's model average), so each
 algorithm is charged for its own traffic. A transfer that overlaps computation (lasgd's
 average in flight) is only waited for when its result is needed."""
+
 import time
 from dataclasses import dataclass
 from typing import Optional

@@ -1,4 +1,5 @@
 """The ranks that take their steps together, and a private communicator among them."""
+
 from functools import lru_cache
 from typing import Any, Callable, Optional
 

@@ -1,6 +1,7 @@
 """Settings of MPI's transport that this product chooses before MPI starts (UCX reads its
 environment once, in MPI_Init): by the launcher for the ranks it starts, and by a rank
 that starts MPI itself; a value the user set is kept."""
+
 import os
 from typing import MutableMapping
 

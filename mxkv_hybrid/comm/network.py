@@ -5,6 +5,7 @@ towards it; no packet is sent), and the address a ps-lite node announces (DMLC_N
 Standard library only: the package's `__init__` calls `announce_own_address` before MXNet is
 imported, because a parameter-server process becomes its node at that import.
 """
+
 import fcntl
 import ipaddress
 import os
@@ -24,8 +25,9 @@ def resolve(name: str) -> str:
     try:
         return socket.gethostbyname(name)
     except OSError as err:
-        raise NetworkSetupError(f"host {name} does not resolve on {socket.gethostname()} "
-                                f"({err})") from None
+        raise NetworkSetupError(
+            f"host {name} does not resolve on {socket.gethostname()} ({err})"
+        ) from None
 
 
 def is_loopback(address: str) -> bool:
@@ -56,8 +58,9 @@ def route_source(destination: str) -> str:
         try:
             probe.connect((address, 9))
         except OSError as err:
-            raise NetworkSetupError(f"no route from {socket.gethostname()} towards "
-                                    f"{destination} ({address}): {err}") from None
+            raise NetworkSetupError(
+                f"no route from {socket.gethostname()} towards {destination} ({address}): {err}"
+            ) from None
         return probe.getsockname()[0]
 
 
@@ -90,11 +93,14 @@ def scheduler_address(remote_hosts: List[str]) -> str:
     """The one address of this machine that every host in `remote_hosts` is routed to."""
     sources = {host: route_source(host) for host in remote_hosts}
     if len(set(sources.values())) > 1:
-        routes = ", ".join(f"towards {host} from {describe_address(source)}"
-                           for host, source in sources.items())
-        raise NetworkSetupError(f"the hosts are reached from different addresses of this "
-                                f"machine ({routes}): choose the one every host reaches with "
-                                "--ps-host ADDRESS (and --ps-interface NAME)")
+        routes = ", ".join(
+            f"towards {host} from {describe_address(source)}" for host, source in sources.items()
+        )
+        raise NetworkSetupError(
+            f"the hosts are reached from different addresses of this "
+            f"machine ({routes}): choose the one every host reaches with "
+            "--ps-host ADDRESS (and --ps-interface NAME)"
+        )
     return next(iter(sources.values()))
 
 
@@ -105,8 +111,12 @@ def announce_own_address(environ: MutableMapping[str, str] = os.environ) -> None
     DMLC_NODE_HOST or DMLC_INTERFACE the user set alone; does nothing without a scheduler,
     or when no route leads to it (the connection's own wait reports that)."""
     root = environ.get("DMLC_PS_ROOT_URI")
-    if (not root or environ.get("DMLC_ROLE") == "scheduler" or environ.get("DMLC_NODE_HOST")
-            or environ.get("DMLC_INTERFACE")):
+    if (
+        not root
+        or environ.get("DMLC_ROLE") == "scheduler"
+        or environ.get("DMLC_NODE_HOST")
+        or environ.get("DMLC_INTERFACE")
+    ):
         return
     try:
         environ["DMLC_NODE_HOST"] = route_source(root)

@@ -2,6 +2,7 @@
 one batch's pulls (or reads) cross while the next batch's pushes (or adds) do. ps-lite
 sends a request down the one connection to a server that carries the pushes, behind all
 of them, so without batches nothing comes back until everything went out."""
+
 from typing import List, Sequence
 
 import numpy as np

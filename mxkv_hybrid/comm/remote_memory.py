@@ -10,6 +10,7 @@ it. Over TCP between hosts MPICH moves one-sided operations forward only while t
 is inside MPI: `holder_progress` starts a thread that enters MPI every few hundred
 microseconds (MPICH's own progress thread, MPIR_CVAR_ASYNC_PROGRESS=1, spins a core); on
 one host (shared memory) and on RDMA fabrics the holder does nothing."""
+
 import warnings
 from typing import Any, Callable, List, Sequence, Tuple
 
@@ -34,16 +35,22 @@ def holder_progress(comm, period_us: int) -> Any:
 
     hosts = set(comm.allgather(MPI.Get_processor_name()))
     if len(hosts) > 1 and mpi_settings.eager_limit_missing():
-        warnings.warn(f"remote memory across hosts: MPI started before mxkv_hybrid could set "
-                      f"UCX_RNDV_THRESH (mpi4py imported first?), so large reads and adds "
-                      f"wait for a rendezvous: set UCX_RNDV_THRESH={mpi_settings.EAGER_LIMIT} "
-                      "for every rank", stacklevel=1)
+        warnings.warn(
+            f"remote memory across hosts: MPI started before mxkv_hybrid could set "
+            f"UCX_RNDV_THRESH (mpi4py imported first?), so large reads and adds "
+            f"wait for a rendezvous: set UCX_RNDV_THRESH={mpi_settings.EAGER_LIMIT} "
+            "for every rank",
+            stacklevel=1,
+        )
     if period_us <= 0 or len(hosts) < 2:
         return None
     if MPI.Query_thread() < MPI.THREAD_MULTIPLE:
-        warnings.warn("remote memory across hosts: MPI was initialised without "
-                      "MPI_THREAD_MULTIPLE, so no progress thread; reads and adds of this "
-                      "rank's windows wait until it enters MPI", stacklevel=1)
+        warnings.warn(
+            "remote memory across hosts: MPI was initialised without "
+            "MPI_THREAD_MULTIPLE, so no progress thread; reads and adds of this "
+            "rank's windows wait until it enters MPI",
+            stacklevel=1,
+        )
         return None
     return extension().HolderProgress(comm.py2f(), float(period_us))
 
@@ -60,11 +67,14 @@ class RemoteArray:
 
     def __init__(self, comm, total: int, dtype: str, holders: Sequence[int]):
         if dtype not in ("float32", "float64"):
-            raise MXKVError(f"remote memory holds float32 or float64 arrays, not {dtype} (MPI "
-                            "has no accumulate for 16-bit floats): keep the weights in float32")
+            raise MXKVError(
+                f"remote memory holds float32 or float64 arrays, not {dtype} (MPI "
+                "has no accumulate for 16-bit floats): keep the weights in float32"
+            )
         self.dtype = dtype
-        self._impl = extension().RemoteArray(comm.py2f(), int(total), DTYPE_CODES[dtype],
-                                              list(holders))
+        self._impl = extension().RemoteArray(
+            comm.py2f(), int(total), DTYPE_CODES[dtype], list(holders)
+        )
 
     @property
     def total(self) -> int:

@@ -16,6 +16,7 @@ long enough for UCX to fail the connection, so the others are named from the lau
 view instead. A rank that dies outright (killed, out of memory,
 an uncaught exception) is stopped by mpiexec at once, without this.
 """
+
 import atexit
 import sys
 import threading
@@ -49,25 +50,40 @@ class Whereabouts:
 
     def describe(self, stalled_wait: int) -> str:
         if self.outside is not None:
-            return (f"rank {self.rank} on {self.host}: {self.outside} for {self.seconds:.0f} s "
-                    f"(after wait #{self.waits}; MXKV_PS_TIMEOUT bounds it)")
+            return (
+                f"rank {self.rank} on {self.host}: {self.outside} for {self.seconds:.0f} s "
+                f"(after wait #{self.waits}; MXKV_PS_TIMEOUT bounds it)"
+            )
         if self.finished:
-            return (f"rank {self.rank} on {self.host}: its script ended after {self.waits} waits "
-                    "(the ranks ran different numbers of steps? see "
-                    "docs/guides/batches-and-gradients.md)")
+            return (
+                f"rank {self.rank} on {self.host}: its script ended after {self.waits} waits "
+                "(the ranks ran different numbers of steps? see "
+                "docs/guides/batches-and-gradients.md)"
+            )
         if self.waiting_in is not None:
-            return (f"rank {self.rank} on {self.host}: waiting in #{self.waits} "
-                    f"({self.waiting_in}) for {self.seconds:.0f} s")
+            return (
+                f"rank {self.rank} on {self.host}: waiting in #{self.waits} "
+                f"({self.waiting_in}) for {self.seconds:.0f} s"
+            )
         behind = " (it has not reached the stalled wait)" if self.waits < stalled_wait else ""
-        return (f"rank {self.rank} on {self.host}: working (not in a collective) for "
-                f"{self.seconds:.0f} s after wait #{self.waits}{behind}: hung, or busy alone")
+        return (
+            f"rank {self.rank} on {self.host}: working (not in a collective) for "
+            f"{self.seconds:.0f} s after wait #{self.waits}{behind}: hung, or busy alone"
+        )
 
 
 class StallMonitor:
     """The waits of this rank, and the thread that watches them (one per process)."""
 
-    def __init__(self, comm: Any, host: str, timeout: float, on_stall: Callable[[], None],
-                 first_rank: int = 0, launcher_link: str = ""):
+    def __init__(
+        self,
+        comm: Any,
+        host: str,
+        timeout: float,
+        on_stall: Callable[[], None],
+        first_rank: int = 0,
+        launcher_link: str = "",
+    ):
         self._comm = comm  # a private duplicate: only monitors talk on it
         self._first_rank = first_rank  # the number of comm's rank 0 in the whole job
         self._launcher_link = launcher_link  # MXKV_LAUNCHER_LINK, "" without mxkv-launch
@@ -125,8 +141,15 @@ class StallMonitor:
             busy = max((method() for method in methods if method), default=0.0)
             if busy > 0:
                 waiting_in, seconds = BACKGROUND_WAIT, busy
-        return Whereabouts(self._first_rank + self._comm.Get_rank(), self._host, waits,
-                           waiting_in, seconds, finished, outside)
+        return Whereabouts(
+            self._first_rank + self._comm.Get_rank(),
+            self._host,
+            waits,
+            waiting_in,
+            seconds,
+            finished,
+            outside,
+        )
 
     def _mark_finished(self) -> None:
         """At exit (before MPI_Finalize, which would block with the GIL held): wait for the
@@ -151,9 +174,12 @@ class StallMonitor:
     def _stalled(self) -> bool:
         """Waiting too long, and no other stalled rank is already reporting."""
         here = self.whereabouts()
-        return (self._timeout > 0 and here.waiting_in is not None
-                and here.seconds > self._timeout
-                and time.monotonic() - self._last_asked > DEFER_SECONDS)
+        return (
+            self._timeout > 0
+            and here.waiting_in is not None
+            and here.seconds > self._timeout
+            and time.monotonic() - self._last_asked > DEFER_SECONDS
+        )
 
     def _watch(self) -> None:
         while True:
@@ -171,8 +197,11 @@ class StallMonitor:
             return others, {}
         seen = ask_launcher(self._launcher_link)
         if seen is None:
-            return [], {r: f"rank {self._first_rank + r}: not asked: the launcher could not be "
-                           "reached either (is this host cut off?)" for r in others}
+            return [], {
+                r: f"rank {self._first_rank + r}: not asked: the launcher could not be "
+                "reached either (is this host cut off?)"
+                for r in others
+            }
         now = time.monotonic()
         reachable, skipped = [], {}
         for rank in others:
@@ -180,9 +209,12 @@ class StallMonitor:
             if known is not None and known.heard(now):
                 reachable.append(rank)
             else:
-                skipped[rank] = (f"{known.describe_silence(now)}: not asked" if known else
-                                 f"rank {self._first_rank + rank}: not asked: the launcher "
-                                 "has never heard from it")
+                skipped[rank] = (
+                    f"{known.describe_silence(now)}: not asked"
+                    if known
+                    else f"rank {self._first_rank + rank}: not asked: the launcher "
+                    "has never heard from it"
+                )
         return reachable, skipped
 
     def _ask(self, others: List[int]) -> Dict[int, Whereabouts]:
@@ -202,16 +234,27 @@ class StallMonitor:
         here = self.whereabouts()
         reachable, skipped = self._reachable()
         answers = self._ask(reachable)
-        lines = [(f"mxkv_hybrid: rank {here.rank} on {self._host} waited {here.seconds:.0f} s "
-                  f"in #{here.waits} ({here.waiting_in}) for the other ranks "
-                  f"(MXKV_STALL_TIMEOUT={self._timeout:g}); ending the job. Where the ranks are:")]
+        lines = [
+            (
+                f"mxkv_hybrid: rank {here.rank} on {self._host} waited {here.seconds:.0f} s "
+                f"in #{here.waits} ({here.waiting_in}) for the other ranks "
+                f"(MXKV_STALL_TIMEOUT={self._timeout:g}); ending the job. Where the ranks are:"
+            )
+        ]
         for rank in range(self._comm.Get_size()):
             answer = answers.get(rank)
-            lines.append("  " + (answer.describe(here.waits) if answer is not None else
-                                 skipped[rank] if rank in skipped else
-                                 f"rank {self._first_rank + rank}: no answer within "
-                                 f"{ANSWER_SECONDS:g} s (dead, "
-                                 "exiting, or stuck with Python's GIL held)"))
+            lines.append(
+                "  "
+                + (
+                    answer.describe(here.waits)
+                    if answer is not None
+                    else skipped[rank]
+                    if rank in skipped
+                    else f"rank {self._first_rank + rank}: no answer within "
+                    f"{ANSWER_SECONDS:g} s (dead, "
+                    "exiting, or stuck with Python's GIL held)"
+                )
+            )
         sys.stderr.write("\n".join(lines) + "\n")
         sys.stderr.flush()
         self._on_stall()

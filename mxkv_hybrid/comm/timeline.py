@@ -7,6 +7,7 @@ exchanges (easgd) and model averages (lasgd). At exit each rank writes path.json
 mxkv-launch merges them into path.json (one process row per rank) when the job ends.
 Everything is kept in memory until then: record short runs or a few hundred steps.
 """
+
 import atexit
 import glob
 import json
@@ -35,8 +36,13 @@ class Timeline:
         self._rank = rank
         self._lock = threading.Lock()
         self._events: List[Dict[str, Any]] = [
-            {"name": "process_name", "ph": "M", "pid": rank,
-             "args": {"name": f"rank {rank} ({host})"}}]
+            {
+                "name": "process_name",
+                "ph": "M",
+                "pid": rank,
+                "args": {"name": f"rank {rank} ({host})"},
+            }
+        ]
         self._sources: List[Any] = []  # C++ collectives whose bucket events are drained
         atexit.register(self.write)
 
@@ -44,10 +50,25 @@ class Timeline:
         collectives.enable_timeline(True)
         self._sources.append(collectives)
 
-    def _add(self, name: str, category: str, start_us: int, duration_us: int, thread: int,
-             args: Dict[str, Any]) -> None:
-        event = {"name": name, "cat": category, "ph": "X", "ts": start_us, "dur": duration_us,
-                 "pid": self._rank, "tid": thread, "args": args}
+    def _add(
+        self,
+        name: str,
+        category: str,
+        start_us: int,
+        duration_us: int,
+        thread: int,
+        args: Dict[str, Any],
+    ) -> None:
+        event = {
+            "name": name,
+            "cat": category,
+            "ph": "X",
+            "ts": start_us,
+            "dur": duration_us,
+            "pid": self._rank,
+            "tid": thread,
+            "args": args,
+        }
         with self._lock:
             self._events.append(event)
 
@@ -103,5 +124,7 @@ def merge(path: str) -> Optional[str]:
         json.dump({"traceEvents": events, "displayTimeUnit": "ms"}, f)
     for part in parts:
         os.remove(part)
-    return (f"timeline of {len(parts)} rank(s), {len(events)} events, written to {path} "
-            "(open it in ui.perfetto.dev or chrome://tracing)")
+    return (
+        f"timeline of {len(parts)} rank(s), {len(events)} events, written to {path} "
+        "(open it in ui.perfetto.dev or chrome://tracing)"
+    )

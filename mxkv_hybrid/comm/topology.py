@@ -1,4 +1,5 @@
 """The MPI world this process belongs to, created on first use."""
+
 import os
 import socket
 import sys
@@ -44,23 +45,38 @@ def world() -> World:
     comm = MPI.COMM_WORLD
     job = read_knob("MXKV_GROUP_JOB")
     if job is not None and job.first_rank + comm.Get_size() > job.ranks:
-        raise ConfigError(f"MXKV_GROUP_JOB: this MPI job's {comm.Get_size()} rank(s) from rank "
-                          f"{job.first_rank} on do not fit in the {job.ranks} rank(s) it "
-                          "declares: let mxkv-launch --group-jobs set it")
+        raise ConfigError(
+            f"MXKV_GROUP_JOB: this MPI job's {comm.Get_size()} rank(s) from rank "
+            f"{job.first_rank} on do not fit in the {job.ranks} rank(s) it "
+            "declares: let mxkv-launch --group-jobs set it"
+        )
     first_rank, size = (job.first_rank, job.ranks) if job else (0, comm.Get_size())
     node = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
     local_rank, local_size = node.Get_rank(), node.Get_size()
     if job is not None and job.local_first is not None:  # group jobs sharing this host
         local_rank, local_size = job.local_first + local_rank, job.local_ranks
-    described = World(comm=comm, rank=first_rank + comm.Get_rank(), size=size,
-                      local_rank=local_rank, local_size=local_size,
-                      host=socket.gethostname(), group_job=job)
+    described = World(
+        comm=comm,
+        rank=first_rank + comm.Get_rank(),
+        size=size,
+        local_rank=local_rank,
+        local_size=local_size,
+        host=socket.gethostname(),
+        group_job=job,
+    )
     node.Free()
     if comm.Get_size() > 1:
         _end_job_on_uncaught_exception(described)
-        stall.install(stall.StallMonitor(comm.Dup(), described.host,
-                                         read_knob("MXKV_STALL_TIMEOUT"), end_job, first_rank,
-                                         read_knob("MXKV_LAUNCHER_LINK")))
+        stall.install(
+            stall.StallMonitor(
+                comm.Dup(),
+                described.host,
+                read_knob("MXKV_STALL_TIMEOUT"),
+                end_job,
+                first_rank,
+                read_knob("MXKV_LAUNCHER_LINK"),
+            )
+        )
     tell_launcher_mpi("started")
     return described
 
@@ -84,8 +100,12 @@ def groups(group_size: int) -> Groups:
 
     this = world()
     if this.group_job is not None:  # this MPI job is the group
-        return Groups(group_comm=this.comm.Dup(), group_index=this.group_job.group,
-                      num_groups=this.group_job.groups, is_leader=this.comm.Get_rank() == 0)
+        return Groups(
+            group_comm=this.comm.Dup(),
+            group_index=this.group_job.group,
+            num_groups=this.group_job.groups,
+            is_leader=this.comm.Get_rank() == 0,
+        )
     if group_size > 0:
         group_comm = this.comm.Split(color=this.rank // group_size, key=this.rank)
     else:
@@ -94,8 +114,12 @@ def groups(group_size: int) -> Groups:
     # number the groups by their leader's world rank, the same on every rank
     leader_ranks = sorted(set(this.comm.allgather(this.rank if is_leader else None)) - {None})
     my_leader = group_comm.bcast(this.rank if is_leader else None, root=0)
-    return Groups(group_comm=group_comm, group_index=leader_ranks.index(my_leader),
-                  num_groups=len(leader_ranks), is_leader=is_leader)
+    return Groups(
+        group_comm=group_comm,
+        group_index=leader_ranks.index(my_leader),
+        num_groups=len(leader_ranks),
+        is_leader=is_leader,
+    )
 
 
 def wait_for_leader(group_comm, is_leader: bool, poll_seconds: float = 2e-4) -> None:

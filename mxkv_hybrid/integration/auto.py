@@ -17,6 +17,7 @@ Exactly what changes (each change is logged once, by rank 0):
 Unshuffled readers (validation data) are left whole, so every rank evaluates all of it.
 With one rank only the store changes.
 """
+
 import logging
 from typing import List, Set
 
@@ -61,27 +62,39 @@ def _is_true(value) -> bool:
 
 
 def _image_record_iter(original, *args, **kwargs):
-    sharded = (world().size > 1 and _is_true(kwargs.get("shuffle", False))
-               and "num_parts" not in kwargs and "part_index" not in kwargs)
+    sharded = (
+        world().size > 1
+        and _is_true(kwargs.get("shuffle", False))
+        and "num_parts" not in kwargs
+        and "part_index" not in kwargs
+    )
     if not sharded:
         return original(*args, **kwargs)
     kwargs.update(num_parts=world().size, part_index=world().rank)
-    _log_once(f"ImageRecordIter(shuffle=True, path_imgrec={kwargs.get('path_imgrec')!r}) reads "
-              f"one of {world().size} shards per rank (num_parts={world().size}, part_index=rank); "
-              "its epochs end on all ranks at the same step")
+    _log_once(
+        f"ImageRecordIter(shuffle=True, path_imgrec={kwargs.get('path_imgrec')!r}) reads "
+        f"one of {world().size} shards per rank (num_parts={world().size}, part_index=rank); "
+        "its epochs end on all ranks at the same step"
+    )
     return EvenBatchesIter(original(*args, **kwargs))
 
 
 def _data_loader_init(original, self, *args, **kwargs):
     call = bind_call(original, self, *args, **kwargs)
     given = call.arguments
-    if (world().size > 1 and given["shuffle"] and given["sampler"] is None
-            and given["batch_sampler"] is None):
+    if (
+        world().size > 1
+        and given["shuffle"]
+        and given["sampler"] is None
+        and given["batch_sampler"] is None
+    ):
         given["shuffle"] = False
         sampler = ShardSampler(len(given["dataset"]), world().rank, world().size)
         given["sampler"] = sampler
-        _log_once(f"DataLoader(shuffle=True) over {len(given['dataset'])} samples reads a "
-                  f"shard of {len(sampler)} per rank (ShardSampler)")
+        _log_once(
+            f"DataLoader(shuffle=True) over {len(given['dataset'])} samples reads a "
+            f"shard of {len(sampler)} per rank (ShardSampler)"
+        )
     original(*call.args, **call.kwargs)
 
 
@@ -96,7 +109,7 @@ def script_arguments(argv: List[str]) -> List[str]:
             argv[i + 1] = _rank_share(argv[i + 1])
             break
         if argument.startswith("--gpus="):
-            argv[i] = "--gpus=" + _rank_share(argument[len("--gpus="):])
+            argv[i] = "--gpus=" + _rank_share(argument[len("--gpus=") :])
             break
     return argv
 
@@ -106,8 +119,10 @@ def _rank_share(given: str) -> str:
     mine = ",".join(map(str, rank_gpus(given)))
     if mine != given:
         here = world()
-        log.info(f"mxkv_hybrid --auto: rank {here.rank} (local rank {here.local_rank} of "
-                 f"{here.local_size} on {here.host}): --gpus {given} -> --gpus {mine}")
+        log.info(
+            f"mxkv_hybrid --auto: rank {here.rank} (local rank {here.local_rank} of "
+            f"{here.local_size} on {here.host}): --gpus {given} -> --gpus {mine}"
+        )
     return mine
 
 
@@ -118,5 +133,7 @@ def install() -> None:
     for owner in (mxnet.io, mxnet.io.io):
         patch(owner, "ImageRecordIter", _image_record_iter)
     patch(mxnet.gluon.data.dataloader.DataLoader, "__init__", _data_loader_init)
-    _log_once("on: default stores become 'hybrid', shuffled training data is sharded by rank "
-              "(see docs/guides/drop-in.md, 'Unmodified scripts')")
+    _log_once(
+        "on: default stores become 'hybrid', shuffled training data is sharded by rank "
+        "(see docs/guides/drop-in.md, 'Unmodified scripts')"
+    )

@@ -16,6 +16,7 @@ The agreement runs among the ranks whose steps are tied together: all ranks,
 except in the modes async and asynchronous easgd, where only a group steps in
 lockstep (the groups run independently of each other).
 """
+
 import logging
 from typing import Iterable, Iterator, TypeVar
 
@@ -41,10 +42,12 @@ def _warn_once(batch_index: int) -> None:
     global _warned
     if not _warned:
         _warned = True
-        log.warning(f"mxkv_hybrid: rank {world().rank} ends this epoch after {batch_index} "
-                    "batches with batches left: another rank's shard is shorter, and the ranks "
-                    "stop together (this rank's leftover batches are skipped this epoch; shown "
-                    "once)")
+        log.warning(
+            f"mxkv_hybrid: rank {world().rank} ends this epoch after {batch_index} "
+            "batches with batches left: another rank's shard is shorter, and the ranks "
+            "stop together (this rank's leftover batches are skipped this epoch; shown "
+            "once)"
+        )
 
 
 def even_batches(batches: Iterable[Batch]) -> Iterator[Batch]:

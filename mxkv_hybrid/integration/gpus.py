@@ -6,6 +6,7 @@
 - one id with several ranks on the host: each rank its own GPU, counted from that id
   (`--gpus 0`: local rank r drives GPU r).
 Any other count is ambiguous and refused."""
+
 from typing import List, Sequence, Union
 
 from ..comm.topology import world
@@ -18,8 +19,9 @@ def parse_gpus(gpus: Union[str, Sequence[int]]) -> List[int]:
         try:
             return [int(part) for part in gpus.split(",") if part.strip()]
         except ValueError:
-            raise ConfigError(f"--gpus {gpus!r}: expected GPU ids separated by commas, e.g. "
-                              "--gpus 0,1") from None
+            raise ConfigError(
+                f"--gpus {gpus!r}: expected GPU ids separated by commas, e.g. --gpus 0,1"
+            ) from None
     return [int(g) for g in gpus]
 
 
@@ -35,9 +37,10 @@ def gpus_of_local_rank(gpus: Sequence[int], local_rank: int, local_size: int) ->
         raise ConfigError(
             f"--gpus {listed} lists {len(gpus)} GPUs for the {local_size} ranks on this host: "
             "give one id (each rank takes its own GPU from it: --gpus 0), one id per rank, or "
-            f"the same number per rank (a multiple of {local_size})")
+            f"the same number per rank (a multiple of {local_size})"
+        )
     per_rank = len(gpus) // local_size
-    return gpus[local_rank * per_rank:(local_rank + 1) * per_rank]
+    return gpus[local_rank * per_rank : (local_rank + 1) * per_rank]
 
 
 def rank_gpus(gpus: Union[str, Sequence[int]]) -> List[int]:

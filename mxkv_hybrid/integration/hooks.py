@@ -17,6 +17,7 @@ What changes, only for the hybrid store (every other store runs MXNet's own code
 - Trainer `save_states`/`load_states` and Module `save/load_optimizer_states` also
   write/read the averaging state next to the optimizer states.
 """
+
 import os
 import pickle
 
@@ -44,8 +45,9 @@ _MODULES_USING_UPDATES = (mxnet.model, mxnet.module.module)
 
 def _names_hybrid(kvstore) -> bool:
     """'hybrid', or under --auto a default store name that becomes 'hybrid'."""
-    return isinstance(kvstore, str) and (kvstore.lower() == Hybrid.__name__.lower()
-                                         or auto.replaces_store(kvstore))
+    return isinstance(kvstore, str) and (
+        kvstore.lower() == Hybrid.__name__.lower() or auto.replaces_store(kvstore)
+    )
 
 
 def _fit(original, self, *args, **kwargs):
@@ -53,8 +55,9 @@ def _fit(original, self, *args, **kwargs):
     call = bind_call(original, self, *args, **kwargs)
     given = call.arguments
     store = given["kvstore"]
-    if ((_names_hybrid(store) or isinstance(store, Hybrid))
-            and not isinstance(given["train_data"], EvenBatchesIter)):
+    if (_names_hybrid(store) or isinstance(store, Hybrid)) and not isinstance(
+        given["train_data"], EvenBatchesIter
+    ):
         given["train_data"] = EvenBatchesIter(given["train_data"])
     return original(*call.args, **call.kwargs)
 
@@ -81,10 +84,12 @@ def _create_sparse_kvstore(original, kvstore):
     if not isinstance(kvstore, Hybrid):
         return original(kvstore)
     if not kvstore.is_capable(mx.kv.KVStoreBase.OPTIMIZER):
-        raise MXKVError(f"row_sparse weights are updated on the store, which MXKV_MODE="
-                        f"{kvstore.config.mode} does not do (each rank updates its own "
-                        "weights): use MXKV_MODE=allreduce, or a dense weight (stype='default')"
-                        " with sparse gradients")
+        raise MXKVError(
+            f"row_sparse weights are updated on the store, which MXKV_MODE="
+            f"{kvstore.config.mode} does not do (each rank updates its own "
+            "weights): use MXKV_MODE=allreduce, or a dense weight (stype='default')"
+            " with sparse gradients"
+        )
     return kvstore, True
 
 
@@ -103,27 +108,34 @@ def _init_trainer_kvstore(original, self):
         self._contains_sparse_grad = True
 
 
-def _initialize_kvstore(original, kvstore, param_arrays, arg_params, param_names,
-                        update_on_kvstore):
+def _initialize_kvstore(
+    original, kvstore, param_arrays, arg_params, param_names, update_on_kvstore
+):
     if not isinstance(kvstore, Hybrid):
         return original(kvstore, param_arrays, arg_params, param_names, update_on_kvstore)
-    kvstore.broadcast_weights(list(param_names), [arg_params[n] for n in param_names],
-                              out=param_arrays)
+    kvstore.broadcast_weights(
+        list(param_names), [arg_params[n] for n in param_names], out=param_arrays
+    )
     return None
 
 
 def _refuse_local_updates_in_async(kvstore: Hybrid) -> None:
     mode = kvstore.config.mode
     if capabilities_of(mode).updates_only_on_servers:
-        raise MXKVError(f"MXKV_MODE={mode} applies the updates on the parameter servers, but this "
-                        "Trainer/Module updates on the workers: use update_on_kvstore=True (the "
-                        "default; for Module unset MXNET_UPDATE_ON_KVSTORE=0)")
+        raise MXKVError(
+            f"MXKV_MODE={mode} applies the updates on the parameter servers, but this "
+            "Trainer/Module updates on the workers: use update_on_kvstore=True (the "
+            "default; for Module unset MXNET_UPDATE_ON_KVSTORE=0)"
+        )
 
 
 def _valid_updates(param_arrays, grad_arrays, param_names):
     valid = [i for i, grads in enumerate(grad_arrays) if grads[0] is not None]
-    return ([param_names[i] for i in valid], [grad_arrays[i] for i in valid],
-            [param_arrays[i] for i in valid])
+    return (
+        [param_names[i] for i in valid],
+        [grad_arrays[i] for i in valid],
+        [param_arrays[i] for i in valid],
+    )
 
 
 def _update_params_on_kvstore(original, param_arrays, grad_arrays, kvstore, param_names):
@@ -134,8 +146,9 @@ def _update_params_on_kvstore(original, param_arrays, grad_arrays, kvstore, para
     return None
 
 
-def _update_params(original, param_arrays, grad_arrays, updater, num_device, kvstore=None,
-                   param_names=None):
+def _update_params(
+    original, param_arrays, grad_arrays, updater, num_device, kvstore=None, param_names=None
+):
     if not isinstance(kvstore, Hybrid):
         return original(param_arrays, grad_arrays, updater, num_device, kvstore, param_names)
     _refuse_local_updates_in_async(kvstore)
@@ -194,8 +207,9 @@ def _allreduce_grads(original, self):
     params = [(i, p) for i, p in enumerate(self._params) if p.grad_req != "null"][::-1]
     sparse_weights = [(i, p) for i, p in params if p._stype != "default"]
     if sparse_weights:  # updated on the store; the script pulls the rows it needs
-        self._kvstore.push_gradients([i for i, _ in sparse_weights],
-                                     [p.list_grad() for _, p in sparse_weights])
+        self._kvstore.push_gradients(
+            [i for i, _ in sparse_weights], [p.list_grad() for _, p in sparse_weights]
+        )
         params = [(i, p) for i, p in params if p._stype == "default"]
     keys = [i for i, _ in params]
     grads = [p.list_grad() for _, p in params]
@@ -244,9 +258,11 @@ def _load_states(original, self, fname):
         return
     path = fname + AVERAGING_SUFFIX
     if not os.path.exists(path):
-        raise MXKVError(f"{path} is missing: in MXKV_MODE={self._kvstore.config.mode} the "
-                        "averaging state (step counter, centre or average in flight) is saved "
-                        f"there by save_states next to {fname}; copy it along with the states")
+        raise MXKVError(
+            f"{path} is missing: in MXKV_MODE={self._kvstore.config.mode} the "
+            "averaging state (step counter, centre or average in flight) is saved "
+            f"there by save_states next to {fname}; copy it along with the states"
+        )
     with open(path, "rb") as f:
         averaging.load_state(pickle.load(f))
 
@@ -257,8 +273,10 @@ def consensus(owner) -> None:
     evaluating or saving the final model; nothing changes in the synchronous modes."""
     store = getattr(owner, "_kvstore", None)
     if not isinstance(store, Hybrid):
-        raise MXKVError("consensus: this Trainer/Module does not use the hybrid kvstore "
-                        "(or has not started training yet)")
+        raise MXKVError(
+            "consensus: this Trainer/Module does not use the hybrid kvstore "
+            "(or has not started training yet)"
+        )
     if isinstance(owner, mxnet.gluon.Trainer):
         store.consensus(*_trained_weights(owner))
     else:
@@ -273,9 +291,15 @@ def steps_done(owner) -> int:
     this start: 0 on a first start; in a group that `mxkv-launch --restarts` started again
     (modes async and easgd, each group its own MPI job), the steps the servers recorded
     for it, so that the script trains only the steps it had left."""
-    store = owner if isinstance(owner, Hybrid) else (
-        _trainer_store(owner) if isinstance(owner, mxnet.gluon.Trainer)
-        else getattr(owner, "_kvstore", None))
+    store = (
+        owner
+        if isinstance(owner, Hybrid)
+        else (
+            _trainer_store(owner)
+            if isinstance(owner, mxnet.gluon.Trainer)
+            else getattr(owner, "_kvstore", None)
+        )
+    )
     if not isinstance(store, Hybrid):
         raise MXKVError("steps_done: this Trainer/Module does not use the hybrid kvstore")
     return store.steps_done

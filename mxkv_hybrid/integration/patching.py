@@ -1,4 +1,5 @@
 """Replacing a function of MXNet's by a wrapper that receives the original."""
+
 import functools
 import inspect
 from typing import Any, Callable

@@ -1,5 +1,6 @@
 """ShardSampler: one rank's share of a shuffled data set (what `--auto` gives a
 `gluon.data.DataLoader(shuffle=True)`)."""
+
 import math
 from typing import Iterator
 
@@ -29,4 +30,4 @@ class ShardSampler(Sampler):
         order = np.random.RandomState(self._seed + self._epoch).permutation(self._length)
         self._epoch += 1
         padded = np.resize(order, len(self) * self._num_ranks)  # np.resize repeats from the start
-        return iter(padded[self._rank::self._num_ranks].tolist())
+        return iter(padded[self._rank :: self._num_ranks].tolist())

@@ -4,6 +4,7 @@ processes, or a typo, which MXNet takes for 'local') trains every rank alone. Ra
 so, once, at the first store the script names, with the fix. ('dist_*' stores reach the
 other processes through ps-lite, or fail loudly without it; under --auto 'local' and
 'device' become 'hybrid'.)"""
+
 import logging
 from typing import Any
 
@@ -20,17 +21,24 @@ def check(name: Any) -> None:
     """Called with every store name the script gives (mx.kv.create, Trainer, Module.fit),
     before --auto renames it."""
     global _said
-    if _said or not isinstance(name, str) or name.lower() == "hybrid" \
-            or name.lower().startswith("dist") or auto.replaces_store(name):
+    if (
+        _said
+        or not isinstance(name, str)
+        or name.lower() == "hybrid"
+        or name.lower().startswith("dist")
+        or auto.replaces_store(name)
+    ):
         return
     ranks = ranks_in_job()
     if not read_knob("MXKV_LAUNCHER_LINK") or ranks is None or ranks < 2:
         return
     _said = True
     if rank_in_job() == 0:
-        log.warning(f"mxkv_hybrid: this script names kvstore {name!r} in a job of {ranks} "
-                    f"ranks started by mxkv-launch, and MXNet's {name!r} store does not reach "
-                    "the other processes: every rank trains alone. Name kvstore='hybrid' "
-                    "(mxkv-launch runs python scripts with mxkv_hybrid imported), or start the "
-                    "job with mxkv-launch --auto, which makes 'local' and 'device' 'hybrid'",
-                    extra=TO_STDOUT)
+        log.warning(
+            f"mxkv_hybrid: this script names kvstore {name!r} in a job of {ranks} "
+            f"ranks started by mxkv-launch, and MXNet's {name!r} store does not reach "
+            "the other processes: every rank trains alone. Name kvstore='hybrid' "
+            "(mxkv-launch runs python scripts with mxkv_hybrid imported), or start the "
+            "job with mxkv-launch --auto, which makes 'local' and 'device' 'hybrid'",
+            extra=TO_STDOUT,
+        )

@@ -7,6 +7,7 @@ MXKV_GROUP_JOB (which group, which of all ranks) and its lines are printed with 
 ranks' numbers, as one job would print them. The launcher names each lost group and the
 first of its ranks to end, and exits non-zero when any group was lost.
 """
+
 import re
 import socket
 import subprocess
@@ -41,8 +42,10 @@ class GroupPlan:
     @property
     def knob(self) -> str:
         """The value of MXKV_GROUP_JOB for this job's ranks."""
-        knob = (f"group={self.group}:groups={self.groups}:first_rank={self.first_rank}:"
-                f"ranks={self.ranks}")
+        knob = (
+            f"group={self.group}:groups={self.groups}:first_rank={self.first_rank}:"
+            f"ranks={self.ranks}"
+        )
         if self.shares_host:
             knob += f":local_first={self.first_rank}:local_ranks={self.ranks}"
         return knob
@@ -65,17 +68,22 @@ class GroupPlan:
 def plan_groups(num_ranks: int, group_size: int) -> List[GroupPlan]:
     """Groups of `group_size` consecutive ranks (the last may be smaller), all on this host."""
     firsts = range(0, num_ranks, group_size)
-    return [GroupPlan(g, len(firsts), first, min(group_size, num_ranks - first), num_ranks,
-                      shares_host=True)
-            for g, first in enumerate(firsts)]
+    return [
+        GroupPlan(
+            g, len(firsts), first, min(group_size, num_ranks - first), num_ranks, shares_host=True
+        )
+        for g, first in enumerate(firsts)
+    ]
 
 
 def plan_groups_by_host(hosts: List[Tuple[str, int]]) -> List[GroupPlan]:
     """One group per (host, slots) entry, holding that many consecutive ranks there."""
     firsts = [sum(slots for _, slots in hosts[:g]) for g in range(len(hosts))]
     total = sum(slots for _, slots in hosts)
-    return [GroupPlan(g, len(hosts), first, slots, total, host)
-            for g, (first, (host, slots)) in enumerate(zip(firsts, hosts))]
+    return [
+        GroupPlan(g, len(hosts), first, slots, total, host)
+        for g, (first, (host, slots)) in enumerate(zip(firsts, hosts))
+    ]
 
 
 def renumbering(flavour: str, offset: int) -> Callable[[bytes], bytes]:
@@ -84,14 +92,19 @@ def renumbering(flavour: str, offset: int) -> Callable[[bytes], bytes]:
     if flavour == "openmpi":
         pattern = re.compile(rb"^\[(\d+),(\d+)\]<")
         return lambda line: pattern.sub(
-            lambda m: b"[%s,%d]<" % (m.group(1), int(m.group(2)) + offset), line, count=1)
+            lambda m: b"[%s,%d]<" % (m.group(1), int(m.group(2)) + offset), line, count=1
+        )
     pattern = re.compile(rb"^\[(\d+)\] ")
-    return lambda line: pattern.sub(lambda m: b"[%d] " % (int(m.group(1)) + offset), line,
-                                    count=1)
+    return lambda line: pattern.sub(lambda m: b"[%d] " % (int(m.group(1)) + offset), line, count=1)
 
 
-def _relay(source: BinaryIO, target: BinaryIO, rewrite: Callable[[bytes], bytes],
-           lock: threading.Lock, muted: threading.Event) -> None:
+def _relay(
+    source: BinaryIO,
+    target: BinaryIO,
+    rewrite: Callable[[bytes], bytes],
+    lock: threading.Lock,
+    muted: threading.Event,
+) -> None:
     for line in iter(source.readline, b""):
         if muted.is_set():
             continue
@@ -131,23 +144,41 @@ class GroupRun:
             relay.join()
 
 
-def start_group(plan: GroupPlan, command: List[str], env: Dict[str, str], flavour: str,
-                attempt: int = 0) -> GroupRun:
+def start_group(
+    plan: GroupPlan, command: List[str], env: Dict[str, str], flavour: str, attempt: int = 0
+) -> GroupRun:
     """Starts one group's MPI job (in its own session) and the relays of its output."""
-    process = subprocess.Popen(command, env=dict(env, MXKV_GROUP_JOB=plan.knob,
-                                                 MXKV_ATTEMPT=str(attempt)),
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               start_new_session=True)
+    process = subprocess.Popen(
+        command,
+        env=dict(env, MXKV_GROUP_JOB=plan.knob, MXKV_ATTEMPT=str(attempt)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     rewrite = renumbering(flavour, plan.first_rank)
     muted = threading.Event()
-    relays = [threading.Thread(target=_relay, args=(source, target, rewrite, OUTPUT_LOCK, muted),
-                               daemon=True)
-              for source, target in ((process.stdout, sys.stdout.buffer),
-                                     (process.stderr, sys.stderr.buffer))]
+    relays = [
+        threading.Thread(
+            target=_relay, args=(source, target, rewrite, OUTPUT_LOCK, muted), daemon=True
+        )
+        for source, target in (
+            (process.stdout, sys.stdout.buffer),
+            (process.stderr, sys.stderr.buffer),
+        )
+    ]
     for relay in relays:
         relay.start()
-    return GroupRun(plan, command, env, flavour, attempt, process, relays,
-                    RankWatch(process.pid, plan.size, plan.first_rank), muted)
+    return GroupRun(
+        plan,
+        command,
+        env,
+        flavour,
+        attempt,
+        process,
+        relays,
+        RankWatch(process.pid, plan.size, plan.first_rank),
+        muted,
+    )
 
 
 @dataclass(frozen=True)
@@ -160,19 +191,27 @@ class Restarts:
     delay: float
 
 
-def _lost(run: GroupRun, restarts: Restarts, others_running: bool,
-          cut_off: Optional[str] = None, failed: Optional[RankExit] = None) -> None:
+def _lost(
+    run: GroupRun,
+    restarts: Restarts,
+    others_running: bool,
+    cut_off: Optional[str] = None,
+    failed: Optional[RankExit] = None,
+) -> None:
     """Reports a lost group (`cut_off`: how its host was lost; `failed`: its first rank
     whose script reported a failure) and, while restarts are left, schedules its restart."""
     first = run.watch.describe_first_ended(socket.gethostname(), failed)
-    line = (f"{run.plan.describe_where()} was lost: "
-            + (f"{cut_off}; its host is cut off or dead, and its MPI job was ended" if cut_off
-               else f"its MPI job exited with status {run.code}"
-               + (f"; {first}" if first else "")))
+    line = f"{run.plan.describe_where()} was lost: " + (
+        f"{cut_off}; its host is cut off or dead, and its MPI job was ended"
+        if cut_off
+        else f"its MPI job exited with status {run.code}" + (f"; {first}" if first else "")
+    )
     if run.attempt < restarts.limit:
         run.restart_at = time.monotonic() + restarts.delay
-        line += (f"; restarting it in {restarts.delay:g} s (restart {run.attempt + 1} of "
-                 f"{restarts.limit})")
+        line += (
+            f"; restarting it in {restarts.delay:g} s (restart {run.attempt + 1} of "
+            f"{restarts.limit})"
+        )
     elif others_running:
         line += "; the other groups go on"
     say(line)
@@ -182,8 +221,7 @@ def _restart(run: GroupRun, prepare: Callable[[GroupPlan], None]) -> GroupRun:
     run.release()
     prepare(run.plan)
     again = start_group(run.plan, run.command, run.env, run.flavour, run.attempt + 1)
-    say(f"{run.plan.describe()} restarted (restart {again.attempt}): it rejoins the servers' "
-        "model")
+    say(f"{run.plan.describe()} restarted (restart {again.attempt}): it rejoins the servers' model")
     return again
 
 
@@ -208,16 +246,20 @@ def without(plans: List[GroupPlan], left_out: List[GroupPlan]) -> List[GroupPlan
     kept = [plan for plan in plans if plan not in left_out]
     firsts = [sum(plan.size for plan in kept[:g]) for g in range(len(kept))]
     total = sum(plan.size for plan in kept)
-    return [replace(plan, group=g, groups=len(kept), first_rank=first, ranks=total)
-            for g, (plan, first) in enumerate(zip(kept, firsts))]
+    return [
+        replace(plan, group=g, groups=len(kept), first_rank=first, ranks=total)
+        for g, (plan, first) in enumerate(zip(kept, firsts))
+    ]
 
 
 def _left_out(run: GroupRun, cut_off: str) -> None:
     """Reports a group whose host was lost (`cut_off`: how) before the groups met."""
-    say(f"{run.plan.describe_where()} was lost before the groups met at the parameter "
+    say(
+        f"{run.plan.describe_where()} was lost before the groups met at the parameter "
         f"server: {cut_off}; its host is cut off or dead. ps-lite holds every group at its "
         "start until all have registered, so the others go on without it: they start again, "
-        "with fresh servers, as a job of one group less (no restart for it)")
+        "with fresh servers, as a job of one group less (no restart for it)"
+    )
 
 
 class GroupJobs:
@@ -231,9 +273,16 @@ class GroupJobs:
 
     running, stopping = "groups", "stopping every group"
 
-    def __init__(self, runs: List[GroupRun], restarts: Restarts, together: bool,
-                 stop_order: Callable[[], Optional[str]], lost_ranks: Optional[LostRanks],
-                 met: Callable[[], bool], prepare: Callable[[GroupPlan], None]):
+    def __init__(
+        self,
+        runs: List[GroupRun],
+        restarts: Restarts,
+        together: bool,
+        stop_order: Callable[[], Optional[str]],
+        lost_ranks: Optional[LostRanks],
+        met: Callable[[], bool],
+        prepare: Callable[[GroupPlan], None],
+    ):
         self.runs, self.restarts, self.together = runs, restarts, together
         self.prepare = prepare
         self.stop_order, self.lost_ranks, self.met = stop_order, lost_ranks, met
@@ -270,8 +319,10 @@ class GroupJobs:
             end_process_group(run.process)
             run.code, run.cut_off = LOST_STATUS, True
         elif failed:
-            say(f"{run.plan.describe()}: rank {failed.rank}'s script exited with status "
-                f"{failed.status}, and its group's other ranks went on: ending its MPI job")
+            say(
+                f"{run.plan.describe()}: rank {failed.rank}'s script exited with status "
+                f"{failed.status}, and its group's other ranks went on: ending its MPI job"
+            )
             end_process_group(run.process)
             run.code = failed.status
         elif watched is not None and (stranded := watched.ended_before_mpi(run.plan.members)):
@@ -288,14 +339,22 @@ class GroupJobs:
             _left_out(run, cut_off)
             self.left_out.append(run.plan)
             return None
-        _lost(run, self.restarts, any(r.code is None for r in self.runs) and not self.together
-              and not before_meeting, cut_off, first_failed)
+        _lost(
+            run,
+            self.restarts,
+            any(r.code is None for r in self.runs) and not self.together and not before_meeting,
+            cut_off,
+            first_failed,
+        )
         if run.restart_at is None and lost_ranks is not None:
             lost_ranks.link.give_up(run.plan.group)
         if run.restart_at is None and (self.together or before_meeting):
-            why = ("in MXKV_MODE=sync the servers wait for every group's gradients"
-                   if self.together else "it was lost before the groups met at the parameter "
-                   "server, whose start waits for all")
+            why = (
+                "in MXKV_MODE=sync the servers wait for every group's gradients"
+                if self.together
+                else "it was lost before the groups met at the parameter "
+                "server, whose start waits for all"
+            )
             say(f"{why}, so the other groups cannot go on: stopping them")
             return 1
         return None
@@ -304,12 +363,17 @@ class GroupJobs:
         wait_for_any([run.watch for run in self.runs if run.code is None], seconds)
 
 
-def supervise_groups(runs: List[GroupRun], helpers: List[Node], timeout: Optional[float],
-                     restarts: Restarts, together: bool = False,
-                     stop_order: Callable[[], Optional[str]] = lambda: None,
-                     lost_ranks: Optional[LostRanks] = None,
-                     met: Callable[[], bool] = lambda: True,
-                     prepare: Callable[[GroupPlan], None] = lambda plan: None) -> GroupsEnded:
+def supervise_groups(
+    runs: List[GroupRun],
+    helpers: List[Node],
+    timeout: Optional[float],
+    restarts: Restarts,
+    together: bool = False,
+    stop_order: Callable[[], Optional[str]] = lambda: None,
+    lost_ranks: Optional[LostRanks] = None,
+    met: Callable[[], bool] = lambda: True,
+    prepare: Callable[[GroupPlan], None] = lambda plan: None,
+) -> GroupsEnded:
     """Watches the group jobs (GroupJobs, supervisor.supervise) until every one is over, or
     a timeout, a dead parameter-server process, a signal or a stop order ends them all;
     ends what is left. The exit status: 0 when every group finished (restarted or not), 1
@@ -335,8 +399,11 @@ def supervise_groups(runs: List[GroupRun], helpers: List[Node], timeout: Optiona
     if left_out:
         return GroupsEnded(1, work.left_out)
     lost = [run.plan.describe() for run in runs if run.code not in (None, 0)]
-    restarted = [f"{run.plan.describe()} ({run.attempt} restart(s))" for run in runs
-                 if run.attempt and run.code == 0]
+    restarted = [
+        f"{run.plan.describe()} ({run.attempt} restart(s))"
+        for run in runs
+        if run.attempt and run.code == 0
+    ]
     if restarted:
         say(f"restarted and finished: {', '.join(restarted)}")
     if lost:

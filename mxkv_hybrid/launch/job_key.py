@@ -3,6 +3,7 @@ relay of the job holds (launch/relay.py). Two relays authenticate each other by 
 presenting that certificate in a TLS 1.3 handshake and both requiring it of the peer;
 whoever lacks the key cannot finish the handshake. Made with the `cryptography` package;
 the TLS is Python's ssl (OpenSSL)."""
+
 import datetime
 import os
 import ssl
@@ -20,8 +21,10 @@ from ..atomic_file import write_atomically
 VALID_FOR = datetime.timedelta(days=30)  # a job's key outlives any job
 # a key derived from a token: the same certificate wherever it is made (these dates, a
 # serial from the token, Ed25519's deterministic signature)
-DERIVED_VALIDITY = (datetime.datetime(2020, 1, 1, tzinfo=datetime.timezone.utc),
-                    datetime.datetime(2120, 1, 1, tzinfo=datetime.timezone.utc))
+DERIVED_VALIDITY = (
+    datetime.datetime(2020, 1, 1, tzinfo=datetime.timezone.utc),
+    datetime.datetime(2120, 1, 1, tzinfo=datetime.timezone.utc),
+)
 
 
 def make_job_key(path: str, secret: Optional[str] = None) -> None:
@@ -30,26 +33,38 @@ def make_job_key(path: str, secret: Optional[str] = None) -> None:
     the same key and certificate, byte for byte, without either crossing the network
     (HKDF-SHA256 to an Ed25519 key)."""
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "mxkv_hybrid job")])
-    builder = x509.CertificateBuilder().subject_name(name).issuer_name(name).add_extension(
-        x509.BasicConstraints(ca=True, path_length=0), critical=True)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+    )
     key: Union[ec.EllipticCurvePrivateKey, ed25519.Ed25519PrivateKey]
     if secret is None:
         key = ec.generate_private_key(ec.SECP256R1())
         now = datetime.datetime.now(datetime.timezone.utc)
-        certificate = (builder.public_key(key.public_key())
-                       .serial_number(x509.random_serial_number())
-                       .not_valid_before(now - datetime.timedelta(minutes=5))
-                       .not_valid_after(now + VALID_FOR).sign(key, hashes.SHA256()))
+        certificate = (
+            builder.public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + VALID_FOR)
+            .sign(key, hashes.SHA256())
+        )
     else:
-        material = HKDF(algorithm=hashes.SHA256(), length=48, salt=None,
-                        info=b"mxkv_hybrid job key").derive(secret.encode())
+        material = HKDF(
+            algorithm=hashes.SHA256(), length=48, salt=None, info=b"mxkv_hybrid job key"
+        ).derive(secret.encode())
         key = ed25519.Ed25519PrivateKey.from_private_bytes(material[:32])
-        certificate = (builder.public_key(key.public_key())
-                       .serial_number(int.from_bytes(material[32:], "big") >> 1 | 1)
-                       .not_valid_before(DERIVED_VALIDITY[0])
-                       .not_valid_after(DERIVED_VALIDITY[1]).sign(key, None))
-    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                            serialization.NoEncryption())
+        certificate = (
+            builder.public_key(key.public_key())
+            .serial_number(int.from_bytes(material[32:], "big") >> 1 | 1)
+            .not_valid_before(DERIVED_VALIDITY[0])
+            .not_valid_after(DERIVED_VALIDITY[1])
+            .sign(key, None)
+        )
+    pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
     write_atomically(path, pem + certificate.public_bytes(serialization.Encoding.PEM))
     os.chmod(path, 0o600)
 

@@ -12,6 +12,7 @@ MPI job (--one-job: one MPI job for every rank; --group-jobs: the same in mode s
 exit status is non-zero when any rank or server fails, and every process is ended on
 failure, timeout, Ctrl-C or SIGTERM.
 """
+
 import argparse
 import functools
 import logging
@@ -85,8 +86,9 @@ def find_mpiexec() -> str:
 
 
 def _flavour(mpiexec: str) -> str:
-    text = subprocess.run([mpiexec, "--version"], capture_output=True, check=False,
-                          text=True).stdout
+    text = subprocess.run(
+        [mpiexec, "--version"], capture_output=True, check=False, text=True
+    ).stdout
     return "openmpi" if "Open MPI" in text or "OpenRTE" in text else "hydra"
 
 
@@ -97,8 +99,11 @@ def mpi_arguments(flavour: str, args: argparse.Namespace) -> List[str]:
         out += ["-H", args.hosts] if args.hosts else []
         out += ["--hostfile", args.hostfile] if args.hostfile else []
     else:  # Hydra's -f takes no Open MPI `slots=N` lines: the host file read, as -hosts
-        hosts = args.hosts or (",".join(f"{host}:{slots}" for host, slots in host_slots(args))
-                               if args.hostfile else None)
+        hosts = args.hosts or (
+            ",".join(f"{host}:{slots}" for host, slots in host_slots(args))
+            if args.hostfile
+            else None
+        )
         out = ["-n", str(args.num_ranks), "-prepend-rank"]
         out += ["-hosts", hosts] if hosts else []
     return out
@@ -114,8 +119,9 @@ def wrap_command(command: List[str]) -> List[str]:
     if not os.path.basename(command[0]).startswith("python"):
         return command
     position = 1
-    while position < len(command) and command[position].startswith("-") \
-            and command[position] != "-m":
+    while (
+        position < len(command) and command[position].startswith("-") and command[position] != "-m"
+    ):
         if command[position] == "-c":
             return [sys.executable, *command[1:]]
         position += 2 if command[position] in PYTHON_OPTIONS_WITH_VALUE else 1
@@ -153,8 +159,7 @@ class OneJob:
             return code
         lost = self.lost_ranks.one_world_lost(self.ranks, self.started)
         if lost:
-            say(f"{lost}, and a job that is one MPI world cannot go on without it; "
-                f"{self.stopping}")
+            say(f"{lost}, and a job that is one MPI world cannot go on without it; {self.stopping}")
             return 1
         failed = self.lost_ranks.failed_alone(self.ranks)
         if failed:
@@ -170,8 +175,14 @@ class OneJob:
         self.watch.wait(seconds)
 
 
-def supervise(job: Node, helpers: List[Node], timeout: Optional[float], num_ranks: int,
-              deadline: Optional[float] = None, lost_ranks: Optional[LostRanks] = None) -> int:
+def supervise(
+    job: Node,
+    helpers: List[Node],
+    timeout: Optional[float],
+    num_ranks: int,
+    deadline: Optional[float] = None,
+    lost_ranks: Optional[LostRanks] = None,
+) -> int:
     """Watches the job (supervisor.supervise); ends everything once it is over (`deadline`,
     a time.monotonic(), ends the --timeout seconds begun before this job) and names the
     first rank to end when it failed. Returns the exit status (124 timeout, 130 stopped)."""
@@ -181,52 +192,78 @@ def supervise(job: Node, helpers: List[Node], timeout: Optional[float], num_rank
     code = supervisor.supervise(work, helpers, deadline, timeout)
     end_process_group(job.process)
     for helper in helpers:  # servers leave by themselves once the workers are gone
-        end_process_group(helper.process, grace=GRACE_SECONDS if code == 0
-                          and helper.leaves_by_itself else 0)
+        end_process_group(
+            helper.process, grace=GRACE_SECONDS if code == 0 and helper.leaves_by_itself else 0
+        )
     work.watch.close()
     merge_timeline()
     if code not in (0, 124, 130):
         failed = lost_ranks.first_failed(work.ranks) if lost_ranks is not None else None
         first = work.watch.describe_first_ended(socket.gethostname(), failed)
-        say(f"the job failed with exit status {code}"
-            + (f"; {first} (the PID in mpiexec's report, if it printed one, can be a rank it "
-               "stopped itself)" if first else
-               "; the first rank-prefixed error above names the failing rank"))
+        say(
+            f"the job failed with exit status {code}"
+            + (
+                f"; {first} (the PID in mpiexec's report, if it printed one, can be a rank it "
+                "stopped itself)"
+                if first
+                else "; the first rank-prefixed error above names the failing rank"
+            )
+        )
     return code
 
 
 def describe_failed(failed: RankExit) -> str:
     """A rank whose script failed while its job went on, and why that ends the job."""
-    return (f"rank {failed.rank}'s script exited with status {failed.status} "
-            f"{time.monotonic() - failed.when:.0f} s ago, and the other ranks went on: they "
-            "would wait for it in their next collective (mpiexec ends a job when a rank is "
-            "killed, not when its script exits)")
+    return (
+        f"rank {failed.rank}'s script exited with status {failed.status} "
+        f"{time.monotonic() - failed.when:.0f} s ago, and the other ranks went on: they "
+        "would wait for it in their next collective (mpiexec ends a job when a rank is "
+        "killed, not when its script exits)"
+    )
 
 
-def start_parameter_servers(args: argparse.Namespace, num_groups: int, mpiexec: str,
-                            flavour: str, plans: Optional[List[GroupPlan]] = None) -> List[Node]:
+def start_parameter_servers(
+    args: argparse.Namespace,
+    num_groups: int,
+    mpiexec: str,
+    flavour: str,
+    plans: Optional[List[GroupPlan]] = None,
+) -> List[Node]:
     """The scheduler (here, listening on --ps-host) and --servers servers; sets the DMLC_*
     variables the ranks inherit."""
-    os.environ.update({"DMLC_NUM_SERVER": str(args.servers), "DMLC_NUM_WORKER": str(num_groups),
-                       "DMLC_ROLE": "worker"})
+    os.environ.update(
+        {
+            "DMLC_NUM_SERVER": str(args.servers),
+            "DMLC_NUM_WORKER": str(num_groups),
+            "DMLC_ROLE": "worker",
+        }
+    )
     relays: List[Node] = []  # started first; listed after the scheduler and servers
     table = None
     if relays_wanted(args):  # ps-lite on loopback, between hosts through the relays
-        leader_hosts = ([plan.host or args.ps_host for plan in plans] if plans else
-                        one_job_leader_hosts(host_slots(args), args.num_ranks, args.group_size))
-        table, names = plan_nodes(args.ps_host, leader_hosts, args.servers,
-                                  args.restarts if plans else 0)
+        leader_hosts = (
+            [plan.host or args.ps_host for plan in plans]
+            if plans
+            else one_job_leader_hosts(host_slots(args), args.num_ranks, args.group_size)
+        )
+        table, names = plan_nodes(
+            args.ps_host, leader_hosts, args.servers, args.restarts if plans else 0
+        )
         os.environ.update(node_environment(table))
         relays += Relays(table, names, mpiexec).nodes
-        log.info(f"mxkv-launch: ps-lite listens on loopback on each of the {len(names)} hosts; "
-                 f"relays carry it between them over TLS with this job's key (port "
-                 f"{table.relay_port}; --trusted-network to connect directly)", extra=TO_STDERR)
+        log.info(
+            f"mxkv-launch: ps-lite listens on loopback on each of the {len(names)} hosts; "
+            f"relays carry it between them over TLS with this job's key (port "
+            f"{table.relay_port}; --trusted-network to connect directly)",
+            extra=TO_STDERR,
+        )
     elif args.serve and serve_relays.relays_wanted(args.ps_host, args.trusted_network):
         table = serve_relays.plan_serving_nodes(args.ps_host, args.servers)  # the groups' later
         os.environ.update(node_environment(table))
     else:
-        os.environ.update({"DMLC_PS_ROOT_URI": args.ps_host,
-                           "DMLC_PS_ROOT_PORT": str(free_port(args.ps_host))})
+        os.environ.update(
+            {"DMLC_PS_ROOT_URI": args.ps_host, "DMLC_PS_ROOT_PORT": str(free_port(args.ps_host))}
+        )
         if args.ps_interface:
             os.environ["DMLC_INTERFACE"] = args.ps_interface
         # otherwise every ps-lite node announces the address its host reaches the scheduler
@@ -234,18 +271,30 @@ def start_parameter_servers(args: argparse.Namespace, num_groups: int, mpiexec: 
     node = [sys.executable, "-m", "mxkv_hybrid.ps.server"]
     nodes: List[Node] = []
     try:
-        scheduler = start("parameter-server scheduler",
-                          [sys.executable, scheduler_script.__file__],
-                          dict(os.environ, DMLC_ROLE="scheduler"))
+        scheduler = start(
+            "parameter-server scheduler",
+            [sys.executable, scheduler_script.__file__],
+            dict(os.environ, DMLC_ROLE="scheduler"),
+        )
         nodes.append(scheduler)
-        wait_until_listening(scheduler, os.environ["DMLC_PS_ROOT_URI"],
-                             int(os.environ["DMLC_PS_ROOT_PORT"]), timeout=60)
+        wait_until_listening(
+            scheduler,
+            os.environ["DMLC_PS_ROOT_URI"],
+            int(os.environ["DMLC_PS_ROOT_PORT"]),
+            timeout=60,
+        )
         server_env = dict(os.environ, DMLC_ROLE="server")
         if args.server_hosts:
-            hosts = (["-hosts", args.server_hosts] if flavour == "hydra"
-                     else ["-H", args.server_hosts])
-            nodes.append(start("parameter servers",
-                               [mpiexec, "-n", str(args.servers), *hosts, *node], server_env))
+            hosts = (
+                ["-hosts", args.server_hosts] if flavour == "hydra" else ["-H", args.server_hosts]
+            )
+            nodes.append(
+                start(
+                    "parameter servers",
+                    [mpiexec, "-n", str(args.servers), *hosts, *node],
+                    server_env,
+                )
+            )
         else:
             for i in range(args.servers):
                 env = dict(server_env, **(server_environment(table, i) if table else {}))
@@ -277,79 +326,123 @@ def count_groups(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     """mxkv-launch's flags (the docs' flag page is generated from it)."""
     parser = argparse.ArgumentParser(
-        prog="mxkv-launch", description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("-n", "--num-ranks", type=int,
-                        help="number of ranks (with --join: of this group; default under "
-                             "Slurm or PBS: every slot of the allocation)")
-    parser.add_argument("-H", "--hosts", help="host1:slots,host2:slots (passed to mpiexec); "
-                                               "without it or --hostfile, the hosts of the "
-                                               "Slurm (SLURM_JOB_NODELIST) or PBS "
-                                               "(PBS_NODEFILE) job this runs in")
-    parser.add_argument("--hostfile", help="MPI host file: host, host:slots or host slots=N "
-                                           "lines")
+        prog="mxkv-launch",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "-n",
+        "--num-ranks",
+        type=int,
+        help="number of ranks (with --join: of this group; default under "
+        "Slurm or PBS: every slot of the allocation)",
+    )
+    parser.add_argument(
+        "-H",
+        "--hosts",
+        help="host1:slots,host2:slots (passed to mpiexec); "
+        "without it or --hostfile, the hosts of the "
+        "Slurm (SLURM_JOB_NODELIST) or PBS "
+        "(PBS_NODEFILE) job this runs in",
+    )
+    parser.add_argument("--hostfile", help="MPI host file: host, host:slots or host slots=N lines")
     parser.add_argument("--timeout", type=float, help="stop every rank after this many seconds")
     ps = parser.add_argument_group("parameter server (MXKV_MODE=sync, async or easgd)")
-    ps.add_argument("--servers", type=int, default=0,
-                    help="start a ps-lite scheduler and this many servers")
-    ps.add_argument("--group-size", type=int, default=0,
-                    help="ranks per group, in every mode (sets MXKV_GROUP_SIZE; default: one "
-                         "group per host)")
-    ps.add_argument("--ps-host",
-                    help="address of this machine that the ranks and servers reach the "
-                         "scheduler at (DMLC_PS_ROOT_URI; default: 127.0.0.1 when every "
-                         "rank and server runs here, else the address the route towards the "
-                         "other hosts leaves from; a loopback one with other hosts is refused)")
+    ps.add_argument(
+        "--servers", type=int, default=0, help="start a ps-lite scheduler and this many servers"
+    )
+    ps.add_argument(
+        "--group-size",
+        type=int,
+        default=0,
+        help="ranks per group, in every mode (sets MXKV_GROUP_SIZE; default: one group per host)",
+    )
+    ps.add_argument(
+        "--ps-host",
+        help="address of this machine that the ranks and servers reach the "
+        "scheduler at (DMLC_PS_ROOT_URI; default: 127.0.0.1 when every "
+        "rank and server runs here, else the address the route towards the "
+        "other hosts leaves from; a loopback one with other hosts is refused)",
+    )
     ps.add_argument("--ps-interface", help="network interface ps-lite uses (DMLC_INTERFACE)")
-    ps.add_argument("--trusted-network", action="store_true",
-                    help="with ranks on other hosts, or --serve on an address other than "
-                         "loopback: let ps-lite listen on the hosts' addresses and connect "
-                         "directly, without the relays that otherwise carry its connections "
-                         "between hosts over TLS with the job's key (ps-lite "
-                         "authenticates nothing and ends on a malformed message: only for "
-                         "networks that nothing but the job's machines can reach)")
+    ps.add_argument(
+        "--trusted-network",
+        action="store_true",
+        help="with ranks on other hosts, or --serve on an address other than "
+        "loopback: let ps-lite listen on the hosts' addresses and connect "
+        "directly, without the relays that otherwise carry its connections "
+        "between hosts over TLS with the job's key (ps-lite "
+        "authenticates nothing and ends on a malformed message: only for "
+        "networks that nothing but the job's machines can reach)",
+    )
     layout = ps.add_mutually_exclusive_group()
-    layout.add_argument("--group-jobs", action="store_true",
-                        help="start each group (--group-size ranks, or without it one group per "
-                             "-H/--hostfile host) as its own MPI job, joined to the others only "
-                             "through the parameter server: a group whose rank dies ends alone "
-                             "and (async, easgd) the others train on. The default in modes "
-                             "async and easgd (asynchronous) when there is more than one group; "
-                             "in mode sync on request")
-    layout.add_argument("--one-job", action="store_true",
-                        help="modes async and easgd: start every rank in one MPI job instead "
-                             "(metrics and broadcasts combined over all ranks; one dead rank "
-                             "ends the job; --restarts restarts the whole job)")
-    parser.add_argument("--restarts", type=int, default=0,
-                        help="start a failed job again up to this many times (MXKV_ATTEMPT "
-                             "counts them; a script that calls mxkv_hybrid.checkpoint."
-                             "load_latest resumes from its last checkpoint); with --group-jobs "
-                             "or --join only the lost group's job, which rejoins the servers' "
-                             "model (default 0)")
-    ps.add_argument("--serve", action="store_true",
-                    help="modes sync, async and easgd: start the parameter server for --groups "
-                         "groups that join from anywhere, print the address they join at "
-                         "(TOKEN@HOST:PORT) and wait until every group's job is over")
+    layout.add_argument(
+        "--group-jobs",
+        action="store_true",
+        help="start each group (--group-size ranks, or without it one group per "
+        "-H/--hostfile host) as its own MPI job, joined to the others only "
+        "through the parameter server: a group whose rank dies ends alone "
+        "and (async, easgd) the others train on. The default in modes "
+        "async and easgd (asynchronous) when there is more than one group; "
+        "in mode sync on request",
+    )
+    layout.add_argument(
+        "--one-job",
+        action="store_true",
+        help="modes async and easgd: start every rank in one MPI job instead "
+        "(metrics and broadcasts combined over all ranks; one dead rank "
+        "ends the job; --restarts restarts the whole job)",
+    )
+    parser.add_argument(
+        "--restarts",
+        type=int,
+        default=0,
+        help="start a failed job again up to this many times (MXKV_ATTEMPT "
+        "counts them; a script that calls mxkv_hybrid.checkpoint."
+        "load_latest resumes from its last checkpoint); with --group-jobs "
+        "or --join only the lost group's job, which rejoins the servers' "
+        "model (default 0)",
+    )
+    ps.add_argument(
+        "--serve",
+        action="store_true",
+        help="modes sync, async and easgd: start the parameter server for --groups "
+        "groups that join from anywhere, print the address they join at "
+        "(TOKEN@HOST:PORT) and wait until every group's job is over",
+    )
     ps.add_argument("--groups", type=int, default=0, help="with --serve: how many groups join")
-    ps.add_argument("--join", metavar="TOKEN@HOST:PORT",
-                    help="run this machine's -n ranks as one group of the job that "
-                         "mxkv-launch --serve started there (--restarts and --check apply: "
-                         "--check reports on this group and the servers)")
-    ps.add_argument("--server-hosts",
-                    help="host1,host2: start the servers there through mpiexec "
-                         "(default: on this machine)")
-    parser.add_argument("--auto", action="store_true",
-                        help="for scripts with no kvstore flag: the default stores become "
-                             "'hybrid', shuffled training data is sharded by rank and the "
-                             "script's --gpus LIST becomes the rank's share "
-                             "(sets MXKV_AUTO=1; see docs/guides/drop-in.md)")
-    parser.add_argument("--check", action="store_true",
-                        help="run a self-test of the installation and the topology on the ranks "
-                             "(and servers) instead of a program, and print a report")
+    ps.add_argument(
+        "--join",
+        metavar="TOKEN@HOST:PORT",
+        help="run this machine's -n ranks as one group of the job that "
+        "mxkv-launch --serve started there (--restarts and --check apply: "
+        "--check reports on this group and the servers)",
+    )
+    ps.add_argument(
+        "--server-hosts",
+        help="host1,host2: start the servers there through mpiexec (default: on this machine)",
+    )
+    parser.add_argument(
+        "--auto",
+        action="store_true",
+        help="for scripts with no kvstore flag: the default stores become "
+        "'hybrid', shuffled training data is sharded by rank and the "
+        "script's --gpus LIST becomes the rank's share "
+        "(sets MXKV_AUTO=1; see docs/guides/drop-in.md)",
+    )
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="run a self-test of the installation and the topology on the ranks "
+        "(and servers) instead of a program, and print a report",
+    )
     parser.add_argument("--dry-run", action="store_true", help="print the mpiexec command only")
-    parser.add_argument("--log-level", choices=LOG_LEVELS,
-                        help="which messages of the launcher and the ranks are shown (sets "
-                             "MXKV_LOG_LEVEL for every rank; default: info)")
+    parser.add_argument(
+        "--log-level",
+        choices=LOG_LEVELS,
+        help="which messages of the launcher and the ranks are shown (sets "
+        "MXKV_LOG_LEVEL for every rank; default: info)",
+    )
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- program [args...]")
     parser.set_defaults(group_jobs_by_default=False)
     return parser
@@ -398,23 +491,30 @@ def parse_arguments(argv: Optional[List[str]] = None) -> argparse.Namespace:
         parser.error("--servers and --group-size must not be negative")
     remote_centre = can.rma_transport and read_knob("MXKV_TRANSPORT") == "rma"
     if remote_centre and (args.servers or args.server_hosts or args.group_jobs):
-        parser.error("MXKV_TRANSPORT=rma keeps easgd's centre variable in MPI windows of the "
-                     "group leaders, in one MPI job: drop --servers, --server-hosts and "
-                     "--group-jobs (--group-size sets the groups)")
+        parser.error(
+            "MXKV_TRANSPORT=rma keeps easgd's centre variable in MPI windows of the "
+            "group leaders, in one MPI job: drop --servers, --server-hosts and "
+            "--group-jobs (--group-size sets the groups)"
+        )
     groups_without_servers = remote_centre or not can.servers
-    if (args.server_hosts or args.group_jobs or (args.group_size and not groups_without_servers)) \
-            and not args.servers:
-        parser.error(f"--group-size, --server-hosts and --group-jobs need --servers in "
-                     f"MXKV_MODE={mode} (--group-size without servers: modes "
-                     f"{_spoken(modes_without('servers'))}, and "
-                     f"{_spoken(modes_with('rma_transport'))} with MXKV_TRANSPORT=rma)")
+    if (
+        args.server_hosts or args.group_jobs or (args.group_size and not groups_without_servers)
+    ) and not args.servers:
+        parser.error(
+            f"--group-size, --server-hosts and --group-jobs need --servers in "
+            f"MXKV_MODE={mode} (--group-size without servers: modes "
+            f"{_spoken(modes_without('servers'))}, and "
+            f"{_spoken(modes_with('rma_transport'))} with MXKV_TRANSPORT=rma)"
+        )
     if args.groups:
         parser.error("--groups declares the groups of --serve")
     if args.one_job and not can.group_jobs_by_default:
-        parser.error("--one-job chooses one MPI job in the modes "
-                     f"{', '.join(modes_with('group_jobs_by_default'))}, "
-                     f"whose groups run as separate jobs by default, and MXKV_MODE is {mode}, "
-                     "which runs as one MPI job anyway: drop --one-job")
+        parser.error(
+            "--one-job chooses one MPI job in the modes "
+            f"{', '.join(modes_with('group_jobs_by_default'))}, "
+            f"whose groups run as separate jobs by default, and MXKV_MODE is {mode}, "
+            "which runs as one MPI job anyway: drop --one-job"
+        )
     if args.group_jobs:
         check_group_jobs(parser, args, mode)
     elif args.servers and groups_apart_by_default(args, mode):
@@ -423,17 +523,24 @@ def parse_arguments(argv: Optional[List[str]] = None) -> argparse.Namespace:
         say_why_one_job(args, mode)
     if args.servers and not can.servers:
         unset = "" if knob_is_set("MXKV_MODE") else " (unset)"
-        parser.error(f"--servers serves the modes {_spoken(modes_with('servers'))}, and MXKV_MODE "
-                     f"is {mode}{unset}, which uses no parameter server: set MXKV_MODE or drop "
-                     "--servers")
+        parser.error(
+            f"--servers serves the modes {_spoken(modes_with('servers'))}, and MXKV_MODE "
+            f"is {mode}{unset}, which uses no parameter server: set MXKV_MODE or drop "
+            "--servers"
+        )
     if args.servers and not args.dry_run:  # a dry run starts no scheduler
         place_scheduler(parser, args)
-    served_behind_relays = args.serve and args.ps_host and serve_relays.relays_wanted(
-        args.ps_host, args.trusted_network)
+    served_behind_relays = (
+        args.serve
+        and args.ps_host
+        and serve_relays.relays_wanted(args.ps_host, args.trusted_network)
+    )
     if args.servers and args.server_hosts and (relays_wanted(args) or served_behind_relays):
-        parser.error("--server-hosts with ranks on other hosts: the relays that carry ps-lite "
-                     "between hosts do not place servers on other hosts yet; start the "
-                     "servers here (drop --server-hosts) or add --trusted-network")
+        parser.error(
+            "--server-hosts with ranks on other hosts: the relays that carry ps-lite "
+            "between hosts do not place servers on other hosts yet; start the "
+            "servers here (drop --server-hosts) or add --trusted-network"
+        )
     return args
 
 
@@ -452,29 +559,38 @@ def place_scheduler(parser: argparse.ArgumentParser, args: argparse.Namespace) -
     except PsHostRefused as refused:
         parser.error(str(refused))
     if args.ps_host is None and chosen != LOOPBACK:
-        entry = ("this host's relay (ps-lite's way in from the other hosts; ps-lite itself "
-                 "listens on loopback)" if relays_wanted(args) else
-                 "the parameter-server scheduler")
-        log.info(f"mxkv-launch: {entry} listens on {describe_address(chosen)}, where the route "
-                 "towards the other hosts leaves this machine (--ps-host to choose another)",
-                 extra=TO_STDERR)
+        entry = (
+            "this host's relay (ps-lite's way in from the other hosts; ps-lite itself "
+            "listens on loopback)"
+            if relays_wanted(args)
+            else "the parameter-server scheduler"
+        )
+        log.info(
+            f"mxkv-launch: {entry} listens on {describe_address(chosen)}, where the route "
+            "towards the other hosts leaves this machine (--ps-host to choose another)",
+            extra=TO_STDERR,
+        )
     args.ps_host = chosen
 
 
-def check_sync_restarts(parser: argparse.ArgumentParser, args: argparse.Namespace, mode: str,
-                        option: str) -> None:
+def check_sync_restarts(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, mode: str, option: str
+) -> None:
     """A lost sync group cannot rejoin: the others stop when it is lost."""
     if capabilities_of(mode).groups_step_together and args.restarts:
-        parser.error(f"in MXKV_MODE={mode} the servers wait for every group's gradients at every "
-                     f"step, so the other groups stop when one is lost and a restarted group "
-                     f"would have nobody to rejoin: drop {option} and restart the whole job "
-                     "from its checkpoint (--restarts with checkpoint.load_latest)")
+        parser.error(
+            f"in MXKV_MODE={mode} the servers wait for every group's gradients at every "
+            f"step, so the other groups stop when one is lost and a restarted group "
+            f"would have nobody to rejoin: drop {option} and restart the whole job "
+            "from its checkpoint (--restarts with checkpoint.load_latest)"
+        )
 
 
 def check_separable_mode(parser: argparse.ArgumentParser, mode: str, option: str) -> None:
     """Refuses `option` (each group its own MPI job) where config's rule refuses it."""
-    refusal = separate_groups_refusal(mode, read_knob("MXKV_EASGD_SYNC"),
-                                      read_knob("MXKV_TRANSPORT"))
+    refusal = separate_groups_refusal(
+        mode, read_knob("MXKV_EASGD_SYNC"), read_knob("MXKV_TRANSPORT")
+    )
     if refusal:
         parser.error(f"{option} runs each group as its own MPI job, and {refusal}: drop {option}")
 
@@ -483,17 +599,27 @@ def check_serve(parser: argparse.ArgumentParser, args: argparse.Namespace, mode:
     check_separable_mode(parser, mode, "--serve")
     if not args.servers or args.groups < 1:
         parser.error("--serve needs --servers S and --groups G (how many groups will join)")
-    if (args.command or args.join or args.group_jobs or args.one_job or args.group_size
-            or args.check):
-        parser.error("--serve runs the parameter server only: start the groups with "
-                     "mxkv-launch --join on their machines")
+    if (
+        args.command
+        or args.join
+        or args.group_jobs
+        or args.one_job
+        or args.group_size
+        or args.check
+    ):
+        parser.error(
+            "--serve runs the parameter server only: start the groups with "
+            "mxkv-launch --join on their machines"
+        )
 
 
 def check_join(parser: argparse.ArgumentParser, args: argparse.Namespace, mode: str) -> None:
     check_separable_mode(parser, mode, "--join")
     if args.servers or args.group_size or args.group_jobs or args.one_job or args.groups:
-        parser.error("--join runs one group of a served job (-n is its size): drop --servers, "
-                     "--group-size, --group-jobs, --one-job and --groups")
+        parser.error(
+            "--join runs one group of a served job (-n is its size): drop --servers, "
+            "--group-size, --group-jobs, --one-job and --groups"
+        )
     check_sync_restarts(parser, args, mode, "--join")
 
 
@@ -502,8 +628,11 @@ def groups_apart_by_default(args: argparse.Namespace, mode: str) -> bool:
     groups can live and die alone (async, asynchronous easgd), unless --one-job, when the
     ranks form more than one group that can be planned (--group-size, or -H/--hostfile
     whose slots add up to -n: one group per host; not both)."""
-    if args.one_job or not capabilities_of(mode).group_jobs_by_default or separate_groups_refusal(
-            mode, read_knob("MXKV_EASGD_SYNC"), read_knob("MXKV_TRANSPORT")):
+    if (
+        args.one_job
+        or not capabilities_of(mode).group_jobs_by_default
+        or separate_groups_refusal(mode, read_knob("MXKV_EASGD_SYNC"), read_knob("MXKV_TRANSPORT"))
+    ):
         return False
     if bool(args.group_size) == bool(args.hosts or args.hostfile):
         return False
@@ -515,17 +644,24 @@ def groups_apart_by_default(args: argparse.Namespace, mode: str) -> bool:
 def say_why_one_job(args: argparse.Namespace, mode: str) -> None:
     """A line when hosts are named but the groups of a mode that runs them apart by default
     share one MPI job (so a lost host ends every group): never chosen silently."""
-    if args.one_job or not capabilities_of(mode).group_jobs_by_default \
-            or not (args.hosts or args.hostfile) \
-            or separate_groups_refusal(mode, read_knob("MXKV_EASGD_SYNC"),
-                                       read_knob("MXKV_TRANSPORT")):
+    if (
+        args.one_job
+        or not capabilities_of(mode).group_jobs_by_default
+        or not (args.hosts or args.hostfile)
+        or separate_groups_refusal(mode, read_knob("MXKV_EASGD_SYNC"), read_knob("MXKV_TRANSPORT"))
+    ):
         return
     slots = sum(slots for _, slots in host_slots(args))
-    why = ("both --group-size and the hosts are given" if args.group_size else
-           f"the hosts' slots add up to {slots}, not -n {args.num_ranks}")
-    log.warning(f"mxkv-launch: MXKV_MODE={mode}: one MPI job of all {args.num_ranks} ranks, as "
-                f"{why} (one group job per host needs the hosts alone, their slots adding up to "
-                "-n): a lost host ends every group; --one-job to choose this without this line")
+    why = (
+        "both --group-size and the hosts are given"
+        if args.group_size
+        else f"the hosts' slots add up to {slots}, not -n {args.num_ranks}"
+    )
+    log.warning(
+        f"mxkv-launch: MXKV_MODE={mode}: one MPI job of all {args.num_ranks} ranks, as "
+        f"{why} (one group job per host needs the hosts alone, their slots adding up to "
+        "-n): a lost host ends every group; --one-job to choose this without this line"
+    )
 
 
 def check_group_jobs(parser: argparse.ArgumentParser, args: argparse.Namespace, mode: str) -> None:
@@ -533,11 +669,15 @@ def check_group_jobs(parser: argparse.ArgumentParser, args: argparse.Namespace, 
     check_separable_mode(parser, mode, "--group-jobs")
     check_sync_restarts(parser, args, mode, "--group-jobs")
     if bool(args.group_size) == bool(args.hosts or args.hostfile):
-        parser.error("--group-jobs needs --group-size (groups of that many ranks) or -H / "
-                     "--hostfile (one group per host, its slots its ranks), one of them")
+        parser.error(
+            "--group-jobs needs --group-size (groups of that many ranks) or -H / "
+            "--hostfile (one group per host, its slots its ranks), one of them"
+        )
     if not args.group_size and sum(slots for _, slots in host_slots(args)) != args.num_ranks:
-        parser.error(f"--group-jobs with -H/--hostfile: the hosts' slots must add up to -n "
-                     f"{args.num_ranks}, one group per host")
+        parser.error(
+            f"--group-jobs with -H/--hostfile: the hosts' slots must add up to -n "
+            f"{args.num_ranks}, one group per host"
+        )
 
 
 def host_slots(args: argparse.Namespace) -> List[Tuple[str, int]]:
@@ -545,8 +685,10 @@ def host_slots(args: argparse.Namespace) -> List[Tuple[str, int]]:
     (host_sources.read_mpi_hostfile: host[:slots] or host slots=N)."""
     if args.hosts:
         entries = [entry for entry in args.hosts.split(",") if entry]
-        return [(entry.split(":")[0], int(entry.split(":")[1]) if ":" in entry else 1)
-                for entry in entries]
+        return [
+            (entry.split(":")[0], int(entry.split(":")[1]) if ":" in entry else 1)
+            for entry in entries
+        ]
     return read_mpi_hostfile(args.hostfile)
 
 
@@ -557,14 +699,21 @@ def plan_group_jobs(args: argparse.Namespace) -> List[GroupPlan]:
     return plan_groups_by_host(host_slots(args))
 
 
-def start_group_jobs(args: argparse.Namespace, mpiexec: str, flavour: str,
-                     plans: Optional[List[GroupPlan]] = None) -> List[GroupRun]:
+def start_group_jobs(
+    args: argparse.Namespace, mpiexec: str, flavour: str, plans: Optional[List[GroupPlan]] = None
+) -> List[GroupRun]:
     """One MPI job per group of `plans` (default: plan_group_jobs), or, with --dry-run,
     their commands."""
     runs = []
     for plan in plans or plan_group_jobs(args):
-        sized = argparse.Namespace(**dict(vars(args), num_ranks=plan.size, hostfile=None,
-                                          hosts=f"{plan.host}:{plan.size}" if plan.host else None))
+        sized = argparse.Namespace(
+            **dict(
+                vars(args),
+                num_ranks=plan.size,
+                hostfile=None,
+                hosts=f"{plan.host}:{plan.size}" if plan.host else None,
+            )
+        )
         command = [mpiexec, *mpi_arguments(flavour, sized), *wrap_command(args.command)]
         if args.dry_run:
             print(f"MXKV_GROUP_JOB={plan.knob} {' '.join(command)}")
@@ -590,10 +739,16 @@ def launch(args: argparse.Namespace) -> None:
     if args.serve:
         for name, value in HEARTBEAT.items():  # a joined group may be restarted
             os.environ.setdefault(name, value)
-        sys.exit(serve(args.groups, mode, args.ps_host,
-                       lambda groups: start_servers_or_exit(args, mpiexec, flavour, groups),
-                       args.timeout,
-                       serve_relays.relays_wanted(args.ps_host, args.trusted_network)))
+        sys.exit(
+            serve(
+                args.groups,
+                mode,
+                args.ps_host,
+                lambda groups: start_servers_or_exit(args, mpiexec, flavour, groups),
+                args.timeout,
+                serve_relays.relays_wanted(args.ps_host, args.trusted_network),
+            )
+        )
     if args.check and not args.dry_run and not check_reachability(args, mpiexec, flavour):
         sys.exit(1)
     if args.group_size:
@@ -601,9 +756,11 @@ def launch(args: argparse.Namespace) -> None:
     mpi_settings.choose(read_knob("MXKV_TRANSPORT"))  # for every rank this starts
     if args.auto:
         os.environ["MXKV_AUTO"] = "1"
-        log.info("mxkv-launch --auto: MXKV_AUTO=1 for every rank: stores 'local'/'device' -> "
-                 "'hybrid', shuffled ImageRecordIter/DataLoader sharded by rank, --gpus LIST -> "
-                 "the rank's share")
+        log.info(
+            "mxkv-launch --auto: MXKV_AUTO=1 for every rank: stores 'local'/'device' -> "
+            "'hybrid', shuffled ImageRecordIter/DataLoader sharded by rank, --gpus LIST -> "
+            "the rank's share"
+        )
     command = [mpiexec, *mpi_arguments(flavour, args), *wrap_command(args.command)]
     if args.dry_run:
         if args.group_jobs:
@@ -616,15 +773,27 @@ def launch(args: argparse.Namespace) -> None:
             os.environ.setdefault(name, value)
     if args.join:
         lost_ranks = open_link(args)
-        code = join_group(args.join, args.num_ranks, mode, command, flavour, args.timeout,
-                          args.restarts, read_knob("MXKV_PS_TIMEOUT"), lost_ranks)
+        code = join_group(
+            args.join,
+            args.num_ranks,
+            mode,
+            command,
+            flavour,
+            args.timeout,
+            args.restarts,
+            read_knob("MXKV_PS_TIMEOUT"),
+            lost_ranks,
+        )
         lost_ranks.link.close()
         sys.exit(code)
     if args.group_jobs:
         if args.group_jobs_by_default:
-            log.info(f"mxkv-launch: MXKV_MODE={mode}: each of the {len(plan_group_jobs(args))} "
-                     "groups runs as its own MPI job, joined to the others through the parameter "
-                     "server (--one-job: one MPI job)", extra=TO_STDERR)
+            log.info(
+                f"mxkv-launch: MXKV_MODE={mode}: each of the {len(plan_group_jobs(args))} "
+                "groups runs as its own MPI job, joined to the others through the parameter "
+                "server (--one-job: one MPI job)",
+                extra=TO_STDERR,
+            )
         lost_ranks = open_link(args)
         code = run_group_jobs(args, mpiexec, flavour, mode, lost_ranks)
         lost_ranks.link.close()
@@ -636,8 +805,9 @@ def launch(args: argparse.Namespace) -> None:
     sys.exit(code)
 
 
-def run_group_jobs(args: argparse.Namespace, mpiexec: str, flavour: str, mode: str,
-                   lost_ranks: LostRanks) -> int:
+def run_group_jobs(
+    args: argparse.Namespace, mpiexec: str, flavour: str, mode: str, lost_ranks: LostRanks
+) -> int:
     """The servers and one MPI job per group until they are over; a group lost before the
     groups met at the servers is left out, and the others are started again without it
     (with fresh servers: ps-lite cannot lower its count of workers). Returns the exit
@@ -651,11 +821,16 @@ def run_group_jobs(args: argparse.Namespace, mpiexec: str, flavour: str, mode: s
         lost_ranks.link.forget_meeting()
         lost_ranks.link.forget(list(range(args.num_ranks)))
         left = None if deadline is None else max(0.0, deadline - time.monotonic())
-        ended = supervise_groups(start_group_jobs(args, mpiexec, flavour, plans), helpers, left,
-                                 restarts, together=capabilities_of(mode).groups_step_together,
-                                 lost_ranks=lost_ranks,
-                                 met=lost_ranks.link.met,
-                                 prepare=functools.partial(ready_relay_of, helpers=helpers))
+        ended = supervise_groups(
+            start_group_jobs(args, mpiexec, flavour, plans),
+            helpers,
+            left,
+            restarts,
+            together=capabilities_of(mode).groups_step_together,
+            lost_ranks=lost_ranks,
+            met=lost_ranks.link.met,
+            prepare=functools.partial(ready_relay_of, helpers=helpers),
+        )
         if not ended.left_out:
             if left_out:
                 say(f"left out before the groups met: {', '.join(left_out)}")
@@ -663,8 +838,10 @@ def run_group_jobs(args: argparse.Namespace, mpiexec: str, flavour: str, mode: s
         left_out += [plan.describe_where() for plan in ended.left_out]
         plans = without(plans, ended.left_out)
         lost_ranks.expect_only({rank: plan.host for plan in plans for rank in plan.members})
-        say(f"starting {len(plans)} group(s) of {plans[0].ranks} rank(s) again: "
-            + ", ".join(plan.describe_where() for plan in plans))
+        say(
+            f"starting {len(plans)} group(s) of {plans[0].ranks} rank(s) again: "
+            + ", ".join(plan.describe_where() for plan in plans)
+        )
 
 
 def ready_relay_of(plan: GroupPlan, helpers: List[Node]) -> None:
@@ -678,8 +855,9 @@ def ready_relay_of(plan: GroupPlan, helpers: List[Node]) -> None:
 def check_reachability(args: argparse.Namespace, mpiexec: str, flavour: str) -> bool:
     """--check on several hosts: whether every host (-H / --hostfile, --server-hosts)
     reaches this machine and every other one, before any MPI job (reach_check); says so."""
-    hosts = list(dict.fromkeys([host for host, _ in host_slots(args)] if args.hosts or
-                               args.hostfile else []))
+    hosts = list(
+        dict.fromkeys([host for host, _ in host_slots(args)] if args.hosts or args.hostfile else [])
+    )
     hosts += [host for host in (args.server_hosts or "").split(",") if host and host not in hosts]
     try:
         if not remote_hosts(hosts):
@@ -687,24 +865,39 @@ def check_reachability(args: argparse.Namespace, mpiexec: str, flavour: str) -> 
         check = ReachCheck(args.ps_host or choose_ps_host(None, hosts), hosts)
     except PsHostRefused as refused:
         sys.exit(f"mxkv-launch: {refused}")
-    placed = argparse.Namespace(num_ranks=len(hosts), hosts=",".join(f"{h}:1" for h in hosts),
-                                hostfile=None)
-    probes = subprocess.Popen([mpiexec, *mpi_arguments(flavour, placed), *probe_command(check)],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              start_new_session=True)
+    placed = argparse.Namespace(
+        num_ranks=len(hosts), hosts=",".join(f"{h}:1" for h in hosts), hostfile=None
+    )
+    probes = subprocess.Popen(
+        [mpiexec, *mpi_arguments(flavour, placed), *probe_command(check)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         check.run()
     finally:
         end_process_group(probes, grace=0)
     problems = check.problems()
-    for line in problems or [(f"all {len(hosts)} hosts reach this machine at "
-                              f"{check.address.rpartition('@')[2]} and each other")]:
-        print(f"mxkv-launch --check: reachability (TCP, before MPI): {line}", file=sys.stderr,
-              flush=True)
+    for line in problems or [
+        (
+            f"all {len(hosts)} hosts reach this machine at "
+            f"{check.address.rpartition('@')[2]} and each other"
+        )
+    ]:
+        print(
+            f"mxkv-launch --check: reachability (TCP, before MPI): {line}",
+            file=sys.stderr,
+            flush=True,
+        )
     output = probes.communicate()[0].strip()
     if check.missing() and output:
-        print("mxkv-launch --check: what the probes' mpiexec printed:\n" + output,
-              file=sys.stderr, flush=True)
+        print(
+            "mxkv-launch --check: what the probes' mpiexec printed:\n" + output,
+            file=sys.stderr,
+            flush=True,
+        )
     return not problems
 
 
@@ -721,28 +914,42 @@ def open_link(args: argparse.Namespace) -> LostRanks:
     os.environ["MXKV_LAUNCHER_LINK"] = link.address
     placed = [host for host, slots in entries for _ in range(slots)]
     runs_the_plugin = any("mxkv_hybrid" in part for part in wrap_command(args.command))
-    expected = {rank: placed[rank % len(placed)] for rank in range(args.num_ranks)} \
-        if placed and runs_the_plugin else {}
-    return LostRanks(link, float(read_knob("MXKV_LOST_SECONDS")),
-                     {rank: host for rank, host in expected.items() if host in remote})
+    expected = (
+        {rank: placed[rank % len(placed)] for rank in range(args.num_ranks)}
+        if placed and runs_the_plugin
+        else {}
+    )
+    return LostRanks(
+        link,
+        float(read_knob("MXKV_LOST_SECONDS")),
+        {rank: host for rank, host in expected.items() if host in remote},
+    )
 
 
-def start_servers_or_exit(args: argparse.Namespace, mpiexec: str, flavour: str,
-                          groups: Optional[int] = None,
-                          plans: Optional[List[GroupPlan]] = None) -> List[Node]:
+def start_servers_or_exit(
+    args: argparse.Namespace,
+    mpiexec: str,
+    flavour: str,
+    groups: Optional[int] = None,
+    plans: Optional[List[GroupPlan]] = None,
+) -> List[Node]:
     """The parameter-server processes of --servers (none without it), for `groups` groups
     (default: as the ranks are grouped in one MPI job)."""
     if not args.servers:
         return []
     try:
-        return start_parameter_servers(args, groups or count_groups(args), mpiexec, flavour,
-                                       plans)
+        return start_parameter_servers(args, groups or count_groups(args), mpiexec, flavour, plans)
     except RuntimeError as err:
         sys.exit(f"mxkv-launch: could not start the parameter server: {err}")
 
 
-def run_with_restarts(args: argparse.Namespace, command: List[str], mpiexec: str,
-                      flavour: str, lost_ranks: Optional[LostRanks] = None) -> int:
+def run_with_restarts(
+    args: argparse.Namespace,
+    command: List[str],
+    mpiexec: str,
+    flavour: str,
+    lost_ranks: Optional[LostRanks] = None,
+) -> int:
     """Runs the job (and its parameter servers), and while --restarts allows starts a failed
     job again with fresh servers, MXKV_ATTEMPT counting the starts; --timeout bounds them all."""
     deadline = None if args.timeout is None else time.monotonic() + args.timeout
@@ -756,7 +963,8 @@ def run_with_restarts(args: argparse.Namespace, command: List[str], mpiexec: str
         if code in (0, 124, 130) or attempt == args.restarts:
             return code
         attempt += 1
-        log.warning(f"mxkv-launch: starting the job again (restart {attempt} of {args.restarts}, "
-                    f"MXKV_ATTEMPT={attempt}); a script that calls "
-                    "mxkv_hybrid.checkpoint.load_latest goes on from its last checkpoint")
-
+        log.warning(
+            f"mxkv-launch: starting the job again (restart {attempt} of {args.restarts}, "
+            f"MXKV_ATTEMPT={attempt}); a script that calls "
+            "mxkv_hybrid.checkpoint.load_latest goes on from its last checkpoint"
+        )

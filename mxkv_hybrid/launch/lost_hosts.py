@@ -5,6 +5,7 @@ before they registered); and which failed alone: their script ended with a non-z
 while their job went on (mpiexec ends a job when a rank is killed or aborts, not when its
 script exits: the others would wait for it in their next collective), or ended, even with
 status 0, before it started MPI while the others wait in MPI's start, which waits for all."""
+
 import time
 from typing import Dict, Iterable, Optional
 
@@ -42,8 +43,11 @@ class LostRanks:
         """The first rank of `ranks` whose script said it ended with a non-zero status,
         more than `ago` seconds ago, or None."""
         now, ranks = time.monotonic(), set(ranks)
-        failed = [ended for rank, ended in self.link.exits().items()
-                  if rank in ranks and ended.status != 0 and now - ended.when > ago]
+        failed = [
+            ended
+            for rank, ended in self.link.exits().items()
+            if rank in ranks and ended.status != 0 and now - ended.when > ago
+        ]
         return min(failed, key=lambda ended: ended.when) if failed else None
 
     def ended_before_mpi(self, ranks: Iterable[int]) -> Optional[str]:
@@ -51,8 +55,11 @@ class LostRanks:
         ended before it started MPI, and another rank has waited there for more than
         EXIT_GRACE_SECONDS since both were true (MPI's start waits for every rank)."""
         now, ranks = time.monotonic(), set(ranks)
-        ended = [exit for rank, exit in self.link.exits().items()
-                 if rank in ranks and not self.link.mpi_started(rank)]
+        ended = [
+            exit
+            for rank, exit in self.link.exits().items()
+            if rank in ranks and not self.link.mpi_started(rank)
+        ]
         waiting = {rank: since for rank, since in self.link.mpi_starts().items() if rank in ranks}
         if not ended or not waiting:
             return None
@@ -60,10 +67,12 @@ class LostRanks:
         rank, since = min(waiting.items(), key=lambda item: item[1])
         if now - max(since, first.when) <= EXIT_GRACE_SECONDS:
             return None
-        return (f"rank {first.rank}'s script exited with status {first.status} before it "
-                f"started MPI (created its store), and rank {rank} has waited for it in MPI's "
-                f"start for {now - since:.0f} s: MPI's start waits for every rank of the job, "
-                "so every rank must create its store, or none")
+        return (
+            f"rank {first.rank}'s script exited with status {first.status} before it "
+            f"started MPI (created its store), and rank {rank} has waited for it in MPI's "
+            f"start for {now - since:.0f} s: MPI's start waits for every rank of the job, "
+            "so every rank must create its store, or none"
+        )
 
     def first_lost(self, ranks: Iterable[int], started: float) -> Optional[str]:
         """How the first lost rank of `ranks` (a job started at `started`) was lost, with
@@ -73,11 +82,15 @@ class LostRanks:
         for rank in ranks:
             known = seen.get(rank)
             if known is not None and known.silent_for(now) > self.bound:
-                how = (f"rank {rank} on {known.host} ({known.address}) was last heard from "
-                       f"{known.silent_for(now):.0f} s ago")
+                how = (
+                    f"rank {rank} on {known.host} ({known.address}) was last heard from "
+                    f"{known.silent_for(now):.0f} s ago"
+                )
             elif known is None and rank in self._remote and now - started > self.bound:
-                how = (f"rank {rank}, started on {self._remote[rank]} {now - started:.0f} s "
-                       "ago, was never heard from")
+                how = (
+                    f"rank {rank}, started on {self._remote[rank]} {now - started:.0f} s "
+                    "ago, was never heard from"
+                )
             else:
                 continue
             return f"{how} (MXKV_LOST_SECONDS={self.bound:g})"
@@ -96,9 +109,14 @@ class LostRanks:
         known_ranks = self.link.ranks()
         seen = [known_ranks.get(rank) for rank in ranks]
         ended = [known for known in seen if known is not None and known.left]
-        silent = [known for known in seen if known is not None and not known.left
-                  and known.silent_for(now) > HEARD_SECONDS]
+        silent = [
+            known
+            for known in seen
+            if known is not None and not known.left and known.silent_for(now) > HEARD_SECONDS
+        ]
         if ended and silent:
-            return (f"rank {ended[0].rank} ended, and {silent[0].describe_silence(now)}: "
-                    "mpiexec cannot end the ranks of a host it cannot reach")
+            return (
+                f"rank {ended[0].rank} ended, and {silent[0].describe_silence(now)}: "
+                "mpiexec cannot end the ranks of a host it cannot reach"
+            )
         return None

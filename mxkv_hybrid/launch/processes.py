@@ -1,5 +1,6 @@
 """The processes mxkv-launch starts: each in its own session, watched, and ended with its
 whole process group (a grace period, SIGTERM, then SIGKILL), so nothing is left behind."""
+
 import os
 import signal
 import socket
@@ -37,8 +38,9 @@ def live_group_members(pgid: int) -> List[int]:
     return [pid for pid, group in live_processes().items() if group == pgid]
 
 
-def end_process_group(process: subprocess.Popen, grace: float = 0.0,
-                      patience: float = GRACE_SECONDS) -> None:
+def end_process_group(
+    process: subprocess.Popen, grace: float = 0.0, patience: float = GRACE_SECONDS
+) -> None:
     """Gives the process group `grace` seconds to end by itself, then SIGTERM, then
     SIGKILL for whatever outlives `patience` seconds more."""
     deadline = time.monotonic() + grace
@@ -81,8 +83,9 @@ def wait_until_listening(node: Node, host: str, port: int, timeout: float) -> No
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if node.process.poll() is not None:
-            raise RuntimeError(f"the {node.name} exited with status {node.process.returncode} "
-                               "before listening")
+            raise RuntimeError(
+                f"the {node.name} exited with status {node.process.returncode} before listening"
+            )
         with socket.socket() as s:
             if s.connect_ex((host, port)) == 0:
                 return

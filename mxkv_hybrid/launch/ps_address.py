@@ -4,6 +4,7 @@ leaves from, checked before anything starts. A loopback or foreign --ps-host wit
 hosts, hosts that do not resolve, or hosts reached from different addresses are refused
 at once, naming the flag to set. Each host's ranks and servers then announce their own
 address (comm/network.py), never this machine's."""
+
 import socket
 from typing import List, Optional
 
@@ -33,8 +34,11 @@ def remote_hosts(hosts: List[str]) -> List[str]:
 
 
 def _this_machines_addresses() -> str:
-    shown = [f"{address} ({name})" for name, address in interface_addresses().items()
-             if not address.startswith("127.")]
+    shown = [
+        f"{address} ({name})"
+        for name, address in interface_addresses().items()
+        if not address.startswith("127.")
+    ]
     return ", ".join(shown) or "none but loopback"
 
 
@@ -54,15 +58,22 @@ def choose_ps_host(given: Optional[str], hosts: List[str]) -> str:
     else:
         if given is None:
             return routed
-    suggestion = (f"--ps-host {routed} (this machine's address {describe_address(routed)}, "
-                  f"where the route towards {remote[0]} leaves; or leave --ps-host out)"
-                  if routed else f"one of this machine's addresses: {_this_machines_addresses()}")
+    suggestion = (
+        f"--ps-host {routed} (this machine's address {describe_address(routed)}, "
+        f"where the route towards {remote[0]} leaves; or leave --ps-host out)"
+        if routed
+        else f"one of this machine's addresses: {_this_machines_addresses()}"
+    )
     if is_loopback(given):
-        raise PsHostRefused(f"--ps-host {given} is loopback, and the ranks or servers on "
-                            f"{', '.join(remote)} would look for the scheduler on their own "
-                            f"loopback: give {suggestion}")
+        raise PsHostRefused(
+            f"--ps-host {given} is loopback, and the ranks or servers on "
+            f"{', '.join(remote)} would look for the scheduler on their own "
+            f"loopback: give {suggestion}"
+        )
     if not is_own_address(given):
-        raise PsHostRefused(f"--ps-host {given} is not an address of this machine "
-                            f"({socket.gethostname()}), where the scheduler runs: give "
-                            f"{suggestion}")
+        raise PsHostRefused(
+            f"--ps-host {given} is not an address of this machine "
+            f"({socket.gethostname()}), where the scheduler runs: give "
+            f"{suggestion}"
+        )
     return given

@@ -2,6 +2,7 @@
 report names a process it picked (measured: rank 0, which it had stopped itself, when
 rank 1 was killed). The launcher watches the ranks on this host through pidfds, which
 become readable the moment a process ends, so the first rank to go is known."""
+
 import os
 import select
 import time
@@ -109,8 +110,9 @@ class RankWatch:
 
     def _note(self, ready: List[int]) -> None:
         """Notes the watched ranks among `ready` (descriptors select found readable)."""
-        gone = [self._watched.pop(descriptor) for descriptor in ready
-                if descriptor in self._watched]
+        gone = [
+            self._watched.pop(descriptor) for descriptor in ready if descriptor in self._watched
+        ]
         for descriptor in ready:
             if descriptor != self._root_ended:
                 os.close(descriptor)
@@ -118,8 +120,7 @@ class RankWatch:
             self.first_ended = sorted(gone)
             self._first_ended_at = time.monotonic()
 
-    def describe_first_ended(self, host: str, failed: Optional[RankExit] = None
-                             ) -> Optional[str]:
+    def describe_first_ended(self, host: str, failed: Optional[RankExit] = None) -> Optional[str]:
         """'rank 1 (pid 6872)' or 'ranks 0 (pid ..) and 2 (pid ..), together', or None.
         `failed`: the first script that reported a non-zero exit on the launcher's link:
         before it ends, so before mpiexec stops the others; it is named first if that was
@@ -128,14 +129,20 @@ class RankWatch:
         if failed is not None and failed.when <= self._first_ended_at:
             pid = self._ranks_seen.get(failed.rank - self._first_rank)
             if pid is not None:
-                return (f"rank {failed.rank} (pid {pid} on {host}) was the first rank to end "
-                        "(its script failed)")
+                return (
+                    f"rank {failed.rank} (pid {pid} on {host}) was the first rank to end "
+                    "(its script failed)"
+                )
         if not self.first_ended:
             return None
-        names = [f"{self._first_rank + rank} (pid {pid} on {host})"
-                 for rank, pid in self.first_ended]
-        partial = ("" if len(self._ranks_seen) == self._num_ranks
-                   else f" of the {len(self._ranks_seen)} on this host")
+        names = [
+            f"{self._first_rank + rank} (pid {pid} on {host})" for rank, pid in self.first_ended
+        ]
+        partial = (
+            ""
+            if len(self._ranks_seen) == self._num_ranks
+            else f" of the {len(self._ranks_seen)} on this host"
+        )
         if len(names) == 1:
             return f"rank {names[0]} was the first rank{partial} to end"
         return f"ranks {', '.join(names)} were the first ranks{partial} to end, together"

@@ -9,6 +9,7 @@ addresses, each tries them all at once and reports back. A host whose probe neve
 cannot reach this machine; every failed connection is named with both hosts and the
 address. The whole check takes at most REGISTER_SECONDS + CONNECT_SECONDS + a second.
 """
+
 import json
 import secrets
 import select
@@ -65,14 +66,19 @@ class ReachCheck:
         report and per failed connection."""
         address = self.address.rpartition("@")[2]
         missing = [host for host in self.hosts if host not in self._probes]
-        lines = [f"{host}: its probe never called this machine at {address} within "
-                 f"{REGISTER_SECONDS:g} s: {host} cannot reach it (cut off, a firewall, or no "
-                 "route from there to this address: --ps-host chooses another)"
-                 for host in missing]
+        lines = [
+            f"{host}: its probe never called this machine at {address} within "
+            f"{REGISTER_SECONDS:g} s: {host} cannot reach it (cut off, a firewall, or no "
+            "route from there to this address: --ps-host chooses another)"
+            for host in missing
+        ]
         if missing:  # mpiexec ends every probe when one host's cannot start: nothing more
             return lines
-        lines += [f"{host}: its probe did not report what it reached"
-                  for host in self._probes if host not in self._reported]
+        lines += [
+            f"{host}: its probe did not report what it reached"
+            for host in self._probes
+            if host not in self._reported
+        ]
         return lines + self._failures
 
     def missing(self) -> bool:
@@ -100,8 +106,9 @@ class ReachCheck:
 
     def _collect(self) -> None:
         deadline = time.monotonic() + CONNECT_SECONDS + 1.0
-        readers = {connection: connection.makefile("rb") for connection in
-                   self._connections.values()}
+        readers = {
+            connection: connection.makefile("rb") for connection in self._connections.values()
+        }
         hosts = {connection: host for host, connection in self._connections.items()}
         waiting = set(readers)
         while waiting and time.monotonic() < deadline:
@@ -114,9 +121,12 @@ class ReachCheck:
                     continue
                 host = hosts[connection]
                 self._reported.add(host)
-                self._failures += [f"{host} ({self._probes[host].address}) cannot reach "
-                                   f"{failed['host']} ({failed['address']}:{failed['port']}): "
-                                   f"{failed['error']}" for failed in report["failed"]]
+                self._failures += [
+                    f"{host} ({self._probes[host].address}) cannot reach "
+                    f"{failed['host']} ({failed['address']}:{failed['port']}): "
+                    f"{failed['error']}"
+                    for failed in report["failed"]
+                ]
 
 
 def probe_command(check: ReachCheck) -> List[str]:
@@ -127,8 +137,9 @@ def probe_command(check: ReachCheck) -> List[str]:
 def _try(target: dict) -> Optional[str]:
     """None if `target` accepts a TCP connection within CONNECT_SECONDS, else why not."""
     try:
-        socket.create_connection((target["address"], target["port"]),
-                                 timeout=CONNECT_SECONDS).close()
+        socket.create_connection(
+            (target["address"], target["port"]), timeout=CONNECT_SECONDS
+        ).close()
         return None
     except socket.timeout:
         return f"no answer within {CONNECT_SECONDS:g} s"
@@ -151,9 +162,17 @@ def probe(address: str) -> None:
     listener = socket.create_server(("", 0))
     threading.Thread(target=_answer_forever, args=(listener,), daemon=True).start()
     launcher = socket.create_connection((host, int(port)), timeout=REGISTER_SECONDS)
-    launcher.sendall(json.dumps({"token": token, "host": socket.gethostname(),
-                                 "address": launcher.getsockname()[0],
-                                 "port": listener.getsockname()[1]}).encode() + b"\n")
+    launcher.sendall(
+        json.dumps(
+            {
+                "token": token,
+                "host": socket.gethostname(),
+                "address": launcher.getsockname()[0],
+                "port": listener.getsockname()[1],
+            }
+        ).encode()
+        + b"\n"
+    )
     launcher.settimeout(REGISTER_SECONDS + CONNECT_SECONDS + 5.0)
     reader = launcher.makefile("rb")
     targets = json.loads(reader.readline())["targets"]

@@ -23,6 +23,7 @@ PLAN.json: {"tls": "host:port", "local": ["host:port", ...],
             "stand_ins": {"host:port": {"relay": "host:port", "target": "host:port"}, ...}}
 (a stand-in listens where ps-lite dials a remote node, normally the target's own address).
 """
+
 import argparse
 import asyncio
 import functools
@@ -38,13 +39,13 @@ from ..logs import TO_STDERR
 from ..ps.node_addresses import Endpoint, RelayPlan, StandIn
 from .job_key import tls_context
 
-CHUNK_BYTES = 1 << 20     # what one read moves
+CHUNK_BYTES = 1 << 20  # what one read moves
 BUFFERED_BYTES = 4 << 20  # what a stream buffers before it stops reading its socket
-TARGET_LINE_BYTES = 64    # the longest target line a relay reads
+TARGET_LINE_BYTES = 64  # the longest target line a relay reads
 HANDSHAKE_SECONDS = 10.0  # for the handshake, and again for the target line, or the peer is dropped
-QUIET_SECONDS = 60.0      # default of --quiet-seconds
+QUIET_SECONDS = 60.0  # default of --quiet-seconds
 PING, PONG = b"ping", b"pong\n"  # a relay checking that it still reaches another
-BEAT_SECONDS = 1.0        # how often --watch checks
+BEAT_SECONDS = 1.0  # how often --watch checks
 
 
 log = logging.getLogger("mxkv_hybrid.launch.relay")  # run as __main__ (python -m)
@@ -99,14 +100,22 @@ class Relay:
         """Listens everywhere the plan says; raises at once if an address is taken."""
         tls = self._plan.tls
         loop = asyncio.get_running_loop()
-        self._servers.append(await loop.create_server(
-            lambda: _Unread(lambda transport: self._keep(self._from_relay(transport))),
-            tls.host, tls.port))
+        self._servers.append(
+            await loop.create_server(
+                lambda: _Unread(lambda transport: self._keep(self._from_relay(transport))),
+                tls.host,
+                tls.port,
+            )
+        )
         for listen, stand_in in self._plan.stand_ins.items():
-            self._servers.append(await asyncio.start_server(
-                functools.partial(self._node_dialled, stand_in),
-                listen.host, listen.port,
-                limit=BUFFERED_BYTES))
+            self._servers.append(
+                await asyncio.start_server(
+                    functools.partial(self._node_dialled, stand_in),
+                    listen.host,
+                    listen.port,
+                    limit=BUFFERED_BYTES,
+                )
+            )
 
     def serve(self) -> None:
         """Serves until close() (start first)."""
@@ -120,12 +129,18 @@ class Relay:
         """A local node dialled a remote one: carry the connection to its host's relay."""
         try:
             far_reader, far_writer = await asyncio.open_connection(
-                stand_in.relay.host, stand_in.relay.port, ssl=self._dialling, server_hostname="",
-                ssl_handshake_timeout=HANDSHAKE_SECONDS, limit=BUFFERED_BYTES)
+                stand_in.relay.host,
+                stand_in.relay.port,
+                ssl=self._dialling,
+                server_hostname="",
+                ssl_handshake_timeout=HANDSHAKE_SECONDS,
+                limit=BUFFERED_BYTES,
+            )
         except (OSError, ssl.SSLError, asyncio.TimeoutError) as err:
-            self.lines.say(f"failed connection(s) to the relay {stand_in.relay}",
-                           f"cannot reach the relay {stand_in.relay} for {stand_in.target}: "
-                           f"{err}")
+            self.lines.say(
+                f"failed connection(s) to the relay {stand_in.relay}",
+                f"cannot reach the relay {stand_in.relay} for {stand_in.target}: {err}",
+            )
             writer.close()
             return
         far_writer.write(f"{stand_in.target}\n".encode())
@@ -138,8 +153,13 @@ class Relay:
         reader = asyncio.StreamReader(limit=BUFFERED_BYTES, loop=loop)
         protocol = _OverTls(reader, loop=loop)
         try:
-            tls = await loop.start_tls(transport, protocol, self._accepting, server_side=True,
-                                       ssl_handshake_timeout=HANDSHAKE_SECONDS)
+            tls = await loop.start_tls(
+                transport,
+                protocol,
+                self._accepting,
+                server_side=True,
+                ssl_handshake_timeout=HANDSHAKE_SECONDS,
+            )
         except (ssl.SSLError, OSError, asyncio.TimeoutError) as err:
             self._refuse(peer, f"the TLS handshake failed ({err.__class__.__name__}: {err})")
             transport.close()
@@ -160,17 +180,21 @@ class Relay:
             writer.close()
             return
         if target not in self._plan.local:
-            self._refuse(peer, f"it asked for {target or 'no valid target'}, which is not a "
-                               "node of this host")
+            self._refuse(
+                peer,
+                f"it asked for {target or 'no valid target'}, which is not a node of this host",
+            )
             writer.close()
             return
         try:
             near_reader, near_writer = await asyncio.open_connection(
-                target.host, target.port, limit=BUFFERED_BYTES)
+                target.host, target.port, limit=BUFFERED_BYTES
+            )
         except OSError as err:
-            self.lines.say(f"failed connection(s) to the local node {target}",
-                           f"cannot reach the local node {target} for {peer[0]}:{peer[1]}: "
-                           f"{err}")
+            self.lines.say(
+                f"failed connection(s) to the local node {target}",
+                f"cannot reach the local node {target} for {peer[0]}:{peer[1]}: {err}",
+            )
             writer.close()
             return
         await _join(reader, writer, near_reader, near_writer)
@@ -182,9 +206,12 @@ class Relay:
         heard = loop.time()
         while loop.time() - heard < lost_seconds:
             try:
-                reader, writer = await asyncio.wait_for(asyncio.open_connection(
-                    relay.host, relay.port, ssl=self._dialling, server_hostname=""),
-                    HANDSHAKE_SECONDS)
+                reader, writer = await asyncio.wait_for(
+                    asyncio.open_connection(
+                        relay.host, relay.port, ssl=self._dialling, server_hostname=""
+                    ),
+                    HANDSHAKE_SECONDS,
+                )
                 writer.write(PING + b"\n")
                 if await asyncio.wait_for(reader.readline(), HANDSHAKE_SECONDS) == PONG:
                     heard = loop.time()
@@ -192,12 +219,16 @@ class Relay:
             except (OSError, asyncio.TimeoutError):
                 pass
             await asyncio.sleep(BEAT_SECONDS)
-        say(f"the relay of the launcher's host ({relay}) has not answered for "
-            f"{lost_seconds:g} s: this host is cut off from the job; ending")
+        say(
+            f"the relay of the launcher's host ({relay}) has not answered for "
+            f"{lost_seconds:g} s: this host is cut off from the job; ending"
+        )
 
     def _refuse(self, peer: Tuple[str, int], why: str) -> None:
-        self.lines.say(f"refused connection(s) from {peer[0]}",
-                       f"refused a connection from {peer[0]}:{peer[1]}: {why}")
+        self.lines.say(
+            f"refused connection(s) from {peer[0]}",
+            f"refused a connection from {peer[0]}:{peer[1]}: {why}",
+        )
 
     def close(self) -> None:
         for server in self._servers:
@@ -207,8 +238,10 @@ class Relay:
 
 async def _join(reader_a, writer_a, reader_b, writer_b) -> None:
     """Copies bytes both ways until either side ends, then closes both."""
-    copies = [asyncio.ensure_future(_copy(reader_a, writer_b)),
-              asyncio.ensure_future(_copy(reader_b, writer_a))]
+    copies = [
+        asyncio.ensure_future(_copy(reader_a, writer_b)),
+        asyncio.ensure_future(_copy(reader_b, writer_a)),
+    ]
     try:
         await asyncio.wait(copies, return_when=asyncio.FIRST_COMPLETED)
     finally:
@@ -258,15 +291,22 @@ def _peer(transport) -> Tuple[str, int]:
     return (address[0], address[1]) if address else ("an unknown peer", 0)
 
 
-async def _run(plan: RelayPlan, key_path: str, quiet_seconds: float,
-               forget_key: bool = False, watch: Optional[Tuple[Endpoint, float]] = None
-               ) -> None:
+async def _run(
+    plan: RelayPlan,
+    key_path: str,
+    quiet_seconds: float,
+    forget_key: bool = False,
+    watch: Optional[Tuple[Endpoint, float]] = None,
+) -> None:
     relay = Relay(plan, key_path, quiet_seconds)
     if forget_key:  # loaded: the file goes (the directory with it, at exit)
         os.unlink(key_path)
     await relay.start()
-    say(f"ready: TLS on {plan.tls}, {len(plan.stand_ins)} stand-in(s), "
-        f"{len(plan.local)} local node(s)", logging.INFO)
+    say(
+        f"ready: TLS on {plan.tls}, {len(plan.stand_ins)} stand-in(s), "
+        f"{len(plan.local)} local node(s)",
+        logging.INFO,
+    )
     stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         asyncio.get_running_loop().add_signal_handler(signum, stop.set)
@@ -287,22 +327,33 @@ async def _set_when_done(work, event: asyncio.Event) -> None:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m mxkv_hybrid.launch.relay",
-                                     description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m mxkv_hybrid.launch.relay", description=__doc__.split("\n\n")[0]
+    )
     plans = parser.add_mutually_exclusive_group(required=True)
     plans.add_argument("--plan", help="the relay's plan: a JSON file (see above)")
     plans.add_argument("--plan-json", help="the relay's plan as JSON text")
     keys = parser.add_mutually_exclusive_group(required=True)
     keys.add_argument("--key", help="the job's key file (launch/job_key.py)")
-    keys.add_argument("--key-env", metavar="NAME",
-                     help="the environment variable that holds the job's key (PEM text): how "
-                          "mxkv-launch hands it to the relays of other hosts")
-    parser.add_argument("--quiet-seconds", type=float, default=QUIET_SECONDS,
-                        help="after a refusal, count the same host's next ones this long "
-                             "instead of writing a line each (default %(default)s)")
-    parser.add_argument("--watch", metavar="HOST:PORT",
-                        help="the relay of the launcher's host: end when it has not answered "
-                             "for --lost-seconds (a host cut off from the job)")
+    keys.add_argument(
+        "--key-env",
+        metavar="NAME",
+        help="the environment variable that holds the job's key (PEM text): how "
+        "mxkv-launch hands it to the relays of other hosts",
+    )
+    parser.add_argument(
+        "--quiet-seconds",
+        type=float,
+        default=QUIET_SECONDS,
+        help="after a refusal, count the same host's next ones this long "
+        "instead of writing a line each (default %(default)s)",
+    )
+    parser.add_argument(
+        "--watch",
+        metavar="HOST:PORT",
+        help="the relay of the launcher's host: end when it has not answered "
+        "for --lost-seconds (a host cut off from the job)",
+    )
     parser.add_argument("--lost-seconds", type=float, default=30.0)
     args = parser.parse_args(argv)
     watch = (Endpoint.parse(args.watch), args.lost_seconds) if args.watch else None

@@ -6,6 +6,7 @@ the variables that place the scheduler, the servers and the group leaders.
 Host 0 is this machine (the scheduler's, and the servers'); the others follow in the order
 -H / --hostfile names them. Ranks fill the hosts' slots in order, as mpiexec places them.
 A group's leader is its first rank: every --group-size-th rank, or each host's first."""
+
 import os
 import random
 import socket
@@ -39,16 +40,18 @@ def leader_ranks(placed: Sequence[str], group_size: int) -> List[int]:
     return sorted(firsts.values())
 
 
-def one_job_leader_hosts(slots: Sequence[Tuple[str, int]], num_ranks: int,
-                         group_size: int) -> List[str]:
+def one_job_leader_hosts(
+    slots: Sequence[Tuple[str, int]], num_ranks: int, group_size: int
+) -> List[str]:
     """Where each group's leader runs in one MPI job whose ranks fill `slots` in order."""
     placed = [host for host, count in slots for _ in range(count)]
     placed = [placed[rank % len(placed)] for rank in range(num_ranks)]
     return [placed[rank] for rank in leader_ranks(placed, group_size)]
 
 
-def plan_nodes(ps_host: str, leader_hosts: Sequence[str], num_servers: int,
-               restarts: int = 0) -> Tuple[PsNodes, List[str]]:
+def plan_nodes(
+    ps_host: str, leader_hosts: Sequence[str], num_servers: int, restarts: int = 0
+) -> Tuple[PsNodes, List[str]]:
     """The job's table and its hosts' names (index 0: this machine, named `ps_host`; then
     the other hosts that run a group leader, in group order); `restarts`: ports for each
     group's restarts (group jobs' --restarts)."""
@@ -59,27 +62,33 @@ def plan_nodes(ps_host: str, leader_hosts: Sequence[str], num_servers: int,
             index[host] = 0 if is_this_machine(host) else len(names)
             if index[host]:
                 names.append(host)
-    remote_ports = iter(random.Random().sample(range(*PORTS),
-                                               len(leader_hosts) * (1 + restarts)))
+    remote_ports = iter(random.Random().sample(range(*PORTS), len(leader_hosts) * (1 + restarts)))
     here = loopback_address(0)
 
     def port_on(host: int) -> int:
         return free_port(here) if host == 0 else next(remote_ports)
 
-    table = PsNodes(hosts=tuple(names), relay_port=free_port(ps_host),
-                    scheduler=(0, free_port(here)),
-                    servers=tuple((0, free_port(here)) for _ in range(num_servers)),
-                    leaders=tuple((index[h], port_on(index[h])) for h in leader_hosts),
-                    restart_ports=tuple(tuple(port_on(index[h]) for _ in range(restarts))
-                                        for h in leader_hosts))
+    table = PsNodes(
+        hosts=tuple(names),
+        relay_port=free_port(ps_host),
+        scheduler=(0, free_port(here)),
+        servers=tuple((0, free_port(here)) for _ in range(num_servers)),
+        leaders=tuple((index[h], port_on(index[h])) for h in leader_hosts),
+        restart_ports=tuple(
+            tuple(port_on(index[h]) for _ in range(restarts)) for h in leader_hosts
+        ),
+    )
     return table, names
 
 
 def node_environment(table: PsNodes) -> Dict[str, str]:
     """What every process of the job gets: the scheduler's loopback address, the table."""
     scheduler = table.endpoint(table.scheduler)
-    return {"DMLC_PS_ROOT_URI": scheduler.host, "DMLC_PS_ROOT_PORT": str(scheduler.port),
-            "MXKV_PS_NODES": table.to_json()}
+    return {
+        "DMLC_PS_ROOT_URI": scheduler.host,
+        "DMLC_PS_ROOT_PORT": str(scheduler.port),
+        "MXKV_PS_NODES": table.to_json(),
+    }
 
 
 def server_environment(table: PsNodes, server: int) -> Dict[str, str]:
@@ -115,8 +124,16 @@ class Relays:
         try:
             for host, name in enumerate(names):
                 process = self._start(host)
-                self.nodes.append(RelayNode(f"relay on {name}", process, leaves_by_itself=False,
-                                            vital=host == 0, host_name=name, owner=self))
+                self.nodes.append(
+                    RelayNode(
+                        f"relay on {name}",
+                        process,
+                        leaves_by_itself=False,
+                        vital=host == 0,
+                        host_name=name,
+                        owner=self,
+                    )
+                )
                 # vital: another host's loss is its ranks' to report
         except BaseException:
             for node in self.nodes:
@@ -129,17 +146,26 @@ class Relays:
         command = relay_command(self._table.relay_plan(host).to_json())
         if host:  # on its host, through mpiexec (Hydra passes the environment on); it
             # ends itself when cut off from this host's relay, as ranks' keepers do
-            command = [self._mpiexec, "-n", "1", "-hosts", name, *command, "--watch",
-                       f"{self._names[0]}:{self._table.relay_port}", "--lost-seconds",
-                       str(read_knob("MXKV_LOST_SECONDS"))]
-        return start_ready(f"relay on {name}", command,
-                            dict(os.environ, MXKV_RELAY_KEY=self._key_text))
+            command = [
+                self._mpiexec,
+                "-n",
+                "1",
+                "-hosts",
+                name,
+                *command,
+                "--watch",
+                f"{self._names[0]}:{self._table.relay_port}",
+                "--lost-seconds",
+                str(read_knob("MXKV_LOST_SECONDS")),
+            ]
+        return start_ready(
+            f"relay on {name}", command, dict(os.environ, MXKV_RELAY_KEY=self._key_text)
+        )
 
     def answers(self, name: str) -> bool:
         """Whether the relay of host `name` answers a ping with the job's key."""
         try:
-            with socket.create_connection((name, self._table.relay_port),
-                                          ANSWER_SECONDS) as plain:
+            with socket.create_connection((name, self._table.relay_port), ANSWER_SECONDS) as plain:
                 with self._dialling.wrap_socket(plain, server_hostname="") as tls:
                     tls.sendall(PING + b"\n")
                     return tls.recv(len(PONG)) == PONG
@@ -156,14 +182,22 @@ class Relays:
 
 def relay_command(plan: str) -> List[str]:
     """A relay of this job's (its plan as JSON; the key in MXKV_RELAY_KEY)."""
-    return [sys.executable, "-m", "mxkv_hybrid.launch.relay", "--plan-json", plan,
-            "--key-env", "MXKV_RELAY_KEY"]
+    return [
+        sys.executable,
+        "-m",
+        "mxkv_hybrid.launch.relay",
+        "--plan-json",
+        plan,
+        "--key-env",
+        "MXKV_RELAY_KEY",
+    ]
 
 
 def start_ready(name: str, command: List[str], env: Dict[str, str]) -> subprocess.Popen:
     """Starts a relay and waits for its 'ready' line; its other lines go to stderr."""
-    process = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True,
-                               start_new_session=True)
+    process = subprocess.Popen(
+        command, env=env, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     stderr = process.stderr
     assert stderr is not None  # (a pipe)
     first: List[Optional[str]] = [None]
@@ -173,8 +207,7 @@ def start_ready(name: str, command: List[str], env: Dict[str, str]) -> subproces
     if not first[0] or "ready" not in first[0]:
         end_process_group(process, grace=0)
         said = ((first[0] or "") + stderr.read()).strip().splitlines()
-        raise RuntimeError(f"the {name} did not start: "
-                           + (said[-1] if said else "no output"))
+        raise RuntimeError(f"the {name} did not start: " + (said[-1] if said else "no output"))
     threading.Thread(target=_forward, args=(process,), daemon=True).start()
     return process
 

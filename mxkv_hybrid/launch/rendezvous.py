@@ -26,6 +26,7 @@ through the launchers. ps-lite itself authenticates nothing: on a host address i
 connections go through relays keyed by the token (serve_relays.py); each joining
 launcher says in its hello where its relay will listen.
 """
+
 import hmac
 import json
 import logging
@@ -116,14 +117,20 @@ class Rendezvous:
             hello = {}
         refusal = None
         if not hmac.compare_digest(str(hello.get("token", "")), self.token):
-            refusal = "the token does not match this job's: copy the whole TOKEN@HOST:PORT " \
-                      "that mxkv-launch --serve printed"
+            refusal = (
+                "the token does not match this job's: copy the whole TOKEN@HOST:PORT "
+                "that mxkv-launch --serve printed"
+            )
         elif hello.get("mode") != self.mode:
-            refusal = (f"this job trains in MXKV_MODE={self.mode}, and the group asked for "
-                       f"{hello.get('mode')}: set the same MXKV_MODE on every group")
+            refusal = (
+                f"this job trains in MXKV_MODE={self.mode}, and the group asked for "
+                f"{hello.get('mode')}: set the same MXKV_MODE on every group"
+            )
         elif len(self.members) == self.groups:
-            refusal = (f"this job was declared with {self.groups} group(s) and all of them "
-                       "have joined: serve a job with more --groups, or join another job")
+            refusal = (
+                f"this job was declared with {self.groups} group(s) and all of them "
+                "have joined: serve a job with more --groups, or join another job"
+            )
         if refusal is not None:
             try:
                 _send(connection, {"error": refusal})
@@ -144,10 +151,13 @@ class Rendezvous:
             if greeted is not None:
                 connection, stream, hello = greeted
                 relay = JoinerRelay(**hello["relay"]) if hello.get("relay") else None
-                self.members.append(Member(len(self.members), int(hello["ranks"]), connection,
-                                           stream, relay))
-                log.info(f"mxkv-launch: group {len(self.members) - 1} joined with "
-                         f"{hello['ranks']} rank(s) ({len(self.members)} of {self.groups})")
+                self.members.append(
+                    Member(len(self.members), int(hello["ranks"]), connection, stream, relay)
+                )
+                log.info(
+                    f"mxkv-launch: group {len(self.members) - 1} joined with "
+                    f"{hello['ranks']} rank(s) ({len(self.members)} of {self.groups})"
+                )
         self._assign(None)
 
     def _assign(self, heading: Optional[str]) -> None:
@@ -155,11 +165,17 @@ class Rendezvous:
         `heading`, "again": a place in a job started again)."""
         total = sum(m.ranks for m in self.members)
         first = 0
-        environment = dict(self.settings, **(self.plan_relays(self.members)
-                                              if self.plan_relays else {}))
+        environment = dict(
+            self.settings, **(self.plan_relays(self.members) if self.plan_relays else {})
+        )
         for member in self.members:
-            assignment = {"group": member.group, "groups": self.groups, "first_rank": first,
-                          "ranks": total, "environment": environment}
+            assignment = {
+                "group": member.group,
+                "groups": self.groups,
+                "first_rank": first,
+                "ranks": total,
+                "environment": environment,
+            }
             try:
                 _send(member.connection, {heading: assignment} if heading else assignment)
             except OSError:
@@ -190,8 +206,9 @@ class Rendezvous:
         others or is left out (`left_out`: to regroup), as _lost says."""
         waiting = {m.connection: m for m in self.members if m.status is None and not m.gone}
         self._beat(waiting.values())
-        ready, _, _ = select.select([self._listener, *waiting], [], [],
-                                    min(seconds, BEAT_SECONDS / 2))
+        ready, _, _ = select.select(
+            [self._listener, *waiting], [], [], min(seconds, BEAT_SECONDS / 2)
+        )
         for source in ready:
             if source is self._listener:
                 self._greet()  # a group more than declared: refused
@@ -213,9 +230,11 @@ class Rendezvous:
         for member in waiting.values():
             silent = time.monotonic() - member.last_heard
             if not member.gone and member.status is None and silent > self.lost_seconds:
-                log.warning(f"mxkv-launch: {member.describe()} was last heard from "
-                            f"{silent:.0f} s ago (MXKV_LOST_SECONDS={self.lost_seconds:g}): "
-                            "its host is cut off or dead")
+                log.warning(
+                    f"mxkv-launch: {member.describe()} was last heard from "
+                    f"{silent:.0f} s ago (MXKV_LOST_SECONDS={self.lost_seconds:g}): "
+                    "its host is cut off or dead"
+                )
                 member.gone = True
                 self._lost(member)
 
@@ -238,17 +257,21 @@ class Rendezvous:
         Mode sync: the servers wait for every group's gradients, so a lost group stops the
         others. Each running group's launcher is told which group was lost: after the groups
         met (async, easgd) that it was given up, for its finish line."""
-        running = [other for other in self.members
-                   if other is not member and other.status is None and not other.gone]
+        running = [
+            other
+            for other in self.members
+            if other is not member and other.status is None and not other.gone
+        ]
         if not running:
             return
-        how = ("went away without reporting" if member.gone else
-               f"ended with status {member.status}")
+        how = "went away without reporting" if member.gone else f"ended with status {member.status}"
         together = capabilities_of(self.mode).groups_step_together
         if not self.met and member.gone and not together:
-            log.warning(f"mxkv-launch: {member.describe()} {how} before the groups met at the "
-                        "parameter server, whose start waits for all: leaving it out; the other "
-                        "groups start again, with fresh servers, as a job of one group less")
+            log.warning(
+                f"mxkv-launch: {member.describe()} {how} before the groups met at the "
+                "parameter server, whose start waits for all: leaving it out; the other "
+                "groups start again, with fresh servers, as a job of one group less"
+            )
             self.left_out.append(member)
             return
         if together:
@@ -281,9 +304,15 @@ class Joined:
     the exit status on), its assignment, and the serving launcher's order to stop (mode
     sync: another group was lost), read as it comes."""
 
-    def __init__(self, connection: socket.socket, stream, assignment: dict, lost_seconds: float,
-                 met: Callable[[], bool] = lambda: False,
-                 given_up: Callable[[int], None] = lambda group: None):
+    def __init__(
+        self,
+        connection: socket.socket,
+        stream,
+        assignment: dict,
+        lost_seconds: float,
+        met: Callable[[], bool] = lambda: False,
+        given_up: Callable[[int], None] = lambda group: None,
+    ):
         """met: whether this group met the others at the parameter server (said once);
         given_up: called with each group the serving launcher gave up."""
         self.connection = connection
@@ -312,9 +341,11 @@ class Joined:
                     self._given_up(int(order["given_up"]))
                 elif "again" in order:
                     self.again = order["again"]
-                    self.stop_order = ("a group was lost before the groups met at the parameter "
-                                       "server: the job starts again without it, this group as "
-                                       f"group {self.again['group']} of {self.again['groups']}")
+                    self.stop_order = (
+                        "a group was lost before the groups met at the parameter "
+                        "server: the job starts again without it, this group as "
+                        f"group {self.again['group']} of {self.again['groups']}"
+                    )
         except (OSError, ValueError):
             pass  # the connection closed: nothing more will come
 
@@ -324,8 +355,9 @@ class Joined:
             say_met = not self._said_met and self._met()
             with self._sending:
                 try:
-                    self.connection.send(b'{"met": true}\n' if say_met else b"{}\n",
-                                         socket.MSG_DONTWAIT)
+                    self.connection.send(
+                        b'{"met": true}\n' if say_met else b"{}\n", socket.MSG_DONTWAIT
+                    )
                     self._said_met = self._said_met or say_met
                 except OSError:
                     pass  # a full buffer: the serving launcher is not reading
@@ -342,9 +374,11 @@ class Joined:
         """The serving launcher's order to stop, or its silence for MXKV_LOST_SECONDS."""
         silent = time.monotonic() - self._last_heard
         if self.stop_order is None and silent > self._lost_seconds:
-            return (f"the serving launcher at {self._server} was last heard from {silent:.0f} s "
-                    f"ago (MXKV_LOST_SECONDS={self._lost_seconds:g}): this host is cut off from "
-                    "it, or it is gone")
+            return (
+                f"the serving launcher at {self._server} was last heard from {silent:.0f} s "
+                f"ago (MXKV_LOST_SECONDS={self._lost_seconds:g}): this host is cut off from "
+                "it, or it is gone"
+            )
         return self.stop_order
 
     def report(self, status: int) -> None:
@@ -360,9 +394,16 @@ class Joined:
             self.connection.close()
 
 
-def join(address: str, ranks: int, mode: str, timeout: float, lost_seconds: float,
-         met: Callable[[], bool] = lambda: False, restarts: int = 0,
-         given_up: Callable[[int], None] = lambda group: None) -> Joined:
+def join(
+    address: str,
+    ranks: int,
+    mode: str,
+    timeout: float,
+    lost_seconds: float,
+    met: Callable[[], bool] = lambda: False,
+    restarts: int = 0,
+    given_up: Callable[[int], None] = lambda group: None,
+) -> Joined:
     """Connects to a serving launcher and returns this group's place in the job (`met`:
     whether the group met the others at the parameter server, told as it comes; `given_up`:
     called with each group the serving launcher gave up). Waits as
@@ -374,13 +415,15 @@ def join(address: str, ranks: int, mode: str, timeout: float, lost_seconds: floa
     try:
         connection = socket.create_connection((host, int(port)), timeout=timeout)
     except socket.timeout:
-        raise JoinRefused(f"could not reach the job at {host}:{port}: no answer within "
-                          f"{timeout:g} s (MXKV_PS_TIMEOUT); is the port reachable from here?"
-                          ) from None
+        raise JoinRefused(
+            f"could not reach the job at {host}:{port}: no answer within "
+            f"{timeout:g} s (MXKV_PS_TIMEOUT); is the port reachable from here?"
+        ) from None
     except OSError as err:
-        raise JoinRefused(f"could not reach the job at {host}:{port}: {err}; is mxkv-launch "
-                          "--serve running there, and is the port reachable from here?"
-                          ) from None
+        raise JoinRefused(
+            f"could not reach the job at {host}:{port}: {err}; is mxkv-launch "
+            "--serve running there, and is the port reachable from here?"
+        ) from None
     # while the others join, the serving launcher beats ({}); silent this long (a stranger
     # may hold its greeting for HELLO_SECONDS), this host is cut off from it
     silence = lost_seconds + HELLO_SECONDS
@@ -388,21 +431,25 @@ def join(address: str, ranks: int, mode: str, timeout: float, lost_seconds: floa
     stream = connection.makefile("r")
     try:
         relay = JoinerRelay.choose(connection, restarts)  # used if the job has relays
-        _send(connection, {"token": token, "ranks": ranks, "mode": mode,
-                           "relay": asdict(relay)})
+        _send(connection, {"token": token, "ranks": ranks, "mode": mode, "relay": asdict(relay)})
         answer = _receive(stream)
         while answer == {}:
             answer = _receive(stream)
     except socket.timeout:
-        answer = {"error": f"the serving launcher at {host}:{port} was silent for {silence:g} s "
-                           "while this group waited for the others to join "
-                           f"(MXKV_LOST_SECONDS={lost_seconds:g}, and {HELLO_SECONDS:g} s "
-                           "more): this host is cut off from it, or it is gone"}
+        answer = {
+            "error": f"the serving launcher at {host}:{port} was silent for {silence:g} s "
+            "while this group waited for the others to join "
+            f"(MXKV_LOST_SECONDS={lost_seconds:g}, and {HELLO_SECONDS:g} s "
+            "more): this host is cut off from it, or it is gone"
+        }
     except (OSError, ValueError) as err:
         answer = {"error": f"the serving launcher at {host}:{port} broke the connection ({err})"}
     connection.settimeout(None)
     if answer is None or "error" in answer:
         connection.close()
-        raise JoinRefused(answer["error"] if answer else "the serving launcher closed the "
-                          "connection without an answer")
+        raise JoinRefused(
+            answer["error"]
+            if answer
+            else "the serving launcher closed the connection without an answer"
+        )
     return Joined(connection, stream, answer, lost_seconds, met, given_up)

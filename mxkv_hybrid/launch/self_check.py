@@ -3,6 +3,7 @@ topology, run by every rank (`python -m mxkv_hybrid.launch.self_check`). Rank 0 
 found: MPI, the ranks per host, the groups, whether the parameter servers answer, that a
 small and a 4 MiB pushpull give the right numbers on every rank (with their times and
 algorithms), the algorithm table, and the knobs that are set."""
+
 import os
 import time
 from typing import List
@@ -25,13 +26,19 @@ def _size_text(nbytes: int) -> str:
 def _mpi_line(hosts: List[str]) -> str:
     from mpi4py import MPI
 
-    levels = {MPI.THREAD_SINGLE: "SINGLE", MPI.THREAD_FUNNELED: "FUNNELED",
-              MPI.THREAD_SERIALIZED: "SERIALIZED", MPI.THREAD_MULTIPLE: "MULTIPLE"}
+    levels = {
+        MPI.THREAD_SINGLE: "SINGLE",
+        MPI.THREAD_FUNNELED: "FUNNELED",
+        MPI.THREAD_SERIALIZED: "SERIALIZED",
+        MPI.THREAD_MULTIPLE: "MULTIPLE",
+    }
     library = " ".join(MPI.Get_library_version().splitlines()[0].split())
     per_host = {host: hosts.count(host) for host in dict.fromkeys(hosts)}
     layout = ", ".join(f"{host} ({count})" for host, count in per_host.items())
-    return (f"{library}; thread level MPI_THREAD_{levels.get(MPI.Query_thread(), '?')}; "
-            f"{len(hosts)} rank(s) on {len(per_host)} host(s): {layout}")
+    return (
+        f"{library}; thread level MPI_THREAD_{levels.get(MPI.Query_thread(), '?')}; "
+        f"{len(hosts)} rank(s) on {len(per_host)} host(s): {layout}"
+    )
 
 
 def _combined_ranks(config: Config) -> List[int]:
@@ -49,9 +56,11 @@ def _groups_line(config: Config) -> str:
     these = groups(config.group_size)
     job = world().group_job
     if job is not None:
-        return (f"group {job.group} of {job.groups} as its own MPI job: ranks {job.first_rank}-"
-                f"{job.first_rank + world().comm.Get_size() - 1} of {job.ranks}; leader (talks to "
-                f"the servers): rank {job.first_rank}")
+        return (
+            f"group {job.group} of {job.groups} as its own MPI job: ranks {job.first_rank}-"
+            f"{job.first_rank + world().comm.Get_size() - 1} of {job.ranks}; leader (talks to "
+            f"the servers): rank {job.first_rank}"
+        )
     leaders = world().comm.gather(world().rank if these.is_leader else None, root=0)
     shown = [r for r in leaders or [] if r is not None]
     size = f"{config.group_size} ranks each" if config.group_size else "one per host"
@@ -80,7 +89,7 @@ def _check_pushpull(store, config: Config) -> List[str]:
         if capabilities_of(config.mode).gradients_allreduced:
             algorithm = f", algorithm {store._collectives.algorithm_for('float32', floats * 4)}"
         over = "" if len(combined) == this.size else f" (combined over ranks {combined})"
-        verdict = (f"correct on every rank{over}" if not bad else f"WRONG on ranks {bad}")
+        verdict = f"correct on every rank{over}" if not bad else f"WRONG on ranks {bad}"
         lines.append(f"{_size_text(floats * 4)}: {verdict}, {seconds * 1e3:.2f} ms{algorithm}")
     return lines
 
@@ -90,8 +99,10 @@ def _table_line(config: Config) -> str:
         return f"MXKV_ALGO={config.algorithm} (no table)"
     path = config.algorithm_table or algorithm_table.default_path()
     rules = algorithm_table.rules_for(algorithm_table.load(path), world().size)
-    shown = ", ".join(f"{'up to ' + _size_text(limit) if limit >= 0 else 'larger'}: {name}"
-                      for limit, name in rules)
+    shown = ", ".join(
+        f"{'up to ' + _size_text(limit) if limit >= 0 else 'larger'}: {name}"
+        for limit, name in rules
+    )
     return f"auto from {path} ({shown})"
 
 
@@ -114,8 +125,11 @@ def main() -> None:
         ok = all("WRONG" not in line for _, line in report)
         took = time.monotonic() - started
         report.append(("result", f"{'OK' if ok else 'FAILED'} in {took:.2f} s"))
-        print("mxkv_hybrid self-check\n" + "\n".join(f"  {name + ':':<12}{line}"
-                                                     for name, line in report), flush=True)
+        print(
+            "mxkv_hybrid self-check\n"
+            + "\n".join(f"  {name + ':':<12}{line}" for name, line in report),
+            flush=True,
+        )
         if not ok:
             raise SystemExit(1)
 

@@ -6,6 +6,7 @@
 `serve` runs the parameter server and the rendezvous until every group's job is over;
 `join_group` runs one group's MPI job with what the rendezvous assigned it.
 """
+
 import logging
 import os
 import time
@@ -26,8 +27,14 @@ from .supervisor import say, supervise
 # what a joining group's ranks need to reach the servers; never the serving machine's own
 # DMLC_NODE_HOST / DMLC_INTERFACE: each host announces its own address (comm/network.py)
 log = logging.getLogger(__name__)
-SETTINGS = ("DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT", "DMLC_NUM_SERVER", "DMLC_NUM_WORKER",
-            "PS_HEARTBEAT_INTERVAL", "PS_HEARTBEAT_TIMEOUT")
+SETTINGS = (
+    "DMLC_PS_ROOT_URI",
+    "DMLC_PS_ROOT_PORT",
+    "DMLC_NUM_SERVER",
+    "DMLC_NUM_WORKER",
+    "PS_HEARTBEAT_INTERVAL",
+    "PS_HEARTBEAT_TIMEOUT",
+)
 
 
 class ServedGroups:
@@ -37,8 +44,12 @@ class ServedGroups:
 
     running, stopping = "groups", "ending the servers"
 
-    def __init__(self, rendezvous: Rendezvous, servers: List[Node],
-                 start_servers: Callable[[int], List[Node]]):
+    def __init__(
+        self,
+        rendezvous: Rendezvous,
+        servers: List[Node],
+        start_servers: Callable[[int], List[Node]],
+    ):
         self.rendezvous, self.servers, self.start_servers = rendezvous, servers, start_servers
         self.left_out: List[str] = []
 
@@ -48,11 +59,12 @@ class ServedGroups:
             self.left_out += [member.describe() for member in rendezvous.left_out]
             for server in self.servers:
                 end_process_group(server.process)
-            self.servers[:] = self.start_servers(len(rendezvous.members)
-                                                 - len(rendezvous.left_out))
+            self.servers[:] = self.start_servers(len(rendezvous.members) - len(rendezvous.left_out))
             rendezvous.regroup(_settings())
-            log.info(f"mxkv-launch: {rendezvous.groups} group(s) start again: "
-                     + ", ".join(member.describe() for member in rendezvous.members))
+            log.info(
+                f"mxkv-launch: {rendezvous.groups} group(s) start again: "
+                + ", ".join(member.describe() for member in rendezvous.members)
+            )
         if not rendezvous.over:
             return None
         return 0 if all(m.status == 0 for m in rendezvous.members) and not self.left_out else 1
@@ -61,18 +73,24 @@ class ServedGroups:
         self.rendezvous.listen(seconds)
 
 
-def serve(groups: int, mode: str, host: str, start_servers: Callable[[int], List[Node]],
-          timeout: Optional[float], relayed: bool = False) -> int:
+def serve(
+    groups: int,
+    mode: str,
+    host: str,
+    start_servers: Callable[[int], List[Node]],
+    timeout: Optional[float],
+    relayed: bool = False,
+) -> int:
     """Starts the parameter server (`start_servers(groups)`), waits for `groups` groups to
     join, then watches them (ServedGroups, supervisor.supervise) until every group's job
     is over, or the servers die, `timeout` passes, or a signal comes; ends the servers.
     Returns the exit status: 0 when every group finished, 1 otherwise (124 timeout, 130
     stopped). `relayed`: ps-lite behind relays (serve_relays.py), else on `host`."""
     servers = start_servers(groups)
-    rendezvous = Rendezvous(groups, mode, _settings(), host,
-                            float(read_knob("MXKV_LOST_SECONDS")))
+    rendezvous = Rendezvous(groups, mode, _settings(), host, float(read_knob("MXKV_LOST_SECONDS")))
     relay = HostRelay(rendezvous.token) if relayed else None
     if relay is not None:
+
         def plan_relays(members: List[Member]) -> Dict[str, str]:
             serving = PsNodes.from_json(read_knob("MXKV_PS_NODES"))  # of the servers now
             relays = [member.relay for member in members]
@@ -82,19 +100,28 @@ def serve(groups: int, mode: str, host: str, start_servers: Callable[[int], List
             table = whole_table(serving, [at for at in relays if at is not None])
             servers.append(relay.start(table, 0))  # watched and ended with the servers
             return node_environment(table)
+
         rendezvous.plan_relays = plan_relays
-    print(f"mxkv-launch: serving a job of {groups} group(s) in MXKV_MODE={mode}; start each "
-          f"group with\n    MXKV_MODE={mode} mxkv-launch --join {rendezvous.address} -n RANKS "
-          "-- python train.py ...", flush=True)  # --serve's output at every log level
+    print(
+        f"mxkv-launch: serving a job of {groups} group(s) in MXKV_MODE={mode}; start each "
+        f"group with\n    MXKV_MODE={mode} mxkv-launch --join {rendezvous.address} -n RANKS "
+        "-- python train.py ...",
+        flush=True,
+    )  # --serve's output at every log level
     if relay is not None:
-        log.info("mxkv-launch: ps-lite listens on loopback on every host; relays carry it "
-                 "between this host and each group's over TLS, keyed by the token "
-                 "(--trusted-network to connect directly)", extra=TO_STDERR)
+        log.info(
+            "mxkv-launch: ps-lite listens on loopback on every host; relays carry it "
+            "between this host and each group's over TLS, keyed by the token "
+            "(--trusted-network to connect directly)",
+            extra=TO_STDERR,
+        )
     elif not (host.startswith("127.") or host == "localhost"):
-        log.warning(f"mxkv-launch: {host} is not loopback and --trusted-network is set: the "
-                    "token only keeps other jobs' launchers out; ps-lite authenticates nothing, "
-                    "so the scheduler's and the servers' ports must be reachable only from "
-                    "this job's machines (a firewall, a private network)")
+        log.warning(
+            f"mxkv-launch: {host} is not loopback and --trusted-network is set: the "
+            "token only keeps other jobs' launchers out; ps-lite authenticates nothing, "
+            "so the scheduler's and the servers' ports must be reachable only from "
+            "this job's machines (a firewall, a private network)"
+        )
     deadline = None if timeout is None else time.monotonic() + timeout
     work = ServedGroups(rendezvous, servers, start_servers)
     try:
@@ -110,9 +137,13 @@ def serve(groups: int, mode: str, host: str, start_servers: Callable[[int], List
     if relay is not None:
         relay.close()
     for member in rendezvous.members:
-        outcome = ("went away without reporting" if member.gone else
-                   "is still running" if member.status is None else
-                   f"ended with status {member.status}")
+        outcome = (
+            "went away without reporting"
+            if member.gone
+            else "is still running"
+            if member.status is None
+            else f"ended with status {member.status}"
+        )
         log.info(f"mxkv-launch: {member.describe()} {outcome}")
     if work.left_out:
         log.info(f"mxkv-launch: left out before the groups met: {', '.join(work.left_out)}")
@@ -126,18 +157,36 @@ def _settings() -> Dict[str, str]:
     return dict(settings, DMLC_ROLE="worker")
 
 
-def join_group(address: str, ranks: int, mode: str, command: List[str], flavour: str,
-               timeout: Optional[float], restarts: int, wait_seconds: float,
-               lost_ranks: LostRanks) -> int:
+def join_group(
+    address: str,
+    ranks: int,
+    mode: str,
+    command: List[str],
+    flavour: str,
+    timeout: Optional[float],
+    restarts: int,
+    wait_seconds: float,
+    lost_ranks: LostRanks,
+) -> int:
     """Joins the served job, runs this group's MPI job (restarting it up to `restarts`
     times; started again in its new place when the job regroups without a group lost
     before the groups met), and reports how it ended. `lost_ranks`: the launcher's link
     with the group's ranks. Returns its exit status (2: refused)."""
-    log.info(f"mxkv-launch: joining the job at {address.rpartition('@')[2]} with {ranks} "
-             "rank(s); waiting for the other groups to join")
+    log.info(
+        f"mxkv-launch: joining the job at {address.rpartition('@')[2]} with {ranks} "
+        "rank(s); waiting for the other groups to join"
+    )
     try:
-        joined = join(address, ranks, mode, wait_seconds, float(read_knob("MXKV_LOST_SECONDS")),
-                      lost_ranks.link.met, restarts, lost_ranks.link.give_up)
+        joined = join(
+            address,
+            ranks,
+            mode,
+            wait_seconds,
+            float(read_knob("MXKV_LOST_SECONDS")),
+            lost_ranks.link.met,
+            restarts,
+            lost_ranks.link.give_up,
+        )
     except JoinRefused as refused:
         log.error(f"mxkv-launch: not joined: {refused}")
         return 2
@@ -148,10 +197,17 @@ def join_group(address: str, ranks: int, mode: str, command: List[str], flavour:
     code = 1
     try:
         while True:
-            plan = GroupPlan(assigned["group"], assigned["groups"], assigned["first_rank"],
-                             ranks, assigned["ranks"])
-            log.info(f"mxkv-launch: joined as {plan.describe()} of {plan.groups} group(s), "
-                     f"{plan.ranks} rank(s) in all")
+            plan = GroupPlan(
+                assigned["group"],
+                assigned["groups"],
+                assigned["first_rank"],
+                ranks,
+                assigned["ranks"],
+            )
+            log.info(
+                f"mxkv-launch: joined as {plan.describe()} of {plan.groups} group(s), "
+                f"{plan.ranks} rank(s) in all"
+            )
             env = dict(os.environ, **assigned["environment"])
             helpers = []
             if "MXKV_PS_NODES" in assigned["environment"]:  # behind relays: this host's
@@ -162,9 +218,14 @@ def join_group(address: str, ranks: int, mode: str, command: List[str], flavour:
             lost_ranks.link.forget(list(plan.members))
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             delay = float(env.get("PS_HEARTBEAT_TIMEOUT", 0)) + 2
-            code = supervise_groups([start_group(plan, command, env, flavour)], helpers, left,
-                                    Restarts(restarts, delay), stop_order=joined.why_stop,
-                                    lost_ranks=lost_ranks).code
+            code = supervise_groups(
+                [start_group(plan, command, env, flavour)],
+                helpers,
+                left,
+                Restarts(restarts, delay),
+                stop_order=joined.why_stop,
+                lost_ranks=lost_ranks,
+            ).code
             again = joined.start_again()
             if again is None:
                 break

@@ -9,6 +9,7 @@ and the servers) and each group's leader once every group has joined: group g is
 g + 1 (two groups from one machine are two hosts with two relays), at the address its
 launcher reached the serving one from and the relay port it chose there (`JoinerRelay`,
 told in its hello)."""
+
 import os
 import random
 import socket
@@ -30,10 +31,13 @@ def relays_wanted(ps_host: str, trusted_network: bool) -> bool:
 def plan_serving_nodes(ps_host: str, num_servers: int) -> PsNodes:
     """The serving host's part of the table: its relay, the scheduler and the servers."""
     here = loopback_address(0)
-    return PsNodes(hosts=(ps_host,), relay_port=free_port(ps_host),
-                   scheduler=(0, free_port(here)),
-                   servers=tuple((0, free_port(here)) for _ in range(num_servers)),
-                   leaders=())
+    return PsNodes(
+        hosts=(ps_host,),
+        relay_port=free_port(ps_host),
+        scheduler=(0, free_port(here)),
+        servers=tuple((0, free_port(here)) for _ in range(num_servers)),
+        leaders=(),
+    )
 
 
 @dataclass(frozen=True)
@@ -54,13 +58,14 @@ class JoinerRelay:
 
 def whole_table(serving: PsNodes, groups: Sequence[JoinerRelay]) -> PsNodes:
     """The served job's table once every group has joined (group g: host g + 1)."""
-    ports = iter(random.Random().sample(range(*PORTS),
-                                        sum(1 + group.restarts for group in groups)))
-    return replace(serving, hosts=(serving.hosts[0], *(g.address for g in groups)),
-                   relay_ports=(serving.relay_port, *(g.port for g in groups)),
-                   leaders=tuple((1 + g, next(ports)) for g in range(len(groups))),
-                   restart_ports=tuple(tuple(next(ports) for _ in range(group.restarts))
-                                       for group in groups))
+    ports = iter(random.Random().sample(range(*PORTS), sum(1 + group.restarts for group in groups)))
+    return replace(
+        serving,
+        hosts=(serving.hosts[0], *(g.address for g in groups)),
+        relay_ports=(serving.relay_port, *(g.port for g in groups)),
+        leaders=tuple((1 + g, next(ports)) for g in range(len(groups))),
+        restart_ports=tuple(tuple(next(ports) for _ in range(group.restarts)) for group in groups),
+    )
 
 
 class HostRelay:

@@ -4,6 +4,7 @@ job, never removed, until /dev/shm is full and every later MPI job on the host f
 start. A job that ends normally leaves none. The launcher removes, when it is done, the
 segments that appeared while it ran and that no process maps or holds open (another
 job's live segments are mapped); segments on other hosts are theirs to clean."""
+
 import os
 from pathlib import Path
 from typing import List, Set
@@ -27,12 +28,11 @@ def in_use() -> Set[str]:
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open(f"/proc/{pid}/maps") as maps:
-                used.update(line.split(marker, 1)[1].split()[0] for line in maps
-                            if marker in line)
+                used.update(line.split(marker, 1)[1].split()[0] for line in maps if marker in line)
             for fd in os.listdir(f"/proc/{pid}/fd"):
                 target = os.readlink(f"/proc/{pid}/fd/{fd}")
                 if target.startswith(marker):
-                    used.add(target[len(marker):].split()[0])
+                    used.add(target[len(marker) :].split()[0])
         except OSError:  # ended meanwhile, or not ours to read
             continue
     return {PREFIX + name for name in used}

@@ -9,6 +9,7 @@ the supervision; otherwise the work's own poll (its lost hosts, failed ranks, or
 may end it with an exit status; otherwise the deadline; then the work waits for news.
 The caller ends what is left. Exit statuses: the work's, 1 for a dead helper, 124
 timeout, 130 stopped by a signal."""
+
 import logging
 import threading
 import time
@@ -40,8 +41,9 @@ class Work(Protocol):
         """Returns when news may have come, after `seconds` at the most."""
 
 
-def supervise(work: Work, helpers: List[Node], deadline: Optional[float],
-              timeout: Optional[float]) -> int:
+def supervise(
+    work: Work, helpers: List[Node], deadline: Optional[float], timeout: Optional[float]
+) -> int:
     """Watches `work` and `helpers` (the list may be replaced in place while it runs)
     until the work is over, a helper dies, `deadline` (a time.monotonic(), from the
     --timeout of `timeout` seconds) passes or a signal comes. Returns the exit status."""
@@ -51,9 +53,11 @@ def supervise(work: Work, helpers: List[Node], deadline: Optional[float],
             dead = [h for h in helpers if h.vital and h.process.poll() not in (None, 0)]
             code = work.poll()
             if dead:
-                say(f"the {dead[0].name} (pid {dead[0].process.pid}) exited with status "
+                say(
+                    f"the {dead[0].name} (pid {dead[0].process.pid}) exited with status "
                     f"{dead[0].process.returncode} while the {work.running} were running; "
-                    f"{work.stopping}")
+                    f"{work.stopping}"
+                )
                 return code or 1
             if code is not None:
                 return code

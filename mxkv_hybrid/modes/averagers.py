@@ -16,6 +16,7 @@ algorithm, see local_sgd.py); `consensus` then gives every rank the same model. 
 fragments=P the model is cut into P fragments, and one is averaged every period / P steps
 (Streaming DiLoCo: each exchange sends 1/P of the model). The averages are plain and in
 float32 (MXKV_OUTER and MXKV_COMPRESS are mode lasgd's)."""
+
 import warnings
 from dataclasses import replace
 from typing import Iterable, List, Tuple, Union
@@ -51,32 +52,45 @@ def broadcast_parameters(params: Parameters, root: int = 0) -> None:
             f"broadcast_parameters: {len(deferred)} parameter(s) have no shape yet (deferred "
             f"initialization: {', '.join(deferred[:3])}{', ...' if len(deferred) > 3 else ''}): "
             "run one batch through the network first (net(x)), or give the layers their input "
-            "sizes (in_units / in_channels), then broadcast")
+            "sizes (in_units / in_channels), then broadcast"
+        )
     data = [p.list_data() for p in items]
     TensorCollectives(world().comm, Config.from_environment()).broadcast(
-        "broadcast_parameters", [p.name for p in items], [d[:1] for d in data], data, root)
+        "broadcast_parameters", [p.name for p in items], [d[:1] for d in data], data, root
+    )
 
 
 class PeriodicModelAverager:
     """Averages the parameters over all ranks every `period` steps after `warmup_steps`."""
 
-    def __init__(self, period: int, warmup_steps: int = 0, overlap: bool = False,
-                 fragments: int = 1):
+    def __init__(
+        self, period: int, warmup_steps: int = 0, overlap: bool = False, fragments: int = 1
+    ):
         if not isinstance(period, int) or period < 1:
             raise ValueError(f"period must be a whole number >= 1, got {period!r}")
         if not isinstance(warmup_steps, int) or warmup_steps < 0:
             raise ValueError(f"warmup_steps must be a whole number >= 0, got {warmup_steps!r}")
         if period == 1 and not overlap:
-            warnings.warn("period=1 averages the whole model after every step, which costs at "
-                          "least as much as averaging the gradients: use kvstore='hybrid' "
-                          "(MXKV_MODE=allreduce) instead", stacklevel=2)
+            warnings.warn(
+                "period=1 averages the whole model after every step, which costs at "
+                "least as much as averaging the gradients: use kvstore='hybrid' "
+                "(MXKV_MODE=allreduce) instead",
+                stacklevel=2,
+            )
         if not isinstance(fragments, int) or fragments < 1 or period % fragments:
-            raise ValueError(f"fragments must be a whole number >= 1 that divides period "
-                             f"{period}, got {fragments!r}")
+            raise ValueError(
+                f"fragments must be a whole number >= 1 that divides period "
+                f"{period}, got {fragments!r}"
+            )
         plain = replace(Config.from_environment(), outer="none", compress="none")
-        self._schedule = LocalSGD(plain, world(), period=period,
-                                  warmup_steps=warmup_steps, overlap=bool(overlap),
-                                  fragments=fragments)
+        self._schedule = LocalSGD(
+            plain,
+            world(),
+            period=period,
+            warmup_steps=warmup_steps,
+            overlap=bool(overlap),
+            fragments=fragments,
+        )
 
     @property
     def period(self) -> int:

@@ -22,6 +22,7 @@ With MXKV_OUTER each leader sends the centre an outer optimizer's move instead o
 
 EAMSGD (the paper's momentum variant) is this mode with a Nesterov-momentum optimizer
 ('nag'): the elastic step moves x and leaves the momentum alone, as in the paper."""
+
 import atexit
 from dataclasses import replace
 from typing import Dict, List, Sequence
@@ -73,11 +74,16 @@ class ElasticAveraging:
         self._attempt = config.attempt
         self._rank = world.rank  # in the whole job
         self._leads = groups.is_leader  # the group's leader exchanges with the centre
-        self._remote = (RemoteCentre(world, groups, link_throttle(config),
-                                     config.rma_progress_us)
-                        if config.transport == "rma" else None)
-        self._outer = (OuterOptimizer(config.outer, config.outer_lr, config.outer_momentum)
-                       if config.outer != "none" else None)  # the leader's moves of c
+        self._remote = (
+            RemoteCentre(world, groups, link_throttle(config), config.rma_progress_us)
+            if config.transport == "rma"
+            else None
+        )
+        self._outer = (
+            OuterOptimizer(config.outer, config.outer_lr, config.outer_momentum)
+            if config.outer != "none"
+            else None
+        )  # the leader's moves of c
         self._ps = None
         if self._remote is None:
             kind = "dist_sync" if config.easgd_sync else "dist_async"
@@ -86,16 +92,35 @@ class ElasticAveraging:
                 self._ps.set_optimizer(ElasticCentre())
         if self._leads:
             atexit.register(self.close)
-        self._finish = finish_line_for(self._ps, self._separate_jobs,
-                                       groups.group_index, groups.num_groups, config.ps_timeout,
-                                       config.attempt)
+        self._finish = finish_line_for(
+            self._ps,
+            self._separate_jobs,
+            groups.group_index,
+            groups.num_groups,
+            config.ps_timeout,
+            config.attempt,
+        )
 
-    def allreduce(self, op: str, keys: Sequence[Key], inputs: Sequence[Arrays],
-                  outputs: Sequence[Arrays], average: bool) -> None:
+    def allreduce(
+        self,
+        op: str,
+        keys: Sequence[Key],
+        inputs: Sequence[Arrays],
+        outputs: Sequence[Arrays],
+        average: bool,
+    ) -> None:
         """The store's reducer in mode easgd: gradients of weights inside the group, other
         values (metrics) over all ranks."""
-        allreduce_split(op, keys, inputs, outputs, average, self._server_keys.__contains__,
-                        weights=self.gradients, others=self._world)
+        allreduce_split(
+            op,
+            keys,
+            inputs,
+            outputs,
+            average,
+            self._server_keys.__contains__,
+            weights=self.gradients,
+            others=self._world,
+        )
 
     def compress_gradients(self, compression: Compression) -> None:
         """set_gradient_compression: the weights' gradients are quantised (each rank's, with
@@ -129,8 +154,9 @@ class ElasticAveraging:
         if self._separate_jobs and new:
             wait_for_leader(self._group_comm, is_leader=self._ps is not None)
             started = [[weights[i]] for i in new]
-            self.group.broadcast("the centre's first value", [keys[i] for i in new], started,
-                                 started, root=0)
+            self.group.broadcast(
+                "the centre's first value", [keys[i] for i in new], started, started, root=0
+            )
             if self.steps_done is None:  # a restarted group goes on from its recorded step
                 self.steps_done = self._group_comm.bcast(done, root=0)
                 self.steps = self._steps_reported = self.steps_done
@@ -148,8 +174,12 @@ class ElasticAveraging:
         centres = [self._centre[k] for k in keys] if self._leads else []
 
         def elastic_of(batch: List[int]) -> List[mx.nd.NDArray]:  # a batch just read
-            return self._elastic_step([keys[i] for i in batch], [weights[i] for i in batch],
-                                      [centres[i] for i in batch], ready=True)
+            return self._elastic_step(
+                [keys[i] for i in batch],
+                [weights[i] for i in batch],
+                [centres[i] for i in batch],
+                ready=True,
+            )
 
         with timeline.span("elastic exchange", "averaging", round=self.rounds + 1):
             if self._remote is not None and self._leads and self._sync:
@@ -160,19 +190,23 @@ class ElasticAveraging:
             elif self._remote is not None and self._leads:
                 self._remote.read_then_add(keys, centres, elastic_of)
             elif self._ps is not None:
-                self._ps.pull_then_push([self._server_keys[k] for k in keys], centres,
-                                        elastic_of)
+                self._ps.pull_then_push([self._server_keys[k] for k in keys], centres, elastic_of)
                 if self._finish is not None:
-                    self._ps.push_pull([FINISH_KEY], [self._finish.progress(
-                        self.steps - self._steps_reported)], [])
+                    self._ps.push_pull(
+                        [FINISH_KEY], [self._finish.progress(self.steps - self._steps_reported)], []
+                    )
                     self._steps_reported = self.steps
             wait_for_leader(self._group_comm, is_leader=self._leads)
             self.group.broadcast("elastic exchange", keys, weights, weights, root=0)
         self.rounds += 1
 
-    def _elastic_step(self, keys: Sequence[Key], weights: Sequence[Arrays],
-                      centres: Sequence[mx.nd.NDArray], ready: bool = False
-                      ) -> List[mx.nd.NDArray]:
+    def _elastic_step(
+        self,
+        keys: Sequence[Key],
+        weights: Sequence[Arrays],
+        centres: Sequence[mx.nd.NDArray],
+        ready: bool = False,
+    ) -> List[mx.nd.NDArray]:
         """e = alpha (x - c) per key; x -= e (the leader's copy); returns e, computed in
         buffers kept per key (fresh arrays cost a page fault per 4 KiB every exchange).
         `ready`: no operation is pending on these arrays (kernels.elastic_step)."""
@@ -210,8 +244,13 @@ class ElasticAveraging:
             keys = list(self._centre)
             self.centre(keys, [self._centre[k] for k in keys])
             centre = {k: self._centre[k].asnumpy() for k in keys}
-        return {"mode": "easgd", "steps": self.steps, "rounds": self.rounds, "centre": centre,
-                "outer": None if self._outer is None else self._outer.state()}
+        return {
+            "mode": "easgd",
+            "steps": self.steps,
+            "rounds": self.rounds,
+            "centre": centre,
+            "outer": None if self._outer is None else self._outer.state(),
+        }
 
     def load_state(self, state: dict) -> None:
         """Restores the counters; world rank 0 sets the centre (on the servers, or in the
@@ -222,8 +261,9 @@ class ElasticAveraging:
         of a restarted group kept the centre the other groups moved on."""
         check_state_mode(state, "easgd")
         self.steps, self.rounds = state["steps"], state["rounds"]
-        check_saved_with(state, "outer", self._outer is not None, "easgd",
-                         "an outer optimizer (MXKV_OUTER)")
+        check_saved_with(
+            state, "outer", self._outer is not None, "easgd", "an outer optimizer (MXKV_OUTER)"
+        )
         if self._outer is not None:
             self._outer.load_state(state["outer"])
         if self._leads:
@@ -231,13 +271,16 @@ class ElasticAveraging:
             restores = self._rank == 0 and not (self._separate_jobs and self._attempt > 0)
             saved = state["centre"] if restores else None
             if restores and (saved is None or set(saved) != set(keys)):
-                raise MXKVError("easgd: the saved centre variable does not cover this model's "
-                                f"parameters {keys!r}: load the state that world rank 0 saved, "
-                                "after the parameters are initialised")
+                raise MXKVError(
+                    "easgd: the saved centre variable does not cover this model's "
+                    f"parameters {keys!r}: load the state that world rank 0 saved, "
+                    "after the parameters are initialised"
+                )
             if self._remote is not None:  # one-sided: the restoring leader writes it
                 if saved is not None:
-                    self._remote.write(keys, [mx.nd.array(saved[k], dtype=self._centre[k].dtype)
-                                              for k in keys])
+                    self._remote.write(
+                        keys, [mx.nd.array(saved[k], dtype=self._centre[k].dtype) for k in keys]
+                    )
             else:
                 self._restore_on_servers(keys, saved)
         wait_for_leader(self._world_comm, is_leader=False)

@@ -3,6 +3,7 @@ the weights, in key order, read as one vector of elements, cut into P ranges of 
 length (to one element). A fragment is the pieces of the keys its range covers; a piece
 is a key's elements [start, stop), reached through zero-copy views of each device's copy.
 With P = 1 every piece is a whole key, and its view is the array itself."""
+
 from dataclasses import dataclass
 from typing import List, Sequence
 
@@ -33,17 +34,18 @@ class Piece:
     def view(self, array: mx.nd.NDArray) -> mx.nd.NDArray:
         """These elements of `array` (a copy of the weight, or an array shaped like it),
         sharing its memory."""
-        return array if self.whole else array.reshape(-1)[self.start:self.stop]
+        return array if self.whole else array.reshape(-1)[self.start : self.stop]
 
 
-def cut_into_fragments(keys: Sequence[Key], sizes: Sequence[int],
-                       count: int) -> List[List[Piece]]:
+def cut_into_fragments(keys: Sequence[Key], sizes: Sequence[int], count: int) -> List[List[Piece]]:
     """`count` fragments of the keys' elements (sizes[i] for keys[i]), in key order;
     fragment f holds elements [f * total // count, (f + 1) * total // count)."""
     total = sum(sizes)
     if total < count:
-        raise ConfigError(f"MXKV_FRAGMENTS={count} is more than the model's {total} elements: "
-                         "lower MXKV_FRAGMENTS")
+        raise ConfigError(
+            f"MXKV_FRAGMENTS={count} is more than the model's {total} elements: "
+            "lower MXKV_FRAGMENTS"
+        )
     bounds = [f * total // count for f in range(count + 1)]
     fragments: List[List[Piece]] = [[] for _ in range(count)]
     offset = 0

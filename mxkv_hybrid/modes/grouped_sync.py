@@ -19,6 +19,7 @@ on the servers cross as rows (server_weights.py).
 With set_gradient_compression (2bit, 1bit) the leaders' float32 sums cross as codes that
 the servers sum (ps/summed_codes.py); the optimizer then stays on the workers.
 """
+
 import atexit
 from dataclasses import replace
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -53,8 +54,14 @@ class GroupedSync:
         if self._ps is not None:
             atexit.register(self.close)
 
-    def allreduce(self, op: str, keys: Sequence[Key], inputs: Sequence[Arrays],
-                  outputs: Sequence[Arrays], average: bool) -> None:
+    def allreduce(
+        self,
+        op: str,
+        keys: Sequence[Key],
+        inputs: Sequence[Arrays],
+        outputs: Sequence[Arrays],
+        average: bool,
+    ) -> None:
         sparse = [i for i, copies in enumerate(inputs) if row_sparse.is_row_sparse(copies[0])]
         for i in sparse:
             self._allreduce_rows(op, keys[i], inputs[i], outputs[i], average)
@@ -102,8 +109,9 @@ class GroupedSync:
             for buffer in coded:
                 codes.sum_across_groups(ps, layout_id + (codes.compression,), buffer)
 
-    def _allreduce_rows(self, op: str, key: Key, inputs: Arrays, outputs: Arrays,
-                        average: bool) -> None:
+    def _allreduce_rows(
+        self, op: str, key: Key, inputs: Arrays, outputs: Arrays, average: bool
+    ) -> None:
         """outputs = the sum (average) over all ranks of row_sparse `inputs`, on the union
         of their rows: summed in the group, crossed dense by the leaders (module doc)."""
         summed = row_sparse.sum_over_ranks(self._group, op, key, inputs, average=False)
@@ -111,8 +119,10 @@ class GroupedSync:
             shape, dtype = summed.shape, np.dtype(summed.dtype).name
             layout_id = (("rows", key, shape, dtype),)
             if layout_id not in self._layouts:
-                self._layouts[layout_id] = ([mx.nd.zeros(shape, dtype=dtype),
-                                             mx.nd.zeros((shape[0],), dtype=np.float32)], [])
+                self._layouts[layout_id] = (
+                    [mx.nd.zeros(shape, dtype=dtype), mx.nd.zeros((shape[0],), dtype=np.float32)],
+                    [],
+                )
             (values, marks), _ = self._layouts[layout_id]
             values[:] = summed.tostype("default")
             marked = np.zeros(shape[0], np.float32)
@@ -121,8 +131,9 @@ class GroupedSync:
             self._ps.sum_across_groups(self._ps.chunks_for(layout_id, [values, marks]))
             union = np.flatnonzero(marks.asnumpy()).astype(np.int64)
             rows = values.asnumpy()[union] * (1.0 / self._world_size if average else 1.0)
-            summed = mx.nd.sparse.row_sparse_array((rows.astype(dtype), union), shape=shape,
-                                                   dtype=dtype)
+            summed = mx.nd.sparse.row_sparse_array(
+                (rows.astype(dtype), union), shape=shape, dtype=dtype
+            )
         wait_for_leader(self._group_comm, is_leader=self._ps is not None)
         summed = row_sparse.broadcast(self._group, op, key, summed)
         for out in outputs:
@@ -160,7 +171,9 @@ class GroupedSync:
                 sizes[dtype] = start + int(np.prod(shape))
                 placed.append((dtype, start, shape))
             buffers = {d: mx.nd.zeros((n,), dtype=d) for d, n in sizes.items()}
-            views = [buffers[d][s:s + int(np.prod(shape))].reshape(shape) for d, s, shape in placed]
+            views = [
+                buffers[d][s : s + int(np.prod(shape))].reshape(shape) for d, s, shape in placed
+            ]
             self._layouts[layout_id] = (list(buffers.values()), views)
         return self._layouts[layout_id]
 

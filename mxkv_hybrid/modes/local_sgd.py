@@ -20,6 +20,7 @@ and each averages the next fragment only: every fragment is still averaged every
 steps, and an overlapped one is applied tau / P steps later, at the next point.
 `consensus` ends the delay: it applies what is in flight, then averages (blocking), so
 every rank holds the same model (use it before evaluating or saving a final model)."""
+
 from dataclasses import replace
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -43,8 +44,14 @@ class DeviceSum:
     the engine, so the average in flight keeps overlapping the local steps (a blocking
     collective, even over one rank, waits for every operation the engine holds)."""
 
-    def allreduce(self, op: str, keys: Sequence[Key], inputs: Sequence[Arrays],
-                  outputs: Sequence[Arrays], average: bool) -> None:
+    def allreduce(
+        self,
+        op: str,
+        keys: Sequence[Key],
+        inputs: Sequence[Arrays],
+        outputs: Sequence[Arrays],
+        average: bool,
+    ) -> None:
         for arrays, results in zip(inputs, outputs):
             total = arrays[0]
             if len(arrays) > 1:
@@ -59,9 +66,15 @@ class LocalSGD:
     registered weights' gradients stay in the process, other values (metrics) are
     averaged over all ranks."""
 
-    def __init__(self, config: Config, world: World, period: Optional[int] = None,
-                 warmup_steps: Optional[int] = None, overlap: Optional[bool] = None,
-                 fragments: Optional[int] = None):
+    def __init__(
+        self,
+        config: Config,
+        world: World,
+        period: Optional[int] = None,
+        warmup_steps: Optional[int] = None,
+        overlap: Optional[bool] = None,
+        fragments: Optional[int] = None,
+    ):
         self.period = config.tau if period is None else period
         self.fragments = config.fragments if fragments is None else fragments
         self.warmup_steps = config.warmup_steps if warmup_steps is None else warmup_steps
@@ -73,20 +86,25 @@ class LocalSGD:
         self._world = TensorCollectives(world.comm, blocking, this_group)
         self.gradients: TensorCollectives | QuantisedReducer = self._world  # in the warm-up
         self._local = DeviceSum()
-        self._averaging = TensorCollectives(world.comm, replace(config, overlap=self.overlap),
-                                            this_group)
+        self._averaging = TensorCollectives(
+            world.comm, replace(config, overlap=self.overlap), this_group
+        )
         self._weight_keys: set = set()
         self._fragments: Dict[Tuple[Key, ...], List[List[Piece]]] = {}  # by the keys stepped
         self._snapshot: Dict[Key, mx.nd.NDArray] = {}  # S of each piece, by its name
-        self._average: Dict[Key, mx.nd.NDArray] = {}   # A: the mean of S, being computed
+        self._average: Dict[Key, mx.nd.NDArray] = {}  # A: the mean of S, being computed
         self._in_flight: List[Piece] = []
-        self._in_flight_keys: Tuple[Key, ...] = ()     # the keys stepped when it started
+        self._in_flight_keys: Tuple[Key, ...] = ()  # the keys stepped when it started
         # 16-bit averages send changes from the anchor, which plain averaging keeps as an
         # outer SGD with lr 1 and no momentum
         self._deltas = RoundedDeltas(config.compress) if config.compress != "none" else None
-        self._outer = (OuterOptimizer(config.outer, config.outer_lr, config.outer_momentum)
-                       if config.outer != "none"
-                       else OuterOptimizer("sgd", 1.0, 0.0) if self._deltas is not None else None)
+        self._outer = (
+            OuterOptimizer(config.outer, config.outer_lr, config.outer_momentum)
+            if config.outer != "none"
+            else OuterOptimizer("sgd", 1.0, 0.0)
+            if self._deltas is not None
+            else None
+        )
 
     @property
     def buckets_in_flight(self) -> int:
@@ -94,13 +112,27 @@ class LocalSGD:
         return self._averaging.overlapped_buckets_pending
 
     # ---- the store's reducer ----------------------------------------------------------
-    def allreduce(self, op: str, keys: Sequence[Key], inputs: Sequence[Arrays],
-                  outputs: Sequence[Arrays], average: bool) -> None:
+    def allreduce(
+        self,
+        op: str,
+        keys: Sequence[Key],
+        inputs: Sequence[Arrays],
+        outputs: Sequence[Arrays],
+        average: bool,
+    ) -> None:
         """Gradients of registered weights: summed over this process's devices (over all
         ranks during the warm-up); any other key: over all ranks."""
         local = self.steps >= self.warmup_steps
-        allreduce_split(op, keys, inputs, outputs, average, self._weight_keys.__contains__,
-                        weights=self._local if local else self.gradients, others=self._world)
+        allreduce_split(
+            op,
+            keys,
+            inputs,
+            outputs,
+            average,
+            self._weight_keys.__contains__,
+            weights=self._local if local else self.gradients,
+            others=self._world,
+        )
 
     def compress_gradients(self, compression: Compression) -> None:
         """set_gradient_compression: in the warm-up, each rank's gradients are quantised
@@ -152,9 +184,12 @@ class LocalSGD:
             copies[0].copyto(self._snapshot[piece.name])
             copies[0].copyto(self._average[piece.name])
         if self._deltas is not None:  # A = this rank's change since the anchor
-            self._deltas.changes(names, self._anchors(pieces),
-                                 [self._snapshot[name] for name in names],
-                                 [self._average[name] for name in names])
+            self._deltas.changes(
+                names,
+                self._anchors(pieces),
+                [self._snapshot[name] for name in names],
+                [self._average[name] for name in names],
+            )
         averages = [[self._average[name]] for name in names]
         self._averaging.allreduce("model averaging", names, averages, averages, average=True)
         self._in_flight, self._in_flight_keys = pieces, tuple(keys)
@@ -171,17 +206,19 @@ class LocalSGD:
         whole = cut_into_fragments(keys, [copies[0].size for copies in weights], 1)[0]
         self._average_changes(whole, _views(whole, keys, weights))
 
-    def _average_changes(self, pieces: Sequence[Piece], views: List[List[mx.nd.NDArray]]
-                         ) -> None:
+    def _average_changes(self, pieces: Sequence[Piece], views: List[List[mx.nd.NDArray]]) -> None:
         """Blocking, in 16 bits: every copy of each piece becomes anchor - mean(d)."""
         assert self._deltas is not None  # (called in 16 bits only)
         names = [piece.name for piece in pieces]
         anchors = self._anchors(pieces)
-        changes = [mx.nd.empty(copies[0].shape, ctx=copies[0].context, dtype=copies[0].dtype)
-                   for copies in views]
+        changes = [
+            mx.nd.empty(copies[0].shape, ctx=copies[0].context, dtype=copies[0].dtype)
+            for copies in views
+        ]
         self._deltas.changes(names, anchors, [copies[0] for copies in views], changes)
-        self._world.allreduce("model averaging", names, [[c] for c in changes],
-                              [[c] for c in changes], average=True)
+        self._world.allreduce(
+            "model averaging", names, [[c] for c in changes], [[c] for c in changes], average=True
+        )
         self._deltas.models(anchors, changes)
         for change, copies in zip(changes, views):
             for copy in copies:
@@ -205,14 +242,15 @@ class LocalSGD:
         if not self._in_flight:
             return
         if tuple(keys) != self._in_flight_keys:
-            raise MXKVError(f"lasgd: the averaging of keys {list(self._in_flight_keys)!r} is in "
-                            f"flight, but this step updated keys {list(keys)!r}: every step must "
-                            "update the same parameters (freeze parameters with grad_req='null' "
-                            "before training starts)")
+            raise MXKVError(
+                f"lasgd: the averaging of keys {list(self._in_flight_keys)!r} is in "
+                f"flight, but this step updated keys {list(keys)!r}: every step must "
+                "update the same parameters (freeze parameters with grad_req='null' "
+                "before training starts)"
+            )
         averages = [[self._average[piece.name]] for piece in self._in_flight]
         if self._deltas is not None:  # the mean change becomes the mean model
-            self._deltas.models(self._anchors(self._in_flight),
-                                [copies[0] for copies in averages])
+            self._deltas.models(self._anchors(self._in_flight), [copies[0] for copies in averages])
         if self._outer is not None:
             self._outer.step(self._in_flight, averages)
         for piece, copies in zip(self._in_flight, _views(self._in_flight, keys, weights)):
@@ -224,48 +262,70 @@ class LocalSGD:
     # ---- checkpoints --------------------------------------------------------------------
     def state(self) -> dict:
         """The step counter and this rank's average in flight (waits for it)."""
-        return {"mode": "lasgd", "steps": self.steps, "rounds": self.rounds,
-                "fragments": self.fragments, "in_flight_keys": list(self._in_flight_keys),
-                "in_flight": [((p.key, p.start, p.stop, p.size), self._snapshot[p.name].asnumpy(),
-                               self._average[p.name].asnumpy()) for p in self._in_flight],
-                "outer": None if self._outer is None else self._outer.state(),
-                "deltas": None if self._deltas is None else self._deltas.state()}
+        return {
+            "mode": "lasgd",
+            "steps": self.steps,
+            "rounds": self.rounds,
+            "fragments": self.fragments,
+            "in_flight_keys": list(self._in_flight_keys),
+            "in_flight": [
+                (
+                    (p.key, p.start, p.stop, p.size),
+                    self._snapshot[p.name].asnumpy(),
+                    self._average[p.name].asnumpy(),
+                )
+                for p in self._in_flight
+            ],
+            "outer": None if self._outer is None else self._outer.state(),
+            "deltas": None if self._deltas is None else self._deltas.state(),
+        }
 
     def load_state(self, state: dict) -> None:
         check_state_mode(state, "lasgd")
         self.steps, self.rounds = state["steps"], state["rounds"]
         if state.get("fragments", 1) != self.fragments:
-            raise MXKVError(f"lasgd: this checkpoint was written with MXKV_FRAGMENTS="
-                            f"{state.get('fragments', 1)}, and this job has {self.fragments}: "
-                            "resume with the same setting")
-        check_saved_with(state, "deltas", self._deltas is not None, "lasgd",
-                         "16-bit averages (MXKV_COMPRESS)")
-        check_saved_with(state, "outer", self._outer is not None, "lasgd",
-                         "an outer optimizer (MXKV_OUTER)")
+            raise MXKVError(
+                f"lasgd: this checkpoint was written with MXKV_FRAGMENTS="
+                f"{state.get('fragments', 1)}, and this job has {self.fragments}: "
+                "resume with the same setting"
+            )
+        check_saved_with(
+            state, "deltas", self._deltas is not None, "lasgd", "16-bit averages (MXKV_COMPRESS)"
+        )
+        check_saved_with(
+            state, "outer", self._outer is not None, "lasgd", "an outer optimizer (MXKV_OUTER)"
+        )
         if self._outer is not None:
             self._outer.load_state(state["outer"])
         if self._deltas is not None:
             self._deltas.load_state(state["deltas"])
         self._in_flight = []
         for where, snapshot, average in state["in_flight"]:  # older checkpoints: whole keys
-            piece = (Piece(*where) if isinstance(where, tuple)
-                     else Piece(where, 0, snapshot.size, snapshot.size))
+            piece = (
+                Piece(*where)
+                if isinstance(where, tuple)
+                else Piece(where, 0, snapshot.size, snapshot.size)
+            )
             self._snapshot[piece.name] = mx.nd.array(snapshot, dtype=snapshot.dtype)
             self._average[piece.name] = mx.nd.array(average, dtype=average.dtype)
             self._in_flight.append(piece)
-        self._in_flight_keys = tuple(state.get("in_flight_keys",
-                                               [piece.key for piece in self._in_flight]))
+        self._in_flight_keys = tuple(
+            state.get("in_flight_keys", [piece.key for piece in self._in_flight])
+        )
         if self._in_flight and not self.overlap:
-            raise MXKVError("lasgd: this checkpoint holds an average in flight, written with "
-                            "MXKV_LASGD_OVERLAP=1; resume with MXKV_LASGD_OVERLAP=1")
+            raise MXKVError(
+                "lasgd: this checkpoint holds an average in flight, written with "
+                "MXKV_LASGD_OVERLAP=1; resume with MXKV_LASGD_OVERLAP=1"
+            )
 
     def close(self) -> None:
         """Waits for the average in flight (the communication thread then ends at exit)."""
         self._averaging.finish()
 
 
-def _views(pieces: Sequence[Piece], keys: Sequence[Key],
-           weights: Sequence[Arrays]) -> List[List[mx.nd.NDArray]]:
+def _views(
+    pieces: Sequence[Piece], keys: Sequence[Key], weights: Sequence[Arrays]
+) -> List[List[mx.nd.NDArray]]:
     """Each piece's view of every device's copy of its weight."""
     index = {key: i for i, key in enumerate(keys)}
     return [[piece.view(copy) for copy in weights[index[piece.key]]] for piece in pieces]

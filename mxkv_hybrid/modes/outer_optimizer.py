@@ -18,6 +18,7 @@ the momentum is linear, so when all groups exchange at once (MXKV_EASGD_SYNC=1) 
 centre takes exactly the outer step of the sum of the e; asynchronous groups each give
 their own moves momentum. DiLoCo's defaults: lr 0.7, mu 0.9 (MXKV_OUTER_LR,
 MXKV_OUTER_MOMENTUM)."""
+
 from typing import Dict, Sequence
 
 import mxnet as mx
@@ -48,8 +49,9 @@ class OuterOptimizer:
         weight or a fragment's part of one); each becomes that piece of the new anchor."""
         for piece, copies in zip(pieces, averages):
             anchor = self.anchor_of(piece)
-            direction = self._direction(piece.name, anchor - copies[0].as_in_context(
-                anchor.context))
+            direction = self._direction(
+                piece.name, anchor - copies[0].as_in_context(anchor.context)
+            )
             anchor -= self.learning_rate * direction  # in place: a view writes into the anchor
             for copy in copies:
                 anchor.copyto(copy)
@@ -68,8 +70,10 @@ class OuterOptimizer:
         return delta + self.momentum * velocity if self.kind == "nesterov" else velocity
 
     def state(self) -> dict:
-        return {"anchor": {k: v.asnumpy() for k, v in self._anchor.items()},
-                "velocity": {k: v.asnumpy() for k, v in self._velocity.items()}}
+        return {
+            "anchor": {k: v.asnumpy() for k, v in self._anchor.items()},
+            "velocity": {k: v.asnumpy() for k, v in self._velocity.items()},
+        }
 
     def load_state(self, state: dict) -> None:
         self._anchor = {k: mx.nd.array(v, dtype=v.dtype) for k, v in state["anchor"].items()}

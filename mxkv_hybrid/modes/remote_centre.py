@@ -2,6 +2,7 @@
 leaders, each holding 1/groups of every dtype's flat centre, read and moved by one-sided
 MPI (comm/remote_memory.py) instead of ps-lite's push and pull: no server processes, no
 messages, and a leader holding a chunk does nothing while another group exchanges."""
+
 import functools
 import time
 from collections import deque
@@ -22,8 +23,13 @@ class RemoteCentre:
     """Created on every rank (it splits the world into the leaders' communicator); used on
     the group leaders, collectively where noted."""
 
-    def __init__(self, world: World, groups: Groups, throttle: Optional[LinkThrottle] = None,
-                 progress_us: int = 0):
+    def __init__(
+        self,
+        world: World,
+        groups: Groups,
+        throttle: Optional[LinkThrottle] = None,
+        progress_us: int = 0,
+    ):
         """throttle: the emulated link between groups (every chunk another leader holds is
         across it), charged for the bytes each read, add or write moves; progress_us: a
         leader's progress thread's period where the leaders span hosts (0: none)."""
@@ -41,9 +47,11 @@ class RemoteCentre:
         by_dtype: Dict[str, List[int]] = {}
         for key, value in zip(keys, values):
             if value.context.device_type not in HOST_DEVICES:
-                raise MXKVError(f"MXKV_TRANSPORT=rma reads and moves the centre in host memory, "
-                                f"and the weights of key {key!r} are on {value.context}: use "
-                                "MXKV_TRANSPORT=ps for weights on GPUs")
+                raise MXKVError(
+                    f"MXKV_TRANSPORT=rma reads and moves the centre in host memory, "
+                    f"and the weights of key {key!r} are on {value.context}: use "
+                    "MXKV_TRANSPORT=ps for weights on GPUs"
+                )
         for i, value in enumerate(values):
             by_dtype.setdefault(np.dtype(value.dtype).name, []).append(i)
         for dtype, chosen in sorted(by_dtype.items()):
@@ -61,8 +69,12 @@ class RemoteCentre:
         """outs = the centre of each key (each element as it is now)."""
         self._charged(lambda: sum(a.read(p) for a, p in self._pieces(keys, outs)))
 
-    def read_then_add(self, keys: Sequence[Key], outs: Sequence[mx.nd.NDArray],
-                      differences: Callable[[List[int]], List[mx.nd.NDArray]]) -> None:
+    def read_then_add(
+        self,
+        keys: Sequence[Key],
+        outs: Sequence[mx.nd.NDArray],
+        differences: Callable[[List[int]], List[mx.nd.NDArray]],
+    ) -> None:
         """outs = the centre of each key, then the centre += what `differences(indices)`
         makes of each read batch (about PACE_BYTES, arrays shaped as `outs`, not touched
         again until this returns). A stream both ways: BATCHES_AHEAD batches' reads are in
@@ -93,8 +105,10 @@ class RemoteCentre:
                 if b + BATCHES_AHEAD < len(batches):
                     moved += start_reading(b + BATCHES_AHEAD)
                 added = differences(batch)
-                moved += sum(a.start_accumulate(p, ready=True)
-                             for a, p in self._pieces([keys[i] for i in batch], added))
+                moved += sum(
+                    a.start_accumulate(p, ready=True)
+                    for a, p in self._pieces([keys[i] for i in batch], added)
+                )
             for array in self._arrays:
                 array.complete()
             return moved

@@ -9,6 +9,7 @@ sends its change since the model every rank last shared (the anchor):
 
 so the rounding error is relative to the change, not to the weight, and does not
 accumulate. float32 weights only; other dtypes travel as they are."""
+
 from typing import Dict, Sequence
 
 import mxnet as mx
@@ -34,8 +35,13 @@ class RoundedDeltas:
         self.compress = compress
         self._residual: Dict[Key, np.ndarray] = {}
 
-    def changes(self, names: Sequence[Key], anchors: Sequence[mx.nd.NDArray],
-                models: Sequence[mx.nd.NDArray], into: Sequence[mx.nd.NDArray]) -> None:
+    def changes(
+        self,
+        names: Sequence[Key],
+        anchors: Sequence[mx.nd.NDArray],
+        models: Sequence[mx.nd.NDArray],
+        into: Sequence[mx.nd.NDArray],
+    ) -> None:
         """into[i] = d of piece names[i] (anchor - model + r); keeps the new r."""
         for name, anchor, model, out in zip(names, anchors, models, into):
             change = (anchor - model.as_in_context(anchor.context)).asnumpy()

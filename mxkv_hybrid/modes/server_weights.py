@@ -28,6 +28,7 @@ with row_sparse gradients (Embedding(sparse_grad=True)) is kept row_sparse too, 
 store is told (expect_row_sparse_gradients; the Trainer hook does it): its gradients
 cross as rows and update only those rows, as MXNet's local store does, and a pull into
 the dense weight fetches every row."""
+
 import atexit
 import logging
 from dataclasses import replace
@@ -57,19 +58,25 @@ log = logging.getLogger(__name__)
 
 SERVER_SIDE_STATES = {
     "async": "in MXKV_MODE=async the optimizer and its state live on the parameter servers; "
-             "they cannot be read, saved or loaded from a worker (save the weights, or use "
-             "MXKV_MODE=sync with the updates on the workers)",
+    "they cannot be read, saved or loaded from a worker (save the weights, or use "
+    "MXKV_MODE=sync with the updates on the workers)",
     "sync": "in MXKV_MODE=sync the optimizer and its state live on the parameter servers (as "
-            "in MXNet's dist_sync); they cannot be read, saved or loaded from a worker. To "
-            "keep them on the workers (every rank updates its weights, more slowly), create "
-            "the Trainer with update_on_kvstore=False, or set MXNET_UPDATE_ON_KVSTORE=0 "
-            "(Module, Trainer)",
+    "in MXNet's dist_sync); they cannot be read, saved or loaded from a worker. To "
+    "keep them on the workers (every rank updates its weights, more slowly), create "
+    "the Trainer with update_on_kvstore=False, or set MXNET_UPDATE_ON_KVSTORE=0 "
+    "(Module, Trainer)",
 }
 
 
 class ServerWeights:
-    def __init__(self, config: Config, world: World, groups: Groups,
-                 world_collectives: TensorCollectives, share: Optional[Share] = None):
+    def __init__(
+        self,
+        config: Config,
+        world: World,
+        groups: Groups,
+        world_collectives: TensorCollectives,
+        share: Optional[Share] = None,
+    ):
         """config.mode 'sync' (dist_sync servers; the store creates this when the optimizer
         is set) or 'async' (dist_async servers). share: sync as separate group jobs, what
         makes a new key's value group 0's before the servers keep it (else the servers keep
@@ -104,12 +111,19 @@ class ServerWeights:
         # separate async group jobs: steps this group took before this start (None: not
         # known until the first weights are kept)
         self.steps_done = None if restartable else 0
-        self._ps = connect_leader("dist_async" if self._asynchronous else "dist_sync",
-                                  config, world, groups)
+        self._ps = connect_leader(
+            "dist_async" if self._asynchronous else "dist_sync", config, world, groups
+        )
         # leaders: one key on each server for the optimizer's settings
-        self._settings_keys = list(SETTINGS_KEYS[:self._ps.num_servers]) if self._ps else []
-        self._finish = finish_line_for(self._ps, restartable, groups.group_index,
-                                       groups.num_groups, config.ps_timeout, config.attempt)
+        self._settings_keys = list(SETTINGS_KEYS[: self._ps.num_servers]) if self._ps else []
+        self._finish = finish_line_for(
+            self._ps,
+            restartable,
+            groups.group_index,
+            groups.num_groups,
+            config.ps_timeout,
+            config.attempt,
+        )
         if self._ps is not None:
             atexit.register(self.close)
 
@@ -131,9 +145,11 @@ class ServerWeights:
         """Mode async: each group's gradients of the dense float32 weights cross as codes
         (ps/coded_gradients.py), from the servers' optimizer on."""
         if self._optimizer is not None:
-            raise MXKVError("set_gradient_compression: the parameter servers already run this "
-                            "store's optimizer without it; call set_gradient_compression "
-                            "before set_optimizer (gluon.Trainer and Module do)")
+            raise MXKVError(
+                "set_gradient_compression: the parameter servers already run this "
+                "store's optimizer without it; call set_gradient_compression "
+                "before set_optimizer (gluon.Trainer and Module do)"
+            )
         if self._ps is not None:
             self._coder = GradientCoder(compression)
             self._add_codes(list(self._dense_float32))
@@ -144,9 +160,11 @@ class ServerWeights:
             for key in self._settings_keys:
                 self._server_keys.claim(key, "the servers' optimizer (its settings)")
             if self._ps is not None:
-                self._ps.init([COUNTER_KEY, *self._settings_keys],
-                              [mx.nd.zeros((1,))] + [mx.nd.zeros((2,), dtype="float64")
-                                                     for _ in self._settings_keys])
+                self._ps.init(
+                    [COUNTER_KEY, *self._settings_keys],
+                    [mx.nd.zeros((1,))]
+                    + [mx.nd.zeros((2,), dtype="float64") for _ in self._settings_keys],
+                )
         if self._ps is not None:
             decoder = None if self._coder is None else CodeDecoder(self._coder.compression)
             self._ps.set_optimizer(ServerOptimizer(self._for_the_servers(optimizer), decoder))
@@ -193,13 +211,17 @@ class ServerWeights:
         if coded:
             self._server.push_pull(coded, [self._codes.registration(n) for n in coded], [])
 
-    def init(self, op: str, keys: Sequence[Key], values: Sequence[Arrays],
-             outs: Sequence[Arrays]) -> None:
+    def init(
+        self, op: str, keys: Sequence[Key], values: Sequence[Arrays], outs: Sequence[Arrays]
+    ) -> None:
         """Rank 0's values become the servers' weights (and are copied into `outs`). Separate
         group jobs: each group's rank 0 offers its values, and every group then takes the
         weights the servers kept (one leader's)."""
-        sparse = [i for i, (k, v) in enumerate(zip(keys, values))
-                  if row_sparse.is_row_sparse(v[0]) or k in self._sparse_gradients]
+        sparse = [
+            i
+            for i, (k, v) in enumerate(zip(keys, values))
+            if row_sparse.is_row_sparse(v[0]) or k in self._sparse_gradients
+        ]
         for i in sparse:
             self._init_rows(op, keys[i], values[i][0], outs[i])
         keys, values, outs = row_sparse.dense_entries(sparse, keys, values, outs)
@@ -228,8 +250,13 @@ class ServerWeights:
                     done = self._finish.rejoined("the servers' weights", [kept[i][0] for i in new])
         if self._separate_jobs and new:
             wait_for_leader(self._group_comm, is_leader=self._ps is not None)
-            self._group.broadcast(op, [keys[i] for i in new], [kept[i] for i in new],
-                                  [[*kept[i], *outs[i]] for i in new], root=0)
+            self._group.broadcast(
+                op,
+                [keys[i] for i in new],
+                [kept[i] for i in new],
+                [[*kept[i], *outs[i]] for i in new],
+                root=0,
+            )
             if self.steps_done is None:
                 self.steps_done = self._group_comm.bcast(done, root=0)
 
@@ -257,8 +284,9 @@ class ServerWeights:
         for out in outs:
             row_sparse.write_into(kept, out)
 
-    def push(self, op: str, keys: Sequence[Key], values: Sequence[Arrays],
-             average: bool = False) -> None:
+    def push(
+        self, op: str, keys: Sequence[Key], values: Sequence[Arrays], average: bool = False
+    ) -> None:
         """Group sum, then the leader's push: the servers apply it (`average`: sync, the
         servers' optimizer divides the sum over all groups by the ranks; async, each
         group pushes its average)."""
@@ -273,28 +301,30 @@ class ServerWeights:
         if keys:
             self.push_pull("pull", keys, values=None, outs=outs)
 
-    def row_sparse_pull(self, keys: Sequence[Key], outs: Sequence[Arrays],
-                        row_ids: Sequence[Arrays]) -> None:
+    def row_sparse_pull(
+        self, keys: Sequence[Key], outs: Sequence[Arrays], row_ids: Sequence[Arrays]
+    ) -> None:
         """outs = the rows `row_ids` of the servers' weights: the leader pulls the rows any
         rank of its group asks for, and the group shares them."""
         for key, targets, ids in zip(keys, outs, row_ids):
             wanted = [np.unique(i.asnumpy().astype(np.int64)) for i in ids]
-            union = np.unique(np.concatenate(self._group_comm.allgather(
-                np.unique(np.concatenate(wanted)))))
+            union = np.unique(
+                np.concatenate(self._group_comm.allgather(np.unique(np.concatenate(wanted))))
+            )
             rows = self._rows_in_group("row_sparse_pull", key, targets[0], union)
             for target, mine in zip(targets, ids):
                 row_sparse.rows_of(rows, mine).copyto(target)
 
-    def _rows_in_group(self, op: str, key: Key, like: mx.nd.NDArray,
-                       union: np.ndarray) -> mx.nd.NDArray:
+    def _rows_in_group(
+        self, op: str, key: Key, like: mx.nd.NDArray, union: np.ndarray
+    ) -> mx.nd.NDArray:
         """The rows `union` of the servers' weight of `key` (shaped as `like`), pulled by
         the leader and shared in the group (row_sparse, on every rank of the group)."""
         rows = row_sparse.zeros_like(like)
         if self._ps is not None and union.size:
             number = self._server_keys[key]
             if key in self._rows:
-                self._ps.push_pull_rows([number], [], [rows],
-                                        [mx.nd.array(union, dtype=np.int64)])
+                self._ps.push_pull_rows([number], [], [rows], [mx.nd.array(union, dtype=np.int64)])
             else:
                 whole = mx.nd.empty(like.shape, dtype=like.dtype)
                 self._ps.push_pull([number], [], [whole])
@@ -302,8 +332,14 @@ class ServerWeights:
         wait_for_leader(self._group_comm, is_leader=self._ps is not None)
         return row_sparse.broadcast(self._group, op, key, rows)
 
-    def push_pull(self, op: str, keys: Sequence[Key], values: Optional[Sequence[Arrays]],
-                  outs: Optional[Sequence[Arrays]], average: bool = False) -> None:
+    def push_pull(
+        self,
+        op: str,
+        keys: Sequence[Key],
+        values: Optional[Sequence[Arrays]],
+        outs: Optional[Sequence[Arrays]],
+        average: bool = False,
+    ) -> None:
         """push (as push() does) and/or pull in one round trip of the leader to the
         servers (the keys kept row_sparse in a second one, as rows)."""
         if values is not None:
@@ -312,8 +348,9 @@ class ServerWeights:
             self._group.allreduce(op, keys, values, values, average and self._asynchronous)
         if self._ps is not None:
             if values is not None:
-                self._send_settings(1.0 / self._world_size
-                                    if average and not self._asynchronous else 1.0)
+                self._send_settings(
+                    1.0 / self._world_size if average and not self._asynchronous else 1.0
+                )
                 if self._damps_stale_gradients:
                     factor = self._staleness_damping()
                     for value in values:
@@ -323,14 +360,19 @@ class ServerWeights:
             nothing: List[Optional[Arrays]] = [None] * len(keys)
             pushes: Sequence[Optional[Arrays]] = values or nothing
             pulls: Sequence[Optional[Arrays]] = outs or nothing
-            dense_keys, dense_pushes, dense_pulls = row_sparse.dense_entries(rows, keys, pushes,
-                                                                             pulls)
-            pulled_as_kept = self._exchange_dense(dense_keys, dense_pushes, dense_pulls,
-                                                  pushes=values is not None,
-                                                  pulls=outs is not None)
-            pulled_as_kept += self._exchange_rows([keys[i] for i in rows],
-                                                  [pushes[i] for i in rows],
-                                                  [pulls[i] for i in rows])
+            dense_keys, dense_pushes, dense_pulls = row_sparse.dense_entries(
+                rows, keys, pushes, pulls
+            )
+            pulled_as_kept = self._exchange_dense(
+                dense_keys,
+                dense_pushes,
+                dense_pulls,
+                pushes=values is not None,
+                pulls=outs is not None,
+            )
+            pulled_as_kept += self._exchange_rows(
+                [keys[i] for i in rows], [pushes[i] for i in rows], [pulls[i] for i in rows]
+            )
             for kept, out in pulled_as_kept:
                 row_sparse.write_into(kept, out)
         if outs is not None:
@@ -341,45 +383,63 @@ class ServerWeights:
         """async: the servers apply every push as an update, which needs their optimizer
         (MXNet's dist_async servers abort: 'Updater needs to be set for async mode')."""
         if self._asynchronous and self._optimizer is None:
-            raise MXKVError(f"{op}: in MXKV_MODE=async the parameter servers apply every push "
-                            "to a key as an update, and no optimizer is set: call "
-                            "set_optimizer first (gluon.Trainer and Module do, with "
-                            "update_on_kvstore), or pushpull values that were never init'ed "
-                            "(they are only summed), or use MXKV_MODE=sync")
+            raise MXKVError(
+                f"{op}: in MXKV_MODE=async the parameter servers apply every push "
+                "to a key as an update, and no optimizer is set: call "
+                "set_optimizer first (gluon.Trainer and Module do, with "
+                "update_on_kvstore), or pushpull values that were never init'ed "
+                "(they are only summed), or use MXKV_MODE=sync"
+            )
 
-    def _refuse_rows_into_dense(self, op: str, keys: Sequence[Key],
-                                values: Sequence[Arrays]) -> None:
+    def _refuse_rows_into_dense(
+        self, op: str, keys: Sequence[Key], values: Sequence[Arrays]
+    ) -> None:
         """Raises for a row_sparse gradient of a weight the servers keep dense: their
         optimizer would update every row (momentum, weight decay), where MXNet's stores
         update only the rows pushed (and its dist servers take no such push at all)."""
-        dense = [k for k, v in zip(keys, values)
-                 if row_sparse.is_row_sparse(v[0]) and k not in self._rows]
+        dense = [
+            k
+            for k, v in zip(keys, values)
+            if row_sparse.is_row_sparse(v[0]) and k not in self._rows
+        ]
         if dense:
             raise MXKVError(
                 f"{op}: key(s) {dense!r}: a row_sparse gradient of a weight that the parameter "
                 "servers keep dense; initialise the weight with a row_sparse value "
                 "(kv.init(key, weight.tostype('row_sparse'))), or call "
                 "kv.expect_row_sparse_gradients(keys) before init (gluon.Trainer does this "
-                "for parameters with grad_stype='row_sparse', Embedding(sparse_grad=True))")
+                "for parameters with grad_stype='row_sparse', Embedding(sparse_grad=True))"
+            )
 
-    def _exchange_rows(self, keys: Sequence[Key], values: Sequence[Optional[Arrays]],
-                       outs: Sequence[Optional[Arrays]]) -> List[Tuple[mx.nd.NDArray,
-                                                                        mx.nd.NDArray]]:
+    def _exchange_rows(
+        self,
+        keys: Sequence[Key],
+        values: Sequence[Optional[Arrays]],
+        outs: Sequence[Optional[Arrays]],
+    ) -> List[Tuple[mx.nd.NDArray, mx.nd.NDArray]]:
         """The leader's push (as rows) and pull (every row) of keys kept row_sparse; returns
         the (pulled, out) pairs that push_pull writes."""
         if not keys:
             return []
         numbers = [self._server_keys[k] for k in keys]
-        pushed = [v[0] if row_sparse.is_row_sparse(v[0]) else row_sparse.with_every_row(v[0])
-                  for v in values if v is not None]
+        pushed = [
+            v[0] if row_sparse.is_row_sparse(v[0]) else row_sparse.with_every_row(v[0])
+            for v in values
+            if v is not None
+        ]
         pulled = [row_sparse.zeros_like(o[0]) for o in outs if o is not None]
         every = [mx.nd.arange(o.shape[0], dtype=np.int64) for o in pulled]
         self._server.push_pull_rows(numbers, pushed, pulled, every)
         return list(zip(pulled, [o[0] for o in outs if o is not None]))
 
-    def _exchange_dense(self, keys: Sequence[Key], values: Sequence[Optional[Arrays]],
-                        outs: Sequence[Optional[Arrays]], pushes: bool, pulls: bool
-                        ) -> List[Tuple[mx.nd.NDArray, mx.nd.NDArray]]:
+    def _exchange_dense(
+        self,
+        keys: Sequence[Key],
+        values: Sequence[Optional[Arrays]],
+        outs: Sequence[Optional[Arrays]],
+        pushes: bool,
+        pulls: bool,
+    ) -> List[Tuple[mx.nd.NDArray, mx.nd.NDArray]]:
         """The leader's push and pull of keys kept dense (row_sparse outs pulled through a
         dense array), with the servers' counters; returns the (pulled, out) pairs of
         row_sparse outs, which push_pull writes."""
@@ -442,13 +502,15 @@ class ServerWeights:
         leader pushes (the servers wait for all), group 0's values and the others' zeros."""
         if self._optimizer is None:
             return
-        settings = (float(self._optimizer.lr),
-                    float(self._optimizer.rescale_grad) * gradient_scale)
+        settings = (float(self._optimizer.lr), float(self._optimizer.rescale_grad) * gradient_scale)
         if settings == self._sent_settings:
             return
         pushed = settings if self._sends_settings else (0.0, 0.0)
-        self._server.push_pull(self._settings_keys,
-                           [mx.nd.array(pushed, dtype="float64") for _ in self._settings_keys], [])
+        self._server.push_pull(
+            self._settings_keys,
+            [mx.nd.array(pushed, dtype="float64") for _ in self._settings_keys],
+            [],
+        )
         self._sent_settings = settings
 
     def _staleness_damping(self) -> float:
@@ -475,20 +537,24 @@ class ServerWeights:
     def _updates_of_others(self) -> int:
         """Updates in the servers' push counter (as last read) since this leader's last
         pull, less its own pushes since."""
-        return int(float(self._counter.asscalar()) - self._count_at_pull
-                   - self._pushes_since_pull)
+        return int(float(self._counter.asscalar()) - self._count_at_pull - self._pushes_since_pull)
 
     def report(self) -> str:
         """One line about the staleness measured by this leader ('' elsewhere)."""
         if not self.staleness:
             return ""
         values = np.array(self.staleness)
-        damped = (f"; each damped by 1 / (1 + s), s at the push: mean {np.mean(self.damped):.2f}"
-                  if self.damped else "")
-        return (f"mxkv_hybrid: {self._who}: {len(values)} asynchronous updates; staleness "
-                f"(updates by other groups between reading the weights and applying the "
-                f"gradient) mean {values.mean():.2f}, median {np.median(values):.0f}, "
-                f"max {values.max()}{damped}")
+        damped = (
+            f"; each damped by 1 / (1 + s), s at the push: mean {np.mean(self.damped):.2f}"
+            if self.damped
+            else ""
+        )
+        return (
+            f"mxkv_hybrid: {self._who}: {len(values)} asynchronous updates; staleness "
+            f"(updates by other groups between reading the weights and applying the "
+            f"gradient) mean {values.mean():.2f}, median {np.median(values):.0f}, "
+            f"max {values.max()}{damped}"
+        )
 
     def save_optimizer_states(self, fname: str, dump_optimizer: bool) -> None:
         raise MXKVError(SERVER_SIDE_STATES[self._mode])

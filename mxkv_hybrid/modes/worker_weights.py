@@ -6,6 +6,7 @@ all devices and ranks and, with an optimizer set, applies the update to the kept
 weight (the same on every rank, since every rank gets the same combined gradient).
 row_sparse values (init, push) take the sparse collective (comm/row_sparse.py); a kept
 value is dense or row_sparse as it was given to init."""
+
 from typing import Callable, Dict, Optional, Sequence
 
 import mxnet as mx
@@ -47,8 +48,9 @@ class WorkerWeights:
     def set_optimizer(self, optimizer: mx.optimizer.Optimizer) -> None:
         self.updater = mx.optimizer.get_updater(optimizer)
 
-    def init(self, op: str, keys: Sequence[Key], values: Sequence[Arrays],
-             outs: Sequence[Arrays]) -> None:
+    def init(
+        self, op: str, keys: Sequence[Key], values: Sequence[Arrays], outs: Sequence[Arrays]
+    ) -> None:
         """Keeps rank 0's values (and copies them into `outs`)."""
         sparse = [i for i, v in enumerate(values) if row_sparse.is_row_sparse(v[0])]
         for i in sparse:
@@ -71,8 +73,9 @@ class WorkerWeights:
         if self._share is not None:
             self._share(op, keys, kept)
 
-    def push(self, op: str, keys: Sequence[Key], values: Sequence[Arrays],
-             average: bool = False) -> None:
+    def push(
+        self, op: str, keys: Sequence[Key], values: Sequence[Arrays], average: bool = False
+    ) -> None:
         """Combines `values` over devices and ranks (summed, or averaged over ranks) into
         the kept values; with an optimizer, the combined value updates the weight."""
         sparse = [i for i, v in enumerate(values) if row_sparse.is_row_sparse(v[0])]
@@ -81,8 +84,9 @@ class WorkerWeights:
         keys, values = row_sparse.dense_entries(sparse, keys, values)
         if not keys:
             return
-        targets = [[self._reduced_buffer(k)] if self.updates(k) else [self._weights[k]]
-                   for k in keys]
+        targets = [
+            [self._reduced_buffer(k)] if self.updates(k) else [self._weights[k]] for k in keys
+        ]
         self._reduction.allreduce(op, keys, values, targets, average)
         for k in keys:
             if self.updates(k) and self.updater is not None:  # (updates: there is one)
@@ -100,15 +104,22 @@ class WorkerWeights:
                 if not (ignore_sparse and row_sparse.is_row_sparse(target)):
                     row_sparse.write_into(self._weights[k], target)
 
-    def row_sparse_pull(self, keys: Sequence[Key], outs: Sequence[Arrays],
-                        row_ids: Sequence[Arrays]) -> None:
+    def row_sparse_pull(
+        self, keys: Sequence[Key], outs: Sequence[Arrays], row_ids: Sequence[Arrays]
+    ) -> None:
         """outs = the rows `row_ids` of the kept values (row_sparse outs only)."""
         for k, targets, ids in zip(keys, outs, row_ids):
             for target, wanted in zip(targets, ids):
                 row_sparse.rows_of(self._weights[k], wanted).copyto(target)
 
-    def push_pull(self, op: str, keys: Sequence[Key], values: Sequence[Arrays],
-                  outs: Sequence[Arrays], average: bool = False) -> None:
+    def push_pull(
+        self,
+        op: str,
+        keys: Sequence[Key],
+        values: Sequence[Arrays],
+        outs: Sequence[Arrays],
+        average: bool = False,
+    ) -> None:
         self.push(op, keys, values, average)
         self.pull(keys, outs)
 
@@ -120,8 +131,9 @@ class WorkerWeights:
 
     def load_optimizer_states(self, fname: str) -> None:
         if self.updater is None:
-            raise MXKVError("load_optimizer_states: no optimizer is set on this store; "
-                            "call set_optimizer first")
+            raise MXKVError(
+                "load_optimizer_states: no optimizer is set on this store; call set_optimizer first"
+            )
         with open(fname, "rb") as f:
             self.updater.set_states(f.read())
 

@@ -11,6 +11,7 @@ async and asynchronous easgd each group's leader) gathers the figures and prints
 bytes summed over the ranks; in mode async with the staleness of the group's pushes in
 the window (the updates of other groups each missed).
 """
+
 import time
 import weakref
 from typing import Callable, Optional, Sequence
@@ -47,21 +48,26 @@ def _size_text(nbytes: float) -> str:
 class StepSummary:
     """Times this rank's store calls and prints a summary line every `every` steps."""
 
-    def __init__(self, every: int, config: Config,
-                 staleness: Optional[Callable[[], Sequence[int]]] = None):
+    def __init__(
+        self, every: int, config: Config, staleness: Optional[Callable[[], Sequence[int]]] = None
+    ):
         """Collective over all ranks (the store's constructor creates it on every rank).
         staleness: mode async, the staleness of each push of this rank's group so far."""
         self._every = every
         self._staleness = staleness
         self._staleness_seen = 0
         this_group = groups(config.group_size)
-        self._label = ("" if in_lockstep(config) or this_group.num_groups == 1
-                       else f"group {this_group.group_index}, ")
+        self._label = (
+            ""
+            if in_lockstep(config) or this_group.num_groups == 1
+            else f"group {this_group.group_index}, "
+        )
         self._steps = 0
         self._inside_s = 0.0
         self._window_start: Optional[float] = None  # None until the first step
-        self._byte_baseline: weakref.WeakKeyDictionary[TensorCollectives, tuple] = \
+        self._byte_baseline: weakref.WeakKeyDictionary[TensorCollectives, tuple] = (
             weakref.WeakKeyDictionary()
+        )
         self._leader_baseline = 0
 
     def timed(self, call: Callable[[], object]) -> None:
@@ -86,8 +92,10 @@ class StepSummary:
         self._window_start = now
         self._inside_s = 0.0
         for collectives in live_collectives():
-            self._byte_baseline[collectives] = (collectives.bytes_sent_inside,
-                                                collectives.bytes_sent_across)
+            self._byte_baseline[collectives] = (
+                collectives.bytes_sent_inside,
+                collectives.bytes_sent_across,
+            )
         self._leader_baseline = _leader_traffic()
 
     def _report(self) -> None:
@@ -95,9 +103,17 @@ class StepSummary:
         assert self._window_start is not None  # a window is reported after its steps
         wall = time.perf_counter() - self._window_start
         inside, across = self._bytes_moved()
-        mine = np.array([self._inside_s, wall - self._inside_s,
-                         self._every - 1 if first_window else self._every,
-                         inside, across, world().rank], np.float64)
+        mine = np.array(
+            [
+                self._inside_s,
+                wall - self._inside_s,
+                self._every - 1 if first_window else self._every,
+                inside,
+                across,
+                world().rank,
+            ],
+            np.float64,
+        )
         comm = lockstep_comm()
         everyone: Optional[np.ndarray] = mine[None, :]
         if comm is not None:
@@ -127,32 +143,38 @@ class StepSummary:
         times = f"communication {figures['inside_s'].mean() / steps * 1e3:.2f} ms"
         if gaps > 0:  # the first window of a summary every step has no time between steps
             times = f"compute {compute.mean():.2f} ms, " + times
-        text = (f"mxkv_hybrid summary: {self._label}steps {self._steps - steps + 1}-{self._steps}, "
-                f"{len(ranks)} rank(s), per step: {times} (means over ranks), "
-                f"{_size_text(figures['bytes_inside'].sum() / steps)} sent inside groups and "
-                f"{_size_text(figures['bytes_across'].sum() / steps)} across groups")
+        text = (
+            f"mxkv_hybrid summary: {self._label}steps {self._steps - steps + 1}-{self._steps}, "
+            f"{len(ranks)} rank(s), per step: {times} (means over ranks), "
+            f"{_size_text(figures['bytes_inside'].sum() / steps)} sent inside groups and "
+            f"{_size_text(figures['bytes_across'].sum() / steps)} across groups"
+        )
         if gaps > 0 and len(ranks) > 1:
             slowest, fastest = int(np.argmax(compute)), int(np.argmin(compute))
             over = 100 * (compute[slowest] / compute.mean() - 1) if compute.mean() > 0 else 0.0
-            text += (f"; slowest rank {ranks[slowest]} computes {compute[slowest]:.2f} ms "
-                     f"(+{over:.0f}% over the mean), fastest rank {ranks[fastest]} "
-                     f"{compute[fastest]:.2f} ms")
+            text += (
+                f"; slowest rank {ranks[slowest]} computes {compute[slowest]:.2f} ms "
+                f"(+{over:.0f}% over the mean), fastest rank {ranks[fastest]} "
+                f"{compute[fastest]:.2f} ms"
+            )
         return text + self._staleness_text()
 
     def _staleness_text(self) -> str:
         """'; staleness of the pushes median m, max x (n pushes)' for the window's pushes."""
         pushes = list(self._staleness()) if self._staleness is not None else []
-        window, self._staleness_seen = pushes[self._staleness_seen:], len(pushes)
+        window, self._staleness_seen = pushes[self._staleness_seen :], len(pushes)
         if not window:
             return ""
-        return (f"; staleness of {len(window)} push(es) (updates of other groups each missed): "
-                f"median {np.median(window):.0f}, mean {np.mean(window):.2f}, max {max(window)}")
+        return (
+            f"; staleness of {len(window)} push(es) (updates of other groups each missed): "
+            f"median {np.median(window):.0f}, mean {np.mean(window):.2f}, max {max(window)}"
+        )
 
 
-def summary_for(config: Config, staleness: Optional[Callable[[], Sequence[int]]] = None
-                ) -> Optional[StepSummary]:
+def summary_for(
+    config: Config, staleness: Optional[Callable[[], Sequence[int]]] = None
+) -> Optional[StepSummary]:
     """The step summary when MXKV_SUMMARY_EVERY is set, else None."""
     if config.summary_every <= 0:
         return None
     return StepSummary(config.summary_every, config, staleness)
-

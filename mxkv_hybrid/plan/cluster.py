@@ -1,4 +1,5 @@
 """What the planner knows about a cluster: hosts, ranks, the two kinds of link, servers."""
+
 from dataclasses import dataclass
 from typing import Optional
 

@@ -15,6 +15,7 @@ same step (Cluster.crossing_sharers). For n bytes on p ranks, g per host:
                 one rank per host, all g ranks of a host at once), ring allgather inside;
   mpi           modelled as rhd (MPICH's large-message allreduce).
 Every cost also says the bytes the busiest rank sends inside its host and across hosts."""
+
 import math
 from dataclasses import dataclass
 from typing import Callable, Dict
@@ -29,8 +30,11 @@ class Cost:
     bytes_across: float  # sent by the busiest rank, to other hosts
 
     def __add__(self, other: "Cost") -> "Cost":
-        return Cost(self.seconds + other.seconds, self.bytes_inside + other.bytes_inside,
-                    self.bytes_across + other.bytes_across)
+        return Cost(
+            self.seconds + other.seconds,
+            self.bytes_inside + other.bytes_inside,
+            self.bytes_across + other.bytes_across,
+        )
 
 
 NOTHING = Cost(0.0, 0.0, 0.0)
@@ -71,13 +75,14 @@ def _recursive(nbytes: float, span: Span, cluster: Cluster, halving: bool) -> Co
     if span.ranks < 2:
         return NOTHING
     levels = int(math.log2(span.ranks))
-    power = 2 ** levels
+    power = 2**levels
     total = NOTHING
     for j in range(levels):
         distance = power >> (j + 1) if halving else 1 << j
         message = nbytes / 2 ** (j + 1) if halving else nbytes
-        total = total + _step(cluster, message, distance >= span.per_host,
-                              span.per_host * span.concurrent)
+        total = total + _step(
+            cluster, message, distance >= span.per_host, span.per_host * span.concurrent
+        )
     if halving:
         total = total + total  # the allgather mirrors the reduce-scatter
     if power != span.ranks:  # the extra ranks fold in before and out after
@@ -95,7 +100,11 @@ def rd(nbytes: float, span: Span, cluster: Cluster) -> Cost:
 
 
 ALGORITHMS: Dict[str, Callable[[float, Span, Cluster], Cost]] = {
-    "ring": ring, "rhd": rhd, "rd": rd, "mpi": rhd}
+    "ring": ring,
+    "rhd": rhd,
+    "rd": rd,
+    "mpi": rhd,
+}
 
 
 def hierarchical(nbytes: float, span: Span, cluster: Cluster, across: str) -> Cost:

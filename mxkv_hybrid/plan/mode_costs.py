@@ -54,6 +54,7 @@ update, the host's share of the servers' updates, and the leader's ps-lite traff
 connection's rate (copies through TCP are CPU work).
 With overlap (MXKV_OVERLAP=1, mode allreduce) the allreduce hides behind backward, taken
 as 2/3 of c. Scaling efficiency: (compute + update of one rank alone) / step."""
+
 from dataclasses import dataclass, replace
 from typing import Callable, Dict, List, Optional, Sequence
 
@@ -69,9 +70,9 @@ BACKWARD_SHARE = 2 / 3  # of forward + backward: what overlap can hide behind
 
 @dataclass(frozen=True)
 class Workload:
-    array_bytes: Sequence[int]     # every gradient array's size in bytes
-    compute_seconds: float         # forward + backward of one batch, one rank alone
-    update_seconds: float = 0.0    # the optimizer's update of the whole model, one rank alone
+    array_bytes: Sequence[int]  # every gradient array's size in bytes
+    compute_seconds: float  # forward + backward of one batch, one rank alone
+    update_seconds: float = 0.0  # the optimizer's update of the whole model, one rank alone
     overhead_seconds: float = 0.0  # the store's own cost a step (hooks, calls), one rank
     # what a step costs beyond compute when it waits for every rank / for its group only
     # (stragglers; waiting ranks spinning on shared cores)
@@ -80,7 +81,7 @@ class Workload:
     # of world_wait_seconds, what ranks lose a step by progressing at unequal rates (adds
     # up between meetings, so meeting every tau steps saves none of it)
     drift_seconds: float = 0.0
-    bucket_bytes: int = 1 << 20    # MXKV_BUCKET_MB
+    bucket_bytes: int = 1 << 20  # MXKV_BUCKET_MB
 
     @property
     def model_bytes(self) -> int:
@@ -108,20 +109,25 @@ class Prediction:
     configuration: str
     mode: str
     step_seconds: float
-    compute_seconds: float       # forward + backward + update, as stretched on this cluster
+    compute_seconds: float  # forward + backward + update, as stretched on this cluster
     communication_seconds: float  # what the step spends beyond compute
-    bytes_inside: float          # per step, sent by the busiest rank to its host
-    bytes_across: float          # per step, sent by the busiest rank (or leader) to other hosts
-    server_bytes: float          # per step, in and out of each server
-    efficiency: float            # against one rank alone
-    synchronous: bool            # the same step as one process on the union of the batches
+    bytes_inside: float  # per step, sent by the busiest rank to its host
+    bytes_across: float  # per step, sent by the busiest rank (or leader) to other hosts
+    server_bytes: float  # per step, in and out of each server
+    efficiency: float  # against one rank alone
+    synchronous: bool  # the same step as one process on the union of the batches
 
 
 class Planner:
     """Predictions of every configuration for one workload on one cluster."""
 
-    def __init__(self, workload: Workload, cluster: Cluster,
-                 table: Optional[Dict[int, list]] = None, overlap: bool = False):
+    def __init__(
+        self,
+        workload: Workload,
+        cluster: Cluster,
+        table: Optional[Dict[int, list]] = None,
+        overlap: bool = False,
+    ):
         """table: the algorithm table ({ranks: [(max bytes or -1, algorithm)]}); None: the
         cheapest algorithm for every bucket."""
         self.workload = workload
@@ -134,8 +140,10 @@ class Planner:
         """The table's algorithm for a bucket of `nbytes` on `span` (its rules for the
         nearest rank count), or the cheapest one."""
         if self._table is None:
-            return min(("ring", "rhd", "rd"),
-                       key=lambda a: ALGORITHMS[a](nbytes, span, self.cluster).seconds)
+            return min(
+                ("ring", "rhd", "rd"),
+                key=lambda a: ALGORITHMS[a](nbytes, span, self.cluster).seconds,
+            )
         rules = algorithm_table.rules_for(self._table, span.ranks)
         return next(name for limit, name in rules if limit == -1 or nbytes <= limit)
 
@@ -171,8 +179,10 @@ class Planner:
         links = ([] if beside else [cluster.between]) + self._server_links()
         if not links and not cluster.connection:
             return NOTHING
-        leader = max([link.seconds(piped) for link in links]
-                     + ([2 * cluster.connection.seconds(nbytes)] if cluster.connection else []))
+        leader = max(
+            [link.seconds(piped) for link in links]
+            + ([2 * cluster.connection.seconds(nbytes)] if cluster.connection else [])
+        )
         if together:
             leader = max(leader, self._shared_links(piped, beside))
         return Cost(leader, 0.0, 2 * nbytes)
@@ -191,8 +201,10 @@ class Planner:
         one host's ranks, that host's link, the other G - 1 leaders' (not on the path of
         `beside`, that host's own leader)."""
         cluster = self.cluster
-        busy = [link.seconds(nbytes * cluster.hosts / cluster.server_count)
-                for link in self._server_links()]
+        busy = [
+            link.seconds(nbytes * cluster.hosts / cluster.server_count)
+            for link in self._server_links()
+        ]
         if cluster.servers_beside and not beside:
             busy.append(cluster.between.seconds(nbytes * (cluster.hosts - 1)))
         return max(busy, default=0.0)
@@ -216,8 +228,9 @@ class Planner:
             return self.cluster.oversubscription
         return 1.0
 
-    def _cpu_bound(self, local_update: float, server_update: float = 0.0,
-                   ps_bytes: float = 0.0) -> float:
+    def _cpu_bound(
+        self, local_update: float, server_update: float = 0.0, ps_bytes: float = 0.0
+    ) -> float:
         """A step's CPU work on one host over its cores (0 when cores are not given): its
         ranks' compute and `local_update` (a rank's, alone), its share of the servers'
         `server_update` (all servers' work a step), its leader's `ps_bytes` of ps-lite
@@ -225,14 +238,26 @@ class Planner:
         cluster, workload = self.cluster, self.workload
         if cluster.cores_per_host <= 0:
             return 0.0
-        work = (cluster.ranks_per_host * (workload.compute_seconds + local_update)
-                + server_update / cluster.hosts + self._tcp_work(ps_bytes))
+        work = (
+            cluster.ranks_per_host * (workload.compute_seconds + local_update)
+            + server_update / cluster.hosts
+            + self._tcp_work(ps_bytes)
+        )
         return work / cluster.cores_per_host
 
-    def _prediction(self, configuration: str, mode: str, update: float,
-                    communication: Cost, synchronous: bool, server_bytes: float = 0.0,
-                    hidden: float = 0.0, wait: float = 0.0, spinning: bool = True,
-                    bound: float = 0.0) -> Prediction:
+    def _prediction(
+        self,
+        configuration: str,
+        mode: str,
+        update: float,
+        communication: Cost,
+        synchronous: bool,
+        server_bytes: float = 0.0,
+        hidden: float = 0.0,
+        wait: float = 0.0,
+        spinning: bool = True,
+        bound: float = 0.0,
+    ) -> Prediction:
         """update: a rank's share of the optimizer's work on its step's path, alone; bound:
         the step's throughput bound (a host's cores, the links the groups share)."""
         stretch = self._stretch(spinning)
@@ -242,9 +267,18 @@ class Planner:
         exposed = max(0.0, communication.seconds - hidden) + overhead + wait
         step = max(compute + update + exposed, bound)
         alone = self.workload.compute_seconds + self.workload.update_seconds
-        return Prediction(configuration, mode, step, compute + update, step - compute - update,
-                          communication.bytes_inside, communication.bytes_across, server_bytes,
-                          alone / step, synchronous)
+        return Prediction(
+            configuration,
+            mode,
+            step,
+            compute + update,
+            step - compute - update,
+            communication.bytes_inside,
+            communication.bytes_across,
+            server_bytes,
+            alone / step,
+            synchronous,
+        )
 
     # ---- the modes ---------------------------------------------------------------------
     def predictions(self, taus: Sequence[int] = (4, 16)) -> List[Prediction]:
@@ -257,20 +291,41 @@ class Planner:
         flat = self.allreduce(world)
         everyone = self.workload.world_wait_seconds
         group = self.workload.group_wait_seconds if cluster.ranks_per_host > 1 else 0.0
-        rows = [self._prediction("allreduce, flat", ALLREDUCE, update, flat, True,
-                                 hidden=hidden, wait=everyone)]
+        rows = [
+            self._prediction(
+                "allreduce, flat", ALLREDUCE, update, flat, True, hidden=hidden, wait=everyone
+            )
+        ]
         if cluster.hosts > 1 and cluster.ranks_per_host > 1:
             hierarchical = self.allreduce(world, hierarchy=True)
-            rows.append(self._prediction("allreduce, hierarchical", ALLREDUCE, update,
-                                         hierarchical, True, hidden=hidden, wait=everyone))
+            rows.append(
+                self._prediction(
+                    "allreduce, hierarchical",
+                    ALLREDUCE,
+                    update,
+                    hierarchical,
+                    True,
+                    hidden=hidden,
+                    wait=everyone,
+                )
+            )
         if cluster.hosts > 1:
             per_server = 2 * n * cluster.hosts / cluster.server_count
             inside = self.allreduce(host)
             through_servers = inside + self._servers(n) + self._broadcast_inside(n)
-            rows.append(self._prediction(
-                SYNC, SYNC, update / cluster.server_count, through_servers, True,
-                per_server, wait=everyone, spinning=False,
-                bound=self._cpu_bound(0.0, update, 2 * n)))
+            rows.append(
+                self._prediction(
+                    SYNC,
+                    SYNC,
+                    update / cluster.server_count,
+                    through_servers,
+                    True,
+                    per_server,
+                    wait=everyone,
+                    spinning=False,
+                    bound=self._cpu_bound(0.0, update, 2 * n),
+                )
+            )
             async_update = update / cluster.server_count  # its own push's, on its path
 
             def own(beside: bool) -> Cost:
@@ -279,30 +334,62 @@ class Planner:
 
             def asynchronous(beside: bool) -> Prediction:
                 return self._prediction(
-                    ASYNC, ASYNC, async_update, inside + own(beside), False, per_server,
-                    wait=group, spinning=False,
-                    bound=max(self._cpu_bound(0.0, update * cluster.hosts, 2 * n),
-                              self._shared_links(n, beside)))
+                    ASYNC,
+                    ASYNC,
+                    async_update,
+                    inside + own(beside),
+                    False,
+                    per_server,
+                    wait=group,
+                    spinning=False,
+                    bound=max(
+                        self._cpu_bound(0.0, update * cluster.hosts, 2 * n),
+                        self._shared_links(n, beside),
+                    ),
+                )
+
             rows.append(self._apart(asynchronous))
             share = (cluster.hosts - 1) / cluster.hosts  # of the centre, the other leaders'
             remote = n * share
             # a holder serves the others' reads and adds of its chunk (2 (G-1)/G n through
             # TCP, in MPI's progress), with no spare core in its rank's time
             serving = 0.0 if self._spare_core() else self._tcp_work(2 * remote)
-            rma = Cost(cluster.between.seconds(remote + share * self.workload.fill_bytes(n))
-                       + serving, 0.0, 2 * remote) + self._broadcast_inside(n)
+            rma = Cost(
+                cluster.between.seconds(remote + share * self.workload.fill_bytes(n)) + serving,
+                0.0,
+                2 * remote,
+            ) + self._broadcast_inside(n)
             for tau in taus:
+
                 def elastic(beside: bool, tau: int = tau) -> Prediction:
                     exchange = _every(own(beside), tau)
                     return self._prediction(
-                        f"easgd tau={tau} (ps)", EASGD, update, inside + exchange, False,
-                        per_server / tau, wait=group, spinning=False,
-                        bound=max(self._cpu_bound(update, 0.0, 2 * n / tau),
-                                  self._shared_links(n, beside) / tau))
+                        f"easgd tau={tau} (ps)",
+                        EASGD,
+                        update,
+                        inside + exchange,
+                        False,
+                        per_server / tau,
+                        wait=group,
+                        spinning=False,
+                        bound=max(
+                            self._cpu_bound(update, 0.0, 2 * n / tau),
+                            self._shared_links(n, beside) / tau,
+                        ),
+                    )
+
                 rows.append(self._apart(elastic))
-                rows.append(self._prediction(
-                    f"easgd tau={tau} (rma)", EASGD, update, inside + _every(rma, tau), False,
-                    0.0, wait=group))
+                rows.append(
+                    self._prediction(
+                        f"easgd tau={tau} (rma)",
+                        EASGD,
+                        update,
+                        inside + _every(rma, tau),
+                        False,
+                        0.0,
+                        wait=group,
+                    )
+                )
         rows += self._local_sgd(taus, flat, world)
         return rows
 
@@ -317,9 +404,12 @@ class Planner:
         hosts = self.cluster.hosts
         step = hosts / (1 / predict(True).step_seconds + (hosts - 1) / across.step_seconds)
         alone = self.workload.compute_seconds + self.workload.update_seconds
-        return replace(across, step_seconds=step,
-                       communication_seconds=step - across.compute_seconds,
-                       efficiency=alone / step)
+        return replace(
+            across,
+            step_seconds=step,
+            communication_seconds=step - across.compute_seconds,
+            efficiency=alone / step,
+        )
 
     def _local_sgd(self, taus: Sequence[int], average: Cost, world: Span) -> List[Prediction]:
         """lasgd: the weights' allreduce (the model's bytes, as flat moves them over `world`)
@@ -331,23 +421,32 @@ class Planner:
         every step, the rest of the world wait once every tau."""
         cluster, workload = self.cluster, self.workload
         stretch = self._stretch()
-        step = (workload.compute_seconds + workload.update_seconds
-                + workload.overhead_seconds) * stretch
+        step = (
+            workload.compute_seconds + workload.update_seconds + workload.overhead_seconds
+        ) * stretch
         duration, taken = average.seconds, 0.0
         if not self._spare_core():
             on_inside = Planner(workload, replace(cluster, between=cluster.inside), self._table)
-            cpu_work = (on_inside.allreduce(world).seconds
-                        + self._tcp_work(2 * average.bytes_across))
+            cpu_work = on_inside.allreduce(world).seconds + self._tcp_work(2 * average.bytes_across)
             duration = max(duration, 2 * stretch * cpu_work)
             taken = duration / 2
         drift = min(workload.drift_seconds, workload.world_wait_seconds)
         rows = []
         for tau in taus:
-            shown = Cost(max(taken, duration - tau * step),
-                         average.bytes_inside, average.bytes_across)
+            shown = Cost(
+                max(taken, duration - tau * step), average.bytes_inside, average.bytes_across
+            )
             wait = drift + (workload.world_wait_seconds - drift) / tau
-            rows.append(self._prediction(f"lasgd tau={tau}", LASGD, workload.update_seconds,
-                                         _every(shown, tau), False, wait=wait))
+            rows.append(
+                self._prediction(
+                    f"lasgd tau={tau}",
+                    LASGD,
+                    workload.update_seconds,
+                    _every(shown, tau),
+                    False,
+                    wait=wait,
+                )
+            )
         return rows
 
 
@@ -356,7 +455,8 @@ def _every(cost: Cost, tau: int) -> Cost:
     return Cost(cost.seconds / tau, cost.bytes_inside / tau, cost.bytes_across / tau)
 
 
-def scaling(workload: Workload, cluster: Cluster, hosts: Sequence[int],
-            **options) -> Dict[int, List[Prediction]]:
+def scaling(
+    workload: Workload, cluster: Cluster, hosts: Sequence[int], **options
+) -> Dict[int, List[Prediction]]:
     """Predictions for the same cluster at each host count."""
     return {h: Planner(workload, replace(cluster, hosts=h), **options).predictions() for h in hosts}

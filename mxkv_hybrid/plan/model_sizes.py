@@ -1,4 +1,5 @@
 """The sizes of a model's gradient arrays: a model-zoo name, or a saved parameter list."""
+
 import json
 import os
 from typing import List, Tuple
@@ -20,8 +21,10 @@ def array_bytes(model: str) -> List[int]:
     try:
         net = mx.gluon.model_zoo.vision.get_model(model)
     except ValueError:
-        raise ConfigError(f"{model!r} is neither a file nor a Gluon model-zoo name (e.g. "
-                          "resnet50_v1, resnet18_v1, vgg16, mobilenet1.0)") from None
+        raise ConfigError(
+            f"{model!r} is neither a file nor a Gluon model-zoo name (e.g. "
+            "resnet50_v1, resnet18_v1, vgg16, mobilenet1.0)"
+        ) from None
     return trainable_bytes(net, ZOO_INPUT)
 
 
@@ -31,8 +34,11 @@ def trainable_bytes(net, input_shape: Tuple[int, ...]) -> List[int]:
 
     net.initialize()
     net(mx.nd.zeros(input_shape))
-    return [int(np.prod(p.shape)) * np.dtype(p.dtype).itemsize
-            for p in net.collect_params().values() if p.grad_req != "null"]
+    return [
+        int(np.prod(p.shape)) * np.dtype(p.dtype).itemsize
+        for p in net.collect_params().values()
+        if p.grad_req != "null"
+    ]
 
 
 def _from_file(path: str) -> List[int]:

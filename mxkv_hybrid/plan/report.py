@@ -1,19 +1,26 @@
 """The planner's table, its recommendation and its plot."""
+
 from typing import Dict, List, Sequence
 
 from .mode_costs import Prediction
 
-MIB = 2 ** 20
+MIB = 2**20
 
 
 def table(rows: Sequence[Prediction]) -> str:
-    lines = [(f"{'configuration':>24} {'step ms':>9} {'comm ms':>9} {'MiB inside':>11} "
-              f"{'MiB across':>11} {'MiB/server':>11} {'efficiency':>11}")]
+    lines = [
+        (
+            f"{'configuration':>24} {'step ms':>9} {'comm ms':>9} {'MiB inside':>11} "
+            f"{'MiB across':>11} {'MiB/server':>11} {'efficiency':>11}"
+        )
+    ]
     for r in sorted(rows, key=lambda r: r.step_seconds):
-        lines.append(f"{r.configuration:>24} {1e3 * r.step_seconds:9.1f} "
-                     f"{1e3 * r.communication_seconds:9.1f} {r.bytes_inside / MIB:11.1f} "
-                     f"{r.bytes_across / MIB:11.1f} {r.server_bytes / MIB:11.1f} "
-                     f"{100 * r.efficiency:10.0f}%")
+        lines.append(
+            f"{r.configuration:>24} {1e3 * r.step_seconds:9.1f} "
+            f"{1e3 * r.communication_seconds:9.1f} {r.bytes_inside / MIB:11.1f} "
+            f"{r.bytes_across / MIB:11.1f} {r.server_bytes / MIB:11.1f} "
+            f"{100 * r.efficiency:10.0f}%"
+        )
     return "\n".join(lines)
 
 
@@ -22,20 +29,28 @@ def recommendation(rows: Sequence[Prediction]) -> str:
     batches, and, when an averaging mode is much faster, that one with its caveat."""
     synchronous = min((r for r in rows if r.synchronous), key=lambda r: r.step_seconds)
     others = [r for r in rows if r.synchronous and r is not synchronous]
-    text = (f"recommended: {synchronous.configuration} ({1e3 * synchronous.step_seconds:.1f} ms "
-            f"a step, {100 * synchronous.efficiency:.0f}% scaling efficiency)")
+    text = (
+        f"recommended: {synchronous.configuration} ({1e3 * synchronous.step_seconds:.1f} ms "
+        f"a step, {100 * synchronous.efficiency:.0f}% scaling efficiency)"
+    )
     if others:
         runner_up = min(others, key=lambda r: r.step_seconds)
-        text += (f": {runner_up.step_seconds / synchronous.step_seconds:.2f}x faster than "
-                 f"{runner_up.configuration}")
+        text += (
+            f": {runner_up.step_seconds / synchronous.step_seconds:.2f}x faster than "
+            f"{runner_up.configuration}"
+        )
         if synchronous.bytes_across < runner_up.bytes_across:
-            text += (f", {runner_up.bytes_across / max(synchronous.bytes_across, 1):.1f}x fewer "
-                     "bytes across hosts")
+            text += (
+                f", {runner_up.bytes_across / max(synchronous.bytes_across, 1):.1f}x fewer "
+                "bytes across hosts"
+            )
     fastest = min(rows, key=lambda r: r.step_seconds)
     if not fastest.synchronous and fastest.step_seconds < 0.77 * synchronous.step_seconds:
-        text += (f".\nfaster still if averaging converges for this model (see "
-                 f"docs/performance/convergence.md): {fastest.configuration}, "
-                 f"{synchronous.step_seconds / fastest.step_seconds:.2f}x")
+        text += (
+            f".\nfaster still if averaging converges for this model (see "
+            f"docs/performance/convergence.md): {fastest.configuration}, "
+            f"{synchronous.step_seconds / fastest.step_seconds:.2f}x"
+        )
     return text + "."
 
 
@@ -53,10 +68,12 @@ def scaling_table(predictions: Dict[int, List[Prediction]], ranks_per_host: int)
     return "\n".join(lines)
 
 
-def plot(predictions: Dict[int, List[Prediction]], ranks_per_host: int, title: str,
-         path: str) -> None:
+def plot(
+    predictions: Dict[int, List[Prediction]], ranks_per_host: int, title: str, path: str
+) -> None:
     """Predicted step time and scaling efficiency against the host count, per configuration."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

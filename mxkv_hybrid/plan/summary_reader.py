@@ -1,5 +1,6 @@
 """Compute times from a job's step summaries (MXKV_SUMMARY_EVERY): the planner's compute
 and straggler figures, measured by the product on the user's own job."""
+
 import re
 from dataclasses import dataclass
 from statistics import median
@@ -12,9 +13,9 @@ _SLOWEST = re.compile(r"slowest rank \d+ computes ([\d.]+) ms")
 
 @dataclass(frozen=True)
 class SummaryFigures:
-    compute_ms: float    # the ranks' mean compute a step (time outside the store's calls)
+    compute_ms: float  # the ranks' mean compute a step (time outside the store's calls)
     straggler_ms: float  # how much longer the slowest rank computes than that mean
-    lines: int           # summary lines read
+    lines: int  # summary lines read
 
 
 def read_summaries(text: str, source: str = "the log") -> SummaryFigures:
@@ -29,6 +30,8 @@ def read_summaries(text: str, source: str = "the log") -> SummaryFigures:
         slowest = _SLOWEST.search(line)
         lateness.append(float(slowest.group(1)) - computes[-1] if slowest else 0.0)
     if not computes:
-        raise ConfigError(f"no 'mxkv_hybrid summary' line with compute times in {source}: run "
-                          "the job with MXKV_SUMMARY_EVERY=k (k >= 2) and give its output")
+        raise ConfigError(
+            f"no 'mxkv_hybrid summary' line with compute times in {source}: run "
+            "the job with MXKV_SUMMARY_EVERY=k (k >= 2) and give its output"
+        )
     return SummaryFigures(median(computes), median(lateness), len(computes))

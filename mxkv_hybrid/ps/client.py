@@ -1,4 +1,5 @@
 """The group leaders' bridge to MXNet's own ps-lite parameter server (dist kvstore)."""
+
 import ctypes
 import os
 import time
@@ -33,16 +34,20 @@ def check_environment(mode: str, num_groups: int) -> int:
         raise ConfigError(
             f"MXKV_MODE={mode} joins the groups through MXNet's parameter server, but "
             f"{', '.join(missing)} is not set: start the job with "
-            "`mxkv-launch -n N --servers S [--group-size G] -- python ...`")
+            "`mxkv-launch -n N --servers S [--group-size G] -- python ...`"
+        )
     workers = int(os.environ["DMLC_NUM_WORKER"])
     if workers != num_groups:
         raise ConfigError(
             f"DMLC_NUM_WORKER={workers}, but this job has {num_groups} groups (only group "
             "leaders talk to the parameter server): set DMLC_NUM_WORKER to the number of "
-            "groups, or let mxkv-launch set it (--group-size)")
+            "groups, or let mxkv-launch set it (--group-size)"
+        )
     if os.environ.get("DMLC_ROLE", "worker") != "worker":
-        raise ConfigError(f"DMLC_ROLE={os.environ['DMLC_ROLE']} on an MPI rank: ranks are "
-                          "workers; servers and the scheduler are separate processes")
+        raise ConfigError(
+            f"DMLC_ROLE={os.environ['DMLC_ROLE']} on an MPI rank: ranks are "
+            "workers; servers and the scheduler are separate processes"
+        )
     return int(os.environ["DMLC_NUM_SERVER"])
 
 
@@ -52,9 +57,16 @@ class ParameterServer:
     ps-lite allows one dist kvstore per process, so every Hybrid store of a process
     shares one ParameterServer (see acquire/release)."""
 
-    def __init__(self, kind: str, num_servers: int, timeout: float, watchdog: Watchdog,
-                 throttle: Optional[LinkThrottle] = None, separate_groups: bool = False,
-                 rejoining: bool = False):
+    def __init__(
+        self,
+        kind: str,
+        num_servers: int,
+        timeout: float,
+        watchdog: Watchdog,
+        throttle: Optional[LinkThrottle] = None,
+        separate_groups: bool = False,
+        rejoining: bool = False,
+    ):
         self.kind = kind
         self._throttle = throttle
         self._timeout = timeout
@@ -65,8 +77,10 @@ class ParameterServer:
         host, port = os.environ["DMLC_PS_ROOT_URI"], int(os.environ["DMLC_PS_ROOT_PORT"])
         address = f"{host}:{port}"
         wait_for_scheduler(host, port, timeout, watchdog.who)
-        with watchdog.guard(f"connecting to the parameter server (scheduler {address}, "
-                            f"{num_servers} server(s))", timeout):
+        with watchdog.guard(
+            f"connecting to the parameter server (scheduler {address}, {num_servers} server(s))",
+            timeout,
+        ):
             self._store = mx.kv.create(kind)
         if separate_groups:
             # Separate group jobs live and die alone: leaving must not wait for the other
@@ -85,8 +99,9 @@ class ParameterServer:
     def num_servers(self) -> int:
         return self._num_servers
 
-    def chunks_for(self, layout_id: Tuple, buffers: Sequence[mx.nd.NDArray]
-                   ) -> List[Tuple[int, mx.nd.NDArray]]:
+    def chunks_for(
+        self, layout_id: Tuple, buffers: Sequence[mx.nd.NDArray]
+    ) -> List[Tuple[int, mx.nd.NDArray]]:
         """(PS key, view) pairs covering the fused buffers; created and initialised once."""
         if layout_id not in self._chunks:
             self._chunks[layout_id] = self.new_chunks(buffers)
@@ -98,13 +113,14 @@ class ParameterServer:
         pairs = []
         for array in arrays:
             flat = array.reshape((-1,))
-            chunks: List[Chunk] = balanced_chunks(flat.size, self._num_servers, self._next_key,
-                                                  bigarray_bound())
+            chunks: List[Chunk] = balanced_chunks(
+                flat.size, self._num_servers, self._next_key, bigarray_bound()
+            )
             if chunks:
                 self._next_key = chunks[-1].key + 1
             for chunk in chunks:
                 self._keys.claim(chunk.key, "a fused chunk of mode sync")
-            pairs += [(c.key, flat[c.start:c.stop]) for c in chunks]
+            pairs += [(c.key, flat[c.start : c.stop]) for c in chunks]
         self.init([k for k, _ in pairs], [mx.nd.zeros(v.shape, dtype=v.dtype) for _, v in pairs])
         return pairs
 
@@ -148,8 +164,9 @@ class ParameterServer:
         with self._watchdog.guard("sending the optimizer to the parameter servers", self._timeout):
             self._store.set_optimizer(optimizer)
 
-    def push_pull(self, keys: Sequence, values: Sequence[mx.nd.NDArray],
-                  outs: Sequence[mx.nd.NDArray]) -> None:
+    def push_pull(
+        self, keys: Sequence, values: Sequence[mx.nd.NDArray], outs: Sequence[mx.nd.NDArray]
+    ) -> None:
         """Pushes `values` (if any) and pulls into `outs` (if any, the same keys), then
         waits once; with both, pulls cross while later keys' pushes do (`outs` and
         `values` then arrays of their own, not views of one buffer, whose engine variable
@@ -163,15 +180,22 @@ class ParameterServer:
             elif outs:
                 self._store.pull(list(keys), out=list(outs))
 
-    def push_pull_rows(self, keys: Sequence, values: Sequence[mx.nd.NDArray],
-                       outs: Sequence[mx.nd.NDArray], row_ids: Sequence[mx.nd.NDArray]) -> None:
+    def push_pull_rows(
+        self,
+        keys: Sequence,
+        values: Sequence[mx.nd.NDArray],
+        outs: Sequence[mx.nd.NDArray],
+        row_ids: Sequence[mx.nd.NDArray],
+    ) -> None:
         """Keys the servers keep row_sparse: pushes `values` (row_sparse, if any) and, once
         the servers took them, pulls the rows `row_ids` (int64) of each key into `outs`
         (row_sparse, if any), as MXNet's dist store does (push, row_sparse_pull)."""
         what = " and ".join(w for w, arrays in (("push", values), ("row pull", outs)) if arrays)
         pushed = sum(_row_bytes(v.data.size, v.indices.size, v.dtype) for v in values)
-        pulled = sum(_row_bytes(ids.size * int(np.prod(o.shape[1:])), ids.size, o.dtype)
-                     for o, ids in zip(outs, row_ids))
+        pulled = sum(
+            _row_bytes(ids.size * int(np.prod(o.shape[1:])), ids.size, o.dtype)
+            for o, ids in zip(outs, row_ids)
+        )
         with self._exchange(what, len(keys), pushed, pulled):
             for key, value in zip(keys, values):
                 self._store.push(key, value)
@@ -180,8 +204,12 @@ class ParameterServer:
             for key, out, ids in zip(keys, outs, row_ids):
                 self._store.row_sparse_pull(key, out=out, row_ids=ids)
 
-    def pull_then_push(self, keys: Sequence, outs: Sequence[mx.nd.NDArray],
-                       pushes: Callable[[List[int]], List[mx.nd.NDArray]]) -> None:
+    def pull_then_push(
+        self,
+        keys: Sequence,
+        outs: Sequence[mx.nd.NDArray],
+        pushes: Callable[[List[int]], List[mx.nd.NDArray]],
+    ) -> None:
         """Pulls the keys into `outs` and pushes, key for key, what `pushes(indices)` makes
         of a pulled batch (arrays shaped as `outs`), in batches of about PACE_BYTES: each
         batch's pushes cross the link while the pulls of the next BATCHES_AHEAD batches do
@@ -209,9 +237,9 @@ class ParameterServer:
         """Bounds an exchange with the servers by the timeout, records it in the timeline
         and the traffic counters, and waits until its arrays are done."""
         started = time.monotonic()
-        with self._watchdog.guard(f"{what} of {num_keys} keys through the parameter server",
-                                  self._timeout), \
-                timeline.span(f"parameter server {what}", "parameter server", keys=num_keys):
+        with self._watchdog.guard(
+            f"{what} of {num_keys} keys through the parameter server", self._timeout
+        ), timeline.span(f"parameter server {what}", "parameter server", keys=num_keys):
             yield
             mx.nd.waitall()
         self.bytes_pushed += pushed
@@ -219,8 +247,9 @@ class ParameterServer:
         if self._throttle is not None:
             self._throttle.wait_since(started, pushed + pulled)
 
-    def _push_then_pull_paced(self, keys: Sequence, values: Sequence[mx.nd.NDArray],
-                              outs: Sequence[mx.nd.NDArray]) -> None:
+    def _push_then_pull_paced(
+        self, keys: Sequence, values: Sequence[mx.nd.NDArray], outs: Sequence[mx.nd.NDArray]
+    ) -> None:
         """Pushes the keys in batches of about PACE_BYTES; once the servers acknowledged a
         batch, pulls it, then pushes the next, so that each batch's pulls cross the link
         while the next batch's pushes do. ps-lite sends a pull request down the connection
@@ -229,8 +258,10 @@ class ParameterServer:
         hosts at 1000 Mbit/s, ResNet-18: the exchange took 684 ms, the link carrying one
         way at a time; paced: 512-558 ms)."""
         if len(values) != len(outs):
-            raise ValueError(f"push_pull of {len(keys)} keys: {len(values)} values pushed "
-                             f"but {len(outs)} pulled; give both for every key, or one of them")
+            raise ValueError(
+                f"push_pull of {len(keys)} keys: {len(values)} values pushed "
+                f"but {len(outs)} pulled; give both for every key, or one of them"
+            )
         for batch in paced(values):
             for i in batch:
                 self._store.push(keys[i], values[i])
@@ -263,25 +294,43 @@ def _row_bytes(values: int, rows: int, dtype) -> int:
 _shared: Dict[str, Any] = {"server": None, "users": 0, "closed": False}
 
 
-def acquire(kind: str, num_servers: int, timeout: float, who: str,
-            on_timeout: Callable[[], None], throttle: Optional[LinkThrottle] = None,
-            separate_groups: bool = False, rejoining: bool = False) -> ParameterServer:
+def acquire(
+    kind: str,
+    num_servers: int,
+    timeout: float,
+    who: str,
+    on_timeout: Callable[[], None],
+    throttle: Optional[LinkThrottle] = None,
+    separate_groups: bool = False,
+    rejoining: bool = False,
+) -> ParameterServer:
     """This process's ParameterServer, connected on first use. `who` names this process in
     messages; `on_timeout` ends the job when the server does not answer within `timeout`;
     `throttle` emulates a slow link to it; `separate_groups`: the groups are separate MPI
     jobs (leaving does not wait for the other leaders); `rejoining`: this is a restarted
     group's leader, whose keys the servers hold."""
     if _shared["closed"]:
-        raise ConfigError("this process already left the parameter server (every hybrid store "
-                          "was closed); ps-lite cannot join again: create the stores before "
-                          "closing the last one")
+        raise ConfigError(
+            "this process already left the parameter server (every hybrid store "
+            "was closed); ps-lite cannot join again: create the stores before "
+            "closing the last one"
+        )
     if _shared["server"] is None:
-        _shared["server"] = ParameterServer(kind, num_servers, timeout, Watchdog(on_timeout, who),
-                                            throttle, separate_groups, rejoining)
+        _shared["server"] = ParameterServer(
+            kind,
+            num_servers,
+            timeout,
+            Watchdog(on_timeout, who),
+            throttle,
+            separate_groups,
+            rejoining,
+        )
         tell_launcher_met(read_knob("MXKV_LAUNCHER_LINK"))
     elif _shared["server"].kind != kind:
-        raise ConfigError(f"this process is connected to a {_shared['server'].kind} parameter "
-                          f"server and cannot open a {kind} one (one ps-lite store per process)")
+        raise ConfigError(
+            f"this process is connected to a {_shared['server'].kind} parameter "
+            f"server and cannot open a {kind} one (one ps-lite store per process)"
+        )
     _shared["users"] += 1
     return _shared["server"]
 
@@ -297,17 +346,22 @@ def connect_leader(kind: str, config, world, groups) -> Optional[ParameterServer
         # starts: this leader's loopback address and port (ps/node_addresses)
         table = PsNodes.from_json(nodes)
         # a group job started again gets a port of its own; one MPI job gets a new table
-        where = table.leader(groups.group_index,
-                             0 if world.spans_all_ranks else config.attempt)
+        where = table.leader(groups.group_index, 0 if world.spans_all_ranks else config.attempt)
         try:
             check_free(where, f"rank {world.rank}, the leader of group {groups.group_index},")
         except OSError as err:
             raise ConfigError(err.strerror) from None
         os.environ.update({"DMLC_NODE_HOST": where.host, "PORT": str(where.port)})
-    return acquire(kind, num_servers, config.ps_timeout,
-                   f"rank {world.rank} (leader of group {groups.group_index})",
-                   end_job, link_throttle(config), separate_groups=not world.spans_all_ranks,
-                   rejoining=config.attempt > 0 and not world.spans_all_ranks)
+    return acquire(
+        kind,
+        num_servers,
+        config.ps_timeout,
+        f"rank {world.rank} (leader of group {groups.group_index})",
+        end_job,
+        link_throttle(config),
+        separate_groups=not world.spans_all_ranks,
+        rejoining=config.attempt > 0 and not world.spans_all_ranks,
+    )
 
 
 def traffic() -> Tuple[int, int]:

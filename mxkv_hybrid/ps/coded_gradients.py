@@ -14,6 +14,7 @@ part's storage and state for its code key. The codes are csrc/code_sums.h's
 words for one group: 2bit, 15 values a float32 word (base 3 digits); 1bit, a sign a value
 and each sign's mean per 256 values (40 bytes per 256 values).
 """
+
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -32,23 +33,25 @@ CODE_KEYS = range(60_000, 100_000)  # below the chunk keys of mode sync (optimiz
 class CodedPart:
     """The part of a weight one server keeps, and the key its codes travel under."""
 
-    weight: int    # the weight's server key
+    weight: int  # the weight's server key
     code_key: int
-    start: int     # the part's elements in the weight
+    start: int  # the part's elements in the weight
     stop: int
-    words: int     # float32 words of its codes
+    words: int  # float32 words of its codes
 
 
 def code_words(compression: Compression, values: int) -> int:
     """float32 words the codes of `values` values take (one group's; on an MPI rank)."""
     from ..comm import _C as kernels
+
     if compression.type == "2bit":
         return -(-values // kernels.digits_per_word(1))
     return kernels.one_bit_slot_words(values)
 
 
-def plan_codes(sizes: Dict[int, int], compression: Compression, num_servers: int,
-               bound: int, first_key: int) -> List[CodedPart]:
+def plan_codes(
+    sizes: Dict[int, int], compression: Compression, num_servers: int, bound: int, first_key: int
+) -> List[CodedPart]:
     """The parts of weights of `sizes` elements (by server key), each with a code key
     >= first_key on its server. Raises when a part's codes would reach `bound` (MXNet
     would split them over the servers, away from the part)."""
@@ -63,11 +66,14 @@ def plan_codes(sizes: Dict[int, int], compression: Compression, num_servers: int
                     f"{part.stop - part.start} on one parameter server, whose codes ({words} "
                     f"words) would reach MXNET_KVSTORE_BIGARRAY_BOUND={bound}, and MXNet would "
                     "split them over the servers: start more servers (--servers), or "
-                    "train without compression")
+                    "train without compression"
+                )
             code_key = next(keys_for_server(part.server, num_servers, next_key))
             if code_key not in CODE_KEYS:
-                raise MXKVError("set_gradient_compression: more weight parts than code keys "
-                                f"({len(CODE_KEYS)}); train without compression")
+                raise MXKVError(
+                    "set_gradient_compression: more weight parts than code keys "
+                    f"({len(CODE_KEYS)}); train without compression"
+                )
             next_key = code_key + 1
             planned.append(CodedPart(weight, code_key, part.start, part.stop, words))
     return planned
@@ -83,18 +89,23 @@ class GradientCoder:
         self._shapes: Dict[int, Tuple[int, ...]] = {}
         self._words: Dict[int, nd.NDArray] = {}  # code key: the words pushed
         from ..comm import _C as kernels  # a group leader: an MPI rank
+
         if compression.type == "2bit":
             self._pack = lambda values, residual, words: kernels.pack_2bit_digits(
-                values, residual, compression.threshold, 1, words)
+                values, residual, compression.threshold, 1, words
+            )
         else:
             self._pack = lambda values, residual, words: kernels.pack_1bit_slot(
-                values, residual, 0, 1, words)
+                values, residual, 0, 1, words
+            )
 
-    def add(self, shapes: Dict[int, Tuple[int, ...]], num_servers: int, bound: int
-            ) -> List[CodedPart]:
+    def add(
+        self, shapes: Dict[int, Tuple[int, ...]], num_servers: int, bound: int
+    ) -> List[CodedPart]:
         """Plans the codes of new weights (server key: shape); returns their parts."""
-        next_key = max((p.code_key + 1 for ps in self.parts.values() for p in ps),
-                       default=CODE_KEYS.start)
+        next_key = max(
+            (p.code_key + 1 for ps in self.parts.values() for p in ps), default=CODE_KEYS.start
+        )
         sizes = {weight: int(np.prod(shape)) for weight, shape in shapes.items()}
         planned = plan_codes(sizes, self.compression, num_servers, bound, next_key)
         for part in planned:
@@ -118,17 +129,21 @@ class GradientCoder:
         """What quantisation has not sent yet of this group's gradients of `weight`."""
         return self._residuals[weight]
 
-    def encode(self, weights: Sequence[int], gradients: Sequence[nd.NDArray]
-               ) -> Tuple[List[int], List[nd.NDArray]]:
+    def encode(
+        self, weights: Sequence[int], gradients: Sequence[nd.NDArray]
+    ) -> Tuple[List[int], List[nd.NDArray]]:
         """(code keys, their words) for the gradients of `weights` (residuals updated)."""
         keys, words = [], []
         for weight, gradient in zip(weights, gradients):
             flat = gradient.reshape((-1,))
             for part in self.parts[weight]:
                 out = self._words[part.code_key]
-                values = flat[part.start:part.stop]  # held: the kernel reads it by handle
-                self._pack(values.handle.value, self._residuals[weight][part.start:part.stop],
-                           out.handle.value)
+                values = flat[part.start : part.stop]  # held: the kernel reads it by handle
+                self._pack(
+                    values.handle.value,
+                    self._residuals[weight][part.start : part.stop],
+                    out.handle.value,
+                )
                 keys.append(part.code_key)
                 words.append(out)
         return keys, words
@@ -166,20 +181,24 @@ class CodeDecoder:
         codes under `code_key` update."""
         self._targets[code_key] = (weight, part, state)
 
-    def gradient(self, code_key: int, words: nd.NDArray
-                 ) -> Tuple[int, nd.NDArray, object, nd.NDArray]:
+    def gradient(
+        self, code_key: int, words: nd.NDArray
+    ) -> Tuple[int, nd.NDArray, object, nd.NDArray]:
         """(weight key, its part here, the part's state, the decoded gradient)."""
         if code_key not in self._targets:
-            raise MXKVError(f"parameter server: codes under key {code_key} before their "
-                            "weight's registration (a leader pushes it after set_optimizer)")
+            raise MXKVError(
+                f"parameter server: codes under key {code_key} before their "
+                "weight's registration (a leader pushes it after set_optimizer)"
+            )
         weight, part, state = self._targets[code_key]
         decoded = self._decoded.get(code_key)
         if decoded is None:
             decoded = self._decoded[code_key] = nd.empty(part.shape, dtype=np.float32)
         kernels = extension_without_mpi()
         if self.compression.type == "2bit":
-            kernels.unpack_2bit_digit_sums(words.handle.value, self.compression.threshold, 1,
-                                           1.0, decoded.handle.value)
+            kernels.unpack_2bit_digit_sums(
+                words.handle.value, self.compression.threshold, 1, 1.0, decoded.handle.value
+            )
         else:
             kernels.unpack_1bit_slots(words.handle.value, 1, 1.0, decoded.handle.value)
         return weight, part, state, decoded

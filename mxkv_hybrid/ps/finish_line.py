@@ -9,6 +9,7 @@ no restart left), or no unfinished group has made progress for MXKV_PS_TIMEOUT s
 group of another launcher, or none), it goes on without them and says which groups it left
 behind and why.
 """
+
 import logging
 import time
 from typing import List, Optional, Sequence
@@ -29,8 +30,14 @@ ASK_SECONDS = 1.0  # how often a waiting leader asks its launcher which groups i
 _shared: Optional["FinishLine"] = None  # this process's, once a store created it
 
 
-def finish_line_for(ps: Optional[ParameterServer], separate_jobs: bool, group: int, groups: int,
-                    timeout: float, attempt: int) -> Optional["FinishLine"]:
+def finish_line_for(
+    ps: Optional[ParameterServer],
+    separate_jobs: bool,
+    group: int,
+    groups: int,
+    timeout: float,
+    attempt: int,
+) -> Optional["FinishLine"]:
     """A group leader's finish line when the groups are separate MPI jobs, else None: one
     per process, as the ps-lite connection is, so every store of the process (a script's
     own and the one Module.fit creates, say) reports to the same tally."""
@@ -46,8 +53,7 @@ class FinishLine:
     """One group leader's view of the tally (created by every leader at the same point:
     its init is a barrier among the leaders)."""
 
-    def __init__(self, ps: ParameterServer, group: int, groups: int, timeout: float,
-                 attempt: int):
+    def __init__(self, ps: ParameterServer, group: int, groups: int, timeout: float, attempt: int):
         ServerKeys().claim(FINISH_KEY, "the group jobs' finish line")
         self._ps = ps
         self._group = group
@@ -73,12 +79,15 @@ class FinishLine:
             return 0
         tally = mx.nd.zeros((2 * self._groups,))
         self._ps.push_pull([FINISH_KEY], [], [tally])
-        steps = tally.asnumpy()[self._groups:]
+        steps = tally.asnumpy()[self._groups :]
         done = int(steps[self._group])
         checksum = sum(float(v.asnumpy().astype(np.float64).sum()) for v in values)
-        log.info(f"mxkv_hybrid: group {self._group} rejoins (restart {self._attempt}): its "
-                 f"ranks start from {what} after {int(steps.sum())} steps of the groups, at step "
-                 f"{done} of its own (checksum {checksum:.17g})", extra=TO_STDERR)
+        log.info(
+            f"mxkv_hybrid: group {self._group} rejoins (restart {self._attempt}): its "
+            f"ranks start from {what} after {int(steps.sum())} steps of the groups, at step "
+            f"{done} of its own (checksum {checksum:.17g})",
+            extra=TO_STDERR,
+        )
         return done
 
     def cross(self) -> List[int]:
@@ -93,7 +102,7 @@ class FinishLine:
         while True:
             self._ps.push_pull([FINISH_KEY], [], [tally])
             now = tally.asnumpy()
-            finished, progress = now[:self._groups] >= 1, now[self._groups:]
+            finished, progress = now[: self._groups] >= 1, now[self._groups :]
             left = [g for g in range(self._groups) if not finished[g]]
             if not left:
                 return []
@@ -104,14 +113,17 @@ class FinishLine:
                 asked, given_up = time.monotonic(), groups_given_up(launcher)
             why = reason_to_go_on(left, given_up, time.monotonic() - changed, self._timeout)
             if why:
-                log.warning(f"mxkv_hybrid: group {self._group}: group(s) {left} {why}: going "
-                            "on without them")
+                log.warning(
+                    f"mxkv_hybrid: group {self._group}: group(s) {left} {why}: going "
+                    "on without them"
+                )
                 return left
             time.sleep(POLL_SECONDS)
 
 
-def reason_to_go_on(left: List[int], given_up: Optional[List[int]], quiet: float,
-                    timeout: float) -> Optional[str]:
+def reason_to_go_on(
+    left: List[int], given_up: Optional[List[int]], quiet: float, timeout: float
+) -> Optional[str]:
     """Why a leader at the finish line goes on without the unfinished groups `left`, or
     None to wait on: its launcher gave them all up (`given_up`; None: not asked this time),
     or none of them made progress for more than `timeout` seconds (`quiet`)."""

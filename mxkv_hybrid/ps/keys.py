@@ -1,4 +1,5 @@
 """The int keys the parameter servers know a store's keys by."""
+
 from typing import Dict, Optional, cast
 
 from ..comm.collectives import Key
@@ -38,8 +39,10 @@ class ServerKeys:
         if key not in self._numbers:
             key_type = str if isinstance(key, str) else int
             if self._key_type not in (None, key_type):
-                raise MXKVError(f"init: key {key!r} mixes string and int keys in one store; "
-                                "MXNet's kvstores take one key type")
+                raise MXKVError(
+                    f"init: key {key!r} mixes string and int keys in one store; "
+                    "MXNet's kvstores take one key type"
+                )
             number = cast(int, key) if key_type is int else self._strings
             self.claim(number, f"key {key!r}")
             self._key_type = key_type
@@ -58,4 +61,5 @@ class ServerKeys:
                 "model with one Trainer or Module per process (to change the learning "
                 "rate, keep the Trainer and call set_learning_rate), or use MXKV_MODE=sync, where "
                 "stores share the servers; values that are not weights need no init: "
-                "pushpull sums them over the ranks")
+                "pushpull sums them over the ranks"
+            )

@@ -7,13 +7,14 @@ servers unevenly. The group leaders instead push the fused gradient in equal chu
 below the bound, a multiple of S of them, with keys chosen so that chunk j lands on
 server j % S: every server carries the same bytes, give or take one element per chunk.
 """
+
 import math
 import os
 from dataclasses import dataclass
 from typing import Iterator, List
 
 MXNET_BIGARRAY_BOUND = 1_000_000  # MXNet's default for MXNET_KVSTORE_BIGARRAY_BOUND
-KEY_SPREAD = 9973                # the multiplier of MXNet's key -> server hash
+KEY_SPREAD = 9973  # the multiplier of MXNet's key -> server hash
 
 
 def bigarray_bound() -> int:
@@ -27,7 +28,7 @@ def server_of(key: int, num_servers: int) -> int:
 
 @dataclass(frozen=True)
 class Chunk:
-    key: int    # the PS key
+    key: int  # the PS key
     start: int  # its elements in the (fused) array it is part of
     stop: int
     server: int

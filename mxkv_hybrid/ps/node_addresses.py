@@ -7,6 +7,7 @@ octet keeps three digits, so string order is number order. Every node listens on
 host's address at a port of its own; every host's relay accepts the other relays on the
 host's network address and stands in, on its loopback, for every other host's nodes.
 The table travels to the ranks and servers in MXKV_PS_NODES (JSON)."""
+
 import json
 import socket
 from dataclasses import dataclass
@@ -45,38 +46,53 @@ def check_free(node: Endpoint, what: str) -> None:
         try:
             probe.bind((node.host, node.port))
         except OSError as err:
-            raise OSError(err.errno, f"{what} must listen for ps-lite at {node}, as mxkv-launch "
-                          f"planned (MXKV_PS_NODES), and that port is taken here "
-                          f"({err.strerror}): ps-lite would take another port without a word, "
-                          "which the other hosts' relays never reach. Free the port, or start "
-                          "the job again (the launcher draws other ports)") from None
+            raise OSError(
+                err.errno,
+                f"{what} must listen for ps-lite at {node}, as mxkv-launch "
+                f"planned (MXKV_PS_NODES), and that port is taken here "
+                f"({err.strerror}): ps-lite would take another port without a word, "
+                "which the other hosts' relays never reach. Free the port, or start "
+                "the job again (the launcher draws other ports)",
+            ) from None
 
 
 @dataclass(frozen=True)
 class StandIn:
-    relay: Endpoint   # the relay of the target's host
+    relay: Endpoint  # the relay of the target's host
     target: Endpoint  # the node there
 
 
 @dataclass(frozen=True)
 class RelayPlan:
-    tls: Endpoint                       # where this relay accepts the other relays
-    local: FrozenSet[Endpoint]          # the nodes of this host that other hosts may reach
+    tls: Endpoint  # where this relay accepts the other relays
+    local: FrozenSet[Endpoint]  # the nodes of this host that other hosts may reach
     stand_ins: Dict[Endpoint, StandIn]  # this host's listeners for the other hosts' nodes
 
     @classmethod
     def from_json(cls, text: str) -> "RelayPlan":
         plan = json.loads(text)
-        return cls(Endpoint.parse(plan["tls"]),
-                   frozenset(Endpoint.parse(e) for e in plan.get("local", [])),
-                   {Endpoint.parse(listen): StandIn(Endpoint.parse(s["relay"]),
-                                                    Endpoint.parse(s["target"]))
-                    for listen, s in plan.get("stand_ins", {}).items()})
+        return cls(
+            Endpoint.parse(plan["tls"]),
+            frozenset(Endpoint.parse(e) for e in plan.get("local", [])),
+            {
+                Endpoint.parse(listen): StandIn(
+                    Endpoint.parse(s["relay"]), Endpoint.parse(s["target"])
+                )
+                for listen, s in plan.get("stand_ins", {}).items()
+            },
+        )
 
     def to_json(self) -> str:
-        return json.dumps({"tls": str(self.tls), "local": sorted(map(str, self.local)),
-                           "stand_ins": {str(k): {"relay": str(s.relay), "target": str(s.target)}
-                                         for k, s in self.stand_ins.items()}})
+        return json.dumps(
+            {
+                "tls": str(self.tls),
+                "local": sorted(map(str, self.local)),
+                "stand_ins": {
+                    str(k): {"relay": str(s.relay), "target": str(s.target)}
+                    for k, s in self.stand_ins.items()
+                },
+            }
+        )
 
 
 @dataclass(frozen=True)
@@ -105,16 +121,22 @@ class PsNodes:
             return self.endpoint((host, port))
         spares = self.restart_ports[group] if group < len(self.restart_ports) else ()
         if start > len(spares):
-            raise ValueError(f"group {group}'s start {start}: the table has ports for "
-                             f"{len(spares)} restart(s)")
+            raise ValueError(
+                f"group {group}'s start {start}: the table has ports for {len(spares)} restart(s)"
+            )
         return self.endpoint((host, spares[start - 1]))
 
     def nodes_on(self, host: int) -> List[Endpoint]:
-        restarted = [(leader[0], port) for leader, ports in zip(self.leaders, self.restart_ports)
-                     for port in ports]
-        return [self.endpoint(node) for node in (self.scheduler, *self.servers, *self.leaders,
-                                                 *restarted)
-                if node[0] == host]
+        restarted = [
+            (leader[0], port)
+            for leader, ports in zip(self.leaders, self.restart_ports)
+            for port in ports
+        ]
+        return [
+            self.endpoint(node)
+            for node in (self.scheduler, *self.servers, *self.leaders, *restarted)
+            if node[0] == host
+        ]
 
     def relay_of(self, host: int) -> Endpoint:
         """Where host `host`'s relay accepts the others."""
@@ -136,18 +158,27 @@ class PsNodes:
         return RelayPlan(self.relay_of(host), frozenset(self.nodes_on(host)), stand_ins)
 
     def to_json(self) -> str:
-        return json.dumps({"hosts": list(self.hosts), "relay_port": self.relay_port,
-                           "scheduler": list(self.scheduler),
-                           "servers": [list(n) for n in self.servers],
-                           "leaders": [list(n) for n in self.leaders],
-                           "restart_ports": [list(p) for p in self.restart_ports],
-                           "relay_ports": list(self.relay_ports)})
+        return json.dumps(
+            {
+                "hosts": list(self.hosts),
+                "relay_port": self.relay_port,
+                "scheduler": list(self.scheduler),
+                "servers": [list(n) for n in self.servers],
+                "leaders": [list(n) for n in self.leaders],
+                "restart_ports": [list(p) for p in self.restart_ports],
+                "relay_ports": list(self.relay_ports),
+            }
+        )
 
     @classmethod
     def from_json(cls, text: str) -> "PsNodes":
         table = json.loads(text)
-        return cls(tuple(table["hosts"]), table["relay_port"], tuple(table["scheduler"]),
-                   tuple(tuple(n) for n in table["servers"]),
-                   tuple(tuple(n) for n in table["leaders"]),
-                   tuple(tuple(p) for p in table.get("restart_ports", [])),
-                   tuple(table.get("relay_ports", [])))
+        return cls(
+            tuple(table["hosts"]),
+            table["relay_port"],
+            tuple(table["scheduler"]),
+            tuple(tuple(n) for n in table["servers"]),
+            tuple(tuple(n) for n in table["leaders"]),
+            tuple(tuple(p) for p in table.get("restart_ports", [])),
+            tuple(table.get("relay_ports", [])),
+        )

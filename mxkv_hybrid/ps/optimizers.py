@@ -1,5 +1,6 @@
 """Optimizers that run inside MXNet's parameter servers (unpickled there: ps.server
 imports this package before it starts serving)."""
+
 from typing import Optional
 
 import mxnet as mx
@@ -8,20 +9,24 @@ from .coded_gradients import CODE_KEYS, CodeDecoder
 
 # The servers' reserved keys, above any parameter index a Trainer uses (Module's string
 # keys map to 0, 1, ...):
-COUNTER_KEY = 2 ** 30  # pushes counted
+COUNTER_KEY = 2**30  # pushes counted
 FINISH_KEY = COUNTER_KEY + 1  # separate group jobs: which groups are done, and their progress
 AGREE_KEY = COUNTER_KEY + 2  # dist_sync: how many groups agreed
 # The worker optimizer's learning rate and rescale_grad, one key per server: consecutive
 # keys land on distinct servers (layout.server_of)
-SETTINGS_KEYS = range(COUNTER_KEY + 2 ** 10, COUNTER_KEY + 2 ** 11)
+SETTINGS_KEYS = range(COUNTER_KEY + 2**10, COUNTER_KEY + 2**11)
 # sync's fused chunks, below 2**31 / 9973, where MXNet's int arithmetic picking a key's
 # server (key * 9973) overflows
-CHUNK_KEYS = range(100_000, 2 ** 31 // 9973)
+CHUNK_KEYS = range(100_000, 2**31 // 9973)
 
 
 def _is_reserved(index: int) -> bool:
-    return index in (COUNTER_KEY, FINISH_KEY, AGREE_KEY) or index in SETTINGS_KEYS \
-        or index in CHUNK_KEYS or index in CODE_KEYS
+    return (
+        index in (COUNTER_KEY, FINISH_KEY, AGREE_KEY)
+        or index in SETTINGS_KEYS
+        or index in CHUNK_KEYS
+        or index in CODE_KEYS
+    )
 
 
 class ServerOptimizer(mx.optimizer.Optimizer):
@@ -66,8 +71,11 @@ class ServerOptimizer(mx.optimizer.Optimizer):
             if self.inner.lr_scheduler is None:
                 self.inner.lr = learning_rate
             self.inner.rescale_grad = rescale_grad
-        elif self.codes is not None and grad.stype == "default" \
-                and (code_key := self.codes.registration_of(grad)) is not None:
+        elif (
+            self.codes is not None
+            and grad.stype == "default"
+            and (code_key := self.codes.registration_of(grad)) is not None
+        ):
             self.codes.register(code_key, index, weight, state)
         else:
             self.inner.update_multi_precision(index, weight, grad, state)

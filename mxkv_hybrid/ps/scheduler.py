@@ -11,6 +11,7 @@ DMLC_ROLE=scheduler (mxnet/kvstore/kvstore_server.py): MXKVStoreCreate("dist"), 
 MXKVStoreRunServer, which returns when every node has left. libmxnet is found by MXNet's
 own search (mxnet/libinfo.py: MXNET_LIBRARY_PATH, then the package's folder).
 """
+
 import ctypes
 import importlib.util
 import os
@@ -41,8 +42,10 @@ def check(lib: ctypes.CDLL, status: int) -> None:
 
 def main() -> None:
     if os.environ.get("DMLC_ROLE") != "scheduler":
-        sys.exit(f"mxkv_hybrid.ps.scheduler: DMLC_ROLE must be 'scheduler', not "
-                 f"{os.environ.get('DMLC_ROLE')!r}")
+        sys.exit(
+            f"mxkv_hybrid.ps.scheduler: DMLC_ROLE must be 'scheduler', not "
+            f"{os.environ.get('DMLC_ROLE')!r}"
+        )
     lib = load_libmxnet()
     lib.MXGetLastError.restype = ctypes.c_char_p
     store = ctypes.c_void_p()

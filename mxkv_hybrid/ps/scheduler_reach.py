@@ -3,6 +3,7 @@ TCP connection to the scheduler's port, tried until it is accepted, with a line 
 PROGRESS_SECONDS that says which address is waited for and why, and a clear error after
 MXKV_PS_TIMEOUT that names --ps-host. A connection that sends nothing is harmless to
 ps-lite's ZeroMQ sockets."""
+
 import logging
 import socket
 import time
@@ -35,9 +36,12 @@ def wait_for_scheduler(host: str, port: int, timeout: float, who: str) -> None:
                     f"scheduler at {host}:{port} within {timeout:g} s (MXKV_PS_TIMEOUT): "
                     f"{reason}. The scheduler runs where mxkv-launch started it, and "
                     "--ps-host must be an address of that machine this host reaches "
-                    "(mxkv-launch --check tests it)")
+                    "(mxkv-launch --check tests it)"
+                )
             if now - reported >= PROGRESS_SECONDS:
                 reported = now
-                log.warning(f"mxkv_hybrid: {who} on {socket.gethostname()}: {what} ({reason}) "
-                            f"for {now - started:.0f} s of {timeout:g}")
+                log.warning(
+                    f"mxkv_hybrid: {who} on {socket.gethostname()}: {what} ({reason}) "
+                    f"for {now - started:.0f} s of {timeout:g}"
+                )
             time.sleep(max(0.0, ATTEMPT_SECONDS - (time.monotonic() - now)))

@@ -10,6 +10,7 @@ package first, and the package imports MXNet: that import is where the node runs
 sys.modules, so the optimizers the workers pickle (`ps.optimizers`) unpickle by name on
 the server. `main` is reached only when DMLC_ROLE names no node.
 """
+
 import os
 import sys
 

@@ -25,6 +25,7 @@ and a restarted group resumes from its own. The centre variable stays on the ser
 which outlive a lost group; only a job started afresh (MXKV_ATTEMPT=0: new servers) sets
 it back to the one group 0 saved. In mode sync the groups would have to commit together,
 which only one MPI job does: checkpoints are refused there."""
+
 import glob
 import json
 import logging
@@ -71,11 +72,16 @@ def _read_manifest(directory: str, this: World):
     pattern = "manifest.group*.json" if this.group_job is None else MANIFEST
     other = glob.glob(os.path.join(glob.escape(directory), pattern))
     if other:
-        saver, here = (("separate group jobs", "one MPI job") if this.group_job is None else
-                       ("one MPI job", "separate group jobs"))
-        raise ConfigError(f"{directory} was saved by {saver} ({os.path.basename(other[0])}), and "
-                          f"this job runs as {here}: resume in the layout it was saved in "
-                          "(mxkv-launch --group-jobs or --one-job)")
+        saver, here = (
+            ("separate group jobs", "one MPI job")
+            if this.group_job is None
+            else ("one MPI job", "separate group jobs")
+        )
+        raise ConfigError(
+            f"{directory} was saved by {saver} ({os.path.basename(other[0])}), and "
+            f"this job runs as {here}: resume in the layout it was saved in "
+            "(mxkv-launch --group-jobs or --one-job)"
+        )
     return None
 
 
@@ -91,12 +97,13 @@ def _scope(what: str, trainer: gluon.Trainer) -> World:
     jobs this group's). Sync group jobs are refused: their groups must commit together."""
     this = world()
     mode = _mode(trainer)
-    if not this.spans_all_ranks and mode is not None \
-            and capabilities_of(mode).groups_step_together:
-        raise ConfigError(f"checkpoint.{what}: in MXKV_MODE={mode} every group must save and "
-                          "resume the same step, which only one MPI job commits together: start "
-                          "the job without --group-jobs / --join (one MPI job is the default "
-                          f"layout of mode {mode})")
+    if not this.spans_all_ranks and mode is not None and capabilities_of(mode).groups_step_together:
+        raise ConfigError(
+            f"checkpoint.{what}: in MXKV_MODE={mode} every group must save and "
+            "resume the same step, which only one MPI job commits together: start "
+            "the job without --group-jobs / --join (one MPI job is the default "
+            f"layout of mode {mode})"
+        )
     return this
 
 
@@ -120,8 +127,9 @@ def _agreed_manifest(this: World, directory: str) -> Optional[dict]:
     return found
 
 
-def save(directory: str, net: gluon.Block, trainer: gluon.Trainer,
-         progress: Optional[dict] = None) -> None:
+def save(
+    directory: str, net: gluon.Block, trainer: gluon.Trainer, progress: Optional[dict] = None
+) -> None:
     """Collective: every rank writes its weights and trainer state into `directory`, as a
     new generation that the manifest commits once every rank has written it. `progress`
     (JSON, e.g. {"step": 16}) is kept in the manifest: `load` and `load_latest` return it."""
@@ -129,8 +137,9 @@ def save(directory: str, net: gluon.Block, trainer: gluon.Trainer,
     try:
         json.dumps(progress)  # on every rank, before any of them writes
     except TypeError as err:
-        raise MXKVError(f"checkpoint.save: progress must be JSON (numbers, strings, lists, "
-                        f"dicts): {err}") from None
+        raise MXKVError(
+            f"checkpoint.save: progress must be JSON (numbers, strings, lists, dicts): {err}"
+        ) from None
     os.makedirs(directory, exist_ok=True)
     committed = _agreed_manifest(this, directory)
     generation = committed["generation"] + 1 if committed else 1
@@ -140,13 +149,21 @@ def save(directory: str, net: gluon.Block, trainer: gluon.Trainer,
     with stall.waiting("checkpoint save: the other ranks' files"):
         this.comm.Barrier()  # every rank's files are complete
     if _is_committer(this):
-        manifest = {"ranks": this.size, "mode": _mode(trainer), "generation": generation,
-                    "progress": progress or {}}
+        manifest = {
+            "ranks": this.size,
+            "mode": _mode(trainer),
+            "generation": generation,
+            "progress": progress or {},
+        }
         if this.group_job is not None:
-            manifest.update(group=this.group_job.group, groups=this.group_job.groups,
-                            group_ranks=this.comm.Get_size())
-        write_atomically(os.path.join(directory, _manifest_name(this)),
-                         json.dumps(manifest).encode())
+            manifest.update(
+                group=this.group_job.group,
+                groups=this.group_job.groups,
+                group_ranks=this.comm.Get_size(),
+            )
+        write_atomically(
+            os.path.join(directory, _manifest_name(this)), json.dumps(manifest).encode()
+        )
     with stall.waiting("checkpoint save: the manifest"):
         this.comm.Barrier()  # committed: the older generations can go
     keep = _stem(this.rank, generation) + "."  # also the states' .averaging file
@@ -162,8 +179,10 @@ def load(directory: str, net: gluon.Block, trainer: gluon.Trainer) -> dict:
     this = _scope("load", trainer)
     manifest = _agreed_manifest(this, directory)
     if manifest is None:
-        raise MXKVError(f"{os.path.join(directory, _manifest_name(this))} is missing: {directory} "
-                        "is not a checkpoint written (to the end) by mxkv_hybrid.checkpoint.save")
+        raise MXKVError(
+            f"{os.path.join(directory, _manifest_name(this))} is missing: {directory} "
+            "is not a checkpoint written (to the end) by mxkv_hybrid.checkpoint.save"
+        )
     return _restore(this, manifest, directory, net, trainer)
 
 
@@ -177,21 +196,29 @@ def load_latest(directory: str, net: gluon.Block, trainer: gluon.Trainer) -> Opt
     return None if manifest is None else _restore(this, manifest, directory, net, trainer)
 
 
-def _restore(this: World, manifest: dict, directory: str, net: gluon.Block,
-             trainer: gluon.Trainer) -> dict:
+def _restore(
+    this: World, manifest: dict, directory: str, net: gluon.Block, trainer: gluon.Trainer
+) -> dict:
     mode = _mode(trainer)
     group_ranks = None if this.group_job is None else this.comm.Get_size()
-    if (manifest["ranks"] != this.size or manifest["mode"] != mode
-            or manifest.get("group_ranks") != group_ranks):
-        raise MXKVError(f"{directory} was saved by {manifest['ranks']} ranks in mode "
-                        f"{manifest['mode']}{_group_text(manifest.get('group_ranks'))}, and this "
-                        f"job has {this.size} ranks in mode {mode}{_group_text(group_ranks)}: "
-                        "resume with the same number of ranks (and groups) and MXKV_MODE")
+    if (
+        manifest["ranks"] != this.size
+        or manifest["mode"] != mode
+        or manifest.get("group_ranks") != group_ranks
+    ):
+        raise MXKVError(
+            f"{directory} was saved by {manifest['ranks']} ranks in mode "
+            f"{manifest['mode']}{_group_text(manifest.get('group_ranks'))}, and this "
+            f"job has {this.size} ranks in mode {mode}{_group_text(group_ranks)}: "
+            "resume with the same number of ranks (and groups) and MXKV_MODE"
+        )
     deferred = [p.name for p in net.collect_params().values() if p._deferred_init]
     if deferred:
-        raise MXKVError(f"load: parameters {deferred} are not initialised yet (deferred "
-                        "shapes): run one forward pass or give in_units/in_channels first, "
-                        "or rank 0's weights would replace every rank's")
+        raise MXKVError(
+            f"load: parameters {deferred} are not initialised yet (deferred "
+            "shapes): run one forward pass or give in_units/in_channels first, "
+            "or rank 0's weights would replace every rank's"
+        )
     params, states = _files(directory, this.rank, manifest["generation"])
     # States first: the Trainer's first use broadcasts rank 0's weights (MXNet's
     # _init_params), which must not replace the per-rank weights loaded next.
@@ -206,9 +233,11 @@ def _restore(this: World, manifest: dict, directory: str, net: gluon.Block,
         _keep_own_untrained(net, params)
     if _is_committer(this):
         whose = "" if this.group_job is None else f"group {this.group_job.group} "
-        log.info(f"mxkv_hybrid: {whose}resumed from checkpoint {directory} (generation "
-                 f"{manifest['generation']}, progress {json.dumps(manifest.get('progress', {}))})",
-                 extra=TO_STDERR)
+        log.info(
+            f"mxkv_hybrid: {whose}resumed from checkpoint {directory} (generation "
+            f"{manifest['generation']}, progress {json.dumps(manifest.get('progress', {}))})",
+            extra=TO_STDERR,
+        )
     return manifest.get("progress", {})
 
 

@@ -3,6 +3,7 @@ when its store is asked for its 5th pushpull (one per training step), before it
 communicates. Actions: kill (SIGKILL, like the OOM killer), raise (an exception),
 hang (sleeps for ever: a stuck rank), exit (SystemExit(0): the script ends there, as
 one that finished early, and the others are left waiting for it)."""
+
 import os
 import signal
 import sys
@@ -26,8 +27,9 @@ class FaultInjector:
         if self._steps != self._fault.step:
             return
         action = self._fault.action
-        sys.stderr.write(f"mxkv_hybrid: MXKV_FAULT: rank {self._rank} will {action} at step "
-                         f"{self._steps}\n")
+        sys.stderr.write(
+            f"mxkv_hybrid: MXKV_FAULT: rank {self._rank} will {action} at step {self._steps}\n"
+        )
         sys.stderr.flush()
         sys.stdout.flush()
         if action == "kill":
@@ -37,5 +39,6 @@ class FaultInjector:
         if action == "hang":
             while True:
                 time.sleep(3600)
-        raise RuntimeError(f"MXKV_FAULT: injected failure on rank {self._rank} at step "
-                           f"{self._steps}")
+        raise RuntimeError(
+            f"MXKV_FAULT: injected failure on rank {self._rank} at step {self._steps}"
+        )

@@ -3,6 +3,7 @@ values for NaN/Inf (one multi_all_finite over all arrays) and the ranks stepping
 agree on the result (one 4-byte allreduce). When any rank has one, every rank raises
 NonFiniteError naming the first key and the ranks with it; nothing was combined, so the
 weights are those of the last good step."""
+
 from typing import Optional, Sequence
 
 import mxnet as mx
@@ -22,8 +23,9 @@ def _first_non_finite(keys: Sequence, values: Sequence[Sequence[mx.nd.NDArray]])
     return None
 
 
-def check_finite(op: str, keys: Sequence, values: Sequence[Sequence[mx.nd.NDArray]],
-                 rank: int) -> None:
+def check_finite(
+    op: str, keys: Sequence, values: Sequence[Sequence[mx.nd.NDArray]], rank: int
+) -> None:
     """Collective among the ranks in lockstep: raises NonFiniteError on every rank of them
     if any of them has a NaN/Inf among `values`."""
     flat = [array for arrays in values for array in arrays]
@@ -37,4 +39,5 @@ def check_finite(op: str, keys: Sequence, values: Sequence[Sequence[mx.nd.NDArra
     raise NonFiniteError(
         f"{op}: NaN or Inf in the values to combine (the first key with one per rank: "
         f"{culprits}). Nothing was combined or updated. Lower the learning rate, check the "
-        "data, or clip gradients; MXKV_CHECK_FINITE=0 turns this check off.")
+        "data, or clip gradients; MXKV_CHECK_FINITE=0 turns this check off."
+    )

@@ -1,4 +1,5 @@
 """Ends the job when a blocking operation outlives its deadline (ps-lite has no timeouts)."""
+
 import sys
 import threading
 import time
@@ -37,8 +38,10 @@ class Watchdog:
                 pending = self._pending
             if pending is not None and time.monotonic() > pending[1]:
                 what, _, seconds = pending
-                sys.stderr.write(f"mxkv_hybrid: {self.who}: {what} did not finish within "
-                                 f"{seconds:g} s (MXKV_PS_TIMEOUT); ending the job\n")
+                sys.stderr.write(
+                    f"mxkv_hybrid: {self.who}: {what} did not finish within "
+                    f"{seconds:g} s (MXKV_PS_TIMEOUT); ending the job\n"
+                )
                 sys.stderr.flush()
                 self._on_expiry()
                 return

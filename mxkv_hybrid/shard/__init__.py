@@ -9,6 +9,7 @@ them together, `model_task` is what a user describes, `utilisation` the report.
 
 May import `comm/` (the world, remote memory) and the root's `config` and `errors`.
 """
+
 from .model_task import ModelTask
 from .orchestrator import ShardOrchestrator
 

@@ -1,5 +1,6 @@
 """Work done in a thread beside the computation (a shard's load, a task's store), whose
 error reaches the main thread."""
+
 import threading
 import time
 from typing import Callable, List, Optional
@@ -23,6 +24,7 @@ class Background:
                 work()
             except BaseException as error:  # noqa: BLE001  (re-raised in the main thread by wait())
                 self._error.append(error)
+
         self._thread = threading.Thread(target=run, daemon=True)
         self._thread.start()
 

@@ -5,6 +5,7 @@ refused, never done. Arrays a task gives back are kept for the next task of the 
 shapes and dropped when room is needed: fresh memory costs its first touch (about 2 GB/s
 here, against 12 GB/s reused), as a GPU's allocator knows. Only the rank's main thread
 calls it."""
+
 from collections import OrderedDict
 from math import prod
 from typing import Dict, Iterable, List, Tuple
@@ -20,8 +21,8 @@ Shape = Tuple[int, ...]
 class DeviceBudget:
     def __init__(self, limit_bytes: int, ctx: mx.Context):
         self.limit, self.ctx = limit_bytes, ctx
-        self.held = 0   # reserved by tasks
-        self.kept = 0   # arrays given back, kept for reuse
+        self.held = 0  # reserved by tasks
+        self.kept = 0  # arrays given back, kept for reuse
         self.peak = 0
         self._kept: OrderedDict[int, Tuple[Shape, mx.nd.NDArray]] = OrderedDict()
         self._by_shape: Dict[Shape, List[int]] = {}
@@ -37,8 +38,10 @@ class DeviceBudget:
         """Counts `nbytes` as held until release(nbytes), dropping kept arrays to make room;
         refuses beyond the budget."""
         if not self.fits(nbytes):
-            raise MXKVError(f"{what} needs {describe(nbytes)} but {describe(self.held)} of the "
-                            f"device budget of {describe(self.limit)} are held")
+            raise MXKVError(
+                f"{what} needs {describe(nbytes)} but {describe(self.held)} of the "
+                f"device budget of {describe(self.limit)} are held"
+            )
         while self.resident + nbytes > self.limit:
             self._drop_oldest()
         self.held += nbytes

@@ -2,6 +2,7 @@
 its parameters' shapes (trainable, and fixed: frozen arguments and auxiliary states such
 as batch norm's running statistics), the optimizer's state per trainable parameter (as
 the optimizer creates it), its input and output shapes for the batch, its forward time."""
+
 import time
 from dataclasses import dataclass
 from math import prod
@@ -15,11 +16,11 @@ FLOAT = 4  # bytes; shards keep float32 state
 
 @dataclass(frozen=True)
 class LayerFootprint:
-    label: str                              # "3 (Dense dense2)" : index, class, prefix
+    label: str  # "3 (Dense dense2)" : index, class, prefix
     trainable: Tuple[Tuple[str, Shape], ...]  # (parameter name, shape)
-    indices: Tuple[int, ...]                  # of the trainable ones, as gluon.Trainer's
-    fixed: Tuple[Tuple[str, Shape], ...]      # parameters without gradient (auxiliary too)
-    states: Tuple[Tuple[Shape, ...], ...]     # per trainable parameter, its state arrays
+    indices: Tuple[int, ...]  # of the trainable ones, as gluon.Trainer's
+    fixed: Tuple[Tuple[str, Shape], ...]  # parameters without gradient (auxiliary too)
+    states: Tuple[Tuple[Shape, ...], ...]  # per trainable parameter, its state arrays
     input_shape: Shape
     output_shape: Shape
     forward_seconds: float
@@ -69,17 +70,25 @@ def measure(task: ModelTask) -> List[LayerFootprint]:
                 indices.append(index)
                 states.append(tuple(tuple(a.shape) for a in flatten_state(state)))
             index += 1
-        footprints.append(LayerFootprint(
-            f"{position} ({type(layer).__name__} {layer.prefix.rstrip('_')})", tuple(trainable),
-            tuple(indices), tuple(fixed), tuple(states), tuple(x.shape), tuple(y.shape),
-            seconds))
+        footprints.append(
+            LayerFootprint(
+                f"{position} ({type(layer).__name__} {layer.prefix.rstrip('_')})",
+                tuple(trainable),
+                tuple(indices),
+                tuple(fixed),
+                tuple(states),
+                tuple(x.shape),
+                tuple(y.shape),
+                seconds,
+            )
+        )
         x = y
     return footprints
 
 
 def describe(nbytes: int) -> str:
     """Bytes as a person reads them: KiB below one MiB."""
-    return f"{nbytes / 2 ** 20:.1f} MiB" if nbytes >= 2 ** 20 else f"{nbytes / 2 ** 10:.1f} KiB"
+    return f"{nbytes / 2**20:.1f} MiB" if nbytes >= 2**20 else f"{nbytes / 2**10:.1f} KiB"
 
 
 def flatten_state(state) -> list:
@@ -105,5 +114,8 @@ def shard_bytes(layers: Sequence[LayerFootprint], label_bytes: int = 0) -> int:
 def forward_bytes(layers: Sequence[LayerFootprint]) -> int:
     """What a shard holds while it only runs forward: parameters, fixed ones, its input,
     every layer's output, and its output once more (copied out for the next shard)."""
-    return (sum(f.parameter_bytes + f.fixed_bytes + f.output_bytes for f in layers)
-            + layers[0].input_bytes + layers[-1].output_bytes)
+    return (
+        sum(f.parameter_bytes + f.fixed_bytes + f.output_bytes for f in layers)
+        + layers[0].input_bytes
+        + layers[-1].output_bytes
+    )

@@ -1,4 +1,5 @@
 """One model to train: its layers in order, its loss, its batches and its optimizer."""
+
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Sequence, Tuple
 
@@ -28,13 +29,18 @@ class ModelTask:
         """The blocks run in order."""
         from mxnet import gluon
 
-        layers = list(self.net._children.values()) if isinstance(
-            self.net, gluon.nn.HybridSequential) else list(self.net)
+        layers = (
+            list(self.net._children.values())
+            if isinstance(self.net, gluon.nn.HybridSequential)
+            else list(self.net)
+        )
         for index, layer in enumerate(layers):
             if not isinstance(layer, gluon.HybridBlock):
-                raise MXKVError(f"model {self.name!r}: layer {index} ({type(layer).__name__}) is "
-                                "not a HybridBlock; shards run as symbols: use Gluon's hybrid "
-                                "layers (or hybridizable blocks of your own)")
+                raise MXKVError(
+                    f"model {self.name!r}: layer {index} ({type(layer).__name__}) is "
+                    "not a HybridBlock; shards run as symbols: use Gluon's hybrid "
+                    "layers (or hybridizable blocks of your own)"
+                )
         if not layers:
             raise MXKVError(f"model {self.name!r} has no layers")
         return layers
@@ -56,10 +62,14 @@ class ModelTask:
             raise MXKVError(f"model {self.name!r}: needs at least one epoch and one batch")
         sizes = {int(x.shape[0]) for x, _ in self.batches}
         if len(sizes) > 1:
-            raise MXKVError(f"model {self.name!r}: batches of sizes {sorted(sizes)}; every batch "
-                            "must have the same size (drop or pad the last one)")
+            raise MXKVError(
+                f"model {self.name!r}: batches of sizes {sorted(sizes)}; every batch "
+                "must have the same size (drop or pad the last one)"
+            )
         for param in self.parameters():
             if np.dtype(param.dtype) != np.float32:
-                raise MXKVError(f"model {self.name!r}: parameter {param.name} is "
-                                f"{np.dtype(param.dtype)}; shards keep float32 state: cast the "
-                                "model to float32")
+                raise MXKVError(
+                    f"model {self.name!r}: parameter {param.name} is "
+                    f"{np.dtype(param.dtype)}; shards keep float32 state: cast the "
+                    "model to float32"
+                )

@@ -5,6 +5,7 @@ shard's state and inputs from host memory into its device budget, runs the task,
 the results back and marks the model's next task ready. While a task computes, the
 previous task's results are stored and the next task, claimed ahead, is loaded, both in
 the background (prefetch)."""
+
 import logging
 import time
 from dataclasses import dataclass
@@ -34,12 +35,13 @@ IDLE_POLL_SECONDS = 1e-4
 @dataclass
 class Load:
     """A claimed task's arrays on the device, being filled from host memory."""
+
     step: Step
     shard: LoadedShard
-    inputs: Dict[str, mx.nd.NDArray]      # "data", "label", "gradient" as the task needs
+    inputs: Dict[str, mx.nd.NDArray]  # "data", "label", "gradient" as the task needs
     reserved: int
     cached: bool
-    owned: List[mx.nd.NDArray]            # taken from the budget's arrays, given back after
+    owned: List[mx.nd.NDArray]  # taken from the budget's arrays, given back after
     filling: Background
 
 
@@ -47,6 +49,7 @@ class Load:
 class Finished:
     """A computed task whose results are being stored (then its model's next task is
     marked ready)."""
+
     load: Load
     storing: Background
 
@@ -61,9 +64,15 @@ class ShardOrchestrator:
     usual way to train a model too large for one device, for comparison); ctx: the
     device (default: GPU local_rank when MXNet sees GPUs, else the CPU)."""
 
-    def __init__(self, tasks: Sequence[ModelTask], device_memory_mb: float,
-                 schedule: str = "lrtf", prefetch: bool = True,
-                 ctx: Optional[mx.Context] = None, progress: bool = True):
+    def __init__(
+        self,
+        tasks: Sequence[ModelTask],
+        device_memory_mb: float,
+        schedule: str = "lrtf",
+        prefetch: bool = True,
+        ctx: Optional[mx.Context] = None,
+        progress: bool = True,
+    ):
         if schedule not in SCHEDULES:
             raise MXKVError(f"schedule {schedule!r} is not one of {', '.join(SCHEDULES)}")
         if device_memory_mb <= 0:
@@ -74,8 +83,7 @@ class ShardOrchestrator:
         self._comm = self._world.comm
         self.rank, self.size = self._comm.Get_rank(), self._comm.Get_size()
         self.schedule, self.prefetch, self.progress = schedule, prefetch, progress
-        self.ctx = ctx or (mx.gpu(self._world.local_rank) if mx.context.num_gpus()
-                           else mx.cpu())
+        self.ctx = ctx or (mx.gpu(self._world.local_rank) if mx.context.num_gpus() else mx.cpu())
         for k, task in enumerate(tasks):
             task.name = task.name or f"model{k}"
             task.check()
@@ -83,13 +91,17 @@ class ShardOrchestrator:
         footprints = [measure(task) for task in tasks]  # every rank: completes shapes
         self._check_same_models(footprints)
         footprints = self._comm.bcast(footprints if self.rank == 0 else None)  # rank 0's times
-        self.budget = DeviceBudget(int(device_memory_mb * 2 ** 20), self.ctx)
+        self.budget = DeviceBudget(int(device_memory_mb * 2**20), self.ctx)
         limit = self.budget.limit // 2 if prefetch else self.budget.limit
-        self.chains = [ModelChain(k, task, partition(
-            task.name, footprints[k], limit, FLOAT * task.batches[0][1].size))
-            for k, task in enumerate(tasks)]
-        self.store = SpillStore(self._comm, [c.shards for c in self.chains],
-                                [t.epochs for t in tasks])
+        self.chains = [
+            ModelChain(
+                k, task, partition(task.name, footprints[k], limit, FLOAT * task.batches[0][1].size)
+            )
+            for k, task in enumerate(tasks)
+        ]
+        self.store = SpillStore(
+            self._comm, [c.shards for c in self.chains], [t.epochs for t in tasks]
+        )
         self.board = TaskBoard(self._comm, len(tasks))
         self._programs: Dict[Tuple[int, int], ShardProgram] = {}
         self._executors = ExecutorMemory()
@@ -101,9 +113,16 @@ class ShardOrchestrator:
     def _check_same_models(self, footprints) -> None:
         """Every rank must describe the same models: names, epochs, batches and every
         layer's shapes, in the same order. Found on every rank together."""
-        mine = [(task.name, task.epochs, len(task.batches), task.batch_size,
-                 [(f.trainable, f.fixed, f.input_shape, f.output_shape) for f in layers])
-                for task, layers in zip(self.tasks, footprints)]
+        mine = [
+            (
+                task.name,
+                task.epochs,
+                len(task.batches),
+                task.batch_size,
+                [(f.trainable, f.fixed, f.input_shape, f.output_shape) for f in layers],
+            )
+            for task, layers in zip(self.tasks, footprints)
+        ]
         described = self._comm.allgather(mine)
         for rank, theirs in enumerate(described):
             if theirs != described[0]:
@@ -111,18 +130,22 @@ class ShardOrchestrator:
                     what = f"{len(theirs)} models against rank 0's {len(described[0])}"
                 else:
                     k = next(k for k, (a, b) in enumerate(zip(theirs, described[0])) if a != b)
-                    what = (f"model {k} differs: {theirs[k][:4]} against rank 0's "
-                            f"{described[0][k][:4]}")
-                raise MXKVError(f"rank {rank} describes its models differently from rank 0 "
-                                f"({what}, or a layer's shapes): every rank must build the "
-                                "same ModelTasks (layers, batches, epochs) in the same order")
+                    what = (
+                        f"model {k} differs: {theirs[k][:4]} against rank 0's {described[0][k][:4]}"
+                    )
+                raise MXKVError(
+                    f"rank {rank} describes its models differently from rank 0 "
+                    f"({what}, or a layer's shapes): every rank must build the "
+                    "same ModelTasks (layers, batches, epochs) in the same order"
+                )
 
     @staticmethod
     def _updater(task: ModelTask):
         """The optimizer gluon.Trainer would make for the whole model, and its updater."""
         params = task.parameters()
-        optimizer = mx.optimizer.create(task.optimizer, param_dict=dict(enumerate(params)),
-                                        **task.optimizer_params)
+        optimizer = mx.optimizer.create(
+            task.optimizer, param_dict=dict(enumerate(params)), **task.optimizer_params
+        )
         optimizer.rescale_grad = optimizer.rescale_grad / task.batch_size
         return mx.optimizer.get_updater(optimizer)
 
@@ -138,19 +161,22 @@ class ShardOrchestrator:
                         for (name, _), index in zip(layer.trainable, layer.indices):
                             arrays[f"param:{name}"] = params[name]
                             state = optimizer.create_state_multi_precision(index, params[name])
-                            arrays.update((f"state:{name}:{k}", a)
-                                          for k, a in enumerate(flatten_state(state)))
+                            arrays.update(
+                                (f"state:{name}:{k}", a) for k, a in enumerate(flatten_state(state))
+                            )
                         arrays.update((f"fixed:{name}", params[name]) for name, _ in layer.fixed)
                     self.store.store(chain.index, arrays)
-                self.store.store(chain.index, {"loss": mx.nd.zeros(
-                    self.store.shape(chain.index, "loss"))})
+                self.store.store(
+                    chain.index, {"loss": mx.nd.zeros(self.store.shape(chain.index, "loss"))}
+                )
         self._comm.Barrier()
 
     def _program(self, model: int, shard: int) -> ShardProgram:
         key = (model, shard)
         if key not in self._programs:
-            self._programs[key] = ShardProgram(self.tasks[model], self.chains[model].shards[shard],
-                                               self.ctx, self._executors)
+            self._programs[key] = ShardProgram(
+                self.tasks[model], self.chains[model].shards[shard], self.ctx, self._executors
+            )
         return self._programs[key]
 
     # ---- choosing and claiming tasks ----------------------------------------------------
@@ -159,8 +185,12 @@ class ShardOrchestrator:
         unfinished = [m for m, c in enumerate(self.chains) if progress[m] // 2 < c.total]
         ready = [m for m in unfinished if progress[m] % 2 == 0 and m != busy]
         if self.schedule == "model-parallel":
-            ready = [m for m in ready if m == unfinished[0] and
-                     self.chains[m].step(progress[m] // 2).shard % self.size == self.rank]
+            ready = [
+                m
+                for m in ready
+                if m == unfinished[0]
+                and self.chains[m].step(progress[m] // 2).shard % self.size == self.rank
+            ]
         if not ready:
             return None
         if self.schedule == "fifo":
@@ -203,13 +233,15 @@ class ShardOrchestrator:
         program = self._program(step.model, step.shard)
         key = (step.model, step.shard)
         pinned, cached = self.schedule == "model-parallel", key in self._cache
-        reserved = self.budget.reserve(self._task_bytes(step), f"model "
-                                       f"{self.tasks[step.model].name!r} shard {step.shard}")
+        reserved = self.budget.reserve(
+            self._task_bytes(step), f"model {self.tasks[step.model].name!r} shard {step.shard}"
+        )
         if cached:
             shard_arrays_here = self._cache[key][0]
         else:
-            shard_arrays_here = program.allocate(self.budget, self._updaters[step.model].optimizer,
-                                                 pinned or step.kind != "forward")
+            shard_arrays_here = program.allocate(
+                self.budget, self._updaters[step.model].optimizer, pinned or step.kind != "forward"
+            )
             if pinned:  # kept resident until the model is trained
                 self._cache[key] = (shard_arrays_here, reserved)
                 reserved = 0
@@ -223,14 +255,23 @@ class ShardOrchestrator:
         owned = [] if cached or pinned else list(shard_arrays_here.arrays.values())
         if step.shard > 0:
             inputs["data"] = stored[f"boundary:{step.shard - 1}"] = self.budget.take(
-                self.store.shape(step.model, f"boundary:{step.shard - 1}"))
+                self.store.shape(step.model, f"boundary:{step.shard - 1}")
+            )
             owned.append(inputs["data"])
         if step.kind == "backward":
             inputs["gradient"] = stored[f"gradient:{step.shard}"] = self.budget.take(
-                self.store.shape(step.model, f"gradient:{step.shard}"))
+                self.store.shape(step.model, f"gradient:{step.shard}")
+            )
             owned.append(inputs["gradient"])
-        return Load(step, shard_arrays_here, inputs, reserved, cached, owned,
-                    Background(lambda: self.store.load(step.model, stored), background))
+        return Load(
+            step,
+            shard_arrays_here,
+            inputs,
+            reserved,
+            cached,
+            owned,
+            Background(lambda: self.store.load(step.model, stored), background),
+        )
 
     def _compute(self, load: Load) -> Tuple[Dict[str, mx.nd.NDArray], Optional[mx.nd.NDArray]]:
         """Pushes the task's work to MXNet's engine (not waited for): the arrays to store
@@ -246,21 +287,35 @@ class ShardOrchestrator:
             load.owned.append(kept)
             results.update((k, a) for k, a in load.shard.arrays.items() if k.startswith("fixed:"))
         else:
-            gradients, loss = program.train(load.shard, load.inputs["data"],
-                                            load.inputs.get("label"), load.inputs.get("gradient"),
-                                            self._updaters[step.model], step.update, self.budget)
+            gradients, loss = program.train(
+                load.shard,
+                load.inputs["data"],
+                load.inputs.get("label"),
+                load.inputs.get("gradient"),
+                self._updaters[step.model],
+                step.update,
+                self.budget,
+            )
             load.owned.extend(gradients.values())
             if "data" in gradients:
                 results[f"gradient:{step.shard - 1}"] = gradients["data"]
-            results.update((k, a) for k, a in load.shard.arrays.items()
-                           if k.startswith(("param:", "state:"))
-                           or (step.kind == "loss" and k.startswith("fixed:")))
+            results.update(
+                (k, a)
+                for k, a in load.shard.arrays.items()
+                if k.startswith(("param:", "state:"))
+                or (step.kind == "loss" and k.startswith("fixed:"))
+            )
         if load.cached:  # resident: only what other ranks read leaves the device
             results = {k: a for k, a in results.items() if k.startswith(("boundary:", "gradient:"))}
         return results, loss
 
-    def _store(self, load: Load, results: Dict[str, mx.nd.NDArray],
-               loss: Optional[mx.nd.NDArray], background: bool) -> Finished:
+    def _store(
+        self,
+        load: Load,
+        results: Dict[str, mx.nd.NDArray],
+        loss: Optional[mx.nd.NDArray],
+        background: bool,
+    ) -> Finished:
         """Stores a computed task's results (ready: the caller waited for them), in the
         background if asked, then marks its model's next task ready."""
         step = load.step
@@ -271,6 +326,7 @@ class ShardOrchestrator:
             if value is not None:
                 self._record_loss(step, value)
             self.board.finish(step.model, step.number)
+
         return Finished(load, Background(store, background))
 
     def _settle(self, finished: Finished, use: DeviceUse, exposed: bool = True) -> None:
@@ -292,8 +348,10 @@ class ShardOrchestrator:
             total = mx.nd.empty(losses.shape)
             self.store.load(step.model, {"loss": total})
             mean = float(total[step.epoch].asscalar()) / (chain.batches * chain.task.batch_size)
-            log.info(f"[shard] {chain.task.name}: epoch {step.epoch + 1}/{chain.task.epochs} "
-                     f"loss {mean:.4f} (rank {self.rank})")
+            log.info(
+                f"[shard] {chain.task.name}: epoch {step.epoch + 1}/{chain.task.epochs} "
+                f"loss {mean:.4f} (rank {self.rank})"
+            )
 
     def _flush_cache(self, keep_model: int = -1) -> None:
         """Stores the resident shards of models other than `keep_model` and frees them."""
@@ -327,8 +385,7 @@ class ShardOrchestrator:
             ended = time.perf_counter()
             use.computing += ended - computing
             use.tasks += 1
-            use.timeline.append((began - started, ended - started, load.step.model,
-                                 load.step.kind))
+            use.timeline.append((began - started, ended - started, load.step.model, load.step.kind))
             storing = self._store(load, results, loss, background=self.prefetch)
             if next_load is None:  # nothing claimed ahead: this store first, then wait
                 self._settle(storing, use)
@@ -345,9 +402,14 @@ class ShardOrchestrator:
         use.bytes_loaded, use.bytes_stored = self.store.bytes_loaded, self.store.bytes_stored
         self._copy_to_nets()
         devices = self._comm.allgather(use)
-        report = Report(seconds, sum(t.epochs * len(t.batches) * t.batch_size for t in self.tasks),
-                        devices, self._losses(), {t.name: len(c.shards) for t, c in
-                                                  zip(self.tasks, self.chains)}, self.schedule)
+        report = Report(
+            seconds,
+            sum(t.epochs * len(t.batches) * t.batch_size for t in self.tasks),
+            devices,
+            self._losses(),
+            {t.name: len(c.shards) for t, c in zip(self.tasks, self.chains)},
+            self.schedule,
+        )
         if self.progress and self.rank == 0:
             print(report.table(), flush=True)
         return report
@@ -370,8 +432,9 @@ class ShardOrchestrator:
         for chain in self.chains:
             total = mx.nd.empty(self.store.shape(chain.index, "loss"))
             self.store.load(chain.index, {"loss": total})
-            losses[chain.task.name] = [float(v) / (chain.batches * chain.task.batch_size)
-                                       for v in total.asnumpy()]
+            losses[chain.task.name] = [
+                float(v) / (chain.batches * chain.task.batch_size) for v in total.asnumpy()
+            ]
         return losses
 
     def close(self) -> None:

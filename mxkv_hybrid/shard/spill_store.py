@@ -3,6 +3,7 @@ state, fixed parameters, each shard's output and the gradient that comes back fo
 and each epoch's loss sum. One float32 remote array spread over all ranks
 (comm/remote_memory.py): any rank loads a shard from it and stores it back with
 one-sided MPI, so a shard can run on whichever rank is idle."""
+
 import threading
 from math import prod
 from typing import Dict, List, Sequence, Tuple

@@ -2,6 +2,7 @@
 per model holding 2 x (tasks done) + (1 if its next task is claimed), and the order in
 which models' tasks became ready. A rank claims a model's next task by compare-and-swap,
 so two ranks never run the same task and no rank serves the others."""
+
 import threading
 from typing import Tuple
 
@@ -34,8 +35,12 @@ class TaskBoard:
         MPI = self._MPI
         values = np.zeros(self._slots, np.int64)
         with self._lock:
-            self._window.Get_accumulate([np.zeros(self._slots, np.int64), MPI.INT64_T],
-                                        [values, MPI.INT64_T], HOLDER, op=MPI.NO_OP)
+            self._window.Get_accumulate(
+                [np.zeros(self._slots, np.int64), MPI.INT64_T],
+                [values, MPI.INT64_T],
+                HOLDER,
+                op=MPI.NO_OP,
+            )
             self._window.Flush(HOLDER)
         return values[1::2], values[2::2]
 
@@ -44,9 +49,13 @@ class TaskBoard:
         MPI = self._MPI
         found = np.zeros(1, np.int64)
         with self._lock:
-            self._window.Compare_and_swap([np.array([2 * done + 1], np.int64), MPI.INT64_T],
-                                          [np.array([2 * done], np.int64), MPI.INT64_T],
-                                          [found, MPI.INT64_T], HOLDER, 1 + 2 * model)
+            self._window.Compare_and_swap(
+                [np.array([2 * done + 1], np.int64), MPI.INT64_T],
+                [np.array([2 * done], np.int64), MPI.INT64_T],
+                [found, MPI.INT64_T],
+                HOLDER,
+                1 + 2 * model,
+            )
             self._window.Flush(HOLDER)
         return int(found[0]) == 2 * done
 
@@ -56,12 +65,14 @@ class TaskBoard:
         MPI = self._MPI
         order = np.zeros(1, np.int64)
         with self._lock:
-            self._window.Fetch_and_op([np.ones(1, np.int64), MPI.INT64_T], [order, MPI.INT64_T],
-                                      HOLDER, 0, op=MPI.SUM)
+            self._window.Fetch_and_op(
+                [np.ones(1, np.int64), MPI.INT64_T], [order, MPI.INT64_T], HOLDER, 0, op=MPI.SUM
+            )
             self._window.Flush(HOLDER)
             for slot, value in ((2 + 2 * model, order[0]), (1 + 2 * model, 2 * (done + 1))):
-                self._window.Accumulate([np.array([value], np.int64), MPI.INT64_T], HOLDER,
-                                        slot, op=MPI.REPLACE)
+                self._window.Accumulate(
+                    [np.array([value], np.int64), MPI.INT64_T], HOLDER, slot, op=MPI.REPLACE
+                )
                 self._window.Flush(HOLDER)
 
     def close(self) -> None:

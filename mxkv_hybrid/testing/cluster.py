@@ -18,6 +18,7 @@ process removes it if the owner dies without closing (SIGKILL included), and eve
 cluster first sweeps what owners that died left. Needs root and iproute2
 (`unavailable_reason()` says why not).
 """
+
 import argparse
 import json
 import os
@@ -50,8 +51,9 @@ def unavailable_reason() -> Optional[str]:
         if shutil.which(tool) is None:
             return f"emulated hosts need `{tool}` (iproute2 / util-linux)"
     probe = f"mxkvprobe{os.getpid()}"
-    made = subprocess.run(["ip", "netns", "add", probe], capture_output=True, check=False,
-                          text=True)
+    made = subprocess.run(
+        ["ip", "netns", "add", probe], capture_output=True, check=False, text=True
+    )
     if made.returncode != 0:
         return f"`ip netns add` failed: {made.stderr.strip()}"
     subprocess.run(["ip", "netns", "del", probe], capture_output=True, check=False)
@@ -118,8 +120,9 @@ def _alive(pid: int) -> bool:
 
 def processes_in(namespace: str) -> List[int]:
     """PIDs of the processes running in network namespace `namespace`."""
-    done = subprocess.run(["ip", "netns", "pids", namespace], capture_output=True, check=False,
-                          text=True)
+    done = subprocess.run(
+        ["ip", "netns", "pids", namespace], capture_output=True, check=False, text=True
+    )
     return [int(pid) for pid in done.stdout.split()]
 
 
@@ -197,8 +200,12 @@ exec ip netns exec "$namespace" setsid --wait \\
 class Cluster:
     """K emulated hosts h1..hK (see the module's docstring). A context manager."""
 
-    def __init__(self, hosts: int, rate_mbit: Optional[float] = None,
-                 interfaces: Optional[Dict[str, str]] = None):
+    def __init__(
+        self,
+        hosts: int,
+        rate_mbit: Optional[float] = None,
+        interfaces: Optional[Dict[str, str]] = None,
+    ):
         if hosts < 1:
             raise ValueError("an emulated cluster needs at least one host")
         self.size = hosts
@@ -237,13 +244,22 @@ class Cluster:
         subnet = _free_subnet()
         self.state = State(cluster_id, os.getpid(), subnet, f"mxb{cluster_id}")
         for i, name in enumerate(self.names, start=1):
-            self.state.hosts.append(Host(
-                name, f"mxkv-{cluster_id}-{name}", f"{PREFIX}.{subnet}.{FIRST_HOST_OCTET + i}",
-                self._interfaces.get(name, "eth0"), f"mxv{cluster_id}{name}"))
+            self.state.hosts.append(
+                Host(
+                    name,
+                    f"mxkv-{cluster_id}-{name}",
+                    f"{PREFIX}.{subnet}.{FIRST_HOST_OCTET + i}",
+                    self._interfaces.get(name, "eth0"),
+                    f"mxv{cluster_id}{name}",
+                )
+            )
         self.state.save()
         self.state.guardian = subprocess.Popen(
             [sys.executable, __file__, "guard", cluster_id],  # as a script: no MXNet import
-            start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL).pid
+            start_new_session=True,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+        ).pid
         self.state.save()
         try:
             self._make()
@@ -257,15 +273,29 @@ class Cluster:
         _ip("link", "add", state.bridge, "type", "bridge")
         _ip("link", "set", state.bridge, "up")
         hosts_file = "127.0.0.1\tlocalhost\n" + "".join(
-            f"{host.address}\t{host.name}\n" for host in state.hosts)
+            f"{host.address}\t{host.name}\n" for host in state.hosts
+        )
         for host in state.hosts:
             _ip("netns", "add", host.namespace)
-            _ip("link", "add", host.link, "mtu", str(MTU), "type", "veth", "peer", "name",
-                host.interface, "netns", host.namespace)
+            _ip(
+                "link",
+                "add",
+                host.link,
+                "mtu",
+                str(MTU),
+                "type",
+                "veth",
+                "peer",
+                "name",
+                host.interface,
+                "netns",
+                host.namespace,
+            )
             _ip("link", "set", host.link, "master", state.bridge, "up")
             _ip("link", "set", "lo", "up", namespace=host.namespace)
-            _ip("addr", "add", f"{host.address}/24", "dev", host.interface,
-                namespace=host.namespace)
+            _ip(
+                "addr", "add", f"{host.address}/24", "dev", host.interface, namespace=host.namespace
+            )
             _ip("link", "set", host.interface, "up", namespace=host.namespace)
             etc = NETNS_ETC / host.namespace
             etc.mkdir(parents=True, exist_ok=True)
@@ -275,7 +305,8 @@ class Cluster:
                 self.shape(host.name, self.rate_mbit)
         cases = "\n".join(
             f"  {host.name}|{host.address}) name={host.name}; namespace={host.namespace} ;;"
-            for host in state.hosts)
+            for host in state.hosts
+        )
         standin = STATE_DIR / f"{state.cluster_id}.ssh"
         standin.write_text(SSH_STANDIN.format(cluster_id=state.cluster_id, cases=cases))
         standin.chmod(0o755)
@@ -298,9 +329,22 @@ class Cluster:
         namespace, its ingress as the bridge side's egress)."""
         host = self.host(name)
         for device, namespace in ((host.interface, host.namespace), (host.link, None)):
-            command = ["tc", *(["-n", namespace] if namespace else []), "qdisc", "replace",
-                      "dev", device, "root", "tbf", "rate", f"{rate_mbit:g}mbit",
-                      "burst", BURST, "latency", LATENCY]
+            command = [
+                "tc",
+                *(["-n", namespace] if namespace else []),
+                "qdisc",
+                "replace",
+                "dev",
+                device,
+                "root",
+                "tbf",
+                "rate",
+                f"{rate_mbit:g}mbit",
+                "burst",
+                BURST,
+                "latency",
+                LATENCY,
+            ]
             done = subprocess.run(command, capture_output=True, check=False, text=True)
             if done.returncode != 0:
                 raise RuntimeError(f"`{' '.join(command)}` failed: {done.stderr.strip()}")
@@ -329,11 +373,23 @@ class Cluster:
     def command(self, name: str, argv: Sequence[str]) -> List[str]:
         """`argv` as run on host `name` (its namespace, its hostname)."""
         host = self.host(name)
-        return ["ip", "netns", "exec", host.namespace, "unshare", "--uts", "sh", "-c",
-                'hostname "$0" && exec "$@"', host.name, *argv]
+        return [
+            "ip",
+            "netns",
+            "exec",
+            host.namespace,
+            "unshare",
+            "--uts",
+            "sh",
+            "-c",
+            'hostname "$0" && exec "$@"',
+            host.name,
+            *argv,
+        ]
 
-    def run(self, name: str, argv: Sequence[str], env: Optional[Dict[str, str]] = None,
-            **popen) -> subprocess.Popen:
+    def run(
+        self, name: str, argv: Sequence[str], env: Optional[Dict[str, str]] = None, **popen
+    ) -> subprocess.Popen:
         """Starts `argv` on host `name` with os.environ, this cluster's environment() and
         `env`; Popen's other arguments pass through."""
         full = dict(os.environ, **self.environment(), **(env or {}))
@@ -360,10 +416,12 @@ def _guard(cluster_id: str) -> None:
 def main(argv: Optional[List[str]] = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m mxkv_hybrid.testing.cluster",
-        description="Emulated hosts on this machine (network namespaces; needs root).")
+        description="Emulated hosts on this machine (network namespaces; needs root).",
+    )
     commands = parser.add_subparsers(dest="command", required=True)
-    up = commands.add_parser("up", help="make a cluster, print how to use it, hold it until "
-                                        "Ctrl-C, then remove it")
+    up = commands.add_parser(
+        "up", help="make a cluster, print how to use it, hold it until Ctrl-C, then remove it"
+    )
     up.add_argument("hosts", type=int, help="how many hosts (h1..hK)")
     up.add_argument("--rate-mbit", type=float, help="each host's link rate, both directions")
     commands.add_parser("sweep", help="remove clusters whose owner died")
@@ -377,13 +435,17 @@ def main(argv: Optional[List[str]] = None) -> None:
     else:
         with Cluster(args.hosts, args.rate_mbit) as cluster:
             assert cluster.state is not None  # started
-            environment = " ".join(f"{k}={shlex.quote(v)}"
-                                   for k, v in cluster.environment().items())
+            environment = " ".join(
+                f"{k}={shlex.quote(v)}" for k, v in cluster.environment().items()
+            )
             print("\n".join(f"{h.name}: {h.address} ({h.namespace})" for h in cluster.state.hosts))
-            print(f"run on h1:\n    {shlex.join(cluster.command('h1', ['bash']))}\n"
-                  f"and there:\n    {environment} mxkv-launch -H "
-                  f"{','.join(n + ':2' for n in cluster.names)} -n {2 * cluster.size} -- ...\n"
-                  "Ctrl-C removes the cluster", flush=True)
+            print(
+                f"run on h1:\n    {shlex.join(cluster.command('h1', ['bash']))}\n"
+                f"and there:\n    {environment} mxkv-launch -H "
+                f"{','.join(n + ':2' for n in cluster.names)} -n {2 * cluster.size} -- ...\n"
+                "Ctrl-C removes the cluster",
+                flush=True,
+            )
             try:
                 signal.pause()
             except KeyboardInterrupt:

@@ -3,6 +3,7 @@
 compressed to fp16/bf16; tiny segments (many in flight) and the default; whole calls of
 several keys with several per-device inputs. Results must be bit-identical on every rank.
 Rank 0 prints `CHECKED <n>`; any failure raises (the job fails)."""
+
 import dataclasses
 
 import mxnet as mx
@@ -13,8 +14,7 @@ from mxkv_hybrid.comm.collectives import TensorCollectives
 from mxkv_hybrid.config import Config
 
 ALGORITHMS = ["mpi", "ring", "rhd", "rd"]
-UNIT_ROUNDOFF = {"float32": 2.0 ** -24, "float64": 2.0 ** -53, "float16": 2.0 ** -11,
-                 "bfloat16": 2.0 ** -8}
+UNIT_ROUNDOFF = {"float32": 2.0**-24, "float64": 2.0**-53, "float16": 2.0**-11, "bfloat16": 2.0**-8}
 comm = MPI.COMM_WORLD
 p, rank = comm.size, comm.rank
 base = Config.from_environment()
@@ -22,8 +22,12 @@ checked = 0
 
 
 def collectives(algorithm: str, compress: str = "none", segment_bytes: int = 1 << 20):
-    return TensorCollectives(comm, dataclasses.replace(
-        base, algorithm=algorithm, compress=compress, segment_bytes=segment_bytes))
+    return TensorCollectives(
+        comm,
+        dataclasses.replace(
+            base, algorithm=algorithm, compress=compress, segment_bytes=segment_bytes
+        ),
+    )
 
 
 def to_bfloat16_bits(x: np.ndarray) -> np.ndarray:
@@ -59,8 +63,10 @@ def check(label: str, got: np.ndarray, inputs: np.ndarray, dtype: str, wire: str
     bound = 2 * (p + 1) * u * np.abs(everyone).sum(axis=0) * scale + 1e-30
     error = np.abs(as_float64(got, dtype) - reference)
     worst = int(np.argmax(error / bound)) if got.size else 0
-    assert np.all(error <= bound), (f"{label}: element {worst}: {as_float64(got, dtype)[worst]} "
-                                    f"vs reference {reference[worst]} (bound {bound[worst]:.3g})")
+    assert np.all(error <= bound), (
+        f"{label}: element {worst}: {as_float64(got, dtype)[worst]} "
+        f"vs reference {reference[worst]} (bound {bound[worst]:.3g})"
+    )
     first = comm.bcast(got.tobytes() if rank == 0 else None, root=0)
     assert got.tobytes() == first, f"{label}: result differs from rank 0's"
     checked += 1
@@ -79,8 +85,14 @@ def check_vectors():
                     x = values(n, n, dtype)
                     got = x.copy()
                     plain.allreduce_vector(got, algorithm, 1.0 / p)
-                    check(f"{algorithm} seg={segment_bytes} {dtype} n={n}", got, x, dtype, dtype,
-                          1.0 / p)
+                    check(
+                        f"{algorithm} seg={segment_bytes} {dtype} n={n}",
+                        got,
+                        x,
+                        dtype,
+                        dtype,
+                        1.0 / p,
+                    )
             if algorithm == "mpi":
                 continue
             for wire, code in (("float16", "fp16"), ("bfloat16", "bf16")):
@@ -89,8 +101,14 @@ def check_vectors():
                     x = values(n, n + 1, "float32")
                     got = x.copy()
                     compressed.allreduce_vector(got, algorithm, 1.0)
-                    check(f"{algorithm} seg={segment_bytes} float32 as {wire} n={n}", got, x,
-                          "float32", wire, 1.0)
+                    check(
+                        f"{algorithm} seg={segment_bytes} float32 as {wire} n={n}",
+                        got,
+                        x,
+                        "float32",
+                        wire,
+                        1.0,
+                    )
 
 
 def check_whole_calls(make=None, label: str = ""):
@@ -98,22 +116,34 @@ def check_whole_calls(make=None, label: str = ""):
     make(algorithm, bucket_bytes) builds the collectives (default: flat over the world)."""
     shapes = [(3,), (5, 7), (300,), (1,), (2000,), (17, 19)]
     for algorithm in ALGORITHMS + ["auto"]:
-        tc = make(algorithm, 1024) if make else TensorCollectives(
-            comm, dataclasses.replace(base, algorithm=algorithm, bucket_bytes=1024))
+        tc = (
+            make(algorithm, 1024)
+            if make
+            else TensorCollectives(
+                comm, dataclasses.replace(base, algorithm=algorithm, bucket_bytes=1024)
+            )
+        )
         inputs, outputs, expected = [], [], []
         for k, shape in enumerate(shapes):
             count = int(np.prod(shape))
             a, b = values(count, 100 + k, "float32"), values(count, 200 + k, "float32")
-            inputs.append([mx.nd.array(a.reshape(shape)),
-                           mx.nd.array(b.reshape(shape), ctx=mx.cpu(1))])
+            inputs.append(
+                [mx.nd.array(a.reshape(shape)), mx.nd.array(b.reshape(shape), ctx=mx.cpu(1))]
+            )
             outputs.append([mx.nd.zeros(shape), mx.nd.zeros(shape, ctx=mx.cpu(1))])
             expected.append((a.astype(np.float64) + b).astype(np.float32))
         tc.allreduce("pushpull", list(range(len(shapes))), inputs, outputs, average=True)
         for k in range(len(shapes)):
             got = [o.asnumpy().ravel() for o in outputs[k]]
             assert got[0].tobytes() == got[1].tobytes(), f"{algorithm} key {k}: devices differ"
-            check(f"{label}{algorithm} call key {k}", got[0], expected[k], "float32", "float32",
-                  1.0 / p)
+            check(
+                f"{label}{algorithm} call key {k}",
+                got[0],
+                expected[k],
+                "float32",
+                "float32",
+                1.0 / p,
+            )
 
 
 if __name__ == "__main__":

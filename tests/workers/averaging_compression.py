@@ -5,6 +5,7 @@ pushes its own random gradients; every step must equal numpy's quantiser summed 
 ranks that share them (tests/workers/quantisers.py), so a rank alone cannot pass; then a
 gluon.Trainer with compression_params trains, and the ranks that share gradients keep equal
 weights. COMPRESSION=2bit|1bit. One CHECK line per verified fact."""
+
 import os
 
 import mxnet as mx
@@ -44,13 +45,15 @@ def quantise(x):
 weights = [mx.nd.zeros(shape) for shape in SHAPES.values()]
 kv.broadcast_weights(list(SHAPES), weights, weights)  # registers them as weights
 kv.set_gradient_compression(PARAMS)
-residuals = {(r, k): np.zeros(int(np.prod(s)), np.float32) for r in members
-             for k, s in SHAPES.items()}
+residuals = {
+    (r, k): np.zeros(int(np.prod(s)), np.float32) for r in members for k, s in SHAPES.items()
+}
 equal_to_reference, equal_residuals, quantised = True, True, True
 for step in range(STEPS):
     outs = [mx.nd.zeros(shape) for shape in SHAPES.values()]
-    kv.pushpull_gradients(list(SHAPES), [mx.nd.array(gradient(rank, step, k)) for k in SHAPES],
-                          out=outs)
+    kv.pushpull_gradients(
+        list(SHAPES), [mx.nd.array(gradient(rank, step, k)) for k in SHAPES], out=outs
+    )
     for key, out in zip(SHAPES, outs):
         expected = np.zeros(int(np.prod(SHAPES[key])), np.float32)
         for r in members:
@@ -59,8 +62,7 @@ for step in range(STEPS):
         plain = sum(gradient(r, step, key) for r in members) / divisor
         found = out.asnumpy()
         equal_to_reference &= np.allclose(found.ravel(), expected / divisor, rtol=1e-6, atol=0)
-        equal_residuals &= np.array_equal(kv._reducer.gradients.residual(key),
-                                          residuals[rank, key])
+        equal_residuals &= np.array_equal(kv._reducer.gradients.residual(key), residuals[rank, key])
         quantised &= not np.allclose(found, plain, atol=1e-3)
 check("sum_equals_numpys_quantiser_over_the_ranks_that_share", equal_to_reference)
 check("residuals_equal_numpy", equal_residuals)
@@ -68,7 +70,10 @@ check("what_is_summed_is_quantised", quantised)
 
 net, _ = train_with_compression(kv, PARAMS, rank)
 found = sharing.allgather(net.weight.data().asnumpy())
-check("trainer_compression_params", kv._reducer.gradients.compression.type == KIND
-      and any(kv._reducer.gradients.residual(k).any() for k in range(2))
-      and all(np.array_equal(w, found[0]) for w in found))
+check(
+    "trainer_compression_params",
+    kv._reducer.gradients.compression.type == KIND
+    and any(kv._reducer.gradients.residual(k).any() for k in range(2))
+    and all(np.array_equal(w, found[0]) for w in found),
+)
 kv.close()

@@ -7,6 +7,7 @@ With --consensus, the ranks then agree on one model (mxkv_hybrid.consensus), whi
 rank 0 prints as CONSENSUS.
 argv: OUT STEPS OPTIMIZER(sgd|nag) [--save K DIR | --resume DIR] [--consensus] [--offset D]
 ({rank} in DIR: a checkpoint directory per rank, as on disks local to each host)."""
+
 import argparse
 import json
 import os
@@ -31,8 +32,9 @@ class Point(gluon.Block):
 
     def __init__(self, offset: float = 0.0):
         super().__init__()
-        self.w = self.params.get("w", shape=(3,),
-                                 init=mx.init.Constant(mx.nd.array(START) + offset))
+        self.w = self.params.get(
+            "w", shape=(3,), init=mx.init.Constant(mx.nd.array(START) + offset)
+        )
 
     def forward(self, goal):
         return 0.5 * ((self.w.data() - goal) ** 2).sum()
@@ -46,16 +48,21 @@ def main() -> None:
     parser.add_argument("--save", nargs=2, metavar=("K", "DIR"))
     parser.add_argument("--resume", metavar="DIR")
     parser.add_argument("--consensus", action="store_true")
-    parser.add_argument("--offset", type=float, default=0.0,
-                        help="moves the start and every target by this much")
+    parser.add_argument(
+        "--offset", type=float, default=0.0, help="moves the start and every target by this much"
+    )
     args = parser.parse_args()
 
     comm = MPI.COMM_WORLD
     kv = mx.kv.create("hybrid")
     net = Point(args.offset)
     net.initialize()
-    trainer = gluon.Trainer(net.collect_params(), args.optimizer,
-                            {"learning_rate": LEARNING_RATE, "momentum": MOMENTUM}, kvstore=kv)
+    trainer = gluon.Trainer(
+        net.collect_params(),
+        args.optimizer,
+        {"learning_rate": LEARNING_RATE, "momentum": MOMENTUM},
+        kvstore=kv,
+    )
     first = 0
     if args.resume:
         mxkv_hybrid.checkpoint.load(args.resume.format(rank=comm.rank), net, trainer)
@@ -81,8 +88,11 @@ def main() -> None:
         if comm.rank == 0:
             print("CONSENSUS " + json.dumps(everyone), flush=True)
     os.makedirs(args.out, exist_ok=True)
-    np.savez(os.path.join(args.out, f"rank{comm.rank}.npz"), w=net.w.data().asnumpy(),
-             rounds=kv.averaging.rounds)
+    np.savez(
+        os.path.join(args.out, f"rank{comm.rank}.npz"),
+        w=net.w.data().asnumpy(),
+        rounds=kv.averaging.rounds,
+    )
     kv.close()
 
 

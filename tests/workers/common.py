@@ -1,7 +1,8 @@
 """Data and models shared by the test workers: deterministic per (rank, step)."""
+
 import numpy as np
 
-BATCH = 8          # samples per rank and step
+BATCH = 8  # samples per rank and step
 CLASSES = 4
 STEPS = 5
 LEARNING_RATE = 0.1

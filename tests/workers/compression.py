@@ -8,6 +8,7 @@ slice at each of its ranks: the reference is then numpy's quantiser of every gro
 (1-bit's blocks restarting where the slices cut the keys), and a group's residual is the
 sum of its ranks' (the slices). Gradients go the Trainer hooks' way (pushpull_gradients,
 push_gradients: averaged when MXKV_AVERAGE=1)."""
+
 import os
 
 import mxnet as mx
@@ -48,7 +49,7 @@ def cuts(key, call):
     """Where quantisation starts afresh in `key` when a pushpull of the keys `call` holds
     it: the key's start, and per group the slices' bounds (csrc/segmented_exchange.h)."""
     size_of = {k: int(np.prod(SHAPES.get(k, SHAPES["b"]))) for k in call}
-    first = sum(size_of[k] for k in call[:call.index(key)])
+    first = sum(size_of[k] for k in call[: call.index(key)])
     total = sum(size_of.values())
     bounds = {total * b // group_size for b in range(group_size + 1)} if per_group else set()
     return sorted({0, size_of[key]} | {b - first for b in bounds if 0 < b - first < size_of[key]})
@@ -57,8 +58,10 @@ def cuts(key, call):
 def quantise(values, residual, where):
     """(values sent, new residual) of flat float32 `values`, quantised from each cut on."""
     x = (residual + values).astype(np.float32)
-    parts = [(quantise_2bit(x[a:b], THRESHOLD) if KIND == "2bit" else quantise_1bit(x[a:b]))
-             for a, b in zip(where, where[1:])]
+    parts = [
+        (quantise_2bit(x[a:b], THRESHOLD) if KIND == "2bit" else quantise_1bit(x[a:b]))
+        for a, b in zip(where, where[1:])
+    ]
     return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
 
 
@@ -103,16 +106,21 @@ residuals = dict.fromkeys(SHAPES)
 equal_to_reference, equal_residuals, moved = True, True, False
 for step in range(STEPS):
     outs = [mx.nd.zeros(shape) for shape in SHAPES.values()]
-    kv.pushpull_gradients(list(SHAPES), [mx.nd.array(gradient(rank, step, k)) for k in SHAPES],
-                          out=outs)
+    kv.pushpull_gradients(
+        list(SHAPES), [mx.nd.array(gradient(rank, step, k)) for k in SHAPES], out=outs
+    )
     for key, out in zip(SHAPES, outs):
         # compressed_sum calls it at once, in this iteration
-        expected, residuals[key] = compressed_sum(lambda r: gradient(r, step, key),  # noqa: B023
-                                                  cuts(key, list(SHAPES)), residuals[key])
+        expected, residuals[key] = compressed_sum(
+            lambda r: gradient(r, step, key),  # noqa: B023
+            cuts(key, list(SHAPES)),
+            residuals[key],
+        )
         expected = expected.reshape(SHAPES[key])
         if KIND == "2bit" and not per_group:  # MXNet's own quantiser sums the same
-            mxnet_store.push(key, [mx.nd.array(gradient(r, step, key), ctx=mx.cpu(r))
-                                   for r in range(size)])
+            mxnet_store.push(
+                key, [mx.nd.array(gradient(r, step, key), ctx=mx.cpu(r)) for r in range(size)]
+            )
             expected = mx.nd.zeros(SHAPES[key])
             mxnet_store.pull(key, out=expected)
             expected = expected.asnumpy()
@@ -124,13 +132,18 @@ check("residuals_equal_numpy", equal_residuals)
 
 # two devices per rank: what is quantised is the rank's sum over its devices (as a
 # dist_sync worker pushes it), here on cpu_pinned, which travels through staging buffers
-copies = [mx.nd.array(gradient(rank, 50, "b"), ctx=mx.cpu_pinned(0)),
-          mx.nd.array(gradient(rank, 51, "b"), ctx=mx.cpu_pinned(1))]
+copies = [
+    mx.nd.array(gradient(rank, 50, "b"), ctx=mx.cpu_pinned(0)),
+    mx.nd.array(gradient(rank, 51, "b"), ctx=mx.cpu_pinned(1)),
+]
 kv.pushpull_gradients("devices", copies)
-sent, _ = compressed_sum(lambda r: gradient(r, 50, "b") + gradient(r, 51, "b"),
-                        cuts("devices", ["devices"]))
-check("devices_summed_then_quantised", all(np.allclose(c.asnumpy(), sent / divisor, atol=1e-7)
-                                            for c in copies))
+sent, _ = compressed_sum(
+    lambda r: gradient(r, 50, "b") + gradient(r, 51, "b"), cuts("devices", ["devices"])
+)
+check(
+    "devices_summed_then_quantised",
+    all(np.allclose(c.asnumpy(), sent / divisor, atol=1e-7) for c in copies),
+)
 
 kv.set_optimizer(mx.optimizer.SGD(learning_rate=0.1))
 kv.init("w", mx.nd.ones(SHAPES["b"]))
@@ -138,13 +151,18 @@ kv.push_gradients("w", mx.nd.array(gradient(rank, 99, "b")))
 weight = mx.nd.zeros(SHAPES["b"])
 kv.pull("w", out=weight)
 sent, _ = compressed_sum(lambda r: gradient(r, 99, "b"), cuts("w", ["w"]))
-check("optimizer_gets_the_compressed_sum", np.allclose(weight.asnumpy(),
-                                                       1 - 0.1 * sent / divisor, atol=1e-7))
+check(
+    "optimizer_gets_the_compressed_sum",
+    np.allclose(weight.asnumpy(), 1 - 0.1 * sent / divisor, atol=1e-7),
+)
 
 net, trainer = train_with_compression("hybrid", PARAMS, rank)
 weights = MPI.COMM_WORLD.allgather(net.weight.data().asnumpy())  # compared outside the store
 reducer = trainer._kvstore._reducer
-check("trainer_compression_params", reducer.compression.type == KIND
-      and any(reducer.residual(k).any() for k in range(2))
-      and all(np.array_equal(w, weights[0]) for w in weights))
+check(
+    "trainer_compression_params",
+    reducer.compression.type == KIND
+    and any(reducer.residual(k).any() for k in range(2))
+    and all(np.array_equal(w, weights[0]) for w in weights),
+)
 kv.close()

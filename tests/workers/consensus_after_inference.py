@@ -4,6 +4,7 @@ after inference and cannot copy into them (`Check failed: to.IsDefaultData()`), 
 ended the consensus of the modes that pull the servers' weights into them. Saves each
 rank's weights after consensus to OUT/rank<r>.npz.
 argv: OUT"""
+
 import sys
 
 import mxnet as mx
@@ -28,5 +29,7 @@ for _ in range(3):
     trainer.step(8)
 net(x).wait_to_read()  # inference: the weights in MKLDNN's layout
 mxkv_hybrid.consensus(trainer)
-np.savez(f"{out}/rank{kv.rank}.npz",
-         **{name: p.data().asnumpy() for name, p in net.collect_params().items()})
+np.savez(
+    f"{out}/rank{kv.rank}.npz",
+    **{name: p.data().asnumpy() for name, p in net.collect_params().items()},
+)

@@ -3,6 +3,7 @@ its weights by its own random "local steps" and exchanges with the centre argv[1
 no barrier between groups. Rank 0 then prints, as JSON, the sum of every group's weights
 and the centre, what that sum started at (groups + 1 copies of the start), and the sum of
 all moves: the exchanges must conserve it."""
+
 import json
 import sys
 
@@ -30,9 +31,16 @@ if comm.rank == 0:
 weights = comm.gather(x.asnumpy().astype(np.float64))
 moves = comm.gather(moved)
 if comm.rank == 0:
-    print("CONSERVED " + json.dumps({
-        "total": (np.sum(weights, axis=0) + centre.asnumpy()).tolist(),
-        "start": ((comm.size + 1) * start.astype(np.float64)).tolist(),
-        "moves": np.sum(moves, axis=0).tolist(),
-        "exchanges": kv.averaging.rounds}), flush=True)
+    print(
+        "CONSERVED "
+        + json.dumps(
+            {
+                "total": (np.sum(weights, axis=0) + centre.asnumpy()).tolist(),
+                "start": ((comm.size + 1) * start.astype(np.float64)).tolist(),
+                "moves": np.sum(moves, axis=0).tolist(),
+                "exchanges": kv.averaging.rounds,
+            }
+        ),
+        flush=True,
+    )
 kv.close()

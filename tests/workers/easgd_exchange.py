@@ -3,6 +3,7 @@ set: the centre starts at the broadcast weights, each group then moves its weigh
 local steps would), and for a few rounds the groups exchange one after the other
 (asynchronous EASGD), or all at once with argv[1] == "together" (MXKV_EASGD_SYNC=1).
 Rank 0 prints the weights and the centre after every exchange."""
+
 import json
 import sys
 
@@ -19,7 +20,7 @@ x += mx.nd.array([4.0 * comm.rank, 2.0 * comm.rank, -comm.rank])  # "local steps
 centre = mx.nd.zeros(start.shape)
 together = sys.argv[1:] == ["together"]
 for round_ in range(3):
-    for group in ([None] if together else range(comm.size)):
+    for group in [None] if together else range(comm.size):
         if together or comm.rank == group:
             kv.averaging.exchange([0], [[x]])
         comm.Barrier()
@@ -27,6 +28,16 @@ for round_ in range(3):
             kv.averaging.centre([0], [centre])
         weights = comm.gather(x.asnumpy().tolist())
         if comm.rank == 0:
-            print("EXCHANGE " + json.dumps({"round": round_, "group": group, "weights": weights,
-                                            "centre": centre.asnumpy().tolist()}), flush=True)
+            print(
+                "EXCHANGE "
+                + json.dumps(
+                    {
+                        "round": round_,
+                        "group": group,
+                        "weights": weights,
+                        "centre": centre.asnumpy().tolist(),
+                    }
+                ),
+                flush=True,
+            )
 kv.close()

@@ -2,6 +2,7 @@
 gradients as in averaging_steps.py, a different start on every rank until
 broadcast_parameters. Rank 0 prints every rank's weights after every step (STEP) and
 after consensus (CONSENSUS). argv: STEPS PERIOD OVERLAP(0|1)"""
+
 import json
 import sys
 
@@ -18,8 +19,12 @@ net = Point()
 net.initialize()
 net.w.set_data(net.w.data() * (comm.rank + 1))  # differs until the broadcast
 mxkv_hybrid.broadcast_parameters(net.collect_params())
-trainer = gluon.Trainer(net.collect_params(), "sgd",
-                        {"learning_rate": LEARNING_RATE, "momentum": MOMENTUM}, kvstore=None)
+trainer = gluon.Trainer(
+    net.collect_params(),
+    "sgd",
+    {"learning_rate": LEARNING_RATE, "momentum": MOMENTUM},
+    kvstore=None,
+)
 averager = mxkv_hybrid.PeriodicModelAverager(period=period, overlap=overlap)
 for _ in range(steps):
     with autograd.record():

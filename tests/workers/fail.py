@@ -3,6 +3,7 @@ collective), `hang` (rank 1 never joins the collective), `leave` (a group job's 
 exits before it creates its store, so before the groups meet at the parameter server) or
 `early R` (rank R of the whole job exits 1 before it creates its store; the others wait in
 theirs) or `done R` (the same with status 0: it has nothing to do)."""
+
 import os
 import sys
 import time

@@ -5,6 +5,7 @@ whole data sets (ImageRecordIter(shuffle=True) with --use-rec, else
 DataLoader(shuffle=True, last_batch='discard')), validation on unshuffled readers.
 Prints, per epoch, the batches it trained on, the validation accuracy and a digest
 of the trained weights."""
+
 import argparse
 import hashlib
 import os
@@ -28,17 +29,30 @@ def get_data_rec(batch_size):
     shape = (3, opt.input_size, opt.input_size)
     train_data = mx.io.ImageRecordIter(
         path_imgrec=os.path.join(opt.data_dir, "train.rec"),
-        path_imgidx=os.path.join(opt.data_dir, "train.idx"), preprocess_threads=1,
-        shuffle=True, batch_size=batch_size, data_shape=shape, rand_mirror=True, scale=1 / 255.0)
+        path_imgidx=os.path.join(opt.data_dir, "train.idx"),
+        preprocess_threads=1,
+        shuffle=True,
+        batch_size=batch_size,
+        data_shape=shape,
+        rand_mirror=True,
+        scale=1 / 255.0,
+    )
     val_data = mx.io.ImageRecordIter(
         path_imgrec=os.path.join(opt.data_dir, "val.rec"),
-        path_imgidx=os.path.join(opt.data_dir, "val.idx"), preprocess_threads=1,
-        shuffle=False, batch_size=batch_size, data_shape=shape, round_batch=False, scale=1 / 255.0)
+        path_imgidx=os.path.join(opt.data_dir, "val.idx"),
+        preprocess_threads=1,
+        shuffle=False,
+        batch_size=batch_size,
+        data_shape=shape,
+        round_batch=False,
+        scale=1 / 255.0,
+    )
 
     def batch_fn(batch):  # gluoncv: split_and_load onto the contexts (from cpu_pinned)
         data = gluon.utils.split_and_load(batch.data[0], ctx_list=[mx.cpu()], batch_axis=0)
         label = gluon.utils.split_and_load(batch.label[0], ctx_list=[mx.cpu()], batch_axis=0)
         return data[0], label[0]
+
     return train_data, val_data, batch_fn
 
 
@@ -47,21 +61,31 @@ def get_data_loader(batch_size):
     transform_test = transforms.ToTensor()
     train = gluon.data.vision.ImageFolderDataset(os.path.join(opt.data_dir, "train"))
     val = gluon.data.vision.ImageFolderDataset(os.path.join(opt.data_dir, "val"))
-    train_data = gluon.data.DataLoader(train.transform_first(transform_train),
-                                       batch_size=batch_size, shuffle=True, last_batch="discard")
-    val_data = gluon.data.DataLoader(val.transform_first(transform_test),
-                                     batch_size=batch_size, shuffle=False)
+    train_data = gluon.data.DataLoader(
+        train.transform_first(transform_train),
+        batch_size=batch_size,
+        shuffle=True,
+        last_batch="discard",
+    )
+    val_data = gluon.data.DataLoader(
+        val.transform_first(transform_test), batch_size=batch_size, shuffle=False
+    )
 
     def batch_fn(batch):
         return batch[0], batch[1]
+
     return train_data, val_data, batch_fn
 
 
 def small_convnet(classes):
     net = gluon.nn.HybridSequential()
     for filters in (16, 32):
-        net.add(gluon.nn.Conv2D(filters, 3, padding=1), gluon.nn.BatchNorm(),
-                gluon.nn.Activation("relu"), gluon.nn.MaxPool2D(2))
+        net.add(
+            gluon.nn.Conv2D(filters, 3, padding=1),
+            gluon.nn.BatchNorm(),
+            gluon.nn.Activation("relu"),
+            gluon.nn.MaxPool2D(2),
+        )
     net.add(gluon.nn.GlobalAvgPool2D(), gluon.nn.Dense(classes))
     return net
 
@@ -89,9 +113,11 @@ def train():
     net.initialize(mx.init.MSRAPrelu())
     net.hybridize()
     train_data, val_data, batch_fn = (get_data_rec if opt.use_rec else get_data_loader)(
-        opt.batch_size)
-    trainer = gluon.Trainer(net.collect_params(), "nag",
-                            {"learning_rate": opt.lr, "momentum": 0.9, "wd": 1e-4})
+        opt.batch_size
+    )
+    trainer = gluon.Trainer(
+        net.collect_params(), "nag", {"learning_rate": opt.lr, "momentum": 0.9, "wd": 1e-4}
+    )
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
     for epoch in range(opt.num_epochs):
         if opt.use_rec:
@@ -105,8 +131,10 @@ def train():
             trainer.step(opt.batch_size)
             batches += 1
         accuracy = test(net, val_data, batch_fn)
-        print(f"[Epoch {epoch}] batches={batches} validation-accuracy={accuracy:.4f} "
-              f"weights={weights_digest(net)}")
+        print(
+            f"[Epoch {epoch}] batches={batches} validation-accuracy={accuracy:.4f} "
+            f"weights={weights_digest(net)}"
+        )
 
 
 if __name__ == "__main__":

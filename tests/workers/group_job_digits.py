@@ -10,6 +10,7 @@ exists, resumes from it instead ("loaded/...": the weights it loaded). With HOLD
 set (a test's gate), every rank waits after its last step until that file exists;
 MOMENTUM sets the SGD momentum (0.9 unless set).
 argv: OUT EPOCHS LR [CHECKPOINT EVERY]"""
+
 import os
 import sys
 import time
@@ -31,7 +32,7 @@ directory, every = (sys.argv[4], int(sys.argv[5])) if len(sys.argv) > 5 else (No
 os.makedirs(out, exist_ok=True)
 kv = mx.kv.create("hybrid")
 train_x, train_y, test_x, test_y = load_data(42)
-shard_x, shard_y = train_x[kv.rank::kv.num_workers], train_y[kv.rank::kv.num_workers]
+shard_x, shard_y = train_x[kv.rank :: kv.num_workers], train_y[kv.rank :: kv.num_workers]
 steps_per_epoch = len(train_x) // kv.num_workers // BATCH
 
 mx.random.seed(kv.rank)
@@ -39,8 +40,9 @@ net = build_network()
 net.initialize(mx.init.Xavier(magnitude=2.0))
 net(mx.nd.array(shard_x[:1]))  # shapes known: the Trainer broadcasts at construction
 momentum = float(os.environ.get("MOMENTUM", "0.9"))
-trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": lr, "momentum": momentum},
-                        kvstore=kv)
+trainer = gluon.Trainer(
+    net.collect_params(), "sgd", {"learning_rate": lr, "momentum": momentum}, kvstore=kv
+)
 
 
 def weights(prefix):
@@ -61,7 +63,7 @@ for epoch in range(epochs):
         steps += 1
         if steps <= done:  # taken before this group was lost
             continue
-        batch = order[step * BATCH:(step + 1) * BATCH]
+        batch = order[step * BATCH : (step + 1) * BATCH]
         with autograd.record():
             loss = loss_fn(net(mx.nd.array(shard_x[batch])), mx.nd.array(shard_y[batch]))
         loss.backward()
@@ -78,6 +80,14 @@ mxkv_hybrid.consensus(trainer)
 final = weights("final")
 found = accuracy(net, test_x, test_y, mx.cpu())
 print(f"rank {kv.rank} ran {steps} steps; consensus test accuracy {found:.4f}", flush=True)
-np.savez(os.path.join(out, f"rank{kv.rank}.npz"), steps=steps, steps_done=done, trained=trained,
-         accuracy=found, **initial, **final, **loaded)
+np.savez(
+    os.path.join(out, f"rank{kv.rank}.npz"),
+    steps=steps,
+    steps_done=done,
+    trained=trained,
+    accuracy=found,
+    **initial,
+    **final,
+    **loaded,
+)
 kv.close()

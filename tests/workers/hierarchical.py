@@ -6,6 +6,7 @@ divisible by the ranks; whole calls of several keys with two per-device inputs
 across groups must be what the algorithm sends (ring across groups: 2 (G-1)/G of this
 rank's slice), and behind the emulated link a call lasts at least as long as those bytes
 need. Rank 0 prints `CHECKED <n>`; any failure raises (the job fails)."""
+
 import dataclasses
 import sys
 import time
@@ -21,10 +22,16 @@ this_group = groups(group_size)
 g, G = this_group.group_comm.size, this_group.num_groups
 
 
-def collectives(algorithm: str, hierarchy: str, compress: str = "none", bucket_bytes: int = 1 << 20,
-                mbps: float = 0):
-    config = dataclasses.replace(base, algorithm=algorithm, compress=compress,
-                                 bucket_bytes=bucket_bytes, throttle_mbps=mbps)
+def collectives(
+    algorithm: str,
+    hierarchy: str,
+    compress: str = "none",
+    bucket_bytes: int = 1 << 20,
+    mbps: float = 0,
+):
+    config = dataclasses.replace(
+        base, algorithm=algorithm, compress=compress, bucket_bytes=bucket_bytes, throttle_mbps=mbps
+    )
     return TensorCollectives(comm, config, this_group, hierarchy=hierarchy)
 
 
@@ -48,8 +55,14 @@ def check_vectors():
                 x = values(n, n + 1, "float32")
                 got = x.copy()
                 compressed.allreduce_vector(got, algorithm, 1.0)
-                check(f"hierarchical {algorithm} float32 as {wire} n={n}", got, x, "float32",
-                      wire, 1.0)
+                check(
+                    f"hierarchical {algorithm} float32 as {wire} n={n}",
+                    got,
+                    x,
+                    "float32",
+                    wire,
+                    1.0,
+                )
 
 
 def check_bytes_across():
@@ -82,8 +95,10 @@ def check_the_link_charges_what_crosses():
 check_vectors()
 check_bytes_across()
 check_the_link_charges_what_crosses()
-algorithms.check_whole_calls(lambda algorithm, bucket_bytes: collectives(
-    algorithm, "on", bucket_bytes=bucket_bytes), "hierarchical ")
+algorithms.check_whole_calls(
+    lambda algorithm, bucket_bytes: collectives(algorithm, "on", bucket_bytes=bucket_bytes),
+    "hierarchical ",
+)
 
 if comm.rank == 0:
     print(f"CHECKED {algorithms.checked} in {G} groups of {g}")

@@ -3,6 +3,7 @@ chunk. Rank 1 holds the array, says it is asleep (a file in DIRECTORY), and slee
 rank 0 says its read completed (another file) or HOLDER_LIMIT seconds pass: with a progress
 thread (MXKV_RMA_PROGRESS_US > 0) the read completes while it sleeps; without one it waits
 until the holder enters MPI again. Prints HOLDER woke ... and CHECK lines."""
+
 import os
 import sys
 import time
@@ -42,8 +43,10 @@ if comm.rank == 0:
     out = mx.nd.zeros(TOTAL)
     array.read([(0, out)])
     open(read, "w").close()
-    print(f"CHECK read values {'ok' if np.array_equal(out.asnumpy(), values) else 'FAILED'}",
-          flush=True)
+    print(
+        f"CHECK read values {'ok' if np.array_equal(out.asnumpy(), values) else 'FAILED'}",
+        flush=True,
+    )
 else:
     open(asleep, "w").close()
     woke = "signalled" if wait_for(read, HOLDER_LIMIT) else "at its limit"

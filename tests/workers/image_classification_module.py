@@ -4,6 +4,7 @@
 data, the RecordIO readers take the shard num_parts=kv.num_workers, part_index=kv.rank,
 Speedometer logs throughput, every rank checkpoints with do_checkpoint, and `--gc-type
 2bit` sets MXNet's gradient compression as fit.py does."""
+
 import argparse
 import logging
 
@@ -47,21 +48,41 @@ def get_rec_iter(args, kv):
         steps = args.num_examples // args.batch_size // kv.num_workers
         return SyntheticDataIter(args.num_classes, shape, steps), None
     train = mx.io.ImageRecordIter(
-        path_imgrec=args.data_train, label_width=1, data_name="data", label_name="softmax_label",
-        data_shape=image_shape, batch_size=args.batch_size, rand_mirror=True, shuffle=True,
-        scale=1 / 255.0, preprocess_threads=1, num_parts=kv.num_workers, part_index=kv.rank)
+        path_imgrec=args.data_train,
+        label_width=1,
+        data_name="data",
+        label_name="softmax_label",
+        data_shape=image_shape,
+        batch_size=args.batch_size,
+        rand_mirror=True,
+        shuffle=True,
+        scale=1 / 255.0,
+        preprocess_threads=1,
+        num_parts=kv.num_workers,
+        part_index=kv.rank,
+    )
     val = mx.io.ImageRecordIter(
-        path_imgrec=args.data_val, label_width=1, data_name="data", label_name="softmax_label",
-        data_shape=image_shape, batch_size=args.batch_size, round_batch=False, scale=1 / 255.0,
-        preprocess_threads=1, num_parts=kv.num_workers, part_index=kv.rank)
+        path_imgrec=args.data_val,
+        label_width=1,
+        data_name="data",
+        label_name="softmax_label",
+        data_shape=image_shape,
+        batch_size=args.batch_size,
+        round_batch=False,
+        scale=1 / 255.0,
+        preprocess_threads=1,
+        num_parts=kv.num_workers,
+        part_index=kv.rank,
+    )
     return train, val
 
 
 def get_symbol(num_classes):
     net = mx.sym.Variable("data")
     for index, filters in enumerate((16, 32)):
-        net = mx.sym.Convolution(net, num_filter=filters, kernel=(3, 3), pad=(1, 1),
-                                 name=f"conv{index}")
+        net = mx.sym.Convolution(
+            net, num_filter=filters, kernel=(3, 3), pad=(1, 1), name=f"conv{index}"
+        )
         net = mx.sym.BatchNorm(net, name=f"bn{index}")
         net = mx.sym.Activation(net, act_type="relu")
         net = mx.sym.Pooling(net, kernel=(2, 2), stride=(2, 2), pool_type="max")
@@ -81,15 +102,28 @@ def fit(args, network, data_loader):
     steps = [epoch_size * int(e) for e in args.lr_step_epochs.split(",")]
     lr_scheduler = mx.lr_scheduler.MultiFactorScheduler(step=steps, factor=0.1)
     checkpoint = mx.callback.do_checkpoint(
-        args.model_prefix if kv.rank == 0 else f"{args.model_prefix}-{kv.rank}")
+        args.model_prefix if kv.rank == 0 else f"{args.model_prefix}-{kv.rank}"
+    )
     model = mx.mod.Module(context=[mx.cpu()], symbol=network)
-    model.fit(train, begin_epoch=0, num_epoch=args.num_epochs, eval_data=val,
-              eval_metric=["accuracy"], kvstore=kv, optimizer="sgd",
-              optimizer_params={"learning_rate": args.lr, "momentum": 0.9, "wd": 1e-4,
-                                "lr_scheduler": lr_scheduler},
-              initializer=mx.init.Xavier(rnd_type="gaussian", factor_type="in", magnitude=2),
-              batch_end_callback=[mx.callback.Speedometer(args.batch_size, args.disp_batches)],
-              epoch_end_callback=checkpoint, allow_missing=True)
+    model.fit(
+        train,
+        begin_epoch=0,
+        num_epoch=args.num_epochs,
+        eval_data=val,
+        eval_metric=["accuracy"],
+        kvstore=kv,
+        optimizer="sgd",
+        optimizer_params={
+            "learning_rate": args.lr,
+            "momentum": 0.9,
+            "wd": 1e-4,
+            "lr_scheduler": lr_scheduler,
+        },
+        initializer=mx.init.Xavier(rnd_type="gaussian", factor_type="in", magnitude=2),
+        batch_end_callback=[mx.callback.Speedometer(args.batch_size, args.disp_batches)],
+        epoch_end_callback=checkpoint,
+        allow_missing=True,
+    )
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Mode lasgd behind a link of 2 s latency (MXKV_THROTTLE_LATENCY_MS): the average
 started at step 2 (tau 2) must still be travelling after step 3's local step, gradients
 reduced and weights updated; prints the buckets in flight then, and after close."""
+
 import json
 
 import mxnet as mx
@@ -22,5 +23,13 @@ for param in net.collect_params().values():
     param.data().wait_to_read()
 during = kv.averaging.buckets_in_flight
 kv.averaging.close()
-print(json.dumps({"rank": kv.rank, "in_flight_after_step_3": during,
-                  "in_flight_after_close": kv.averaging.buckets_in_flight}), flush=True)
+print(
+    json.dumps(
+        {
+            "rank": kv.rank,
+            "in_flight_after_step_3": during,
+            "in_flight_after_close": kv.averaging.buckets_in_flight,
+        }
+    ),
+    flush=True,
+)

@@ -3,6 +3,7 @@
 worker 0. ps-lite's scheduler sorts the nodes by announced host name, descending, then by
 port (van.cc, ProcessAddNodeCommandAtScheduler): group g announces loopback address
 127.0.0.(1 + g). Does nothing outside a group job (MXKV_GROUP_JOB unset)."""
+
 import os
 
 from mxkv_hybrid.config import read_knob

@@ -1,4 +1,5 @@
 """Rank 1 calls a collective with a different shape, dtype or key than the others."""
+
 import sys
 
 import mxnet as mx

@@ -1,5 +1,6 @@
 """Makes MXNet's C++ log write N lines (one per ImageRecordIter it opens), each followed by
 one Python line: usage mxnet_log_lines.py DIR N."""
+
 import io
 import os
 import sys
@@ -18,6 +19,7 @@ Image.new("RGB", (8, 8)).save(png, format="PNG")
 records.write(mx.recordio.pack(mx.recordio.IRHeader(0, 0.0, 0, 0), png.getvalue()))
 records.close()
 for i in range(count):
-    mx.io.ImageRecordIter(path_imgrec=path, data_shape=(3, 8, 8), batch_size=1,
-                          preprocess_threads=1)
+    mx.io.ImageRecordIter(
+        path_imgrec=path, data_shape=(3, 8, 8), batch_size=1, preprocess_threads=1
+    )
     print(f"python line {i}", file=sys.stderr)

@@ -1,6 +1,7 @@
 """A worker of MXNet's own dist_sync store (no optimizer: the servers keep each step's sum
 of the workers' pushes), for the relay test: each step every worker pushes (rank + 1) and
 pulls the sum, slowly, so that strangers have time to try the job's ports. One CHECK line."""
+
 import sys
 import time
 
@@ -19,5 +20,8 @@ for _ in range(STEPS):
     sums.append(float(out.asnumpy().mean()))
     time.sleep(0.25)
 ok = all(np.isclose(s, expected) for s in sums) and np.allclose(out.asnumpy(), expected)
-print(f"CHECK rank {kv.rank} of {kv.num_workers}: sums {sorted(set(sums))} "
-      f"{'ok' if ok else 'FAILED'}", flush=True)
+print(
+    f"CHECK rank {kv.rank} of {kv.num_workers}: sums {sorted(set(sums))} "
+    f"{'ok' if ok else 'FAILED'}",
+    flush=True,
+)

@@ -1,5 +1,6 @@
 """Runs pushpull steps until told otherwise; rank 0 writes the step count to PROGRESS
 (a file) so that a test can act mid-training. argv: PROGRESS STEPS"""
+
 import sys
 import time
 

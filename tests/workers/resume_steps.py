@@ -3,6 +3,7 @@ started again by `mxkv-launch --restarts`, resumes from its last checkpoint with
 mxkv_hybrid.checkpoint.load_latest. Batches depend only on the step and the rank, so a
 resumed run follows the uninterrupted one. Writes OUT/rank<r>.npz (final weights).
 argv: OUT CHECKPOINTS STEPS EVERY"""
+
 import os
 import sys
 
@@ -21,8 +22,9 @@ true_w = rng.randn(FEATURES).astype(np.float32)
 mx.random.seed(0)
 net = gluon.nn.Dense(1, in_units=FEATURES)
 net.initialize(mx.init.Normal(0.5))
-trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.05, "momentum": 0.9},
-                        kvstore=kv)
+trainer = gluon.Trainer(
+    net.collect_params(), "sgd", {"learning_rate": 0.05, "momentum": 0.9}, kvstore=kv
+)
 progress = mxkv_hybrid.checkpoint.load_latest(checkpoints, net, trainer)
 first = progress["step"] if progress else 0
 print(f"rank {kv.rank} attempt {kv.config.attempt} starts at step {first}", flush=True)
@@ -36,5 +38,7 @@ for step in range(first, steps):
     if (step + 1) % every == 0:
         mxkv_hybrid.checkpoint.save(checkpoints, net, trainer, progress={"step": step + 1})
 os.makedirs(out, exist_ok=True)
-np.savez(os.path.join(out, f"rank{kv.rank}.npz"),
-         **{name: p.data().asnumpy() for name, p in net.collect_params().items()})
+np.savez(
+    os.path.join(out, f"rank{kv.rank}.npz"),
+    **{name: p.data().asnumpy() for name, p in net.collect_params().items()},
+)

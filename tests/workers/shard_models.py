@@ -2,6 +2,7 @@
 ShardOrchestrator on every rank of the job, or alone in one process (--reference).
 Writes each rank's trained weights (rank{r}.npz, or reference.npz) and its report
 (rank{r}.json)."""
+
 import argparse
 import json
 import os
@@ -27,8 +28,13 @@ def model(k: int, width: int) -> gluon.nn.HybridSequential:
 
 def batches(k: int) -> list:
     rng = np.random.default_rng(k)
-    return [(mx.nd.array(rng.normal(size=(BATCH, FEATURES))),
-             mx.nd.array(rng.integers(0, CLASSES, BATCH))) for _ in range(BATCHES)]
+    return [
+        (
+            mx.nd.array(rng.normal(size=(BATCH, FEATURES))),
+            mx.nd.array(rng.integers(0, CLASSES, BATCH)),
+        )
+        for _ in range(BATCHES)
+    ]
 
 
 def optimizer(k: int):
@@ -38,8 +44,11 @@ def optimizer(k: int):
 
 
 def weights(nets) -> dict:
-    return {f"{k}/{p.name}": p.data().asnumpy() for k, net in enumerate(nets)
-            for p in net.collect_params().values()}
+    return {
+        f"{k}/{p.name}": p.data().asnumpy()
+        for k, net in enumerate(nets)
+        for p in net.collect_params().values()
+    }
 
 
 def reference(args) -> None:
@@ -62,13 +71,28 @@ def sharded(args) -> None:
 
     from mxkv_hybrid.shard import ModelTask, ShardOrchestrator
 
-    widths = [args.width + (8 if args.mismatch and k == 2 and MPI.COMM_WORLD.rank == 1 else 0)
-              for k in range(args.models)]
+    widths = [
+        args.width + (8 if args.mismatch and k == 2 and MPI.COMM_WORLD.rank == 1 else 0)
+        for k in range(args.models)
+    ]
     nets = [model(k, width) for k, width in enumerate(widths)]
-    tasks = [ModelTask(net, gluon.loss.SoftmaxCrossEntropyLoss(), batches(k), *optimizer(k),
-                       epochs=args.epochs, name=f"mlp{k}") for k, net in enumerate(nets)]
-    orchestrator = ShardOrchestrator(tasks, device_memory_mb=args.budget_mb,
-                                     schedule=args.schedule, prefetch=not args.no_prefetch)
+    tasks = [
+        ModelTask(
+            net,
+            gluon.loss.SoftmaxCrossEntropyLoss(),
+            batches(k),
+            *optimizer(k),
+            epochs=args.epochs,
+            name=f"mlp{k}",
+        )
+        for k, net in enumerate(nets)
+    ]
+    orchestrator = ShardOrchestrator(
+        tasks,
+        device_memory_mb=args.budget_mb,
+        schedule=args.schedule,
+        prefetch=not args.no_prefetch,
+    )
     report = orchestrator.run()
     orchestrator.close()
     rank = orchestrator.rank

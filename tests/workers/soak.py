@@ -2,6 +2,7 @@
 4 huge keys of 64 MiB each (256 MiB), then 1,000 steps of a small Gluon model.
 Prints JSON lines: the sums' largest error, the memory (RSS) after warm-up and at the
 end of the steps, and the final weights' digest (the test compares the ranks)."""
+
 import hashlib
 import json
 
@@ -28,17 +29,26 @@ rng = np.random.RandomState(0)  # the same lengths on every rank
 lengths = rng.randint(1, 101, MANY_KEYS)
 values = [mx.nd.full((n,), rank + 1 + k % 7, dtype="float32") for k, n in enumerate(lengths)]
 store.pushpull(list(range(MANY_KEYS)), values)
-expected = [np.full(n, np.sum(np.arange(1, size + 1)) + size * (k % 7))
-            for k, n in enumerate(lengths)]
-report(test="many_keys", keys=MANY_KEYS,
-       max_error=max(float(np.abs(v.asnumpy() - e).max()) for v, e in zip(values, expected)))
+expected = [
+    np.full(n, np.sum(np.arange(1, size + 1)) + size * (k % 7)) for k, n in enumerate(lengths)
+]
+report(
+    test="many_keys",
+    keys=MANY_KEYS,
+    max_error=max(float(np.abs(v.asnumpy() - e).max()) for v, e in zip(values, expected)),
+)
 del values
 
 huge = [mx.nd.full((HUGE_FLOATS,), float(rank + k), dtype="float32") for k in range(HUGE_KEYS)]
 store.pushpull([f"huge{k}" for k in range(HUGE_KEYS)], huge)
-report(test="huge_keys", mib=HUGE_KEYS * HUGE_FLOATS * 4 / 2**20,
-       max_error=max(float(np.abs(h.asnumpy() - (size * (size - 1) / 2 + size * k)).max())
-                     for k, h in enumerate(huge)))
+report(
+    test="huge_keys",
+    mib=HUGE_KEYS * HUGE_FLOATS * 4 / 2**20,
+    max_error=max(
+        float(np.abs(h.asnumpy() - (size * (size - 1) / 2 + size * k)).max())
+        for k, h in enumerate(huge)
+    ),
+)
 del huge
 store.close()
 
@@ -46,8 +56,9 @@ net = gluon.nn.HybridSequential()
 net.add(gluon.nn.Dense(32, activation="relu"), gluon.nn.Dense(4))
 net.initialize(mx.init.Xavier())
 net.hybridize()
-trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.05, "momentum": 0.9},
-                        kvstore="hybrid")
+trainer = gluon.Trainer(
+    net.collect_params(), "sgd", {"learning_rate": 0.05, "momentum": 0.9}, kvstore="hybrid"
+)
 loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
 data_rng = np.random.RandomState(rank)
 for step in range(STEPS):
@@ -66,5 +77,10 @@ mx.nd.waitall()
 digest = hashlib.sha1()
 for _name, param in sorted(net.collect_params().items()):
     digest.update(param.data().asnumpy().tobytes())
-report(test="steps", steps=STEPS, rss_after_warmup_mib=rss_after_warmup, rss_end_mib=rss_mib(),
-       weights=digest.hexdigest())
+report(
+    test="steps",
+    steps=STEPS,
+    rss_after_warmup_mib=rss_after_warmup,
+    rss_end_mib=rss_mib(),
+    weights=digest.hexdigest(),
+)

@@ -4,6 +4,7 @@ weights after each (so none of its pushes is stale); group 1, which has not read
 pushes 10s: 3 updates of group 0 landed in between. Prints the weights each group sees
 after its pushes (`weights <group> <value>`) and the leader's damping record. MOMENTUM
 (0 unless set) is the SGD's momentum."""
+
 import os
 
 import mxnet as mx
@@ -12,8 +13,9 @@ import numpy as np
 kv = mx.kv.create("hybrid")
 group = kv.rank  # a group per rank
 kv.init(0, mx.nd.zeros((4,)))
-kv.set_optimizer(mx.optimizer.SGD(learning_rate=1.0,
-                                  momentum=float(os.environ.get("MOMENTUM", "0"))))
+kv.set_optimizer(
+    mx.optimizer.SGD(learning_rate=1.0, momentum=float(os.environ.get("MOMENTUM", "0")))
+)
 weights = mx.nd.zeros((4,))
 kv.pull(0, out=weights)
 kv.barrier()

@@ -2,6 +2,7 @@
 broadcast, optimizer states) in any mode and prints one CHECK line per verified fact:
 what every mode does alike, and where modes differ, what each does
 (docs/guides/kvstore-api.md, "The KVStore API in every mode")."""
+
 import itertools
 import os
 import sys
@@ -24,11 +25,13 @@ def check(name, condition):
 
 check("class", type(kv).__name__ == "Hybrid" and kv.type == "hybrid")
 # the averaging modes update every rank's (group's) weights apart: no updates on the store
-check("capable", kv.is_capable("optimizer") == (mode not in ("easgd", "lasgd"))
-      and not kv.is_capable("sparse"))
+check(
+    "capable",
+    kv.is_capable("optimizer") == (mode not in ("easgd", "lasgd")) and not kv.is_capable("sparse"),
+)
 check("local_rank", kv.local_rank == rank)
 
-kv.init("acc", mx.nd.ones((3,)) * (rank + 10))             # rank 0's value wins
+kv.init("acc", mx.nd.ones((3,)) * (rank + 10))  # rank 0's value wins
 out = mx.nd.zeros((3,))
 kv.pull("acc", out=out)
 check("init_from_rank0", np.all(out.asnumpy() == 10))
@@ -41,7 +44,7 @@ if mode == "async":  # the servers apply every push as an update: it needs an op
         print(err, flush=True)
         check("push_without_optimizer_refused", "call set_optimizer first" in str(err))
 else:
-    kv.push("acc", mx.nd.ones((3,)) * (rank + 1))               # summed over ranks
+    kv.push("acc", mx.nd.ones((3,)) * (rank + 1))  # summed over ranks
     kv.pull("acc", out=out)
     check("push_pull_sum", np.allclose(out.asnumpy(), expected_sum))
 
@@ -80,7 +83,7 @@ def momentum_sgd(gradients):
 g = expected_sum
 if mode == "async":  # each group's sum applied alone, the groups' pushes in any order
     group_size = kv.config.group_size
-    sums = [np.sum(np.arange(1, size + 1)[i:i + group_size]) for i in range(0, size, group_size)]
+    sums = [np.sum(np.arange(1, size + 1)[i : i + group_size]) for i in range(0, size, group_size)]
     pushes = [a for a in sums for _ in range(2)]
     possible = {momentum_sgd(order) for order in itertools.permutations(pushes)}
     check("optimizer_on_store", any(np.allclose(out4.asnumpy(), w) for w in possible))
@@ -107,6 +110,8 @@ else:
     kv.pull("w", out=out4)
     m2 = 0.9 * m1 - 0.5 * g
     m3 = 0.9 * m2 - 0.5 * g
-    check("optimizer_states_roundtrip", np.allclose(out4.asnumpy(), 1 + m1 + m2 + 2 * m3)
-          and kv._updater.optimizer.lr == 0.5)
+    check(
+        "optimizer_states_roundtrip",
+        np.allclose(out4.asnumpy(), 1 + m1 + m2 + 2 * m3) and kv._updater.optimizer.lr == 0.5,
+    )
 kv.close()

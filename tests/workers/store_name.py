@@ -1,5 +1,6 @@
 """Names a store the way a script would, then takes one step: `create NAME` (mx.kv.create),
 `trainer NAME` (gluon.Trainer(kvstore=NAME), one device) or `module NAME` (Module.fit)."""
+
 import sys
 
 import mxnet as mx
@@ -19,9 +20,14 @@ elif how == "trainer":
     loss.backward()
     trainer.step(4)
 else:
-    symbol = mx.sym.LinearRegressionOutput(mx.sym.FullyConnected(mx.sym.Variable("data"),
-                                                                 num_hidden=1), name="lin")
+    symbol = mx.sym.LinearRegressionOutput(
+        mx.sym.FullyConnected(mx.sym.Variable("data"), num_hidden=1), name="lin"
+    )
     module = mx.mod.Module(symbol, label_names=["lin_label"])
-    module.fit(mx.io.NDArrayIter(x, y, batch_size=4, label_name="lin_label"), num_epoch=1,
-               kvstore=name, optimizer="sgd")
+    module.fit(
+        mx.io.NDArrayIter(x, y, batch_size=4, label_name="lin_label"),
+        num_epoch=1,
+        kvstore=name,
+        optimizer="sgd",
+    )
 print("stepped", flush=True)

@@ -4,6 +4,7 @@ order) is quantised with the residual kept per group, and the quantised sums of 
 groups are summed (the servers add the codes' words) and averaged over the ranks
 (pushpull_gradients, MXKV_AVERAGE=1). Each rank pushes its own random gradients, so no
 group alone can produce the result. One CHECK line per verified fact."""
+
 import os
 
 import mxnet as mx
@@ -30,8 +31,9 @@ def check(name, condition):
 
 
 def gradient(r, step, key):
-    return np.random.default_rng([r, step, ord(key)]).standard_normal(SHAPES[key]).astype(
-        np.float32)
+    return (
+        np.random.default_rng([r, step, ord(key)]).standard_normal(SHAPES[key]).astype(np.float32)
+    )
 
 
 def quantised(x, residual):
@@ -44,8 +46,9 @@ def sum_of_quantised_group_sums(step, keys, residuals):
     """{key: the sum over groups of their quantised sums}, residuals updated per group."""
     total = 0
     for g, members in enumerate(groups):
-        fused = np.concatenate([sum(gradient(r, step, k) for r in members).ravel()
-                                for k in keys]).astype(np.float32)
+        fused = np.concatenate(
+            [sum(gradient(r, step, k) for r in members).ravel() for k in keys]
+        ).astype(np.float32)
         sent, residuals[g] = quantised(fused, residuals[g])
         total = total + sent.astype(np.float64)
     sizes = np.cumsum([0] + [int(np.prod(SHAPES[k])) for k in keys])
@@ -57,8 +60,9 @@ try:
     check("other_types_refused", False)
 except MXKVError as err:
     check("other_types_refused", "'2bit'" in str(err))
-kv.set_gradient_compression({"type": "2bit", "threshold": THRESHOLD} if KIND == "2bit"
-                            else {"type": "1bit"})
+kv.set_gradient_compression(
+    {"type": "2bit", "threshold": THRESHOLD} if KIND == "2bit" else {"type": "1bit"}
+)
 
 keys = list(SHAPES)
 floats = sum(int(np.prod(s)) for s in SHAPES.values())
@@ -75,8 +79,7 @@ for step in range(STEPS):
 check("sum_of_quantised_group_sums", equal and moved)
 # words a leader pushes a step (csrc/code_sums.h): 2bit, one per 10 values (2 groups);
 # 1bit, each group's slot of 40 bytes per 256 values, 3 bytes a word
-words = (-(-floats // 10) if KIND == "2bit"
-         else len(groups) * -(-(-(-floats // 256) * 40) // 3))
+words = -(-floats // 10) if KIND == "2bit" else len(groups) * -(-(-(-floats // 256) * 40) // 3)
 pushed = traffic()[0] - pushed_before
 check("bytes_pushed", pushed == (0 if rank % group_size else STEPS * 4 * words))
 
@@ -88,6 +91,8 @@ weight = mx.nd.zeros(SHAPES["a"])
 kv.pull("w", out=weight)
 fresh = {g: np.zeros(SHAPES["a"][0], np.float32) for g in range(len(groups))}
 expected = sum_of_quantised_group_sums(99, ["a"], fresh)["a"]
-check("optimizer_on_the_workers", np.allclose(weight.asnumpy(), 1 - 0.1 * expected / size,
-                                              rtol=1e-6, atol=1e-7))
+check(
+    "optimizer_on_the_workers",
+    np.allclose(weight.asnumpy(), 1 - 0.1 * expected / size, rtol=1e-6, atol=1e-7),
+)
 kv.close()

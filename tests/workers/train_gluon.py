@@ -1,6 +1,7 @@
 """Trains a small conv net with gluon.Trainer for a few SGD-momentum steps, then writes
 the weights to OUT/rank<r>.npz. Each rank initialises with a different seed, so equal
 results prove the initial broadcast. --reference N: one process, the union of N ranks' batches."""
+
 import argparse
 import os
 
@@ -21,18 +22,28 @@ from common import (
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--out", required=True)
-parser.add_argument("--kvstore", choices=["string", "instance", "dist_sync"], default="string",
-                    help="dist_sync: MXNet's own store (run as a worker of a ps-lite job)")
+parser.add_argument(
+    "--kvstore",
+    choices=["string", "instance", "dist_sync"],
+    default="string",
+    help="dist_sync: MXNet's own store (run as a worker of a ps-lite job)",
+)
 parser.add_argument("--devices", type=int, default=1)
 parser.add_argument("--context", choices=["cpu", "cpu_pinned"], default="cpu")
 parser.add_argument("--update-on-kvstore", choices=["default", "0", "1"], default="default")
 parser.add_argument("--reference", type=int, default=0, help="number of ranks to emulate")
 parser.add_argument("--steps", type=int, default=STEPS)
 parser.add_argument("--init", choices=["xavier", "zero"], default="xavier")
-parser.add_argument("--change-settings", action="store_true",
-                    help="halve the learning rate after step 2 and step(2 x batch) after step 4")
-parser.add_argument("--consensus", action="store_true",
-                    help="modes easgd/lasgd: end on the one model (mxkv_hybrid.consensus)")
+parser.add_argument(
+    "--change-settings",
+    action="store_true",
+    help="halve the learning rate after step 2 and step(2 x batch) after step 4",
+)
+parser.add_argument(
+    "--consensus",
+    action="store_true",
+    help="modes easgd/lasgd: end on the one model (mxkv_hybrid.consensus)",
+)
 args = parser.parse_args()
 
 if args.reference:
@@ -50,16 +61,23 @@ else:
 mx.random.seed(0 if args.kvstore == "dist_sync" else rank)
 contexts = [getattr(mx, args.context)(i) for i in range(args.devices)]
 net = gluon.nn.HybridSequential()
-net.add(gluon.nn.Conv2D(6, 3, activation="relu"),   # in_channels unknown: deferred init
-        gluon.nn.Conv2D(4, 3, activation="relu"),
-        gluon.nn.Dense(16, activation="relu"),
-        gluon.nn.Dense(CLASSES))
-net.initialize(mx.init.Zero() if args.init == "zero" else mx.init.Xavier(magnitude=2.0),
-               ctx=contexts)
+net.add(
+    gluon.nn.Conv2D(6, 3, activation="relu"),  # in_channels unknown: deferred init
+    gluon.nn.Conv2D(4, 3, activation="relu"),
+    gluon.nn.Dense(16, activation="relu"),
+    gluon.nn.Dense(CLASSES),
+)
+net.initialize(
+    mx.init.Zero() if args.init == "zero" else mx.init.Xavier(magnitude=2.0), ctx=contexts
+)
 update_on_kvstore = None if args.update_on_kvstore == "default" else args.update_on_kvstore == "1"
-trainer = gluon.Trainer(net.collect_params(), "sgd",
-                        {"learning_rate": LEARNING_RATE, "momentum": MOMENTUM},
-                        kvstore=kvstore, update_on_kvstore=update_on_kvstore)
+trainer = gluon.Trainer(
+    net.collect_params(),
+    "sgd",
+    {"learning_rate": LEARNING_RATE, "momentum": MOMENTUM},
+    kvstore=kvstore,
+    update_on_kvstore=update_on_kvstore,
+)
 loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
 
 for step in range(args.steps):
@@ -76,16 +94,21 @@ for step in range(args.steps):
 
 if args.consensus:
     import mxkv_hybrid
+
     mxkv_hybrid.consensus(trainer)
 params = list(net.collect_params().values())
 for p in params:  # every device copy holds the same weights
     copies = [d.asnumpy() for d in p.list_data()]
     assert all(np.array_equal(c, copies[0]) for c in copies), p.name
 os.makedirs(args.out, exist_ok=True)
-np.savez(os.path.join(args.out, f"rank{rank}.npz"),
-         **{f"{i:02d}": p.data(contexts[0]).asnumpy() for i, p in enumerate(params)})
-print(f"rank {rank}: trained {args.steps} steps, "
-      f"kvstore={trainer._kvstore.type if trainer._kvstore else None}",
-      f"update_on_kvstore={trainer._update_on_kvstore}",
-      f"overlapped_buckets={overlapped_buckets(trainer._kvstore)}",
-      f"staged_bytes={staged_bytes()}")
+np.savez(
+    os.path.join(args.out, f"rank{rank}.npz"),
+    **{f"{i:02d}": p.data(contexts[0]).asnumpy() for i, p in enumerate(params)},
+)
+print(
+    f"rank {rank}: trained {args.steps} steps, "
+    f"kvstore={trainer._kvstore.type if trainer._kvstore else None}",
+    f"update_on_kvstore={trainer._update_on_kvstore}",
+    f"overlapped_buckets={overlapped_buckets(trainer._kvstore)}",
+    f"staged_bytes={staged_bytes()}",
+)

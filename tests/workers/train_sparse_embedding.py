@@ -5,6 +5,7 @@ small part of the vocabulary, so its gradients alone move only some rows.
 --reference N: one process on the union of N ranks' batches. --sparse-weight: the
 embedding's weight itself is row_sparse (updated on the store; each step pulls the rows
 of its batch by row_sparse_pull)."""
+
 import argparse
 import os
 
@@ -43,8 +44,13 @@ class SparseWeightEmbedding(gluon.Block):
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
-        self.weight = self.params.get("weight", shape=(VOCABULARY, WIDTH), stype="row_sparse",
-                                      grad_stype="row_sparse", dtype=args.dtype)
+        self.weight = self.params.get(
+            "weight",
+            shape=(VOCABULARY, WIDTH),
+            stype="row_sparse",
+            grad_stype="row_sparse",
+            dtype=args.dtype,
+        )
 
     def forward(self, words):
         rows = self.weight.row_sparse_data(words)
@@ -59,15 +65,23 @@ else:
     rank = kvstore.rank
 
 mx.random.seed(rank)  # each rank initialises differently: equal results prove the broadcast
-embedding = (SparseWeightEmbedding() if args.sparse_weight
-             else gluon.nn.Embedding(VOCABULARY, WIDTH, sparse_grad=True, dtype=args.dtype))
+embedding = (
+    SparseWeightEmbedding()
+    if args.sparse_weight
+    else gluon.nn.Embedding(VOCABULARY, WIDTH, sparse_grad=True, dtype=args.dtype)
+)
 head = gluon.nn.Dense(CLASSES, in_units=WIDTH, dtype=args.dtype)
 for block in (embedding, head):
     block.initialize(mx.init.Uniform(0.5))
 params = {**embedding.collect_params(), **head.collect_params()}
 update_on_kvstore = None if args.update_on_kvstore == "default" else args.update_on_kvstore == "1"
-trainer = gluon.Trainer(params, "sgd", {"learning_rate": 0.5, "momentum": args.momentum, "wd": 0.0},
-                        kvstore=kvstore, update_on_kvstore=update_on_kvstore)
+trainer = gluon.Trainer(
+    params,
+    "sgd",
+    {"learning_rate": 0.5, "momentum": args.momentum, "wd": 0.0},
+    kvstore=kvstore,
+    update_on_kvstore=update_on_kvstore,
+)
 loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
 
 for step in range(args.steps):
@@ -84,7 +98,12 @@ if args.sparse_weight:
 else:
     weight = embedding.weight.data()
 os.makedirs(args.out, exist_ok=True)
-np.savez(os.path.join(args.out, f"rank{rank}.npz"), embedding=weight.asnumpy(),
-         **{name: p.data().asnumpy() for name, p in head.collect_params().items()})
-print(f"rank {rank}: trained {args.steps} steps, update_on_kvstore={trainer._update_on_kvstore}",
-      flush=True)
+np.savez(
+    os.path.join(args.out, f"rank{rank}.npz"),
+    embedding=weight.asnumpy(),
+    **{name: p.data().asnumpy() for name, p in head.collect_params().items()},
+)
+print(
+    f"rank {rank}: trained {args.steps} steps, update_on_kvstore={trainer._update_on_kvstore}",
+    flush=True,
+)

@@ -3,6 +3,7 @@ scripts do: csr features, a row_sparse weight updated on the store, each batch p
 the rows of its features (Module.prepare with sparse_row_id_fn). Writes the weights to
 OUT/rank<r>.npz. Each rank's batches touch different features.
 --reference N: one process on the union of N ranks' batches, with MXNet's 'local' store."""
+
 import argparse
 import os
 
@@ -35,8 +36,9 @@ def batch_of(parts):
     values = np.concatenate([p[1] for p in parts])
     labels = np.concatenate([p[2] for p in parts])
     indptr = np.arange(0, columns.size + 1, PER_SAMPLE)
-    data = mx.nd.sparse.csr_matrix((values.ravel(), columns.ravel(), indptr),
-                                   shape=(len(labels), FEATURES))
+    data = mx.nd.sparse.csr_matrix(
+        (values.ravel(), columns.ravel(), indptr), shape=(len(labels), FEATURES)
+    )
     return mx.io.DataBatch([data], [mx.nd.array(labels)])
 
 
@@ -55,11 +57,16 @@ else:
 mx.random.seed(rank)  # each rank initialises differently: equal results prove the broadcast
 
 module = mx.mod.Module(network, data_names=["data"], label_names=["softmax_label"])
-module.bind(data_shapes=[mx.io.DataDesc("data", (batch_size, FEATURES))],
-            label_shapes=[mx.io.DataDesc("softmax_label", (batch_size,))])
+module.bind(
+    data_shapes=[mx.io.DataDesc("data", (batch_size, FEATURES))],
+    label_shapes=[mx.io.DataDesc("softmax_label", (batch_size,))],
+)
 module.init_params()
-module.init_optimizer(kvstore=kvstore, optimizer="sgd",
-                      optimizer_params={"learning_rate": 0.5, "momentum": args.momentum})
+module.init_optimizer(
+    kvstore=kvstore,
+    optimizer="sgd",
+    optimizer_params={"learning_rate": 0.5, "momentum": args.momentum},
+)
 
 
 def rows_of_batch(batch):
@@ -67,8 +74,11 @@ def rows_of_batch(batch):
 
 
 for step in range(args.steps):
-    batch = batch_of([rank_batch(r, step) for r in range(args.reference)] if args.reference
-                     else [rank_batch(rank, step)])
+    batch = batch_of(
+        [rank_batch(r, step) for r in range(args.reference)]
+        if args.reference
+        else [rank_batch(rank, step)]
+    )
     module.prepare(batch, sparse_row_id_fn=rows_of_batch)
     module.forward_backward(batch)
     module.update()
@@ -77,6 +87,7 @@ kept = mx.nd.sparse.zeros("row_sparse", (FEATURES, 1))
 module._kvstore.row_sparse_pull("weight", out=kept, row_ids=mx.nd.arange(FEATURES, dtype="int64"))
 params, _ = module.get_params()
 os.makedirs(args.out, exist_ok=True)
-np.savez(os.path.join(args.out, f"rank{rank}.npz"), weight=kept.asnumpy(),
-         bias=params["bias"].asnumpy())
+np.savez(
+    os.path.join(args.out, f"rank{rank}.npz"), weight=kept.asnumpy(), bias=params["bias"].asnumpy()
+)
 print(f"rank {rank}: trained {args.steps} steps with Module", flush=True)

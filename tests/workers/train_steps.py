@@ -7,6 +7,7 @@ step and after it; --compute-ms RANK:MS makes one rank compute MS longer each st
 operation that hangs, so its gradient bucket never becomes ready); --hold-gil RANK:STEP
 makes that rank sleep in C with Python's lock held before that step (its stall monitor
 cannot answer). Prints the steps taken and the final weight."""
+
 import argparse
 import ctypes
 import time
@@ -35,8 +36,9 @@ trainer = gluon.Trainer(dense.collect_params(), "sgd", {"learning_rate": 0.1}, k
 x, y = mx.nd.ones((8, 3)) * (rank + 1), mx.nd.ones((8, 1))
 nan_rank, nan_step = map(int, args.nan_at.split(":")) if args.nan_at else (-1, -1)
 slow_rank, slow_ms = map(int, args.compute_ms.split(":")) if args.compute_ms else (-1, 0)
-hang_rank, hang_step = (map(int, args.hang_in_backward.split(":")) if args.hang_in_backward
-                        else (-1, -1))
+hang_rank, hang_step = (
+    map(int, args.hang_in_backward.split(":")) if args.hang_in_backward else (-1, -1)
+)
 gil_rank, gil_step = map(int, args.hold_gil.split(":")) if args.hold_gil else (-1, -1)
 
 

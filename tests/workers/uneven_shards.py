@@ -3,6 +3,7 @@ with Module.fit(kvstore='hybrid') (its train_data wrapped by the plugin), then w
 Gluon loop over mxkv_hybrid.even_batches(loader) (--apis picks; one model per process in
 the parameter-server modes). --batches gives every rank's count.
 Prints the steps of each epoch and writes the weights to OUT/<api>-rank<r>.npz."""
+
 import argparse
 import os
 
@@ -20,9 +21,12 @@ parser.add_argument("--batches", required=True, help="batches per rank, e.g. 3,4
 parser.add_argument("--epochs", type=int, default=3)
 parser.add_argument("--lr", type=float, default=0.1)
 parser.add_argument("--apis", default="module,gluon")
-parser.add_argument("--halves", action="store_true",
-                    help="the features split between the two halves of the ranks "
-                         "(REGRESSION_HALVES); Module's model then saved after consensus too")
+parser.add_argument(
+    "--halves",
+    action="store_true",
+    help="the features split between the two halves of the ranks "
+    "(REGRESSION_HALVES); Module's model then saved after consensus too",
+)
 args = parser.parse_args()
 apis = args.apis.split(",")
 
@@ -50,26 +54,37 @@ def train_module() -> None:
     net = mx.sym.FullyConnected(mx.sym.Variable("data"), num_hidden=1, name="fc")
     net = mx.sym.LinearRegressionOutput(net, mx.sym.Variable("lin_reg_label"), name="lin_reg")
     module = mx.mod.Module(net, label_names=["lin_reg_label"], context=mx.cpu())
-    module.fit(data, num_epoch=args.epochs, kvstore="hybrid", optimizer="sgd",
-               optimizer_params={"learning_rate": args.lr}, initializer=mx.init.Zero(),
-               batch_end_callback=count_step)
+    module.fit(
+        data,
+        num_epoch=args.epochs,
+        kvstore="hybrid",
+        optimizer="sgd",
+        optimizer_params={"learning_rate": args.lr},
+        initializer=mx.init.Zero(),
+        batch_end_callback=count_step,
+    )
     print(f"module steps per epoch: {[steps[e] for e in range(args.epochs)]}")
     arg_params, _ = module.get_params()
-    save("module", {"weight": arg_params["fc_weight"].asnumpy(),
-                    "bias": arg_params["fc_bias"].asnumpy()})
+    save(
+        "module",
+        {"weight": arg_params["fc_weight"].asnumpy(), "bias": arg_params["fc_bias"].asnumpy()},
+    )
     if args.halves:  # the model the mode delivers (async: the servers', after every update)
         mxkv_hybrid.consensus(module)
         arg_params, _ = module.get_params()
-        save("module-consensus", {"weight": arg_params["fc_weight"].asnumpy(),
-                                  "bias": arg_params["fc_bias"].asnumpy()})
+        save(
+            "module-consensus",
+            {"weight": arg_params["fc_weight"].asnumpy(), "bias": arg_params["fc_bias"].asnumpy()},
+        )
 
 
 def train_gluon() -> None:
     """A Gluon loop over even_batches(loader)."""
     dense = gluon.nn.Dense(1, in_units=x.shape[1])
     dense.initialize(mx.init.Zero())
-    trainer = gluon.Trainer(dense.collect_params(), "sgd", {"learning_rate": args.lr},
-                            kvstore="hybrid")
+    trainer = gluon.Trainer(
+        dense.collect_params(), "sgd", {"learning_rate": args.lr}, kvstore="hybrid"
+    )
     loader = gluon.data.DataLoader(gluon.data.ArrayDataset(x, y), batch_size=BATCH, shuffle=False)
     loss_fn = gluon.loss.L2Loss()
     gluon_steps = []
