@@ -24,8 +24,10 @@ from conftest import launch
 
 PACKAGE = pathlib.Path(mxkv_hybrid.__file__).parent
 # modules whose prints are a program's output, not messages: reports, tables, a dry run's
-# commands, --serve's join address, usage, the test cluster's command-line answers
+# commands, --serve's join address, usage, the test cluster's command-line answers, and the
+# relay's 'ready', the line its starter waits for
 PRINTS_KEPT = {
+    "launch/relay.py",
     "tune.py",
     "run.py",
     "plan/__main__.py",
@@ -166,7 +168,8 @@ def test_a_users_file_handler_gets_the_messages(package_logger, tmp_path, capsys
     assert capsys.readouterr().err.count("the job failed") == 1  # the console's still
 
 
-def test_the_launchers_flag_sets_the_level_for_it_and_its_ranks(package_logger):
+def test_the_launchers_flag_sets_the_level_for_it_and_its_ranks(package_logger, monkeypatch):
+    monkeypatch.setenv("MXKV_LOG_LEVEL", "info")  # restored after: later tests' children see it
     args = launcher.parse_arguments(
         ["-n", "2", "--log-level", "error", "--dry-run", "--", "python", "train.py"]
     )

@@ -19,7 +19,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from mxkv_hybrid.launch.job_key import make_job_key, tls_context
-from mxkv_hybrid.launch.processes import free_port
+from mxkv_hybrid.launch.processes import end_process_group, free_port
+from mxkv_hybrid.launch.relay_setup import start_ready
 from mxkv_hybrid.ps.node_addresses import Endpoint, RelayPlan, StandIn
 
 HOST = "127.0.0.1"
@@ -198,3 +199,18 @@ def test_when_the_node_hangs_up_the_dialling_side_sees_the_end(relays):
         conn.sendall(b"x")
         assert conn.recv(1) == b"x"
         assert read_until_closed(conn) == 0  # relay B, then relay A, closed their sides
+
+
+def test_a_relay_says_ready_to_its_starter_at_every_log_level(tmp_path):
+    """The 'ready' line is the launcher's handshake with its relay, not a message: at
+    MXKV_LOG_LEVEL=error (mxkv-launch --log-level error) the launcher still gets it
+    (relay_setup.start_ready gives up after READY_SECONDS, naming the relay, if not)."""
+    key = str(tmp_path / "job.pem")
+    make_job_key(key)
+    plan_path = tmp_path / "quiet.json"
+    plan_path.write_text(RelayPlan(Endpoint(HOST, free_port(HOST)), frozenset(), {}).to_json())
+    command = [sys.executable, "-m", "mxkv_hybrid.launch.relay", "--plan", str(plan_path)]
+    relay = start_ready(
+        "quiet relay", [*command, "--key", key], dict(os.environ, MXKV_LOG_LEVEL="error")
+    )
+    end_process_group(relay, grace=0)

@@ -31,6 +31,7 @@ import logging
 import os
 import signal
 import ssl
+import sys
 import tempfile
 import time
 from typing import Awaitable, Callable, Dict, List, Optional, Set, Tuple
@@ -302,10 +303,12 @@ async def _run(
     if forget_key:  # loaded: the file goes (the directory with it, at exit)
         os.unlink(key_path)
     await relay.start()
-    say(
-        f"ready: TLS on {plan.tls}, {len(plan.stand_ins)} stand-in(s), "
+    # the line its starter waits for (relay_setup.start_ready): printed at every log level
+    print(
+        f"mxkv-relay: ready: TLS on {plan.tls}, {len(plan.stand_ins)} stand-in(s), "
         f"{len(plan.local)} local node(s)",
-        logging.INFO,
+        file=sys.stderr,
+        flush=True,
     )
     stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
