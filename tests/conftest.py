@@ -12,12 +12,13 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Callable, Dict, Iterator, List, Optional, Sequence
 
 import numpy as np
 import pytest
 
 from mxkv_hybrid.launch.processes import live_processes
+from mxkv_hybrid.testing.cluster import Cluster
 
 WORKERS = Path(__file__).parent / "workers"
 EXAMPLES = Path(__file__).parent.parent / "examples"
@@ -359,3 +360,23 @@ def bytes_across(output: str) -> float:
     figure = re.search(r"and ([\d.]+) KiB across groups", line)
     assert figure, line
     return float(figure.group(1))
+
+
+@pytest.fixture
+def make_cluster() -> Iterator[Callable[..., Cluster]]:
+    """Emulated hosts (tests/emulated.py has the rest): make_cluster(hosts, rate_mbit=None,
+    interfaces=None), a started cluster, removed after the test (and checked to have no
+    process left in it)."""
+    made: List[Cluster] = []
+
+    def make(
+        hosts: int, rate_mbit: Optional[float] = None, interfaces: Optional[Dict[str, str]] = None
+    ) -> Cluster:
+        cluster = Cluster(hosts, rate_mbit, interfaces)
+        cluster.start()
+        made.append(cluster)
+        return cluster
+
+    yield make
+    for cluster in made:
+        cluster.close()

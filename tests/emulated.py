@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 import time
-from typing import Callable, Dict, Iterator, List, Optional, Sequence
+from typing import Dict, Optional, Sequence
 
 import pytest
 
@@ -21,25 +21,6 @@ on_emulated_hosts = [
     pytest.mark.emulated_hosts,
     pytest.mark.skipif(REASON is not None, reason=f"no emulated hosts: {REASON}"),
 ]
-
-
-@pytest.fixture
-def make_cluster() -> Iterator[Callable[..., Cluster]]:
-    """make_cluster(hosts, rate_mbit=None, interfaces=None): a started cluster, removed
-    after the test (and checked to have no process left in it)."""
-    made: List[Cluster] = []
-
-    def make(
-        hosts: int, rate_mbit: Optional[float] = None, interfaces: Optional[Dict[str, str]] = None
-    ) -> Cluster:
-        cluster = Cluster(hosts, rate_mbit, interfaces)
-        cluster.start()
-        made.append(cluster)
-        return cluster
-
-    yield make
-    for cluster in made:
-        cluster.close()
 
 
 def launcher_environment(env: Optional[Dict[str, str]]) -> Dict[str, str]:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from mxkv_hybrid.testing.cluster import NETNS_ETC, STATE_DIR
 
-from emulated import make_cluster, on_emulated_hosts  # noqa: F401  (fixture)
+from emulated import on_emulated_hosts
 
 pytestmark = on_emulated_hosts
 
@@ -54,7 +54,7 @@ def listen(cluster, host: str, port: int) -> subprocess.Popen:
     return sink
 
 
-def test_hosts_have_names_addresses_and_a_shaped_link(make_cluster):  # noqa: F811  (fixture)
+def test_hosts_have_names_addresses_and_a_shaped_link(make_cluster):
     rate_mbit, megabytes = 80, 4
     cluster = make_cluster(2, rate_mbit=rate_mbit)
     h1, h2 = cluster.address("h1"), cluster.address("h2")
@@ -85,7 +85,7 @@ def test_hosts_have_names_addresses_and_a_shaped_link(make_cluster):  # noqa: F8
     assert cluster.bytes_sent("h1") >= megabytes << 20
 
 
-def test_a_cut_host_is_unreachable_until_healed(make_cluster):  # noqa: F811  (fixture)
+def test_a_cut_host_is_unreachable_until_healed(make_cluster):
     cluster = make_cluster(2)
     sink = listen(cluster, "h2", 7001)
     cluster.cut("h2")
@@ -148,7 +148,7 @@ def test_a_cluster_whose_owner_dies_is_removed_with_its_processes():
     )
 
 
-def test_sockets_of_one_host_see_its_own_name(make_cluster):  # noqa: F811  (fixture)
+def test_sockets_of_one_host_see_its_own_name(make_cluster):
     cluster = make_cluster(1)
     name = subprocess.run(
         cluster.command("h1", [sys.executable, "-c", "import socket; print(socket.gethostname())"]),

@@ -20,7 +20,7 @@ from conftest import (
     rank_files,
     run_reference,
 )
-from emulated import launch_on, make_cluster, on_emulated_hosts  # noqa: F401  (fixture)
+from emulated import launch_on, on_emulated_hosts
 
 pytestmark = on_emulated_hosts
 
@@ -49,7 +49,7 @@ def assert_steps(seen: list, expected: list, *names: str) -> None:
             )
 
 
-def test_lasgd_across_hosts_follows_the_formula(make_cluster, job_dir):  # noqa: F811  (fixture)
+def test_lasgd_across_hosts_follows_the_formula(make_cluster, job_dir):
     cluster = make_cluster(2, rate_mbit=1000)
     seen, agreed = steps_of(
         launch_on(
@@ -67,7 +67,7 @@ def test_lasgd_across_hosts_follows_the_formula(make_cluster, job_dir):  # noqa:
     )
 
 
-def test_easgd_over_rma_across_hosts_follows_the_formula(make_cluster, job_dir):  # noqa: F811  (fixture)
+def test_easgd_over_rma_across_hosts_follows_the_formula(make_cluster, job_dir):
     """The centre in the leaders' MPI windows, one leader on each host."""
     cluster = make_cluster(2, rate_mbit=1000)
     seen, agreed = steps_of(
@@ -91,7 +91,7 @@ def test_easgd_over_rma_across_hosts_follows_the_formula(make_cluster, job_dir):
     np.testing.assert_allclose(agreed, [expected[-1]["centre"]] * 2, rtol=0, atol=1e-5)
 
 
-def test_hierarchical_and_flat_allreduce_across_hosts_match_one_process(make_cluster, job_dir):  # noqa: F811  (fixture)
+def test_hierarchical_and_flat_allreduce_across_hosts_match_one_process(make_cluster, job_dir):
     """One group per host: both match one process on the union of the batches, the
     gradients' bytes crossed h2's link, and the hierarchical allreduce sent fewer."""
     cluster = make_cluster(2, rate_mbit=1000)
@@ -115,7 +115,7 @@ def test_hierarchical_and_flat_allreduce_across_hosts_match_one_process(make_clu
     assert across["on"] < across["off"], across
 
 
-def test_async_group_jobs_across_hosts_end_on_the_servers_model(make_cluster, job_dir):  # noqa: F811  (fixture)
+def test_async_group_jobs_across_hosts_end_on_the_servers_model(make_cluster, job_dir):
     """One group job per host, the server on h1: every rank starts from the servers'
     weights and ends on the servers' model after both groups' last update; as accurate as
     test_group_jobs' run of the same job on one host."""
@@ -142,7 +142,7 @@ def test_async_group_jobs_across_hosts_end_on_the_servers_model(make_cluster, jo
 
 @pytest.mark.parametrize("period_us, woke", [("500", "signalled"), ("0", "at its limit")])
 def test_remote_memory_across_hosts_moves_while_its_holder_computes(
-    make_cluster,  # noqa: F811  (fixture)
+    make_cluster,
     job_dir,
     period_us,
     woke,

@@ -20,7 +20,7 @@ from mxkv_hybrid.launch.job_key import make_job_key
 from mxkv_hybrid.ps.node_addresses import PsNodes
 
 from conftest import WORKERS
-from emulated import assert_nothing_left, make_cluster, on_emulated_hosts  # noqa: F401
+from emulated import assert_nothing_left, on_emulated_hosts
 
 pytestmark = on_emulated_hosts
 
@@ -66,7 +66,7 @@ def listeners(cluster, host: str) -> List[str]:
 
 
 def test_a_ps_lite_job_across_hosts_through_relays_refuses_every_stranger(
-    make_cluster,  # noqa: F811  (fixture)
+    make_cluster,
     tmp_path: Path,
 ):
     cluster = make_cluster(3)

@@ -18,7 +18,7 @@ import numpy as np
 from mxkv_hybrid.launch.job_key import make_job_key
 
 from conftest import rank_files
-from emulated import HostLauncher, assert_nothing_left, make_cluster, on_emulated_hosts  # noqa: F401
+from emulated import HostLauncher, assert_nothing_left, on_emulated_hosts
 
 pytestmark = on_emulated_hosts
 
@@ -117,7 +117,7 @@ def strangers(cluster, key: str) -> Dict[str, List[str]]:
     return tried
 
 
-def test_strangers_reach_neither_a_sync_nor_an_easgd_job(make_cluster, job_dir, tmp_path):  # noqa: F811  (fixture)
+def test_strangers_reach_neither_a_sync_nor_an_easgd_job(make_cluster, job_dir, tmp_path):
     cluster = make_cluster(3, rate_mbit=1000)
     other_key = str(tmp_path / "another_job.pem")
     make_job_key(other_key)
@@ -152,7 +152,7 @@ def test_strangers_reach_neither_a_sync_nor_an_easgd_job(make_cluster, job_dir, 
     assert min(accuracy) >= 0.93, easgd.output
 
 
-def test_strangers_reach_no_served_job(make_cluster, job_dir, tmp_path):  # noqa: F811  (fixture)
+def test_strangers_reach_no_served_job(make_cluster, job_dir, tmp_path):
     """The same easgd job as two groups that --join a --serve-d job (h1 serves; a group
     joins from h1, one from h2), its relays keyed by the token."""
     cluster = make_cluster(3, rate_mbit=1000)
