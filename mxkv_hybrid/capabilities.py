@@ -1,9 +1,9 @@
 """What each MXKV_MODE can do: the one table that config's checks, the launcher and the store
 read instead of naming modes. Each field's doc is in its metadata (`dataclasses.fields`),
-and `rows()` lists the table for the docs."""
+and the docs render it (docs/_ext/generated_reference.py)."""
 
 from dataclasses import dataclass, field, fields
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, Tuple
 
 ALLREDUCE, SYNC, ASYNC, EASGD, LASGD = "allreduce", "sync", "async", "easgd", "lasgd"
 
@@ -136,12 +136,3 @@ def steps_together(mode: str, easgd_sync: bool) -> bool:
     the easgd_sync setting)."""
     can = capabilities_of(mode)
     return can.groups_step_together or (can.easgd_sync and easgd_sync)
-
-
-def rows() -> List[Tuple[str, str, bool]]:
-    """(mode, capability, yes) for every mode and capability, in table order (the docs)."""
-    return [
-        (mode, capability.name, getattr(can, capability.name))
-        for mode, can in CAPABILITIES.items()
-        for capability in fields(ModeCapabilities)
-    ]
