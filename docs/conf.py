@@ -16,6 +16,7 @@ extensions = [
     "sphinx.ext.autodoc",
     "sphinx.ext.viewcode",
     "generated_reference",  # _ext/: the knob, flag and capability tables, from the code
+    "error_catalogue",  # _ext/: every error message, from the package's source
 ]
 myst_enable_extensions = ["colon_fence", "dollarmath"]
 myst_heading_anchors = 3

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from generated_reference import MarkdownDirective, cell
+from sphinx.application import Sphinx
 
 PACKAGE = Path(__file__).resolve().parents[2] / "mxkv_hybrid"
 
@@ -100,3 +101,8 @@ def catalogue_markdown(messages: List[ErrorMessage]) -> str:
 class ErrorsDirective(MarkdownDirective):
     def markdown(self) -> str:
         return catalogue_markdown(catalogue())
+
+
+def setup(app: Sphinx) -> dict:
+    app.add_directive("mxkv-errors", ErrorsDirective)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -122,9 +122,6 @@ class FlagsDirective(MarkdownDirective):
 
 
 def setup(app: Sphinx) -> dict:
-    from error_catalogue import ErrorsDirective
-
-    app.add_directive("mxkv-errors", ErrorsDirective)
     app.add_directive("mxkv-knobs", KnobsDirective)
     app.add_directive("mxkv-capabilities", CapabilitiesDirective)
     app.add_directive("mxkv-flags", FlagsDirective)
