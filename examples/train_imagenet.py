@@ -37,6 +37,7 @@ from mxnet import autograd, gluon
 from mxnet.gluon.data.vision import transforms
 
 import mxkv_hybrid
+from mxkv_hybrid.capabilities import CAPABILITIES
 
 from replica_check import replica_scope, replicas_identical
 
@@ -97,9 +98,10 @@ def parse_arguments() -> argparse.Namespace:
         parser.error("--resume-epoch and --auto-resume need --save-dir")
     if args.resume_epoch and args.auto_resume:
         parser.error("--resume-epoch and --auto-resume exclude each other")
-    if args.save_dir and os.environ.get("MXKV_MODE") == "async":
+    mode = os.environ.get("MXKV_MODE", "")
+    if args.save_dir and mode in CAPABILITIES and not CAPABILITIES[mode].checkpoints:
         parser.error(
-            "MXKV_MODE=async keeps the optimizer state on the parameter servers, "
+            f"MXKV_MODE={mode} keeps the optimizer state on the parameter servers, "
             "which cannot be saved: drop --save-dir or use another mode"
         )
     return args

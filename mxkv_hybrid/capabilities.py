@@ -60,13 +60,43 @@ class ModeCapabilities:
         "MXKV_LASGD_OVERLAP: the model average runs behind the next local steps."
     )
     async_damping: bool = _can("MXKV_ASYNC_DAMPING: the servers damp stale gradients.")
+    updates_on_store: bool = _can(
+        "The store can run the optimizer (KVStore.is_capable(OPTIMIZER), update_on_kvstore), "
+        "so it takes weights of stype row_sparse, which MXNet updates on the store; easgd and "
+        "lasgd update each rank's (group's) own weights and refuse them, naming the fix."
+    )
+    compression_across_groups: bool = _can(
+        "set_gradient_compression quantises what crosses between groups: allreduce each "
+        "rank's sum (MXKV_HIERARCHY: each group's), sync each group's sum (the servers sum "
+        "the codes), async each group's gradients (the servers decode them). easgd and lasgd "
+        "quantise only the gradients summed in a group (lasgd: in the warm-up); the averaging "
+        "stays float32."
+    )
+    checkpoints: bool = _can(
+        "mxkv_hybrid.checkpoint.save and load: each rank saves its weights and optimizer "
+        "state (sync: with update_on_kvstore=False). async keeps the optimizer state on the "
+        "servers, which outlive a lost group: a restarted group goes on from them "
+        "(Hybrid.steps_done)."
+    )
+    checkpoints_per_group: bool = _can(
+        "Where each group runs as its own MPI job, each group commits its own checkpoint and "
+        "a restarted group resumes from it; sync's groups must resume the same step, which "
+        "only one MPI job commits."
+    )
 
 
 _NONE = dict.fromkeys((f.name for f in fields(ModeCapabilities)), False)
 
 CAPABILITIES: Dict[str, ModeCapabilities] = {
     ALLREDUCE: ModeCapabilities(
-        **dict(_NONE, groups_step_together=True, gradients_allreduced=True)
+        **dict(
+            _NONE,
+            groups_step_together=True,
+            gradients_allreduced=True,
+            updates_on_store=True,
+            compression_across_groups=True,
+            checkpoints=True,
+        )
     ),
     SYNC: ModeCapabilities(
         **dict(
@@ -75,6 +105,9 @@ CAPABILITIES: Dict[str, ModeCapabilities] = {
             group_jobs=True,
             groups_step_together=True,
             optimizer_on_servers=True,
+            updates_on_store=True,
+            compression_across_groups=True,
+            checkpoints=True,
         )
     ),
     ASYNC: ModeCapabilities(
@@ -86,6 +119,8 @@ CAPABILITIES: Dict[str, ModeCapabilities] = {
             optimizer_on_servers=True,
             updates_only_on_servers=True,
             async_damping=True,
+            updates_on_store=True,
+            compression_across_groups=True,
         )
     ),
     EASGD: ModeCapabilities(
@@ -97,6 +132,8 @@ CAPABILITIES: Dict[str, ModeCapabilities] = {
             easgd_sync=True,
             rma_transport=True,
             outer_optimizer=True,
+            checkpoints=True,
+            checkpoints_per_group=True,
         )
     ),
     LASGD: ModeCapabilities(
@@ -106,6 +143,7 @@ CAPABILITIES: Dict[str, ModeCapabilities] = {
             outer_optimizer=True,
             fragments=True,
             overlapped_average=True,
+            checkpoints=True,
         )
     ),
 }

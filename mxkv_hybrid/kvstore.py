@@ -105,9 +105,10 @@ class Hybrid(KVStoreBase):
         return self._weights.updater
 
     def is_capable(self, capability: str) -> bool:
-        """Updates can run on the store, except in the averaging modes easgd and lasgd
-        (each group or rank updates its own weights, which the averaging then moves)."""
-        return capability == KVStoreBase.OPTIMIZER and self._averaging is None
+        """Updates can run on the store where the mode's row says so (updates_on_store):
+        not in easgd and lasgd, where each group or rank updates its own weights, which the
+        averaging then moves."""
+        return capability == KVStoreBase.OPTIMIZER and self._can.updates_on_store
 
     @property
     def averaging(self) -> Optional[Averaging]:
@@ -328,8 +329,9 @@ class Hybrid(KVStoreBase):
             assert isinstance(self._weights, ServerWeights)
             self._weights.compress_gradients(compression)
             return
-        if self._averaging is not None:
+        if not self._can.compression_across_groups:  # only inside a group; averages float32
             self._active()
+            assert self._averaging is not None  # (modes easgd, lasgd)
             self._averaging.compress_gradients(compression)
             return
         assert isinstance(self._weights, WorkerWeights)  # (mode allreduce)

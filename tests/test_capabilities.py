@@ -3,13 +3,15 @@ and modes/ names a mode, and the table agrees with the refusals config makes."""
 
 import ast
 import pathlib
-from dataclasses import fields
+from dataclasses import fields, replace
 from typing import Iterator, Set, Tuple
 
 import pytest
+from mxnet import gluon
+from mxnet.kvstore import KVStoreBase
 
 import mxkv_hybrid
-from mxkv_hybrid import capabilities, config
+from mxkv_hybrid import capabilities, checkpoint, config
 from mxkv_hybrid.capabilities import (
     CAPABILITIES,
     MODES,
@@ -20,6 +22,7 @@ from mxkv_hybrid.capabilities import (
     modes_without,
     steps_together,
 )
+from mxkv_hybrid.comm.compression import QuantisedReducer
 from mxkv_hybrid.errors import ConfigError
 
 PACKAGE = pathlib.Path(mxkv_hybrid.__file__).parent
@@ -127,6 +130,63 @@ def test_a_few_facts():
     assert modes_with("rma_transport") == ("easgd",)
     assert modes_with("outer_optimizer") == ("easgd", "lasgd")
     assert modes_with("updates_only_on_servers") == ("async",)
+    assert modes_with("updates_on_store") == ("allreduce", "sync", "async")
+    assert modes_without("compression_across_groups") == ("easgd", "lasgd")
+    assert modes_without("checkpoints") == ("async",)
+    assert modes_with("checkpoints_per_group") == ("easgd",)
     assert config.separate_groups_refusal("easgd", True) != ""
     assert config.separate_groups_refusal("easgd", False, "rma") != ""
     assert config.KNOBS["MXKV_MODE"].default == capabilities.ALLREDUCE
+
+
+def _training(mode: str, monkeypatch) -> Tuple[gluon.Block, gluon.Trainer]:
+    """A net and its Trainer on a one-rank hybrid store in `mode` (a world of one, no process
+    started)."""
+    monkeypatch.setenv("MXKV_MODE", mode)
+    net = gluon.nn.Dense(2, in_units=3)
+    net.initialize()
+    trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1}, kvstore="hybrid")
+    trainer._init_kvstore()
+    return net, trainer
+
+
+def _with_row(monkeypatch, mode: str, **changes: bool) -> None:
+    """Changes `mode`'s row of the table for this test."""
+    monkeypatch.setitem(CAPABILITIES, mode, replace(CAPABILITIES[mode], **changes))
+
+
+@pytest.mark.parametrize("mode", ["allreduce", "lasgd"])  # the modes a world of one can run
+def test_the_store_updates_weights_where_the_row_says(mode, monkeypatch):
+    """KVStore.is_capable(OPTIMIZER), which MXNet's Trainer and _create_sparse_kvstore
+    (row_sparse weights) ask, reads updates_on_store: flipping the row flips the answer."""
+    can = CAPABILITIES[mode].updates_on_store
+    _, trainer = _training(mode, monkeypatch)
+    assert trainer._kvstore.is_capable(KVStoreBase.OPTIMIZER) == can
+    _with_row(monkeypatch, mode, updates_on_store=not can)
+    _, trainer = _training(mode, monkeypatch)
+    assert trainer._kvstore.is_capable(KVStoreBase.OPTIMIZER) == (not can)
+
+
+def test_checkpoints_are_refused_where_the_row_says_before_a_file_is_written(tmp_path, monkeypatch):
+    net, trainer = _training("allreduce", monkeypatch)
+    checkpoint.save(str(tmp_path / "kept"), net, trainer)
+    _with_row(monkeypatch, "allreduce", checkpoints=False)
+    with pytest.raises(
+        ConfigError,
+        match=r"checkpoint.save: in MXKV_MODE=allreduce the optimizer and its state live on "
+        r"the parameter servers.* \(sync, easgd, lasgd\)",
+    ):
+        checkpoint.save(str(tmp_path / "refused"), net, trainer)
+    assert not (tmp_path / "refused").exists()
+
+
+@pytest.mark.parametrize("across_groups", [False, True])
+def test_compression_quantises_where_the_row_says(across_groups, monkeypatch):
+    """lasgd quantises only the warm-up's gradients (its averaging stays float32); given
+    compression_across_groups, the store's own reducer would quantise instead."""
+    _with_row(monkeypatch, "lasgd", compression_across_groups=across_groups)
+    _, trainer = _training("lasgd", monkeypatch)
+    store = trainer._kvstore
+    store.set_gradient_compression({"type": "2bit", "threshold": 0.5})
+    assert isinstance(store._reducer, QuantisedReducer) == across_groups
+    assert isinstance(store.averaging.gradients, QuantisedReducer) != across_groups

@@ -36,7 +36,7 @@ import mxnet as mx
 from mxnet import gluon
 
 from ..atomic_file import write_atomically
-from ..capabilities import capabilities_of
+from ..capabilities import capabilities_of, modes_with
 from ..comm import stall
 from ..comm.topology import World, world
 from ..errors import ConfigError, MXKVError
@@ -94,10 +94,22 @@ def _mode(trainer: gluon.Trainer):
 
 def _scope(what: str, trainer: gluon.Trainer) -> World:
     """The ranks that commit one manifest: this MPI job (all ranks, or with separate group
-    jobs this group's). Sync group jobs are refused: their groups must commit together."""
+    jobs this group's). Refused where the mode's row says no, before any file is written:
+    a mode without checkpoints, and group jobs of a mode whose groups commit together."""
     this = world()
     mode = _mode(trainer)
-    if not this.spans_all_ranks and mode is not None and capabilities_of(mode).groups_step_together:
+    if mode is None:
+        return this
+    can = capabilities_of(mode)
+    if not can.checkpoints:
+        raise ConfigError(
+            f"checkpoint.{what}: in MXKV_MODE={mode} the optimizer and its state live on "
+            "the parameter servers, which outlive a lost group, and a restarted group goes "
+            "on from their weights (Hybrid.steps_done): save the weights "
+            "(net.save_parameters), or use a mode that keeps its optimizer state on the "
+            f"ranks ({', '.join(modes_with('checkpoints'))})"
+        )
+    if not this.spans_all_ranks and not can.checkpoints_per_group:
         raise ConfigError(
             f"checkpoint.{what}: in MXKV_MODE={mode} every group must save and "
             "resume the same step, which only one MPI job commits together: start "
