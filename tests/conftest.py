@@ -12,7 +12,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, Iterator, List, Optional, Sequence
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 import pytest
@@ -29,7 +29,7 @@ JOB_TAG = "PYTEST_MXKV_JOB"  # marks every process of one test job (not an MXKV_
 
 # what starts a process, in a test's code or in the fixtures and test-module functions it uses
 STARTS_PROCESSES = re.compile(
-    r"\b(launch|start_job|launch_on|HostLauncher|run_reference|"
+    r"\b(launch|start_job|launch_on|HostLauncher|run_reference|references|"
     r"Popen|subprocess|make_cluster|Cluster|run_ps_job|mpiexec)\b"
 )
 _unit_tier = False  # `-m unit`: a job started anyway is a misfiled test
@@ -238,6 +238,54 @@ def run_reference(script: str, *args: str) -> str:
     )
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout
+
+
+class References:
+    """Single-process reference runs of workers that write `--out DIR`/rank0.npz, each
+    (script, arguments) run once a session: the tests (and parametrisations) that compare
+    with the same reference share its weights, and the runs one test asks for together
+    run side by side."""
+
+    def __init__(self, root: Path):
+        self._root = root
+        self._out: Dict[Tuple[str, Tuple[str, ...]], Path] = {}
+
+    def weights(self, script: str, *args: str) -> Dict[str, np.ndarray]:
+        """Rank 0's arrays of `script --out DIR *args` run as one process."""
+        return self.weights_of_each(script, args)[0]
+
+    def weights_of_each(
+        self, script: str, *argument_lists: Sequence[str]
+    ) -> List[Dict[str, np.ndarray]]:
+        """weights() of each argument list, the runs not made yet started together."""
+        refuse_in_the_unit_tier("started a worker process")
+        keys = [(script, tuple(args)) for args in argument_lists]
+        started = []
+        for key in dict.fromkeys(k for k in keys if k not in self._out):
+            out = self._root / f"run{len(self._out)}"
+            command = [sys.executable, str(WORKERS / script), "--out", str(out), *key[1]]
+            started.append((key, out, subprocess.Popen(command, **_CAPTURED)))
+            self._out[key] = out
+        for key, _, process in started:
+            try:
+                output, _ = process.communicate(timeout=JOB_TIMEOUT)
+            finally:
+                if process.poll() is None:
+                    process.kill()
+                    process.wait()
+            if process.returncode != 0:
+                for other, _, _ in started:
+                    self._out.pop(other, None)
+                raise AssertionError(f"reference {key} failed:\n{output}")
+        return [dict(np.load(self._out[key] / "rank0.npz")) for key in keys]
+
+
+_CAPTURED = dict(stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+@pytest.fixture(scope="session")
+def references(tmp_path_factory) -> References:
+    return References(tmp_path_factory.mktemp("references"))
 
 
 def convex_loss(output: str, kind: str = "group-final") -> float:

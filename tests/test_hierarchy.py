@@ -16,7 +16,6 @@ from conftest import (
     bytes_across,
     launch,
     load_ranks,
-    run_reference,
 )
 
 
@@ -28,12 +27,11 @@ def test_hierarchical_allreduce_matches_a_float64_sum_and_the_flat_one(ranks, gr
     assert job.lines_of(0)[-1] == f"CHECKED 410 in {groups} groups of {group_size}", job.output
 
 
-def test_gluon_training_in_groups(job_dir):
+def test_gluon_training_in_groups(job_dir, references):
     """Mode allreduce over 2 groups of 2 (MXKV_GROUP_SIZE): hierarchical or flat, the
     weights are identical on every rank and match one process on the union of the batches;
     the hierarchical one sends fewer bytes across the groups (the summary line says)."""
-    run_reference("train_gluon.py", "--out", str(job_dir / "ref"), "--reference", "4")
-    reference = load_ranks(job_dir / "ref", 1)[0]
+    reference = references.weights("train_gluon.py", "--reference", "4")
     across = {}
     for hierarchy in ("on", "off"):
         job = launch(

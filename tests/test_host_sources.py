@@ -29,7 +29,6 @@ from conftest import (
     assert_matches_reference,
     job_environment,
     load_ranks,
-    run_reference,
 )
 from emulated import REASON as EMULATION_REASON
 from emulated import launch_on
@@ -343,7 +342,7 @@ def test_an_open_mpi_host_file_reaches_hydra_as_hosts(tmp_path):
 
 @pytest.mark.emulated_hosts
 @pytest.mark.skipif(EMULATION_REASON is not None, reason=f"no emulated hosts: {EMULATION_REASON}")
-def test_a_slurm_allocation_of_emulated_hosts_trains_across_them(make_cluster, job_dir):
+def test_a_slurm_allocation_of_emulated_hosts_trains_across_them(make_cluster, job_dir, references):
     """h[1-2] with 2(x2) tasks, no -H and no -n: 4 ranks, 2 on each host, the same weights
     as one process; the gradients crossed h2's link."""
     cluster = make_cluster(2)
@@ -356,8 +355,7 @@ def test_a_slurm_allocation_of_emulated_hosts_trains_across_them(make_cluster, j
     )
     assert job.returncode == 0, job.output
     assert "hosts from SLURM_JOB_NODELIST/SLURM_TASKS_PER_NODE: h1:2,h2:2" in job.output
-    run_reference("train_gluon.py", "--out", str(job_dir / "ref"), "--reference", "4")
     weights = load_ranks(job_dir / "dist", 4)
     assert_identical_across_ranks(weights)
-    assert_matches_reference(weights[0], load_ranks(job_dir / "ref", 1)[0])
+    assert_matches_reference(weights[0], references.weights("train_gluon.py", "--reference", "4"))
     assert cluster.bytes_sent("h2") > sum(w.nbytes for w in weights[0].values())

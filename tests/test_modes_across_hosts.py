@@ -18,7 +18,6 @@ from conftest import (
     bytes_across,
     load_ranks,
     rank_files,
-    run_reference,
 )
 from emulated import launch_on, on_emulated_hosts
 
@@ -91,11 +90,13 @@ def test_easgd_over_rma_across_hosts_follows_the_formula(make_cluster, job_dir):
     np.testing.assert_allclose(agreed, [expected[-1]["centre"]] * 2, rtol=0, atol=1e-5)
 
 
-def test_hierarchical_and_flat_allreduce_across_hosts_match_one_process(make_cluster, job_dir):
+def test_hierarchical_and_flat_allreduce_across_hosts_match_one_process(
+    make_cluster, job_dir, references
+):
     """One group per host: both match one process on the union of the batches, the
     gradients' bytes crossed h2's link, and the hierarchical allreduce sent fewer."""
     cluster = make_cluster(2, rate_mbit=1000)
-    run_reference("train_gluon.py", "--out", str(job_dir / "ref"), "--reference", "4")
+    reference = references.weights("train_gluon.py", "--reference", "4")
     across = {}
     for hierarchy in ("on", "off"):
         job = launch_on(
@@ -109,7 +110,7 @@ def test_hierarchical_and_flat_allreduce_across_hosts_match_one_process(make_clu
         across[hierarchy] = bytes_across(job.output)
         weights = load_ranks(job_dir / hierarchy, 4)
         assert_identical_across_ranks(weights)
-        assert_matches_reference(weights[0], load_ranks(job_dir / "ref", 1)[0])
+        assert_matches_reference(weights[0], reference)
         gradient_bytes = sum(w.nbytes for w in weights[0].values())
         assert cluster.bytes_sent("h2") > gradient_bytes, "no gradient crossed h2's link"
     assert across["on"] < across["off"], across

@@ -17,7 +17,6 @@ from conftest import (
     assert_identical_across_ranks,
     assert_matches_reference,
     load_ranks,
-    run_reference,
 )
 from emulated import (
     HostLauncher,
@@ -31,7 +30,7 @@ pytestmark = on_emulated_hosts
 SYNC = {"MXKV_MODE": "sync"}
 
 
-def test_sync_across_hosts_without_ps_host_matches_one_process(make_cluster, job_dir):
+def test_sync_across_hosts_without_ps_host_matches_one_process(make_cluster, job_dir, references):
     """2 hosts x 2 ranks, a group per host, the server on h1: the launcher picks h1's
     address on the route towards h2, and the weights equal one process's."""
     cluster = make_cluster(2, rate_mbit=1000)
@@ -47,10 +46,9 @@ def test_sync_across_hosts_without_ps_host_matches_one_process(make_cluster, job
         f"this host's relay (ps-lite's way in from the other hosts; ps-lite itself listens "
         f"on loopback) listens on {cluster.address('h1')} (eth0)"
     ) in job.output
-    run_reference("train_gluon.py", "--out", str(job_dir / "ref"), "--reference", "4")
     weights = load_ranks(job_dir / "dist", 4)
     assert_identical_across_ranks(weights)
-    assert_matches_reference(weights[0], load_ranks(job_dir / "ref", 1)[0])
+    assert_matches_reference(weights[0], references.weights("train_gluon.py", "--reference", "4"))
 
 
 def test_a_ps_host_the_other_hosts_cannot_reach_is_refused_at_once(make_cluster, job_dir):

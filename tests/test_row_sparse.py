@@ -11,7 +11,6 @@ from conftest import (
     assert_same_on_every_rank,
     launch,
     rank_files,
-    run_reference,
 )
 
 EXPECTED_CHECKS = 16
@@ -77,7 +76,7 @@ SYNC_GROUP_JOBS = {"MXKV_MODE": "sync", "LAUNCHER": "--group-size 2 --servers 2 
     ],
 )
 def test_a_sparse_embedding_trains_as_one_process_on_the_union_of_the_batches(
-    job_dir, options, env
+    job_dir, references, options, env
 ):
     """Embedding(sparse_grad=True) (or a row_sparse weight, pulled by rows each step)
     through gluon.Trainer on 4 ranks equals one process on the 4 ranks' batches at once;
@@ -87,32 +86,41 @@ def test_a_sparse_embedding_trains_as_one_process_on_the_union_of_the_batches(
     (or the rows of a row_sparse weight) cross the groups through the servers, which run
     the optimizer (or, updated on the workers, sum them)."""
     assert_trains_as_one_process_on_the_union(
-        job_dir, "train_sparse_embedding.py", options, dict({"MXKV_MODE": "allreduce"}, **env)
+        job_dir,
+        references,
+        "train_sparse_embedding.py",
+        options,
+        dict({"MXKV_MODE": "allreduce"}, **env),
     )
 
 
 @pytest.mark.parametrize(
     "env", [{"MXKV_MODE": "allreduce"}, SYNC_IN_2_GROUPS], ids=["allreduce", "sync-2-groups"]
 )
-def test_module_with_a_row_sparse_weight_trains_as_one_process_on_the_union(job_dir, env):
+def test_module_with_a_row_sparse_weight_trains_as_one_process_on_the_union(
+    job_dir, references, env
+):
     """MXNet's Module API as example/sparse/ uses it (csr features, a row_sparse weight
     updated on the store, Module.prepare pulling each batch's rows) on 4 ranks equals one
     process on the 4 ranks' batches; the control, one process on rank 0's, is far from it.
     Each rank's features lie in its own quarter of the rows, so the sums add no float
     rounding beyond the bias's."""
-    assert_trains_as_one_process_on_the_union(job_dir, "train_sparse_module.py", [], env)
+    assert_trains_as_one_process_on_the_union(
+        job_dir, references, "train_sparse_module.py", [], env
+    )
 
 
-def assert_trains_as_one_process_on_the_union(job_dir, worker: str, options, env) -> None:
+def assert_trains_as_one_process_on_the_union(
+    job_dir, references, worker: str, options, env
+) -> None:
     """`worker` on 4 ranks (env's LAUNCHER: mxkv-launch options) writes on every rank the
     weights of one process on the 4 ranks' batches (TRAINED_WITHIN), far from one process
     on rank 0's alone (the control)."""
     env = dict(env)
     launcher_options = env.pop("LAUNCHER", "").split()
-    for ranks in (4, 1):
-        run_reference(
-            worker, "--out", str(job_dir / f"ref{ranks}"), "--reference", str(ranks), *options
-        )
+    union, alone = references.weights_of_each(
+        worker, [*options, "--reference", "4"], [*options, "--reference", "1"]
+    )
     job = launch(
         4,
         worker,
@@ -125,7 +133,6 @@ def assert_trains_as_one_process_on_the_union(job_dir, worker: str, options, env
     assert job.returncode == 0, job.output
     found = rank_files(job_dir / "dist", range(4))
     assert_same_on_every_rank(found, "")
-    union, alone = (rank_files(job_dir / f"ref{n}", [0])[0] for n in (4, 1))
     for name, reference in union.items():
         assert np.allclose(found[0][name], reference, rtol=0, atol=TRAINED_WITHIN), name
     assert max(np.abs(found[0][n] - alone[n]).max() for n in alone) > 100 * TRAINED_WITHIN

@@ -25,17 +25,18 @@ pytestmark = on_emulated_hosts
 JOB = ["-n", "4", "-H", "h1:2,h2:2", "--servers", "1"]
 EPOCHS, LR = 12, 0.1
 STRANGER = """
-import os, signal, socket, ssl, sys, time
+import os, signal, socket, ssl, sys, threading, time
 import mxnet as mx
 from mxkv_hybrid.launch.job_key import tls_context
 key, targets = sys.argv[1], [t.rpartition(":") for t in sys.argv[2:]]
 context = tls_context(key, server=False)
 context.verify_mode = ssl.CERT_NONE
-for host, _, port in targets:
-    for attempt in ("garbage", "another job's key"):
+
+def attempt(host, port):
+    for kind in ("garbage", "another job's key"):
         try:
             with socket.create_connection((host, int(port)), timeout=3) as conn:
-                if attempt == "garbage":
+                if kind == "garbage":
                     conn.sendall(os.urandom(4096))
                 else:  # what ended ps-lite jobs in issue 33, under TLS
                     conn = context.wrap_socket(conn)
@@ -44,6 +45,13 @@ for host, _, port in targets:
                 conn.recv(1 << 16)
         except OSError:
             pass
+
+# every port at once: each waits out its own timeouts, not the others'
+threads = [threading.Thread(target=attempt, args=(host, port)) for host, _, port in targets]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
 registering = []
 for host, _, port in targets:  # a ps-lite worker that registers with a scheduler there
     pid = os.fork()
@@ -102,18 +110,18 @@ def run(cluster, job_dir: Path, mode: str, strangers_key: str = "", options: tup
 
 
 def strangers(cluster, key: str) -> Dict[str, List[str]]:
-    """h3 tries every port h1 and h2 accept connections on from the network; what it tried."""
-    tried = {}
-    for host in ("h1", "h2"):
-        tried[host] = reachable(cluster, host)
-        done = subprocess.run(
-            cluster.command("h3", [sys.executable, "-c", STRANGER, key, *tried[host]]),
-            capture_output=True,
-            check=False,
-            text=True,
-            timeout=120,
-        )
-        assert f"tried {len(tried[host])} ports" in done.stdout, done.stderr[-3000:]
+    """h3 tries every port h1 and h2 accept connections on from the network, all at once;
+    what it tried, by host."""
+    tried = {host: reachable(cluster, host) for host in ("h1", "h2")}
+    targets = [target for ports in tried.values() for target in ports]
+    done = subprocess.run(
+        cluster.command("h3", [sys.executable, "-c", STRANGER, key, *targets]),
+        capture_output=True,
+        check=False,
+        text=True,
+        timeout=120,
+    )
+    assert f"tried {len(targets)} ports" in done.stdout, done.stderr[-3000:]
     return tried
 
 

@@ -9,7 +9,6 @@ from conftest import (
     assert_matches_reference,
     launch,
     load_ranks,
-    run_reference,
 )
 
 
@@ -23,13 +22,13 @@ from conftest import (
         (4, ["--kvstore", "instance", "--devices", "2", "--update-on-kvstore", "0"]),
     ],
 )
-def test_gluon_trainer(job_dir, num_ranks, options):
+def test_gluon_trainer(job_dir, references, num_ranks, options):
     job = launch(num_ranks, "train_gluon.py", "--out", str(job_dir / "dist"), *options)
     assert job.returncode == 0, job.output
-    run_reference("train_gluon.py", "--out", str(job_dir / "ref"), "--reference", str(num_ranks))
     weights = load_ranks(job_dir / "dist", num_ranks)
     assert_identical_across_ranks(weights)
-    assert_matches_reference(weights[0], load_ranks(job_dir / "ref", 1)[0])
+    reference = references.weights("train_gluon.py", "--reference", str(num_ranks))
+    assert_matches_reference(weights[0], reference)
 
 
 @pytest.mark.parametrize(
@@ -40,7 +39,7 @@ def test_gluon_trainer(job_dir, num_ranks, options):
         (2, 2, {"MXNET_UPDATE_ON_KVSTORE": "0"}),  # local updates, 2 devices per process
     ],
 )
-def test_module_fit(job_dir, num_ranks, devices, env):
+def test_module_fit(job_dir, references, num_ranks, devices, env):
     job = launch(
         num_ranks,
         "train_module.py",
@@ -53,7 +52,7 @@ def test_module_fit(job_dir, num_ranks, devices, env):
     assert job.returncode == 0, job.output
     expected = "update_on_kvstore=False" if env else "update_on_kvstore=True"
     assert all(expected in " ".join(job.lines_of(r)) for r in range(num_ranks)), job.output
-    run_reference("train_module.py", "--out", str(job_dir / "ref"), "--reference", str(num_ranks))
     weights = load_ranks(job_dir / "dist", num_ranks)
     assert_identical_across_ranks(weights)
-    assert_matches_reference(weights[0], load_ranks(job_dir / "ref", 1)[0])
+    reference = references.weights("train_module.py", "--reference", str(num_ranks))
+    assert_matches_reference(weights[0], reference)

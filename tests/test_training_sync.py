@@ -10,24 +10,21 @@ from conftest import (
     assert_matches_reference,
     launch,
     load_ranks,
-    run_reference,
 )
 
 SYNC = {"MXKV_MODE": "sync"}
 
 
-def _check(job_dir, script, num_ranks, job, *reference_args):
+def _check(job_dir, references, script, num_ranks, job, *reference_args):
     assert job.returncode == 0, job.output
-    run_reference(
-        script, "--out", str(job_dir / "ref"), "--reference", str(num_ranks), *reference_args
-    )
     weights = load_ranks(job_dir / "dist", num_ranks)
     assert_identical_across_ranks(weights)
-    assert_matches_reference(weights[0], load_ranks(job_dir / "ref", 1)[0])
+    reference = references.weights(script, "--reference", str(num_ranks), *reference_args)
+    assert_matches_reference(weights[0], reference)
 
 
 @pytest.mark.parametrize("servers", [1, 2])
-def test_gluon_sync_two_groups(job_dir, servers):
+def test_gluon_sync_two_groups(job_dir, references, servers):
     job = launch(
         4,
         "train_gluon.py",
@@ -36,10 +33,10 @@ def test_gluon_sync_two_groups(job_dir, servers):
         env=SYNC,
         launcher_options=["--group-size", "2", "--servers", str(servers)],
     )
-    _check(job_dir, "train_gluon.py", 4, job)
+    _check(job_dir, references, "train_gluon.py", 4, job)
 
 
-def test_the_servers_optimizer_follows_the_trainers_settings(job_dir):
+def test_the_servers_optimizer_follows_the_trainers_settings(job_dir, references):
     """The optimizer runs on the servers (update_on_kvstore, the default): a learning rate
     set by the Trainer mid-training, and a changed batch size (rescale_grad), reach them."""
     options = ["--change-settings"]
@@ -53,10 +50,10 @@ def test_the_servers_optimizer_follows_the_trainers_settings(job_dir):
         launcher_options=["--group-size", "2", "--servers", "2"],
     )
     assert "update_on_kvstore=True" in job.output
-    _check(job_dir, "train_gluon.py", 4, job, *options)
+    _check(job_dir, references, "train_gluon.py", 4, job, *options)
 
 
-def test_without_the_settings_the_servers_optimizer_would_differ(job_dir):
+def test_without_the_settings_the_servers_optimizer_would_differ(job_dir, references):
     """The check above can fail: the same run without the changes ends elsewhere."""
     changed = launch(
         2,
@@ -68,8 +65,8 @@ def test_without_the_settings_the_servers_optimizer_would_differ(job_dir):
         launcher_options=["--group-size", "1", "--servers", "1"],
     )
     assert changed.returncode == 0, changed.output
-    run_reference("train_gluon.py", "--out", str(job_dir / "ref"), "--reference", "2")
-    mine, reference = load_ranks(job_dir / "dist", 2)[0], load_ranks(job_dir / "ref", 1)[0]
+    mine = load_ranks(job_dir / "dist", 2)[0]
+    reference = references.weights("train_gluon.py", "--reference", "2")
     assert any(not np.allclose(mine[n], reference[n], rtol=1e-4, atol=1e-6) for n in mine)
 
 
@@ -93,7 +90,7 @@ def test_the_store_api_in_sync_and_the_servers_states_cannot_be_saved(job_dir):
 
 
 @pytest.mark.parametrize("init", ["zero", "xavier"])
-def test_first_sync_step_is_not_stale(job_dir, init):
+def test_first_sync_step_is_not_stale(job_dir, references, init):
     """MXNet's dist_sync was seen to return a stale first step (zero weights); check step 1."""
     options = ["--steps", "1", "--init", init, "--update-on-kvstore", "0"]
     job = launch(
@@ -105,10 +102,10 @@ def test_first_sync_step_is_not_stale(job_dir, init):
         env=SYNC,
         launcher_options=["--group-size", "2", "--servers", "2"],
     )
-    _check(job_dir, "train_gluon.py", 4, job, *options[:4])
+    _check(job_dir, references, "train_gluon.py", 4, job, *options[:4])
 
 
-def test_module_sync_groups_of_one(job_dir):
+def test_module_sync_groups_of_one(job_dir, references):
     job = launch(
         2,
         "train_module.py",
@@ -117,4 +114,4 @@ def test_module_sync_groups_of_one(job_dir):
         env=SYNC,
         launcher_options=["--group-size", "1", "--servers", "1"],
     )
-    _check(job_dir, "train_module.py", 2, job)
+    _check(job_dir, references, "train_module.py", 2, job)
