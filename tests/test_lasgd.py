@@ -335,7 +335,7 @@ def test_overlapped_averaging_is_refused_with_the_naive_engine():
 
 
 def test_the_average_in_flight_does_not_hold_up_the_local_steps():
-    """Behind a link of 2 s latency, the average started at step 2 is still travelling
+    """Behind a link of 1 s latency, the average started at step 2 is still travelling
     when step 3 (its gradients reduced, its update done) is over: the local step did not
     wait for it. It lands by close (so the check can fail)."""
     job = launch(
@@ -347,7 +347,7 @@ def test_the_average_in_flight_does_not_hold_up_the_local_steps():
             "MXKV_TAU": "2",
             "MXKV_GROUP_SIZE": "1",
             "MXKV_THROTTLE_MBPS": "1000",
-            "MXKV_THROTTLE_LATENCY_MS": "2000",
+            "MXKV_THROTTLE_LATENCY_MS": "1000",
         },
     )
     assert job.returncode == 0, job.output

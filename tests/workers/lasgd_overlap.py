@@ -1,4 +1,4 @@
-"""Mode lasgd behind a link of 2 s latency (MXKV_THROTTLE_LATENCY_MS): the average
+"""Mode lasgd behind a link of 1 s latency (MXKV_THROTTLE_LATENCY_MS): the average
 started at step 2 (tau 2) must still be travelling after step 3's local step, gradients
 reduced and weights updated; prints the buckets in flight then, and after close."""
 
