@@ -9,6 +9,8 @@ import time
 
 import pytest
 
+from mxkv_hybrid.config import Config
+from mxkv_hybrid.errors import ConfigError
 from mxkv_hybrid.launch import shm_leftovers
 
 from conftest import JOB_TAG, WORKERS, launch, processes_of
@@ -32,19 +34,26 @@ def test_ranks_that_disagree_get_a_mismatch_error(case, rank0_says, rank1_says):
         assert f"rank 0 has {rank0_says}" in text and f"rank 1 has {rank1_says}" in text, text
 
 
-@pytest.mark.parametrize(
-    "env, message",
-    [
-        ({"MXKV_MODE": "bogus"}, "MXKV_MODE='bogus' is invalid: expected one of: allreduce"),
-        ({"MXKV_BUCKET_MB": "-1"}, "MXKV_BUCKET_MB='-1' is invalid"),
-        ({"MXKV_AVERAGE": "maybe"}, "MXKV_AVERAGE='maybe' is invalid"),
-        ({"MXKV_BUKET_MB": "4"}, "unknown setting MXKV_BUKET_MB"),
-        (
-            {"MXKV_FAULT": "kill:rank=1"},
-            "MXKV_FAULT='kill:rank=1' is invalid: expected ACTION:rank=R:step=S",
-        ),
-    ],
-)
+BAD_KNOBS = [
+    ({"MXKV_MODE": "bogus"}, "MXKV_MODE='bogus' is invalid: expected one of: allreduce"),
+    ({"MXKV_BUCKET_MB": "-1"}, "MXKV_BUCKET_MB='-1' is invalid"),
+    ({"MXKV_AVERAGE": "maybe"}, "MXKV_AVERAGE='maybe' is invalid"),
+    ({"MXKV_BUKET_MB": "4"}, "unknown setting MXKV_BUKET_MB"),
+    (
+        {"MXKV_FAULT": "kill:rank=1"},
+        "MXKV_FAULT='kill:rank=1' is invalid: expected ACTION:rank=R:step=S",
+    ),
+]
+
+
+@pytest.mark.parametrize("env, message", BAD_KNOBS)
+def test_bad_knobs_are_refused_naming_the_knob(env, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        Config.from_environment(env)
+
+
+# the refusal above, on every rank of a job: a bad value, and a knob that does not exist
+@pytest.mark.parametrize("env, message", [BAD_KNOBS[0], BAD_KNOBS[3]])
 def test_bad_knobs_fail_on_every_rank(env, message):
     job = launch(2, "mismatch.py", "none", env=env, timeout=90)
     assert job.returncode != 0
