@@ -30,7 +30,7 @@ import mxnet.module.base_module
 import mxnet.module.module
 
 from ..atomic_file import write_atomically
-from ..capabilities import capabilities_of
+from ..capabilities import capabilities_of, modes_with
 from ..errors import MXKVError
 from ..kvstore import Hybrid
 from . import auto, store_names
@@ -87,8 +87,8 @@ def _create_sparse_kvstore(original, kvstore):
         raise MXKVError(
             f"row_sparse weights are updated on the store, which MXKV_MODE="
             f"{kvstore.config.mode} does not do (each rank updates its own "
-            "weights): use MXKV_MODE=allreduce, or a dense weight (stype='default')"
-            " with sparse gradients"
+            f"weights): use MXKV_MODE={' / '.join(modes_with('updates_on_store'))}, or a "
+            "dense weight (stype='default') with sparse gradients"
         )
     return kvstore, True
 
