@@ -226,18 +226,37 @@ def environment_of(pid: int) -> Dict[str, str]:
     return {k.decode(): v.decode(errors="replace") for k, v in pairs}
 
 
+def start_reference(script: str, *args: str) -> subprocess.Popen:
+    """A worker started as one plain process (no MPI job), its output piped."""
+    refuse_in_the_unit_tier("started a worker process")
+    return subprocess.Popen(
+        [sys.executable, str(WORKERS / script), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def reference_outputs(processes: Sequence[subprocess.Popen]) -> List[str]:
+    """The standard output of each started worker, each waited for under JOB_TIMEOUT; one
+    that failed fails the test, and none is left running, whatever happens."""
+    outputs = []
+    try:
+        for process in processes:
+            out, err = process.communicate(timeout=JOB_TIMEOUT)
+            assert process.returncode == 0, out + err
+            outputs.append(out)
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    return outputs
+
+
 def run_reference(script: str, *args: str) -> str:
     """Runs a worker as one plain process (no MPI job) and returns its output."""
-    refuse_in_the_unit_tier("started a worker process")
-    done = subprocess.run(
-        [sys.executable, str(WORKERS / script), *args],
-        capture_output=True,
-        check=False,
-        text=True,
-        timeout=JOB_TIMEOUT,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    return done.stdout
+    return reference_outputs([start_reference(script, *args)])[0]
 
 
 class References:
@@ -248,7 +267,8 @@ class References:
 
     def __init__(self, root: Path):
         self._root = root
-        self._out: Dict[Tuple[str, Tuple[str, ...]], Path] = {}
+        self._started = 0  # runs started, for fresh --out directories
+        self._out: Dict[Tuple[str, Tuple[str, ...]], Path] = {}  # the runs that succeeded
 
     def weights(self, script: str, *args: str) -> Dict[str, np.ndarray]:
         """Rank 0's arrays of `script --out DIR *args` run as one process."""
@@ -258,29 +278,13 @@ class References:
         self, script: str, *argument_lists: Sequence[str]
     ) -> List[Dict[str, np.ndarray]]:
         """weights() of each argument list, the runs not made yet started together."""
-        refuse_in_the_unit_tier("started a worker process")
         keys = [(script, tuple(args)) for args in argument_lists]
-        started = []
-        for key in dict.fromkeys(k for k in keys if k not in self._out):
-            out = self._root / f"run{len(self._out)}"
-            command = [sys.executable, str(WORKERS / script), "--out", str(out), *key[1]]
-            started.append((key, out, subprocess.Popen(command, **_CAPTURED)))
-            self._out[key] = out
-        for key, _, process in started:
-            try:
-                output, _ = process.communicate(timeout=JOB_TIMEOUT)
-            finally:
-                if process.poll() is None:
-                    process.kill()
-                    process.wait()
-            if process.returncode != 0:
-                for other, _, _ in started:
-                    self._out.pop(other, None)
-                raise AssertionError(f"reference {key} failed:\n{output}")
+        missing = list(dict.fromkeys(key for key in keys if key not in self._out))
+        out = {key: self._root / f"run{self._started + i}" for i, key in enumerate(missing)}
+        self._started += len(missing)
+        reference_outputs([start_reference(s, "--out", str(out[s, a]), *a) for s, a in missing])
+        self._out.update(out)
         return [dict(np.load(self._out[key] / "rank0.npz")) for key in keys]
-
-
-_CAPTURED = dict(stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
 @pytest.fixture(scope="session")
