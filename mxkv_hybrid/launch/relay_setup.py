@@ -166,7 +166,7 @@ class Relays:
         """Whether the relay of host `name` answers a ping with the job's key."""
         try:
             with socket.create_connection((name, self._table.relay_port), ANSWER_SECONDS) as plain:
-                with self._dialling.wrap_socket(plain, server_hostname="") as tls:
+                with self._dialling.wrap_socket(plain, server_hostname=None) as tls:
                     tls.sendall(PING + b"\n")
                     return tls.recv(len(PONG)) == PONG
         except (OSError, ssl.SSLError):

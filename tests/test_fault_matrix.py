@@ -1,0 +1,47 @@
+"""Every cell of the fault matrix (tests/fault_matrix.py) on 3 emulated hosts: the fault hits
+h2 at the cell's moment, and the job ends as the cell says: its exit status, the member
+named, no traceback from our code, no wait to --timeout, nothing left on any host. The CI
+sample runs by default; `pytest -m fault_matrix` runs every cell."""
+
+import re
+
+import pytest
+from fault_matrix import CELLS, FAULTS, LOST_SECONDS, PATHS, Cell
+
+from emulated import HostLauncher, assert_nothing_left, on_emulated_hosts
+
+EPOCHS = 30
+MOMENTS = {"mid-training": rf"^\[0\] epoch  3/{EPOCHS}"}  # what the fault waits for
+TIMEOUT = 150  # the job's --timeout: a cell that reaches it fails
+pytestmark = on_emulated_hosts
+
+
+def _parameters() -> list:
+    cells = []
+    for cell in CELLS:
+        marks = [] if cell.ci else [pytest.mark.fault_matrix]
+        cells.append(pytest.param(cell, id=cell.name, marks=marks))
+    return cells
+
+
+@pytest.mark.parametrize("cell", _parameters())
+def test_cell(cell: Cell, make_cluster):
+    cluster = make_cluster(3, rate_mbit=1000)
+    launcher = HostLauncher(
+        cluster,
+        "h1",
+        ["-n", "6", "-H", "h1:2,h2:2,h3:2", "--servers", "1", "--restarts", "1"]
+        + PATHS[cell.path][1],
+        ["examples/train_digits.py", "--epochs", str(EPOCHS)],
+        env={"MXKV_MODE": cell.mode, "MXKV_LOST_SECONDS": str(LOST_SECONDS)},
+        timeout=TIMEOUT,
+    )
+    launcher.wait_for(MOMENTS[cell.moment], seconds=120)
+    FAULTS[cell.fault][1](cluster)
+    job = launcher.finish()
+    for line in cell.named:
+        assert re.search(line, job.output), f"not named: {line}\n{job.output}"
+    assert job.returncode == cell.status, job.output
+    assert "Traceback" not in job.output, job.output
+    assert "timed out after" not in job.output, job.output
+    assert_nothing_left(cluster)
