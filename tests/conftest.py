@@ -70,10 +70,23 @@ def pytest_configure(config) -> None:
     _unit_tier = config.getoption("markexpr", "") == "unit"
 
 
-def pytest_collection_modifyitems(items) -> None:
+def pytest_collection_modifyitems(config, items) -> None:
+    """Marks the unit tier; leaves out the fault matrix's cells outside its CI sample
+    (`fault_matrix(ci=False)`) unless the marker expression names `fault_matrix`
+    (`pytest -m fault_matrix`: the whole matrix)."""
+    whole_matrix = "fault_matrix" in (config.getoption("markexpr", "") or "")
+    kept, left_out = [], []
     for item in items:
         if not starts_processes(item):
             item.add_marker(pytest.mark.unit)
+        cell = item.get_closest_marker("fault_matrix")
+        if cell is not None and not cell.kwargs["ci"] and not whole_matrix:
+            left_out.append(item)
+        else:
+            kept.append(item)
+    if left_out:
+        config.hook.pytest_deselected(items=left_out)
+        items[:] = kept
 
 
 def refuse_in_the_unit_tier(what: str) -> None:
