@@ -83,6 +83,11 @@ RESTARTS_AND_REJOINS = (
     rf"restarted and finished: {GROUP} \(1 restart\(s\)\)",
 )
 
+RELAY_STARTED_AGAIN = (
+    rf"the relay on {TARGET} exited with status \d+ while its host's ranks run; starting it again",
+    rf"the relay on {TARGET} started again",
+)
+
 CELLS: List[Cell] = [
     Cell(
         "kill-rank",
@@ -102,5 +107,15 @@ CELLS: List[Cell] = [
         "the group restarts and rejoins",
         0,
         RESTARTS_AND_REJOINS,
+    ),
+    Cell(
+        "kill-relay",
+        "relays",
+        "easgd",
+        "mid-training",
+        "the job continues; the relay is started again",
+        0,
+        RELAY_STARTED_AGAIN,
+        ci=True,
     ),
 ]

@@ -17,7 +17,12 @@ from mxkv_hybrid.launch.launcher import build_parser
 DOCS = Path(__file__).parent.parent / "docs"
 sys.path.insert(0, str(DOCS / "_ext"))
 from error_catalogue import catalogue, messages_of  # noqa: E402
-from generated_reference import capability_table, flag_tables, knob_table  # noqa: E402
+from generated_reference import (  # noqa: E402
+    capability_table,
+    fault_matrix_table,
+    flag_tables,
+    knob_table,
+)
 
 BUILD_TIMEOUT = 300
 
@@ -69,6 +74,20 @@ def test_every_capability_is_a_row_and_every_mode_a_column():
     assert [row.split(" | ")[0] for row in table[2:]] == [f"| `{name}`" for name in names]
     servers = next(row for row in table if row.startswith("| `servers` |")).split(" | ")[1:-1]
     assert servers == ["yes" if CAPABILITIES[m].servers else "—" for m in MODES]
+
+
+def test_every_cell_of_the_fault_matrix_is_a_row_of_its_page():
+    from fault_matrix import CELLS, FAULTS, PATHS
+
+    table = fault_matrix_table(CELLS, FAULTS, PATHS).splitlines()
+    assert len(table) == 2 + len(CELLS)
+    for row, cell in zip(table[2:], CELLS):
+        assert row.startswith(
+            f"| {FAULTS[cell.fault][0]} | {PATHS[cell.path][0]} | `{cell.mode}` |"
+        )
+        assert f"| {cell.outcome} | {cell.status} |" in row
+    added = replace(CELLS[0], fault="kill-relay", outcome="a new outcome")
+    assert "a new outcome" in fault_matrix_table([*CELLS, added], FAULTS, PATHS)
 
 
 def test_a_new_flag_appears_on_the_generated_page():

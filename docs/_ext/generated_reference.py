@@ -1,11 +1,14 @@
 """Sphinx directives that write reference tables from the code itself, never by hand:
 ``{mxkv-knobs}`` from ``config.KNOBS``, ``{mxkv-capabilities}`` from
-``capabilities.CAPABILITIES`` and ``{mxkv-flags} module:function`` from a command's argparse
-parser (mxkv-launch, the planner, the tuner)."""
+``capabilities.CAPABILITIES``, ``{mxkv-fault-matrix}`` from the tests' table of faults
+(``tests/fault_matrix.py``, whose every cell a test runs) and ``{mxkv-flags} module:function``
+from a command's argparse parser (mxkv-launch, the planner, the tuner)."""
 
 import argparse
 import importlib
+import sys
 from dataclasses import fields
+from pathlib import Path
 from typing import Any, Iterable, List, Mapping
 
 from docutils import nodes
@@ -113,6 +116,33 @@ class CapabilitiesDirective(MarkdownDirective):
         return capability_table(CAPABILITIES)
 
 
+def fault_matrix_table(
+    cells: Iterable[Any], faults: Mapping[str, Any], paths: Mapping[str, Any]
+) -> str:
+    """The Markdown table of the fault matrix: a row per cell, with its outcome and exit
+    status, and whether CI runs it (the others run under `pytest -m fault_matrix`)."""
+    rows = [
+        "| fault | launch path | mode | moment | outcome | exit status | in CI |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    rows += [
+        f"| {cell(faults[c.fault][0])} | {cell(paths[c.path][0])} | `{c.mode}` | {c.moment} "
+        f"| {cell(c.outcome)} | {c.status} | {'yes' if c.ci else '—'} |"
+        for c in cells
+    ]
+    return "\n".join(rows)
+
+
+class FaultMatrixDirective(MarkdownDirective):
+    def markdown(self) -> str:
+        sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
+        try:
+            fault_matrix = importlib.import_module("fault_matrix")
+        finally:
+            sys.path.pop(0)
+        return fault_matrix_table(fault_matrix.CELLS, fault_matrix.FAULTS, fault_matrix.PATHS)
+
+
 class FlagsDirective(MarkdownDirective):
     required_arguments = 1  # module:function that returns the parser
 
@@ -124,5 +154,6 @@ class FlagsDirective(MarkdownDirective):
 def setup(app: Sphinx) -> dict:
     app.add_directive("mxkv-knobs", KnobsDirective)
     app.add_directive("mxkv-capabilities", CapabilitiesDirective)
+    app.add_directive("mxkv-fault-matrix", FaultMatrixDirective)
     app.add_directive("mxkv-flags", FlagsDirective)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -68,6 +68,10 @@ class Node:
     leaves_by_itself: bool = True  # a server does once the workers are gone; a relay never
     vital: bool = True  # its end ends the job (not a relay on another host: its ranks say)
 
+    def after_exit(self) -> None:
+        """What the launcher does once this node (not vital) has exited: nothing, unless a
+        kind of node says otherwise (a relay on a live host is started again)."""
+
 
 def start(name: str, command: List[str], env: Optional[Dict[str, str]] = None) -> Node:
     return Node(name, subprocess.Popen(command, env=env, start_new_session=True))

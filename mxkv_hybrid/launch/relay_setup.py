@@ -97,20 +97,37 @@ def server_environment(table: PsNodes, server: int) -> Dict[str, str]:
 
 
 ANSWER_SECONDS = 3.0  # for a relay's answer to the launcher's ping
+RELAY_RESTARTS = 3  # how often one host's relay that crashed is started again in one job
 
 
 @dataclass
 class RelayNode(Node):
-    """A host's relay, which the launcher starts again for a group restarted on its host
-    (a relay cut off from the job ends itself)."""
+    """A host's relay, which the launcher starts again when it crashed on a live host, and
+    for a group restarted on its host (a relay cut off from the job ends itself, status 0)."""
 
     host_name: str = ""
     owner: Optional["Relays"] = None
+    restarts: int = 0  # how often it was started again after a crash
+    restarting: bool = False  # a thread is starting it again
 
     def make_ready(self) -> None:
         """Leaves a relay that answers; else ends its process and starts it again."""
         assert self.owner is not None
         self.owner.make_ready(self)
+
+    def after_exit(self) -> None:
+        """A relay that exited with a non-zero status (killed, crashed: one cut off from the
+        job ends itself with 0, and its mpiexec here cannot hear even that before the link
+        heals) is started again, in a thread, RELAY_RESTARTS times at most."""
+        if self.restarting or self.process.returncode == 0 or self.restarts >= RELAY_RESTARTS:
+            return
+        assert self.owner is not None
+        self.restarting, self.restarts = True, self.restarts + 1
+        say(
+            f"the {self.name} exited with status {self.process.returncode} while its host's "
+            f"ranks run; starting it again (restart {self.restarts} of {RELAY_RESTARTS})"
+        )
+        threading.Thread(target=self.owner.restart_crashed, args=(self,), daemon=True).start()
 
 
 class Relays:
@@ -178,6 +195,15 @@ class Relays:
         end_process_group(node.process, grace=0)
         node.process = self._start(self._names.index(node.host_name))
         say(f"the relay on {node.host_name} started again (port {self._table.relay_port})")
+
+    def restart_crashed(self, node: RelayNode) -> None:
+        """RelayNode.after_exit's thread: starts a crashed relay again, or says why not."""
+        try:
+            self.make_ready(node)
+        except RuntimeError as err:
+            say(f"the {node.name} could not be started again: {err}")
+        finally:
+            node.restarting = False
 
 
 def relay_command(plan: str) -> List[str]:

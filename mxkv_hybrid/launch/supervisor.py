@@ -4,9 +4,10 @@ server's processes, the --timeout deadline and the signals that stop the launche
 
     code = supervise(work, helpers, deadline, timeout)
 
-Each tick: a dead helper is named (even when the work failed at the same time) and ends
-the supervision; otherwise the work's own poll (its lost hosts, failed ranks, orders)
-may end it with an exit status; otherwise the deadline; then the work waits for news.
+Each tick: a dead vital helper is named (even when the work failed at the same time) and
+ends the supervision (one that is not vital does what its after_exit says); otherwise the
+work's own poll (its lost hosts, failed ranks, orders) may end it with an exit status;
+otherwise the deadline; then the work waits for news.
 The caller ends what is left. Exit statuses: the work's, 1 for a dead helper, 124
 timeout, 130 stopped by a signal."""
 
@@ -51,6 +52,9 @@ def supervise(
     try:
         while True:
             dead = [h for h in helpers if h.vital and h.process.poll() not in (None, 0)]
+            for helper in helpers:
+                if not helper.vital and helper.process.poll() is not None:
+                    helper.after_exit()
             code = work.poll()
             if dead:
                 say(
