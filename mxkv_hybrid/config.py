@@ -329,6 +329,16 @@ KNOBS: Dict[str, Knob] = {
         "rank.",
         internal=True,
     ),
+    "MXKV_REJOIN": Knob(
+        _parse_bool,
+        "0",
+        "Set by `mxkv-launch --restarts` on a lost group's restart once the groups "
+        "had met at the parameter server: `1`: its leader rejoins the servers' "
+        "model (creates no key, sends no optimizer, reads its steps done); `0`: "
+        "it starts as on its first start (a group lost while the groups were "
+        "still starting, before the servers held anything of it).",
+        internal=True,
+    ),
     "MXKV_ATTEMPT": Knob(
         _whole_number(0, None, "a whole number >= 0"),
         "0",
@@ -631,6 +641,7 @@ class Config:
     summary_every: int
     group_job: Optional[GroupJob]
     attempt: int
+    rejoin: bool
 
     @classmethod
     def from_environment(cls, environ: Optional[Mapping[str, str]] = None) -> "Config":
@@ -740,6 +751,7 @@ class Config:
             summary_every=values["MXKV_SUMMARY_EVERY"],
             group_job=values["MXKV_GROUP_JOB"],
             attempt=values["MXKV_ATTEMPT"],
+            rejoin=values["MXKV_REJOIN"],
         )
 
     @property

@@ -9,17 +9,22 @@ at the cell's moment."""
 
 import os
 import signal
+import threading
+import time
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 from mxkv_hybrid.testing.cluster import Cluster
 
 LOST_SECONDS = 10  # the job's MXKV_LOST_SECONDS (the default 30 would make every cell slow)
 TARGET = "h2"  # the host every fault hits
 GROUP = r"group 1 \(ranks 2-3\)"  # the group it holds, as the launcher names it
+SHORT_PAUSE = 3.0  # seconds: a pause the job must ride out (a long GC, a swap storm)
+LONG_PAUSE = LOST_SECONDS + 8.0  # past the bound
+HEAL_AFTER = 20.0  # a cut link heals after this long
 
 
-def _pids(cluster: Cluster, host: str, marker: str) -> List[int]:
+def pids(cluster: Cluster, host: str, marker: str = "") -> List[int]:
     """The processes on `host` whose command line holds `marker`, oldest first."""
     found = []
     for pid in sorted(cluster.processes(host)):
@@ -32,36 +37,106 @@ def _pids(cluster: Cluster, host: str, marker: str) -> List[int]:
     return found
 
 
-def kill_one_rank(cluster: Cluster) -> None:
-    """kill -9 of one training rank on the target host (its group's second rank)."""
-    ranks = _pids(cluster, TARGET, "mxkv_hybrid.run")
+def _signal(pids_: List[int], sig: signal.Signals) -> None:
+    for pid in pids_:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+def _later(seconds: float, action: Callable[[], None]) -> None:
+    """Runs `action` in `seconds` (a daemon timer: a failed test does not wait for it)."""
+    timer = threading.Timer(seconds, action)
+    timer.daemon = True
+    timer.start()
+
+
+@dataclass
+class Target:
+    """What a fault may hit: the cluster, and the launcher's process on h1."""
+
+    cluster: Cluster
+    launcher_pid: int
+
+
+def kill_one_rank(target: Target) -> None:
+    """kill -9 of one training rank on h2 (its group's second rank)."""
+    ranks = pids(target.cluster, TARGET, "mxkv_hybrid.run")
     assert ranks, f"no rank runs on {TARGET}"
     os.kill(ranks[-1], signal.SIGKILL)
 
 
-def kill_the_relay(cluster: Cluster) -> None:
-    """kill -9 of the target host's relay, the host and its ranks staying up."""
-    relays = _pids(cluster, TARGET, "mxkv_hybrid.launch.relay")
+def kill_the_host(target: Target) -> None:
+    """kill -9 of every process on h2: its ranks, their keepers, Hydra's proxy, its relay."""
+    _signal(pids(target.cluster, TARGET), signal.SIGKILL)
+
+
+def pause_the_host(seconds: float) -> Callable[[Target], None]:
+    def pause(target: Target) -> None:
+        stopped = pids(target.cluster, TARGET)
+        _signal(stopped, signal.SIGSTOP)
+        _later(seconds, lambda: _signal(stopped, signal.SIGCONT))
+
+    pause.__doc__ = f"SIGSTOP of every process on h2, SIGCONT {seconds:g} s later"
+    return pause
+
+
+def cut_the_link(heal_after: Optional[float]) -> Callable[[Target], None]:
+    def cut(target: Target) -> None:
+        target.cluster.cut(TARGET)
+        if heal_after is not None:
+            _later(heal_after, lambda: target.cluster.heal(TARGET))
+
+    return cut
+
+
+def kill_the_relay(target: Target) -> None:
+    """kill -9 of h2's relay, the host and its ranks staying up."""
+    relays = pids(target.cluster, TARGET, "mxkv_hybrid.launch.relay")
     assert relays, f"no relay runs on {TARGET}"
-    for pid in relays:
-        os.kill(pid, signal.SIGKILL)
+    _signal(relays, signal.SIGKILL)
 
 
-FAULTS: Dict[str, Tuple[str, Callable[[Cluster], None]]] = {
+def kill_a_server(target: Target) -> None:
+    """kill -9 of the parameter server (on h1, with the launcher)."""
+    servers = pids(target.cluster, "h1", "mxkv_hybrid.ps.server")
+    assert servers, "no parameter server runs on h1"
+    _signal(servers[:1], signal.SIGKILL)
+
+
+def kill_the_launcher(target: Target) -> None:
+    """kill -9 of mxkv-launch itself: its ranks' keepers end them, wherever they run."""
+    os.kill(target.launcher_pid, signal.SIGKILL)
+
+
+FAULTS: Dict[str, Tuple[str, Callable[[Target], None]]] = {
     "kill-rank": ("kill -9 of one rank", kill_one_rank),
+    "kill-host": ("kill -9 of every process of one host", kill_the_host),
+    "pause-short": (f"SIGSTOP of a host for {SHORT_PAUSE:g} s", pause_the_host(SHORT_PAUSE)),
+    "pause-long": (
+        f"SIGSTOP of a host for {LONG_PAUSE:g} s (past the bound)",
+        pause_the_host(LONG_PAUSE),
+    ),
+    "cut-heal": (f"link cut, healed {HEAL_AFTER:g} s later", cut_the_link(HEAL_AFTER)),
+    "cut": ("link cut for good", cut_the_link(None)),
     "kill-relay": ("a relay killed on a live host", kill_the_relay),
+    "kill-server": ("a parameter-server process killed", kill_a_server),
+    "kill-launcher": ("the launcher killed (kill -9)", kill_the_launcher),
 }
 
 PATHS: Dict[str, Tuple[str, List[str]]] = {
     "relays": ("-H group jobs, relays on", []),
     "trusted": ("-H group jobs, --trusted-network", ["--trusted-network"]),
+    "one-job": ("-H, one MPI job, relays on", ["--one-job"]),
 }
 
 
 @dataclass(frozen=True)
 class Cell:
     """One case: `fault` (FAULTS) on `path` (PATHS) in `mode` at `moment`; the user sees
-    `outcome`, the lines `named` (regular expressions) and the exit status `status`."""
+    `outcome`, the lines `named` (regular expressions), none of the lines `absent`, and the
+    exit status `status`."""
 
     fault: str
     path: str
@@ -71,42 +146,116 @@ class Cell:
     status: int
     named: Tuple[str, ...]
     ci: bool = False  # in the sample CI runs
+    absent: Tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
         return f"{self.fault}-{self.path}-{self.mode}-{self.moment}"
 
 
-RESTARTS_AND_REJOINS = (
-    rf"{GROUP} on {TARGET} was lost: its MPI job exited with status \d+.*restarting it in",
+def wait_until(condition: Callable[[], bool], seconds: float, what: str) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"{what} did not happen within {seconds:g} s"
+        time.sleep(0.05)
+
+
+LOST = rf"{GROUP} on {TARGET} was lost: "
+RESTARTED = (
     rf"{GROUP} restarted \(restart 1\)",
     rf"restarted and finished: {GROUP} \(1 restart\(s\)\)",
 )
-
+KILLED = (
+    rf"{LOST}its MPI job exited with status \d+; rank \d on {TARGET} ended first .*restarting it",
+    *RESTARTED,
+)
+SILENT = (
+    rf"{LOST}rank \d on {TARGET} .* was last heard from \d+ s ago .*restarting it in",
+    *RESTARTED,
+)
 RELAY_STARTED_AGAIN = (
-    rf"the relay on {TARGET} exited with status \d+ while its host's ranks run; starting it again",
+    rf"the relay on {TARGET} exited with status -?\d+; starting it again",
     rf"the relay on {TARGET} started again",
 )
+NOTHING_LOST = (r"was lost", r"restarted", r"starting it again")
+GIVEN_UP = (
+    rf"{LOST}rank \d on {TARGET} .* was last heard from",
+    rf"{GROUP} on {TARGET} is not restarted: its host did not come back within \d+ s",
+    rf"1 of 3 groups lost: {GROUP}",
+)
+REJOINS = "the group restarts and rejoins"
 
 CELLS: List[Cell] = [
+    Cell("kill-rank", "relays", "easgd", "mid-training", REJOINS, 0, KILLED, ci=True),
+    Cell("kill-rank", "trusted", "easgd", "mid-training", REJOINS, 0, KILLED),
+    Cell("kill-rank", "relays", "async", "mid-training", REJOINS, 0, KILLED),
     Cell(
         "kill-rank",
         "relays",
         "easgd",
-        "mid-training",
-        "the group restarts and rejoins",
+        "while ranks start",
+        "the group restarts and starts with the others",
         0,
-        RESTARTS_AND_REJOINS,
+        (
+            rf"{LOST}its MPI job exited with status \d+.*restarting it",  # (no link yet)
+            rf"{GROUP} restarted \(restart 1\): it starts with the others",
+            *RESTARTED,
+        ),
         ci=True,
     ),
     Cell(
         "kill-rank",
-        "trusted",
+        "one-job",
         "easgd",
         "mid-training",
-        "the group restarts and rejoins",
+        "the job restarts",
         0,
-        RESTARTS_AND_REJOINS,
+        (
+            rf"the job failed with exit status \d+; rank \d on {TARGET} ended first",
+            r"starting the job again \(restart 1 of 1",
+        ),
+    ),
+    Cell(
+        "kill-host",
+        "relays",
+        "easgd",
+        "mid-training",
+        "the group and its host's relay restart; the group rejoins",
+        0,
+        (*KILLED, *RELAY_STARTED_AGAIN),
+        ci=True,
+    ),
+    Cell(
+        "pause-short",
+        "relays",
+        "easgd",
+        "mid-training",
+        "the job continues: nothing is named",
+        0,
+        (),
+        ci=True,
+        absent=NOTHING_LOST,
+    ),
+    Cell("pause-long", "relays", "easgd", "mid-training", REJOINS, 0, SILENT),
+    Cell(
+        "cut-heal",
+        "relays",
+        "easgd",
+        "mid-training",
+        "the group restarts once its host answers, and rejoins",
+        0,
+        SILENT,
+        ci=True,
+    ),
+    Cell(
+        "cut",
+        "relays",
+        "easgd",
+        "mid-training",
+        "the group is given up once its host has not answered for the bound; the others finish",
+        1,
+        GIVEN_UP,
+        ci=True,
     ),
     Cell(
         "kill-relay",
@@ -116,6 +265,27 @@ CELLS: List[Cell] = [
         "the job continues; the relay is started again",
         0,
         RELAY_STARTED_AGAIN,
+        ci=True,
+        absent=(r"was lost",),
+    ),
+    Cell(
+        "kill-server",
+        "relays",
+        "easgd",
+        "mid-training",
+        "the job ends naming the server",
+        1,
+        (r"the parameter server 0 \(pid \d+\) exited with status -9 while the groups were",),
+        ci=True,
+    ),
+    Cell(
+        "kill-launcher",
+        "relays",
+        "easgd",
+        "mid-training",
+        "every process on every host ends (the launcher's reaper, the ranks' keepers)",
+        -9,
+        (),
         ci=True,
     ),
 ]

@@ -104,5 +104,11 @@ def test_what_the_launcher_sets_for_its_ranks_is_a_knob():
 
 def test_internal_knobs_say_that_mxkv_launch_sets_them():
     internal = [name for name, knob in KNOBS.items() if knob.internal]
-    assert internal == ["MXKV_GROUP_JOB", "MXKV_ATTEMPT", "MXKV_LAUNCHER_LINK", "MXKV_PS_NODES"]
+    assert internal == [
+        "MXKV_GROUP_JOB",
+        "MXKV_REJOIN",
+        "MXKV_ATTEMPT",
+        "MXKV_LAUNCHER_LINK",
+        "MXKV_PS_NODES",
+    ]
     assert all(KNOBS[name].doc.startswith("Set by") for name in internal)

@@ -88,6 +88,7 @@ class RankSeen:
     address: str
     last_heard: float
     left: bool = False
+    left_at: float = 0.0  # when its connection closed (the launcher's clock)
 
     def silent_for(self, now: float) -> float:
         return 0.0 if self.left else now - self.last_heard
@@ -319,8 +320,8 @@ class LinkServer:
         if state is not None and state["rank"] is not None:
             with self._lock:
                 seen = self._ranks.get(state["rank"])
-                if seen is not None:
-                    seen.left = True
+                if seen is not None and not seen.left:
+                    seen.left, seen.left_at = True, time.monotonic()
 
     def close(self) -> None:
         self._closed = True

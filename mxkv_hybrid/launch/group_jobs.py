@@ -18,8 +18,9 @@ from dataclasses import dataclass, field, replace
 from typing import BinaryIO, Callable, Dict, List, Optional, Tuple
 
 from ..comm.launcher_link import RankExit
+from .control.restarts import Restarts
 from .lost_hosts import LostRanks
-from .processes import GRACE_SECONDS, Node, end_process_group
+from .processes import GRACE_SECONDS, Node, end_process_group, spawn
 from .rank_watch import RankWatch, wait_for_any
 from .supervisor import OUTPUT_LOCK, say, supervise
 
@@ -132,6 +133,7 @@ class GroupRun:
     restart_at: Optional[float] = None  # lost, to be started again at this time
     started: float = field(default_factory=time.monotonic)
     cut_off: bool = False  # ended because the launcher's link lost its host
+    readiness: Optional["HostReadiness"] = None  # its host, readied for its restart
 
     @property
     def over(self) -> bool:
@@ -145,15 +147,25 @@ class GroupRun:
 
 
 def start_group(
-    plan: GroupPlan, command: List[str], env: Dict[str, str], flavour: str, attempt: int = 0
+    plan: GroupPlan,
+    command: List[str],
+    env: Dict[str, str],
+    flavour: str,
+    attempt: int = 0,
+    rejoin: bool = False,
 ) -> GroupRun:
-    """Starts one group's MPI job (in its own session) and the relays of its output."""
-    process = subprocess.Popen(
+    """Starts one group's MPI job (in its own session) and the relays of its output;
+    `rejoin`: a restart whose leader rejoins the servers' model (MXKV_REJOIN)."""
+    process = spawn(
         command,
-        env=dict(env, MXKV_GROUP_JOB=plan.knob, MXKV_ATTEMPT=str(attempt)),
+        env=dict(
+            env,
+            MXKV_GROUP_JOB=plan.knob,
+            MXKV_ATTEMPT=str(attempt),
+            MXKV_REJOIN="1" if rejoin else "0",
+        ),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        start_new_session=True,
     )
     rewrite = renumbering(flavour, plan.first_rank)
     muted = threading.Event()
@@ -181,26 +193,44 @@ def start_group(
     )
 
 
-@dataclass(frozen=True)
-class Restarts:
-    """--restarts: how many times a lost group is started again, and how long after it was
-    lost (ps-lite gives a new node a dead one's place only once the scheduler has missed
-    its heartbeats for PS_HEARTBEAT_TIMEOUT)."""
+class HostReadiness:
+    """A thread that waits until a lost group's host can take its restart (`ready(plan,
+    deadline)` returns None, or why not): started when the restart is scheduled, so the
+    launcher's loop never blocks on a host that is cut off."""
 
-    limit: int
-    delay: float
+    def __init__(
+        self, plan: GroupPlan, ready: Callable[[GroupPlan, float], Optional[str]], deadline: float
+    ):
+        self.done = threading.Event()
+        self.why_not: Optional[str] = None
+        self._thread = threading.Thread(
+            target=self._wait, args=(plan, ready, deadline), daemon=True
+        )
+        self._thread.start()
+
+    def _wait(
+        self, plan: GroupPlan, ready: Callable[[GroupPlan, float], Optional[str]], deadline: float
+    ) -> None:
+        try:
+            self.why_not = ready(plan, deadline)
+        finally:
+            self.done.set()
 
 
 def _lost(
     run: GroupRun,
     restarts: Restarts,
     others_running: bool,
+    ready: Callable[[GroupPlan, float], Optional[str]],
+    ended_first: Optional[str],
     cut_off: Optional[str] = None,
     failed: Optional[RankExit] = None,
 ) -> None:
     """Reports a lost group (`cut_off`: how its host was lost; `failed`: its first rank
-    whose script reported a failure) and, while restarts are left, schedules its restart."""
-    first = run.watch.describe_first_ended(socket.gethostname(), failed)
+    whose script reported a failure; `ended_first`: its rank that ended first, as the
+    link tells) and, while restarts are left, schedules its restart and starts readying
+    its host for it."""
+    first = run.watch.describe_first_ended(socket.gethostname(), failed) or ended_first
     line = f"{run.plan.describe_where()} was lost: " + (
         f"{cut_off}; its host is cut off or dead, and its MPI job was ended"
         if cut_off
@@ -208,6 +238,7 @@ def _lost(
     )
     if run.attempt < restarts.limit:
         run.restart_at = time.monotonic() + restarts.delay
+        run.readiness = HostReadiness(run.plan, ready, run.restart_at + restarts.host_wait)
         line += (
             f"; restarting it in {restarts.delay:g} s (restart {run.attempt + 1} of "
             f"{restarts.limit})"
@@ -217,11 +248,15 @@ def _lost(
     say(line)
 
 
-def _restart(run: GroupRun, prepare: Callable[[GroupPlan], None]) -> GroupRun:
+def _restart(run: GroupRun, met: bool) -> GroupRun:
+    """`run`'s group started again: it rejoins the servers' model once the groups `met`
+    there, else it starts as the first time (the others still wait for it at the start)."""
     run.release()
-    prepare(run.plan)
-    again = start_group(run.plan, run.command, run.env, run.flavour, run.attempt + 1)
-    say(f"{run.plan.describe()} restarted (restart {again.attempt}): it rejoins the servers' model")
+    again = start_group(run.plan, run.command, run.env, run.flavour, run.attempt + 1, met)
+    say(
+        f"{run.plan.describe()} restarted (restart {again.attempt}): "
+        + ("it rejoins the servers' model" if met else "it starts with the others")
+    )
     return again
 
 
@@ -268,8 +303,9 @@ class GroupJobs:
     gradients) ends the others when a group is lost. A group whose host is lost before the
     groups `met` at the parameter server (and not `together`) ends every job, to start
     the others again without it (`left_out`); one that failed then ends them all. A
-    `stop_order` (the reason a serving launcher gave) ends every group; `prepare` readies
-    what a group needs on its host before it is started again (its host's relay)."""
+    `stop_order` (the reason a serving launcher gave) ends every group; `ready` readies
+    a group's host before it is started again (its host's relay answers), or says why it
+    could not by the deadline given (the group is then given up)."""
 
     running, stopping = "groups", "stopping every group"
 
@@ -281,17 +317,23 @@ class GroupJobs:
         stop_order: Callable[[], Optional[str]],
         lost_ranks: Optional[LostRanks],
         met: Callable[[], bool],
-        prepare: Callable[[GroupPlan], None],
+        ready: Callable[[GroupPlan, float], Optional[str]],
     ):
         self.runs, self.restarts, self.together = runs, restarts, together
-        self.prepare = prepare
+        self.ready = ready
         self.stop_order, self.lost_ranks, self.met = stop_order, lost_ranks, met
         self.left_out: List[GroupPlan] = []
 
     def poll(self) -> Optional[int]:
         for index, run in enumerate(self.runs):
             if run.restart_at is not None and time.monotonic() >= run.restart_at:
-                self.runs[index] = _restart(run, self.prepare)
+                assert run.readiness is not None
+                if not run.readiness.done.is_set():
+                    continue  # its host is not back yet
+                if run.readiness.why_not is None:
+                    self.runs[index] = _restart(run, self.met())
+                elif self._give_up(run, run.readiness.why_not):
+                    return 1
             elif run.code is None:
                 code = self._check(run)
                 if code is not None:
@@ -332,6 +374,8 @@ class GroupJobs:
         if run.code in (None, 0):
             return None
         first_failed = lost_ranks.first_failed(run.plan.members) if lost_ranks is not None else None
+        # (on another host: its link tells which rank ended first)
+        ended_first = lost_ranks.first_to_end(run.plan.members) if lost_ranks is not None else None
         if lost_ranks is not None:  # a restarted job's ranks start afresh
             lost_ranks.link.forget(list(run.plan.members))
         before_meeting = len(self.runs) > 1 and not self.met()
@@ -343,6 +387,8 @@ class GroupJobs:
             run,
             self.restarts,
             any(r.code is None for r in self.runs) and not self.together and not before_meeting,
+            self.ready,
+            ended_first,
             cut_off,
             first_failed,
         )
@@ -359,6 +405,23 @@ class GroupJobs:
             return 1
         return None
 
+    def _give_up(self, run: GroupRun, why: str) -> bool:
+        """A lost group whose host did not come back for its restart: given up. Returns
+        whether the other groups must stop too (sync)."""
+        run.restart_at = None
+        others = any(r.code is None for r in self.runs) and not self.together
+        say(
+            f"{run.plan.describe_where()} is not restarted: its host did not come back within "
+            f"{self.restarts.host_wait:g} s (MXKV_LOST_SECONDS): {why}"
+            + ("; the other groups go on" if others else "")
+        )
+        if self.lost_ranks is not None:
+            self.lost_ranks.link.give_up(run.plan.group)
+        if self.together:
+            say("in MXKV_MODE=sync the servers wait for every group's gradients: stopping them")
+            return True
+        return False
+
     def wait(self, seconds: float) -> None:
         wait_for_any([run.watch for run in self.runs if run.code is None], seconds)
 
@@ -372,7 +435,7 @@ def supervise_groups(
     stop_order: Callable[[], Optional[str]] = lambda: None,
     lost_ranks: Optional[LostRanks] = None,
     met: Callable[[], bool] = lambda: True,
-    prepare: Callable[[GroupPlan], None] = lambda plan: None,
+    ready: Callable[[GroupPlan, float], Optional[str]] = lambda plan, deadline: None,
 ) -> GroupsEnded:
     """Watches the group jobs (GroupJobs, supervisor.supervise) until every one is over, or
     a timeout, a dead parameter-server process, a signal or a stop order ends them all;
@@ -381,7 +444,7 @@ def supervise_groups(
     groups lost before the groups met (GroupsEnded.left_out: to start the others again
     without them)."""
     deadline = None if timeout is None else time.monotonic() + timeout
-    work = GroupJobs(runs, restarts, together, stop_order, lost_ranks, met, prepare)
+    work = GroupJobs(runs, restarts, together, stop_order, lost_ranks, met, ready)
     code = supervise(work, helpers, deadline, timeout)
     left_out = bool(work.left_out) and code == 1
     for run in runs:

@@ -33,10 +33,11 @@ from ..config import LOG_LEVELS, knob_is_set, launcher_mode, read_knob, separate
 from ..logs import TO_STDERR, set_level
 from ..ps import scheduler as scheduler_script
 from . import serve_relays, shm_leftovers, supervisor
+from .control.restarts import Restarts
+from .control.timing import PS_HEARTBEAT
 from .group_jobs import (
     GroupPlan,
     GroupRun,
-    Restarts,
     plan_groups,
     plan_groups_by_host,
     start_group,
@@ -50,6 +51,7 @@ from .processes import (
     Node,
     end_process_group,
     free_port,
+    spawn,
     start,
     wait_until_listening,
 )
@@ -69,9 +71,6 @@ from .supervisor import say
 
 log = logging.getLogger(__name__)
 CHECK_TIMEOUT = 60.0  # seconds; --check's default --timeout
-# --restarts: ps-lite's heartbeats, so that the scheduler notices a dead leader and gives its
-# place to the restarted one (seconds; the user's PS_HEARTBEAT_* win)
-HEARTBEAT = {"PS_HEARTBEAT_INTERVAL": "1", "PS_HEARTBEAT_TIMEOUT": "3"}
 
 
 def find_mpiexec() -> str:
@@ -200,6 +199,8 @@ def supervise(
     if code not in (0, 124, 130):
         failed = lost_ranks.first_failed(work.ranks) if lost_ranks is not None else None
         first = work.watch.describe_first_ended(socket.gethostname(), failed)
+        if first is None and lost_ranks is not None:  # (no rank of this host ended first)
+            first = lost_ranks.first_to_end(work.ranks)
         say(
             f"the job failed with exit status {code}"
             + (
@@ -737,7 +738,7 @@ def launch(args: argparse.Namespace) -> None:
     flavour = _flavour(mpiexec)
     mode = launcher_mode()
     if args.serve:
-        for name, value in HEARTBEAT.items():  # a joined group may be restarted
+        for name, value in PS_HEARTBEAT.items():  # a joined group may be restarted
             os.environ.setdefault(name, value)
         sys.exit(
             serve(
@@ -769,7 +770,7 @@ def launch(args: argparse.Namespace) -> None:
             print(" ".join(command))
         return
     if args.restarts and (args.group_jobs or args.join):
-        for name, value in HEARTBEAT.items():
+        for name, value in PS_HEARTBEAT.items():
             os.environ.setdefault(name, value)
     if args.join:
         lost_ranks = open_link(args)
@@ -813,7 +814,7 @@ def run_group_jobs(
     (with fresh servers: ps-lite cannot lower its count of workers). Returns the exit
     status."""
     plans = plan_group_jobs(args)
-    restarts = Restarts(args.restarts, float(os.environ.get("PS_HEARTBEAT_TIMEOUT", "0")) + 2)
+    restarts = Restarts.for_job(args.restarts, os.environ)
     deadline = None if args.timeout is None else time.monotonic() + args.timeout
     left_out: List[str] = []
     while True:
@@ -829,7 +830,7 @@ def run_group_jobs(
             together=capabilities_of(mode).groups_step_together,
             lost_ranks=lost_ranks,
             met=lost_ranks.link.met,
-            prepare=functools.partial(ready_relay_of, helpers=helpers),
+            ready=functools.partial(ready_host_of, helpers=helpers),
         )
         if not ended.left_out:
             if left_out:
@@ -844,12 +845,15 @@ def run_group_jobs(
         )
 
 
-def ready_relay_of(plan: GroupPlan, helpers: List[Node]) -> None:
-    """Before a group starts again: its host's relay answers, or is started again (one
-    cut off from the job has ended itself)."""
+def ready_host_of(plan: GroupPlan, deadline: float, helpers: List[Node]) -> Optional[str]:
+    """Before a group starts again: blocks until its host's relay answers (started again
+    where it is not running: one cut off from the job has ended itself), or until
+    `deadline`. Returns None when the host is ready (or has no relay), else why not."""
     for node in helpers:
         if isinstance(node, RelayNode) and node.host_name == plan.host and not node.vital:
-            node.make_ready()
+            assert node.owner is not None
+            return node.owner.wait_until_answering(node, deadline)
+    return None
 
 
 def check_reachability(args: argparse.Namespace, mpiexec: str, flavour: str) -> bool:
@@ -868,12 +872,11 @@ def check_reachability(args: argparse.Namespace, mpiexec: str, flavour: str) -> 
     placed = argparse.Namespace(
         num_ranks=len(hosts), hosts=",".join(f"{h}:1" for h in hosts), hostfile=None
     )
-    probes = subprocess.Popen(
+    probes = spawn(
         [mpiexec, *mpi_arguments(flavour, placed), *probe_command(check)],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        start_new_session=True,
     )
     try:
         check.run()

@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass
 from typing import Dict, List, Optional
 
+from .control.reaper import REAPER
 from .rank_watch import process_stats
 
 GRACE_SECONDS = 5.0
@@ -38,6 +39,14 @@ def live_group_members(pgid: int) -> List[int]:
     return [pid for pid, group in live_processes().items() if group == pgid]
 
 
+def spawn(command: List[str], **popen) -> subprocess.Popen:
+    """Starts `command` in a session of its own (Popen's other arguments pass through),
+    adopted by the reaper (control/reaper.py): ended should the launcher die."""
+    process = subprocess.Popen(command, start_new_session=True, **popen)
+    REAPER.adopt(process.pid)
+    return process
+
+
 def end_process_group(
     process: subprocess.Popen, grace: float = 0.0, patience: float = GRACE_SECONDS
 ) -> None:
@@ -57,6 +66,7 @@ def end_process_group(
         while live_group_members(process.pid) and time.monotonic() < deadline:
             time.sleep(0.1)
     process.wait()
+    REAPER.release(process.pid)
 
 
 @dataclass
@@ -74,7 +84,7 @@ class Node:
 
 
 def start(name: str, command: List[str], env: Optional[Dict[str, str]] = None) -> Node:
-    return Node(name, subprocess.Popen(command, env=env, start_new_session=True))
+    return Node(name, spawn(command, env=env))
 
 
 def free_port(host: str) -> int:

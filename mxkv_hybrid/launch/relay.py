@@ -30,12 +30,14 @@ import functools
 import logging
 import os
 import signal
+import socket
 import ssl
 import sys
 import tempfile
 import time
 from typing import Awaitable, Callable, Dict, List, Optional, Set, Tuple
 
+from ..config import read_knob
 from ..logs import TO_STDERR
 from ..ps.node_addresses import Endpoint, RelayPlan, StandIn
 from .job_key import tls_context
@@ -83,9 +85,29 @@ class ThrottledLines:
         self._unsaid.clear()
 
 
+def bound_silence(sock, lost_seconds: float) -> None:
+    """A connection between hosts fails once the far side has not acknowledged data for
+    `lost_seconds` (TCP_USER_TIMEOUT) or answered keepalive probes for as long (1 s
+    apart): a host cut off drops its connections within the job's bound, so ps-lite's
+    nodes see them end and dial again instead of queueing behind a link that TCP's
+    retransmission backoff would revive only seconds to minutes after it heals."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, max(1, int(lost_seconds)))
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, int(lost_seconds * 1000))
+
+
 class Relay:
-    def __init__(self, plan: RelayPlan, key_path: str, quiet_seconds: float = QUIET_SECONDS):
+    def __init__(
+        self,
+        plan: RelayPlan,
+        key_path: str,
+        quiet_seconds: float = QUIET_SECONDS,
+        lost_seconds: float = 30.0,
+    ):
         self._plan = plan
+        self._lost_seconds = lost_seconds
         self._accepting = tls_context(key_path, server=True)
         self._dialling = tls_context(key_path, server=False)
         self._servers: List[asyncio.AbstractServer] = []
@@ -144,12 +166,14 @@ class Relay:
             )
             writer.close()
             return
+        bound_silence(far_writer.get_extra_info("socket"), self._lost_seconds)
         far_writer.write(f"{stand_in.target}\n".encode())
         await _join(reader, writer, far_reader, far_writer)
 
     async def _from_relay(self, transport: asyncio.Transport) -> None:
         """Another relay, once it passes the handshake: connect to the local node it names."""
         peer = _peer(transport)
+        bound_silence(transport.get_extra_info("socket"), self._lost_seconds)
         loop = asyncio.get_running_loop()
         reader = asyncio.StreamReader(limit=BUFFERED_BYTES, loop=loop)
         protocol = _OverTls(reader, loop=loop)
@@ -296,10 +320,11 @@ async def _run(
     plan: RelayPlan,
     key_path: str,
     quiet_seconds: float,
+    lost_seconds: float,
     forget_key: bool = False,
-    watch: Optional[Tuple[Endpoint, float]] = None,
+    watch: Optional[Endpoint] = None,
 ) -> None:
-    relay = Relay(plan, key_path, quiet_seconds)
+    relay = Relay(plan, key_path, quiet_seconds, lost_seconds)
     if forget_key:  # loaded: the file goes (the directory with it, at exit)
         os.unlink(key_path)
     await relay.start()
@@ -315,7 +340,7 @@ async def _run(
         asyncio.get_running_loop().add_signal_handler(signum, stop.set)
     relay.serve()
     if watch is not None:
-        relay._keep(_set_when_done(relay.watch(*watch), stop))
+        relay._keep(_set_when_done(relay.watch(watch, lost_seconds), stop))
     await stop.wait()
     relay.close()
     others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
@@ -357,21 +382,29 @@ def main(argv=None) -> None:
         help="the relay of the launcher's host: end when it has not answered "
         "for --lost-seconds (a host cut off from the job)",
     )
-    parser.add_argument("--lost-seconds", type=float, default=30.0)
+    parser.add_argument(
+        "--lost-seconds",
+        type=float,
+        default=read_knob("MXKV_LOST_SECONDS"),
+        help="the job's bound on a silent host (default: MXKV_LOST_SECONDS, %(default)s): "
+        "--watch's, and how long a connection to another host may go unacknowledged",
+    )
     args = parser.parse_args(argv)
-    watch = (Endpoint.parse(args.watch), args.lost_seconds) if args.watch else None
+    watch = Endpoint.parse(args.watch) if args.watch else None
     if args.plan:
         with open(args.plan) as f:
             args.plan_json = f.read()
     plan = RelayPlan.from_json(args.plan_json)
     if args.key:
-        asyncio.run(_run(plan, args.key, args.quiet_seconds, watch=watch))
+        asyncio.run(_run(plan, args.key, args.quiet_seconds, args.lost_seconds, watch=watch))
         return
     with tempfile.TemporaryDirectory(prefix="mxkv-relay-") as directory:  # mode 0700
         key = os.path.join(directory, "job.pem")
         with open(key, "w") as f:
             f.write(os.environ[args.key_env])
-        asyncio.run(_run(plan, key, args.quiet_seconds, forget_key=True, watch=watch))
+        asyncio.run(
+            _run(plan, key, args.quiet_seconds, args.lost_seconds, forget_key=True, watch=watch)
+        )
 
 
 if __name__ == "__main__":

@@ -14,15 +14,16 @@ import ssl
 import subprocess
 import sys
 import threading
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..comm.network import is_this_machine
 from ..config import read_knob
 from ..ps.node_addresses import PsNodes, loopback_address
 from .job_key import job_key_text
-from .processes import Node, end_process_group, free_port
-from .relay import PING, PONG
+from .processes import Node, end_process_group, free_port, spawn
+from .relay import BEAT_SECONDS, PING, PONG
 from .supervisor import say
 
 PORTS = (20000, 60000)  # where ports are drawn for the nodes of other hosts and the relays
@@ -108,24 +109,21 @@ class RelayNode(Node):
     host_name: str = ""
     owner: Optional["Relays"] = None
     restarts: int = 0  # how often it was started again after a crash
-    restarting: bool = False  # a thread is starting it again
-
-    def make_ready(self) -> None:
-        """Leaves a relay that answers; else ends its process and starts it again."""
-        assert self.owner is not None
-        self.owner.make_ready(self)
+    busy: threading.Lock = field(default_factory=threading.Lock)  # held while (re)started
 
     def after_exit(self) -> None:
         """A relay that exited with a non-zero status (killed, crashed: one cut off from the
         job ends itself with 0, and its mpiexec here cannot hear even that before the link
         heals) is started again, in a thread, RELAY_RESTARTS times at most."""
-        if self.restarting or self.process.returncode == 0 or self.restarts >= RELAY_RESTARTS:
+        if self.process.returncode == 0 or self.restarts >= RELAY_RESTARTS:
             return
+        if not self.busy.acquire(blocking=False):
+            return  # being started again already
         assert self.owner is not None
-        self.restarting, self.restarts = True, self.restarts + 1
+        self.restarts += 1
         say(
-            f"the {self.name} exited with status {self.process.returncode} while its host's "
-            f"ranks run; starting it again (restart {self.restarts} of {RELAY_RESTARTS})"
+            f"the {self.name} exited with status {self.process.returncode}; starting it "
+            f"again (restart {self.restarts} of {RELAY_RESTARTS})"
         )
         threading.Thread(target=self.owner.restart_crashed, args=(self,), daemon=True).start()
 
@@ -157,8 +155,8 @@ class Relays:
                 end_process_group(node.process, grace=0)
             raise
 
-    def _start(self, host: int) -> subprocess.Popen:
-        """Host `host`'s relay, once it said it is ready."""
+    def _start(self, host: int, seconds: float = READY_SECONDS) -> subprocess.Popen:
+        """Host `host`'s relay, once it said it is ready (within `seconds`)."""
         name = self._names[host]
         command = relay_command(self._table.relay_plan(host).to_json())
         if host:  # on its host, through mpiexec (Hydra passes the environment on); it
@@ -176,7 +174,7 @@ class Relays:
                 str(read_knob("MXKV_LOST_SECONDS")),
             ]
         return start_ready(
-            f"relay on {name}", command, dict(os.environ, MXKV_RELAY_KEY=self._key_text)
+            f"relay on {name}", command, dict(os.environ, MXKV_RELAY_KEY=self._key_text), seconds
         )
 
     def answers(self, name: str) -> bool:
@@ -189,21 +187,46 @@ class Relays:
         except (OSError, ssl.SSLError):
             return False
 
-    def make_ready(self, node: RelayNode) -> None:
-        if node.process.poll() is None and self.answers(node.host_name):
-            return
+    def _start_again(self, node: RelayNode, seconds: float = READY_SECONDS) -> None:
+        """Ends the node's process (what is left of it) and starts its relay again."""
         end_process_group(node.process, grace=0)
-        node.process = self._start(self._names.index(node.host_name))
+        host = self._names.index(node.host_name)
+        node.process = self._start(host, seconds)
         say(f"the relay on {node.host_name} started again (port {self._table.relay_port})")
 
     def restart_crashed(self, node: RelayNode) -> None:
-        """RelayNode.after_exit's thread: starts a crashed relay again, or says why not."""
+        """RelayNode.after_exit's thread (holding node.busy): starts a crashed relay
+        again, or says why not."""
         try:
-            self.make_ready(node)
+            self._start_again(node)
         except RuntimeError as err:
             say(f"the {node.name} could not be started again: {err}")
         finally:
-            node.restarting = False
+            node.busy.release()
+
+    def wait_until_answering(self, node: RelayNode, deadline: float) -> Optional[str]:
+        """Blocks until the relay of `node`'s host answers the launcher's ping, or until
+        `deadline` (time.monotonic()). Returns None once it answers, else why not.
+
+        A relay cut off from the job ends itself, but its mpiexec here hears of that only
+        once the link is back: so while its mpiexec runs, this waits for it to answer (the
+        old relay, if the cut was short); once it has exited, the host is reachable again
+        (or gone: the start fails), and the relay is started again."""
+        said = "its host did not answer over the network"
+        with node.busy:  # (a crashed relay is not started again beside this)
+            while True:
+                if node.process.poll() is None and self.answers(node.host_name):
+                    return None
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return f"the relay on {node.host_name} did not answer: {said}"
+                if node.process.poll() is not None:
+                    try:
+                        self._start_again(node, left)
+                        continue
+                    except RuntimeError as err:
+                        said = str(err)
+                time.sleep(min(BEAT_SECONDS, max(0.0, deadline - time.monotonic())))
 
 
 def relay_command(plan: str) -> List[str]:
@@ -219,17 +242,18 @@ def relay_command(plan: str) -> List[str]:
     ]
 
 
-def start_ready(name: str, command: List[str], env: Dict[str, str]) -> subprocess.Popen:
-    """Starts a relay and waits for its 'ready' line; its other lines go to stderr."""
-    process = subprocess.Popen(
-        command, env=env, stderr=subprocess.PIPE, text=True, start_new_session=True
-    )
+def start_ready(
+    name: str, command: List[str], env: Dict[str, str], seconds: float = READY_SECONDS
+) -> subprocess.Popen:
+    """Starts a relay and waits `seconds` at most for its 'ready' line; its other lines go
+    to stderr."""
+    process = spawn(command, env=env, stderr=subprocess.PIPE, text=True)
     stderr = process.stderr
     assert stderr is not None  # (a pipe)
     first: List[Optional[str]] = [None]
     reader = threading.Thread(target=lambda: first.__setitem__(0, stderr.readline()))
     reader.start()
-    reader.join(READY_SECONDS)
+    reader.join(seconds)
     if not first[0] or "ready" not in first[0]:
         end_process_group(process, grace=0)
         said = ((first[0] or "") + stderr.read()).strip().splitlines()

@@ -16,7 +16,8 @@ from ..comm.launcher_link import JobAddress
 from ..config import read_knob
 from ..logs import TO_STDERR
 from ..ps.node_addresses import PsNodes
-from .group_jobs import GroupPlan, Restarts, start_group, supervise_groups
+from .control.restarts import Restarts
+from .group_jobs import GroupPlan, start_group, supervise_groups
 from .lost_hosts import LostRanks
 from .processes import Node, Terminated, end_process_group, stop_on_signals
 from .relay_setup import node_environment
@@ -217,12 +218,11 @@ def join_group(
             lost_ranks.link.forget_meeting()
             lost_ranks.link.forget(list(plan.members))
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            delay = float(env.get("PS_HEARTBEAT_TIMEOUT", 0)) + 2
             code = supervise_groups(
                 [start_group(plan, command, env, flavour)],
                 helpers,
                 left,
-                Restarts(restarts, delay),
+                Restarts.for_job(restarts, env),
                 stop_order=joined.why_stop,
                 lost_ranks=lost_ranks,
             ).code

@@ -71,7 +71,7 @@ class ElasticAveraging:
         self._centre: Dict[Key, mx.nd.NDArray] = {}  # the leader's last read of c
         self._elastic: Dict[Key, mx.nd.NDArray] = {}  # the leader's last e
         self._separate_jobs = not world.spans_all_ranks  # each group its own MPI job
-        self._attempt = config.attempt
+        self._rejoins = config.rejoin
         self._rank = world.rank  # in the whole job
         self._leads = groups.is_leader  # the group's leader exchanges with the centre
         self._remote = (
@@ -98,7 +98,7 @@ class ElasticAveraging:
             groups.group_index,
             groups.num_groups,
             config.ps_timeout,
-            config.attempt,
+            config.attempt if config.rejoin else 0,
         )
 
     def allreduce(
@@ -268,7 +268,7 @@ class ElasticAveraging:
             self._outer.load_state(state["outer"])
         if self._leads:
             keys = list(self._centre)
-            restores = self._rank == 0 and not (self._separate_jobs and self._attempt > 0)
+            restores = self._rank == 0 and not (self._separate_jobs and self._rejoins)
             saved = state["centre"] if restores else None
             if restores and (saved is None or set(saved) != set(keys)):
                 raise MXKVError(

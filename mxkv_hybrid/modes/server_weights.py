@@ -122,7 +122,7 @@ class ServerWeights:
             groups.group_index,
             groups.num_groups,
             config.ps_timeout,
-            config.attempt,
+            config.attempt if config.rejoin else 0,
         )
         if self._ps is not None:
             atexit.register(self.close)

@@ -360,7 +360,7 @@ def connect_leader(kind: str, config, world, groups) -> Optional[ParameterServer
         end_job,
         link_throttle(config),
         separate_groups=not world.spans_all_ranks,
-        rejoining=config.attempt > 0 and not world.spans_all_ranks,
+        rejoining=config.rejoin and not world.spans_all_ranks,
     )
 
 

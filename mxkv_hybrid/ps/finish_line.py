@@ -38,7 +38,8 @@ def finish_line_for(
     timeout: float,
     attempt: int,
 ) -> Optional["FinishLine"]:
-    """A group leader's finish line when the groups are separate MPI jobs, else None: one
+    """A group leader's finish line when the groups are separate MPI jobs, else None (
+    `attempt`: the restart it rejoins the servers in, 0 on a start of its own): one
     per process, as the ps-lite connection is, so every store of the process (a script's
     own and the one Module.fit creates, say) reports to the same tally."""
     global _shared

@@ -1,0 +1,28 @@
+"""Every bound of the control plane, in one place, derived from MXKV_LOST_SECONDS (the
+bound on noticing a lost host, 30 s by default) and ps-lite's heartbeat.
+
+- ps-lite's heartbeat (`PS_HEARTBEAT`): a node beats every second and the scheduler counts
+  it dead after 3 s silent, so that a restarted node can take the dead one's place;
+- a lost group is started again `restart_delay` after it was lost: once ps-lite's
+  scheduler has surely missed the old node's heartbeats (the timeout, and 2 s more);
+- its host then gets `host_return_seconds` (MXKV_LOST_SECONDS) to answer again, which a
+  host behind a healed link does; one that does not is given up, and the other groups'
+  finish line goes on without it."""
+
+from typing import Mapping
+
+from ...config import read_knob
+
+# ps-lite's heartbeat for every job that may restart a node (seconds; the user's win)
+PS_HEARTBEAT = {"PS_HEARTBEAT_INTERVAL": "1", "PS_HEARTBEAT_TIMEOUT": "3"}
+RESTART_MARGIN_SECONDS = 2.0  # past ps-lite's heartbeat timeout, before a restart
+
+
+def restart_delay(environ: Mapping[str, str]) -> float:
+    """Seconds from a group's loss to its restart, under `environ`'s ps-lite heartbeat."""
+    return float(environ.get("PS_HEARTBEAT_TIMEOUT", "0")) + RESTART_MARGIN_SECONDS
+
+
+def host_return_seconds() -> float:
+    """Seconds a lost group's host has, after its restart is due, to answer again."""
+    return float(read_knob("MXKV_LOST_SECONDS"))
