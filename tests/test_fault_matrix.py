@@ -3,16 +3,32 @@ h2 at the cell's moment, and the job ends as the cell says: its exit status, the
 named, no traceback from our code, no wait to --timeout, nothing left on any host. The CI
 sample runs by default; `pytest -m fault_matrix` runs the whole matrix."""
 
+import json
+import os
 import re
-from typing import Callable, Dict
+import time
+from dataclasses import asdict
+from typing import Callable, Dict, Optional
 
 import pytest
-from fault_matrix import CELLS, FAULTS, LOST_SECONDS, PATHS, TARGET, Cell, pids, wait_until
+from fault_matrix import (
+    CELLS,
+    FAULTS,
+    LOST_SECONDS,
+    PATHS,
+    TARGET,
+    Cell,
+    Target,
+    pids,
+    wait_until,
+)
 
 from emulated import HostLauncher, assert_nothing_left, on_emulated_hosts
 
 EPOCHS = 30
 TIMEOUT = 150  # the job's --timeout: a cell that reaches it fails
+# examples/benchmarks/fault_matrix.py sets it: each cell appends its figures there (JSON lines)
+RESULTS = os.environ.get("FAULT_MATRIX_RESULTS")
 pytestmark = on_emulated_hosts
 
 
@@ -40,8 +56,6 @@ def _parameters() -> list:
 
 @pytest.mark.parametrize("cell", _parameters())
 def test_cell(cell: Cell, make_cluster):
-    from fault_matrix import Target
-
     cluster = make_cluster(3, rate_mbit=1000)
     launcher = HostLauncher(
         cluster,
@@ -54,12 +68,30 @@ def test_cell(cell: Cell, make_cluster):
     )
     MOMENTS[cell.moment](launcher, cluster)
     FAULTS[cell.fault][1](Target(cluster, launcher.process.pid))
+    struck = time.monotonic()
+    named_after: Optional[float] = None
+    if cell.named:  # how long until the launcher names the member
+        try:
+            launcher.wait_for(cell.named[0], seconds=TIMEOUT)
+            named_after = time.monotonic() - struck
+        except AssertionError:
+            pass  # (never named: a problem below)
     job = launcher.finish()
-    for line in cell.named:
-        assert re.search(line, job.output), f"not named: {line}\n{job.output}"
-    for line in cell.absent:
-        assert not re.search(line, job.output), f"said: {line}\n{job.output}"
-    assert job.returncode == cell.status, job.output
-    assert "Traceback" not in job.output, job.output
-    assert "timed out after" not in job.output, job.output
-    assert_nothing_left(cluster, grace=LOST_SECONDS + 10)
+    ended_after = time.monotonic() - struck
+    problems = [f"not named: {line}" for line in cell.named if not re.search(line, job.output)]
+    problems += [f"said: {line}" for line in cell.absent if re.search(line, job.output)]
+    if job.returncode != cell.status:
+        problems.append(f"exit status {job.returncode}, not {cell.status}")
+    problems += [
+        f"printed '{said}'" for said in ("Traceback", "timed out after") if said in job.output
+    ]
+    try:
+        assert_nothing_left(cluster, grace=LOST_SECONDS + 10)
+    except AssertionError as left:
+        problems.append(str(left))
+    if RESULTS:
+        figures = {"named_after_s": named_after, "ended_after_s": ended_after}
+        record = dict(asdict(cell), exit=job.returncode, problems=problems, **figures)
+        with open(RESULTS, "a") as results:
+            results.write(json.dumps(record) + "\n")
+    assert not problems, "\n".join(problems) + "\n" + job.output
