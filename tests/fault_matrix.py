@@ -128,7 +128,7 @@ FAULTS: Dict[str, Tuple[str, Callable[[Target], None]]] = {
 PATHS: Dict[str, Tuple[str, List[str]]] = {
     "relays": ("-H group jobs, relays on", []),
     "trusted": ("-H group jobs, --trusted-network", ["--trusted-network"]),
-    "one-job": ("-H, one MPI job, relays on", ["--one-job"]),
+    "one-job": ("-H, one MPI job, relays on", ["--one-job"]),  # (--one-job where needed)
 }
 
 
@@ -184,10 +184,14 @@ GIVEN_UP = (
     rf"1 of 3 groups lost: {GROUP}",
 )
 REJOINS = "the group restarts and rejoins"
+JOB_RESTARTS = (
+    rf"the job failed with exit status \d+; rank \d on {TARGET} ended first",
+    r"starting the job again \(restart 1 of 1",
+)
 
 CELLS: List[Cell] = [
     Cell("kill-rank", "relays", "easgd", "mid-training", REJOINS, 0, KILLED, ci=True),
-    Cell("kill-rank", "trusted", "easgd", "mid-training", REJOINS, 0, KILLED),
+    Cell("kill-rank", "trusted", "easgd", "mid-training", REJOINS, 0, KILLED, ci=True),
     Cell("kill-rank", "relays", "async", "mid-training", REJOINS, 0, KILLED),
     Cell(
         "kill-rank",
@@ -203,15 +207,37 @@ CELLS: List[Cell] = [
         ),
         ci=True,
     ),
+    *(
+        Cell(
+            "kill-rank",
+            "one-job",
+            mode,
+            "mid-training",
+            "the job restarts",
+            0,
+            JOB_RESTARTS,
+            ci=mode == "allreduce",
+        )
+        for mode in ("allreduce", "sync", "easgd", "lasgd")
+    ),
     Cell(
-        "kill-rank",
+        "cut",
         "one-job",
-        "easgd",
+        "allreduce",
         "mid-training",
-        "the job restarts",
+        "the job ends naming the host; its restart fails while the host is cut",
+        255,
+        (rf"rank \d on {TARGET} .* was last heard from \d+ s ago .*cannot go on without it",),
+    ),
+    Cell(
+        "kill-server",
+        "one-job",
+        "sync",
+        "mid-training",
+        "the job restarts with fresh servers",
         0,
         (
-            rf"the job failed with exit status \d+; rank \d on {TARGET} ended first",
+            r"the parameter server 0 \(pid \d+\) exited with status -9 while the ranks were",
             r"starting the job again \(restart 1 of 1",
         ),
     ),

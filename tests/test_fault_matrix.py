@@ -8,7 +8,7 @@ import os
 import re
 import time
 from dataclasses import asdict
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, List, Optional
 
 import pytest
 from fault_matrix import (
@@ -22,6 +22,8 @@ from fault_matrix import (
     pids,
     wait_until,
 )
+
+from mxkv_hybrid.capabilities import CAPABILITIES
 
 from emulated import HostLauncher, assert_nothing_left, on_emulated_hosts
 
@@ -54,14 +56,23 @@ def _parameters() -> list:
     return cells
 
 
+def job_options(cell: Cell) -> List[str]:
+    """mxkv-launch's options for `cell`: 6 ranks on h1..h3, one server where the mode has
+    servers, --restarts 1, and the path's own (--one-job only where the mode would run
+    group jobs without it)."""
+    mode = CAPABILITIES[cell.mode]
+    servers = ["--servers", "1"] if mode.servers else []
+    path = [o for o in PATHS[cell.path][1] if o != "--one-job" or mode.group_jobs_by_default]
+    return ["-n", "6", "-H", "h1:2,h2:2,h3:2", *servers, "--restarts", "1", *path]
+
+
 @pytest.mark.parametrize("cell", _parameters())
 def test_cell(cell: Cell, make_cluster):
     cluster = make_cluster(3, rate_mbit=1000)
     launcher = HostLauncher(
         cluster,
         "h1",
-        ["-n", "6", "-H", "h1:2,h2:2,h3:2", "--servers", "1", "--restarts", "1"]
-        + PATHS[cell.path][1],
+        job_options(cell),
         ["examples/train_digits.py", "--epochs", str(EPOCHS)],
         env={"MXKV_MODE": cell.mode, "MXKV_LOST_SECONDS": str(LOST_SECONDS)},
         timeout=TIMEOUT,

@@ -27,12 +27,12 @@ def seconds(value: Optional[float]) -> str:
 
 
 def table(records: List[dict]) -> str:
-    header = f"{'fault':<14} {'path':<8} {'mode':<6} {'moment':<18} {'exit':>4} {'named':>6}"
+    header = f"{'fault':<14} {'path':<8} {'mode':<9} {'moment':<18} {'exit':>4} {'named':>6}"
     rows = [header + f" {'ended':>6}  held"]
     for r in records:
         held = "yes" if not r["problems"] else "NO: " + r["problems"][0].splitlines()[0]
         rows.append(
-            f"{r['fault']:<14} {r['path']:<8} {r['mode']:<6} {r['moment']:<18} {r['exit']:>4} "
+            f"{r['fault']:<14} {r['path']:<8} {r['mode']:<9} {r['moment']:<18} {r['exit']:>4} "
             f"{seconds(r['named_after_s']):>6} {seconds(r['ended_after_s']):>6}  {held}"
         )
     return "\n".join(rows)

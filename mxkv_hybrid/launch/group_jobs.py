@@ -25,6 +25,7 @@ from .rank_watch import RankWatch, wait_for_any
 from .supervisor import OUTPUT_LOCK, say, supervise
 
 LOST_STATUS = 1  # a group job ended because its host was lost (the same on every host)
+CUT_OFF_PATIENCE_SECONDS = 1.0  # SIGTERM to SIGKILL for the mpiexec of a group cut off
 
 
 @dataclass(frozen=True)
@@ -357,8 +358,8 @@ class GroupJobs:
         cut_off = _cut_off(run, lost_ranks)
         watched = lost_ranks if run.code is None else None  # (a running group's)
         failed = watched.failed_alone(run.plan.members) if watched is not None else None
-        if cut_off:
-            end_process_group(run.process)
+        if cut_off:  # its mpiexec would wait for the cut host in vain: SIGKILL after 1 s
+            end_process_group(run.process, patience=CUT_OFF_PATIENCE_SECONDS)
             run.code, run.cut_off = LOST_STATUS, True
         elif failed:
             say(

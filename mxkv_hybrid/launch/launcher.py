@@ -189,6 +189,7 @@ def supervise(
         deadline = time.monotonic() + timeout
     work = OneJob(job, num_ranks, lost_ranks)
     code = supervisor.supervise(work, helpers, deadline, timeout)
+    decided = time.monotonic()  # ranks that end after this were ended by the launcher
     end_process_group(job.process)
     for helper in helpers:  # servers leave by themselves once the workers are gone
         end_process_group(
@@ -200,7 +201,7 @@ def supervise(
         failed = lost_ranks.first_failed(work.ranks) if lost_ranks is not None else None
         first = work.watch.describe_first_ended(socket.gethostname(), failed)
         if first is None and lost_ranks is not None:  # (no rank of this host ended first)
-            first = lost_ranks.first_to_end(work.ranks)
+            first = lost_ranks.first_to_end(work.ranks, before=decided)
         say(
             f"the job failed with exit status {code}"
             + (

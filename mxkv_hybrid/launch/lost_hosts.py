@@ -50,22 +50,23 @@ class LostRanks:
         ]
         return min(failed, key=lambda ended: ended.when) if failed else None
 
-    def first_to_end(self, ranks: Iterable[int]) -> Optional[str]:
+    def first_to_end(self, ranks: Iterable[int], before: Optional[float] = None) -> Optional[str]:
         """Which of `ranks` ended first, as its link tells (its keeper ends with it, on any
-        host): 'rank 3 on h2 ended first (its link closed 0.4 s before any other)', or
-        None when none of them has ended."""
+        host), if it ended before `before` (time.monotonic(): when the launcher decided to
+        end the job itself, the ranks it ended are no news): 'rank 3 on h2 ended first
+        (its link closed 0.4 s before any other)', or None."""
         ranks = set(ranks)
         ended = sorted(
             (seen for rank, seen in self.link.ranks().items() if rank in ranks and seen.left),
             key=lambda seen: seen.left_at,
         )
-        if not ended:
+        if not ended or (before is not None and ended[0].left_at > before):
             return None
         first = ended[0]
-        ahead = (
-            f" {ended[1].left_at - first.left_at:.1f} s before any other" if len(ended) > 1 else ""
+        ahead = ended[1].left_at - first.left_at if len(ended) > 1 else 0.0
+        return f"rank {first.rank} on {first.host} ended first (its link closed" + (
+            f" {ahead:.1f} s before any other)" if ahead >= 0.1 else ")"
         )
-        return f"rank {first.rank} on {first.host} ended first (its link closed{ahead})"
 
     def ended_before_mpi(self, ranks: Iterable[int]) -> Optional[str]:
         """Why `ranks` (one MPI job) wait for ever in MPI's start, or None: a rank's script
