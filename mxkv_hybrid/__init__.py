@@ -42,8 +42,8 @@ def _is_the_launchers_process() -> bool:
 # every process's messages, the launcher's too (logs.py, MXKV_LOG_LEVEL)
 _configure_logs(is_rank=not _is_the_launchers_process())
 if not _is_the_launchers_process():
-    from .comm.launcher_link import start_for_this_rank
     from .comm.network import announce_own_address
+    from .launch.control.keeper import start_for_this_rank
     from .mxnet_version import require_mxnet
 
     announce_own_address()  # before MXNet's import, where a parameter-server process starts

@@ -483,7 +483,7 @@ KNOBS: Dict[str, Knob] = {
         str,
         "",
         "Set by mxkv-launch: TOKEN@HOST:PORT of its link with every rank "
-        "(heartbeats both ways, comm/launcher_link.py).",
+        "(heartbeats both ways, launch/control/link.py).",
         internal=True,
     ),
     "MXKV_PS_NODES": Knob(

@@ -30,8 +30,8 @@ def main(argv=None) -> None:
 
     import mxkv_hybrid  # noqa: F401  (registers the store, installs the hooks)
     from mxkv_hybrid.comm._C import line_buffer_stderr
-    from mxkv_hybrid.comm.launcher_link import tell_launcher_exit
     from mxkv_hybrid.integration.auto import script_arguments
+    from mxkv_hybrid.launch.control.keeper import tell_launcher_exit
 
     line_buffer_stderr()
     program = 2 if argv[0] == "-m" else 1  # the script's own arguments follow

@@ -1,4 +1,4 @@
-"""The launcher's link (comm/launcher_link.py) on loopback: its address form, the groups'
+"""The launcher's link (launch/control/link.py, keeper.py) on loopback: its address form,
 meeting notice, a caller without the token answered nothing, the failing rank named
 first from its report on the link, and the groups it gave up, as the finish line reads them."""
 
@@ -10,14 +10,13 @@ import time
 
 import pytest
 
-from mxkv_hybrid.comm.launcher_link import (
+from mxkv_hybrid.launch.control.keeper import (
     JobAddress,
-    LinkServer,
-    RankExit,
     ask_launcher,
     groups_given_up,
     tell_launcher_met,
 )
+from mxkv_hybrid.launch.control.link import LinkServer, RankExit
 from mxkv_hybrid.launch.rank_watch import RankWatch
 from mxkv_hybrid.ps.finish_line import reason_to_go_on
 

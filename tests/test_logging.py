@@ -11,11 +11,11 @@ import pytest
 
 import mxkv_hybrid
 from mxkv_hybrid import logs
-from mxkv_hybrid.comm import launcher_link
 from mxkv_hybrid.config import Config, read_knob
 from mxkv_hybrid.errors import ConfigError
 from mxkv_hybrid.integration import auto
 from mxkv_hybrid.launch import launcher, relay, supervisor
+from mxkv_hybrid.launch.control import link
 from mxkv_hybrid.modes import server_weights
 from mxkv_hybrid.plan import __main__ as plan_main
 from mxkv_hybrid.ps import finish_line
@@ -53,12 +53,12 @@ def package_logger(monkeypatch):
 
 
 def test_every_module_logs_below_the_package_logger():
-    for module in (launcher, supervisor, launcher_link, finish_line, server_weights, auto):
+    for module in (launcher, supervisor, link, finish_line, server_weights, auto):
         assert module.log.name == module.__name__, module
     # run as __main__ by `python -m`: named for where they are
     assert relay.log.name == "mxkv_hybrid.launch.relay"
     assert plan_main.log.name == "mxkv_hybrid.plan"
-    for module in (launcher, launcher_link, finish_line, server_weights, auto, relay, plan_main):
+    for module in (launcher, link, finish_line, server_weights, auto, relay, plan_main):
         parents = [module.log]
         while parents[-1].parent is not None:
             parents.append(parents[-1].parent)

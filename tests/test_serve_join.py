@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from mxkv_hybrid.launch import rendezvous
+from mxkv_hybrid.launch.control import timing
 from mxkv_hybrid.launch.processes import free_port
 
 from conftest import JOB_TAG, WORKERS, OutputLines, job_environment, processes_of
@@ -277,8 +278,8 @@ def test_a_group_waiting_for_the_others_knows_when_the_serving_launcher_falls_si
     beats meanwhile, so a wait longer than the silence allowed goes on; when it stops (a
     rendezvous that is not gathering here: its host cut off, as seen on emulated hosts),
     the group is refused naming the silence instead of waiting for ever."""
-    monkeypatch.setattr(rendezvous, "HELLO_SECONDS", 0.5)
-    monkeypatch.setattr(rendezvous, "BEAT_SECONDS", 0.2)
+    monkeypatch.setattr(timing, "HELLO_SECONDS", 0.5)
+    monkeypatch.setattr(timing, "BEAT_SECONDS", 0.2)
     silent = rendezvous.Rendezvous(2, "easgd", {}, "127.0.0.1", lost_seconds=0.5)
     try:
         started = time.monotonic()

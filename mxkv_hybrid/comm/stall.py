@@ -11,7 +11,7 @@ current wait passes MXKV_STALL_TIMEOUT seconds, its monitor asks every other ran
 is (a rank that is dead, or stuck with Python's GIL held, does not answer within
 ANSWER_SECONDS), prints one line per rank and ends the job (topology.end_job), which
 makes mpiexec stop every other rank. Under mxkv-launch it asks only the ranks the launcher
-hears from (launcher_link.ask_launcher): MPICH crashes sending to a rank on a host cut off
+hears from (launch/control/keeper.ask_launcher): MPICH crashes sending to a rank on a host cut off
 long enough for UCX to fail the connection, so the others are named from the launcher's
 view instead. A rank that dies outright (killed, out of memory,
 an uncaught exception) is stopped by mpiexec at once, without this.
@@ -26,7 +26,7 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any, Callable, ContextManager, Dict, List, Optional, Tuple
 
-from .launcher_link import ask_launcher
+from ..launch.control.keeper import ask_launcher
 
 QUERY, ANSWER = 7001, 7002  # message tags on the monitor's communicator
 POLL_SECONDS = 0.2

@@ -10,8 +10,8 @@ from typing import Any, Optional
 
 from ..config import GroupJob, read_knob
 from ..errors import ConfigError, MXKVError
+from ..launch.control.keeper import tell_launcher_mpi
 from . import mpi_settings, stall
-from .launcher_link import tell_launcher_mpi
 
 
 @dataclass(frozen=True)

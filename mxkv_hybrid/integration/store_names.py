@@ -8,8 +8,8 @@ other processes through ps-lite, or fail loudly without it; under --auto 'local'
 import logging
 from typing import Any
 
-from ..comm.launcher_link import rank_in_job, ranks_in_job
 from ..config import read_knob
+from ..launch.control.keeper import rank_in_job, ranks_in_job
 from ..logs import TO_STDOUT
 from . import auto
 

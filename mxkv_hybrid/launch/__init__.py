@@ -8,5 +8,7 @@ relay that carries ps-lite's connections between hosts over TLS (`relay`, `job_k
 runner that every rank is started through, `python -m mxkv_hybrid.run`, is a public
 command and stays at the top.
 
-The top layer: may import anything in the package; nothing imports it.
+The top layer: may import anything in the package; nothing imports it, except the rank's
+side of the control plane (`control.keeper`, the keeper process and `control.timing`),
+which every layer may import and which imports only the base modules.
 """

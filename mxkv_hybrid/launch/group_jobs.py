@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import BinaryIO, Callable, Dict, List, Optional, Tuple
 
-from ..comm.launcher_link import RankExit
+from .control.link import RankExit
 from .control.restarts import Restarts
 from .lost_hosts import LostRanks
 from .processes import GRACE_SECONDS, Node, end_process_group, spawn

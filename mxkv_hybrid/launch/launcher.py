@@ -27,12 +27,12 @@ from typing import List, Optional, Sequence, Tuple
 
 from ..capabilities import capabilities_of, modes_with, modes_without
 from ..comm import mpi_settings, timeline
-from ..comm.launcher_link import LinkServer, RankExit
 from ..comm.network import describe_address
 from ..config import LOG_LEVELS, knob_is_set, launcher_mode, read_knob, separate_groups_refusal
 from ..logs import TO_STDERR, set_level
 from ..ps import scheduler as scheduler_script
 from . import serve_relays, shm_leftovers, supervisor
+from .control.link import LinkServer, RankExit
 from .control.restarts import Restarts
 from .control.timing import PS_HEARTBEAT
 from .group_jobs import (

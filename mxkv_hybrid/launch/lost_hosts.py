@@ -9,7 +9,8 @@ status 0, before it started MPI while the others wait in MPI's start, which wait
 import time
 from typing import Dict, Iterable, Optional
 
-from ..comm.launcher_link import HEARD_SECONDS, LinkServer, RankExit
+from .control.link import LinkServer, RankExit
+from .control.timing import HEARD_SECONDS
 
 EXIT_GRACE_SECONDS = 2.0  # a job still running this long after a rank's script failed
 

@@ -8,7 +8,7 @@ import select
 import time
 from typing import Dict, List, Optional, Tuple
 
-from ..comm.launcher_link import RankExit
+from .control.link import RankExit
 
 RANK_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK")  # set by Hydra / Open MPI
 SEARCH_SECONDS = 0.1  # one scan of /proc/*/stat and the new processes' environ: a few ms

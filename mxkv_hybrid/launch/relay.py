@@ -40,6 +40,7 @@ from typing import Awaitable, Callable, Dict, List, Optional, Set, Tuple
 from ..config import read_knob
 from ..logs import TO_STDERR
 from ..ps.node_addresses import Endpoint, RelayPlan, StandIn
+from .control.timing import BEAT_SECONDS
 from .job_key import tls_context
 
 CHUNK_BYTES = 1 << 20  # what one read moves
@@ -48,7 +49,6 @@ TARGET_LINE_BYTES = 64  # the longest target line a relay reads
 HANDSHAKE_SECONDS = 10.0  # for the handshake, and again for the target line, or the peer is dropped
 QUIET_SECONDS = 60.0  # default of --quiet-seconds
 PING, PONG = b"ping", b"pong\n"  # a relay checking that it still reaches another
-BEAT_SECONDS = 1.0  # how often --watch checks
 
 
 log = logging.getLogger("mxkv_hybrid.launch.relay")  # run as __main__ (python -m)

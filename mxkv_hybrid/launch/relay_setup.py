@@ -21,9 +21,10 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from ..comm.network import is_this_machine
 from ..config import read_knob
 from ..ps.node_addresses import PsNodes, loopback_address
+from .control.timing import BEAT_SECONDS
 from .job_key import job_key_text
 from .processes import Node, end_process_group, free_port, spawn
-from .relay import BEAT_SECONDS, PING, PONG
+from .relay import PING, PONG
 from .supervisor import say
 
 PORTS = (20000, 60000)  # where ports are drawn for the nodes of other hosts and the relays

@@ -16,7 +16,7 @@ away holds every group back, so (async, easgd) the serving launcher leaves it ou
 tells the others their places in a job of one group less, with fresh servers (`again`);
 a group that failed then stops them all. One JSON object per line.
 
-Both ends beat on the connection every BEAT_SECONDS: a group whose launcher the serving
+Both ends beat on the connection every timing.BEAT_SECONDS: a group whose launcher the serving
 launcher has not heard from for `lost_seconds` (MXKV_LOST_SECONDS: its host cut off or
 dead, the connection never closed) is lost, named with its address; a joined launcher
 that has not heard from the serving one that long stops its group, naming the server.
@@ -39,12 +39,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable, Dict, List, Optional, Tuple
 
 from ..capabilities import capabilities_of
-from ..comm.launcher_link import JobAddress
+from .control import timing
+from .control.keeper import JobAddress
 from .serve_relays import JoinerRelay
 
 log = logging.getLogger(__name__)
-HELLO_SECONDS = 10.0  # how long a connected launcher may take to say who it is
-BEAT_SECONDS = 1.0  # each end says something at least this often
 
 
 class JoinRefused(Exception):
@@ -109,7 +108,7 @@ class Rendezvous:
     def _greet(self) -> Optional[Tuple[socket.socket, object, dict]]:
         """Accepts one connection; returns it with its hello, or None (refused)."""
         connection, _ = self._listener.accept()
-        connection.settimeout(HELLO_SECONDS)
+        connection.settimeout(timing.HELLO_SECONDS)
         stream = connection.makefile("r")
         try:
             hello = _receive(stream) or {}
@@ -145,7 +144,7 @@ class Rendezvous:
         """Waits until every declared group has joined, then tells each where it stands."""
         while len(self.members) < self.groups:
             self._beat(self.members)  # the groups that wait know this launcher is there
-            if not select.select([self._listener], [], [], BEAT_SECONDS / 2)[0]:
+            if not select.select([self._listener], [], [], timing.BEAT_SECONDS / 2)[0]:
                 continue
             greeted = self._greet()
             if greeted is not None:
@@ -207,7 +206,7 @@ class Rendezvous:
         waiting = {m.connection: m for m in self.members if m.status is None and not m.gone}
         self._beat(waiting.values())
         ready, _, _ = select.select(
-            [self._listener, *waiting], [], [], min(seconds, BEAT_SECONDS / 2)
+            [self._listener, *waiting], [], [], min(seconds, timing.BEAT_SECONDS / 2)
         )
         for source in ready:
             if source is self._listener:
@@ -239,9 +238,9 @@ class Rendezvous:
                 self._lost(member)
 
     def _beat(self, members) -> None:
-        """Says something to every running group, at most every BEAT_SECONDS."""
+        """Says something to every running group, at most every timing.BEAT_SECONDS."""
         now = time.monotonic()
-        if now - self.last_beat < BEAT_SECONDS:
+        if now - self.last_beat < timing.BEAT_SECONDS:
             return
         self.last_beat = now
         for member in members:
@@ -350,8 +349,8 @@ class Joined:
             pass  # the connection closed: nothing more will come
 
     def _beat(self) -> None:
-        """Says something every BEAT_SECONDS: that the group met the others, once, or {}."""
-        while not self._over.wait(BEAT_SECONDS):
+        """Says something every timing.BEAT_SECONDS: that the group met the others, once, or {}."""
+        while not self._over.wait(timing.BEAT_SECONDS):
             say_met = not self._said_met and self._met()
             with self._sending:
                 try:
@@ -386,7 +385,7 @@ class Joined:
         self._over.set()
         try:
             with self._sending:
-                self.connection.settimeout(BEAT_SECONDS)
+                self.connection.settimeout(timing.BEAT_SECONDS)
                 _send(self.connection, {"status": status})
         except OSError:
             pass  # cut off: the serving launcher names this group from its silence
@@ -425,8 +424,8 @@ def join(
             "--serve running there, and is the port reachable from here?"
         ) from None
     # while the others join, the serving launcher beats ({}); silent this long (a stranger
-    # may hold its greeting for HELLO_SECONDS), this host is cut off from it
-    silence = lost_seconds + HELLO_SECONDS
+    # may hold its greeting for timing.HELLO_SECONDS), this host is cut off from it
+    silence = lost_seconds + timing.HELLO_SECONDS
     connection.settimeout(silence)
     stream = connection.makefile("r")
     try:
@@ -439,7 +438,7 @@ def join(
         answer = {
             "error": f"the serving launcher at {host}:{port} was silent for {silence:g} s "
             "while this group waited for the others to join "
-            f"(MXKV_LOST_SECONDS={lost_seconds:g}, and {HELLO_SECONDS:g} s "
+            f"(MXKV_LOST_SECONDS={lost_seconds:g}, and {timing.HELLO_SECONDS:g} s "
             "more): this host is cut off from it, or it is gone"
         }
     except (OSError, ValueError) as err:

@@ -12,10 +12,10 @@ import os
 import time
 from typing import Callable, Dict, List, Optional
 
-from ..comm.launcher_link import JobAddress
 from ..config import read_knob
 from ..logs import TO_STDERR
 from ..ps.node_addresses import PsNodes
+from .control.keeper import JobAddress
 from .control.restarts import Restarts
 from .group_jobs import GroupPlan, start_group, supervise_groups
 from .lost_hosts import LostRanks

@@ -11,12 +11,12 @@ import numpy as np
 from mxnet.base import _LIB, check_call
 
 from ..comm import timeline
-from ..comm.launcher_link import tell_launcher_met
 from ..comm.link_throttle import LinkThrottle, link_throttle
 from ..comm.pacing import BATCHES_AHEAD, paced
 from ..comm.topology import end_job
 from ..config import read_knob
 from ..errors import ConfigError
+from ..launch.control.keeper import tell_launcher_met
 from ..safety.watchdog import Watchdog
 from .keys import ServerKeys
 from .layout import Chunk, balanced_chunks, bigarray_bound

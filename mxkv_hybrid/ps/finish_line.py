@@ -17,8 +17,8 @@ from typing import List, Optional, Sequence
 import mxnet as mx
 import numpy as np
 
-from ..comm.launcher_link import groups_given_up
 from ..config import read_knob
+from ..launch.control.keeper import groups_given_up
 from ..logs import TO_STDERR
 from .client import ParameterServer
 from .keys import ServerKeys

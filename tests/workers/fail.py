@@ -10,8 +10,8 @@ import time
 
 import mxnet as mx
 
-from mxkv_hybrid.comm.launcher_link import rank_in_job
 from mxkv_hybrid.config import parse_group_job
+from mxkv_hybrid.launch.control.keeper import rank_in_job
 
 if sys.argv[1] == "leave" and parse_group_job(os.environ["MXKV_GROUP_JOB"]).group == 1:
     raise SystemExit("group 1 cannot read its data")

@@ -1,6 +1,12 @@
 """Every bound of the control plane, in one place, derived from MXKV_LOST_SECONDS (the
 bound on noticing a lost host, 30 s by default) and ps-lite's heartbeat.
 
+- every heartbeat of the control plane (a rank's keeper and the launcher, the --serve and
+  --join launchers, a relay watching the launcher's host's relay) beats each
+  `BEAT_SECONDS`; a member silent for MXKV_LOST_SECONDS is lost, one heard within
+  `HEARD_SECONDS` is reachable, and a connection that has not said who it is within
+  `HELLO_SECONDS` is closed;
+
 - ps-lite's heartbeat (`PS_HEARTBEAT`): a node beats every second and the scheduler counts
   it dead after 3 s silent, so that a restarted node can take the dead one's place;
 - a lost group is started again `restart_delay` after it was lost: once ps-lite's
@@ -13,6 +19,9 @@ from typing import Mapping
 
 from ...config import read_knob
 
+BEAT_SECONDS = 1.0  # every heartbeat: the launcher's link, the rendezvous, a relay's watch
+HEARD_SECONDS = 3 * BEAT_SECONDS  # a member heard from within this long is reachable
+HELLO_SECONDS = 10.0  # a connection that has not said who it is by then is closed
 # ps-lite's heartbeat for every job that may restart a node (seconds; the user's win)
 PS_HEARTBEAT = {"PS_HEARTBEAT_INTERVAL": "1", "PS_HEARTBEAT_TIMEOUT": "3"}
 RESTART_MARGIN_SECONDS = 2.0  # past ps-lite's heartbeat timeout, before a restart
