@@ -226,17 +226,23 @@ def _lost(
     ended_first: Optional[str],
     cut_off: Optional[str] = None,
     failed: Optional[RankExit] = None,
+    relay_crash: Optional[str] = None,
 ) -> None:
-    """Reports a lost group (`cut_off`: how its host was lost; `failed`: its first rank
-    whose script reported a failure; `ended_first`: its rank that ended first, as the
-    link tells) and, while restarts are left, schedules its restart and starts readying
-    its host for it."""
+    """Reports a lost group (`cut_off`: how its host was lost; `relay_crash`: how its
+    host's relay ended; `failed`: its first rank whose script reported a failure;
+    `ended_first`: its rank that ended first, as the link tells) and, while restarts are
+    left, schedules its restart and starts readying its host for it."""
     first = run.watch.describe_first_ended(socket.gethostname(), failed) or ended_first
-    line = f"{run.plan.describe_where()} was lost: " + (
-        f"{cut_off}; its host is cut off or dead, and its MPI job was ended"
-        if cut_off
-        else f"its MPI job exited with status {run.code}" + (f"; {first}" if first else "")
-    )
+    if cut_off:
+        why = f"{cut_off}; its host is cut off or dead, and its MPI job was ended"
+    elif relay_crash:
+        why = (
+            f"{relay_crash}, and ps-lite's messages through it may be lost (its leader "
+            "would wait for them until MXKV_PS_TIMEOUT): its MPI job was ended"
+        )
+    else:
+        why = f"its MPI job exited with status {run.code}" + (f"; {first}" if first else "")
+    line = f"{run.plan.describe_where()} was lost: {why}"
     if run.attempt < restarts.limit:
         run.restart_at = time.monotonic() + restarts.delay
         run.readiness = HostReadiness(run.plan, ready, run.restart_at + restarts.host_wait)
@@ -306,7 +312,8 @@ class GroupJobs:
     the others again without it (`left_out`); one that failed then ends them all. A
     `stop_order` (the reason a serving launcher gave) ends every group; `ready` readies
     a group's host before it is started again (its host's relay answers), or says why it
-    could not by the deadline given (the group is then given up)."""
+    could not by the deadline given (the group is then given up). A group whose host's
+    relay crashed (`helpers`: the relays among them) is ended and restarted too."""
 
     running, stopping = "groups", "stopping every group"
 
@@ -319,9 +326,10 @@ class GroupJobs:
         lost_ranks: Optional[LostRanks],
         met: Callable[[], bool],
         ready: Callable[[GroupPlan, float], Optional[str]],
+        helpers: List[Node],
     ):
         self.runs, self.restarts, self.together = runs, restarts, together
-        self.ready = ready
+        self.ready, self.helpers = ready, helpers
         self.stop_order, self.lost_ranks, self.met = stop_order, lost_ranks, met
         self.left_out: List[GroupPlan] = []
 
@@ -356,11 +364,15 @@ class GroupJobs:
         lost_ranks = self.lost_ranks
         run.code = run.process.poll()
         cut_off = _cut_off(run, lost_ranks)
+        relay_crash = self._relay_crash(run) if run.code is None and not cut_off else None
         watched = lost_ranks if run.code is None else None  # (a running group's)
         failed = watched.failed_alone(run.plan.members) if watched is not None else None
         if cut_off:  # its mpiexec would wait for the cut host in vain: SIGKILL after 1 s
             end_process_group(run.process, patience=CUT_OFF_PATIENCE_SECONDS)
             run.code, run.cut_off = LOST_STATUS, True
+        elif relay_crash:
+            end_process_group(run.process)
+            run.code = LOST_STATUS
         elif failed:
             say(
                 f"{run.plan.describe()}: rank {failed.rank}'s script exited with status "
@@ -392,6 +404,7 @@ class GroupJobs:
             ended_first,
             cut_off,
             first_failed,
+            relay_crash,
         )
         if run.restart_at is None and lost_ranks is not None:
             lost_ranks.link.give_up(run.plan.group)
@@ -404,6 +417,17 @@ class GroupJobs:
             )
             say(f"{why}, so the other groups cannot go on: stopping them")
             return 1
+        return None
+
+    def _relay_crash(self, run: GroupRun) -> Optional[str]:
+        """How the relay of `run`'s host crashed since the group started, or None: a
+        relay that ends mid-connection may lose the ps-lite messages it carried."""
+        for helper in self.helpers:
+            crashed = getattr(helper, "crashed", None)
+            if crashed is not None and getattr(helper, "host_name", None) == run.plan.host:
+                status, when = crashed
+                if when > run.started:
+                    return f"the relay on {run.plan.host} exited with status {status}"
         return None
 
     def _give_up(self, run: GroupRun, why: str) -> bool:
@@ -445,7 +469,7 @@ def supervise_groups(
     groups lost before the groups met (GroupsEnded.left_out: to start the others again
     without them)."""
     deadline = None if timeout is None else time.monotonic() + timeout
-    work = GroupJobs(runs, restarts, together, stop_order, lost_ranks, met, ready)
+    work = GroupJobs(runs, restarts, together, stop_order, lost_ranks, met, ready, helpers)
     code = supervise(work, helpers, deadline, timeout)
     left_out = bool(work.left_out) and code == 1
     for run in runs:

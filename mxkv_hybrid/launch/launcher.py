@@ -142,19 +142,38 @@ def merge_timeline() -> None:
 
 class OneJob:
     """One MPI job of `num_ranks` ranks (a Work): over when mpiexec exits; ended for a lost
-    host (`lost_ranks`: one MPI world cannot go on without it), a rank whose script
-    failed while the others went on, or one that ended before MPI's start held the others."""
+    host (`lost_ranks`: one MPI world cannot go on without it), a relay that crashed
+    (among `helpers`), a rank whose script failed while the others went on, or one that
+    ended before MPI's start held the others."""
 
     running, stopping = "ranks", "stopping all ranks"
 
-    def __init__(self, job: Node, num_ranks: int, lost_ranks: Optional[LostRanks]):
+    def __init__(
+        self,
+        job: Node,
+        num_ranks: int,
+        lost_ranks: Optional[LostRanks],
+        helpers: Sequence[Node] = (),
+    ):
         self.job, self.ranks, self.lost_ranks = job, range(num_ranks), lost_ranks
+        self.helpers = helpers  # its relays: one that crashed may have lost messages
         self.watch = RankWatch(job.process.pid, num_ranks)
         self.started = time.monotonic()
 
     def poll(self) -> Optional[int]:
         code = self.job.process.poll()
-        if code is not None or self.lost_ranks is None:
+        if code is not None:
+            return code
+        for helper in self.helpers:
+            crashed = getattr(helper, "crashed", None)
+            if crashed is not None and crashed[1] > self.started:
+                say(
+                    f"the {helper.name} exited with status {crashed[0]}, and ps-lite's "
+                    "messages through it may be lost (the leaders would wait for them "
+                    f"until MXKV_PS_TIMEOUT); {self.stopping}"
+                )
+                return 1
+        if self.lost_ranks is None:
             return code
         lost = self.lost_ranks.one_world_lost(self.ranks, self.started)
         if lost:
@@ -187,7 +206,7 @@ def supervise(
     first rank to end when it failed. Returns the exit status (124 timeout, 130 stopped)."""
     if deadline is None and timeout is not None:
         deadline = time.monotonic() + timeout
-    work = OneJob(job, num_ranks, lost_ranks)
+    work = OneJob(job, num_ranks, lost_ranks, helpers)
     code = supervisor.supervise(work, helpers, deadline, timeout)
     decided = time.monotonic()  # ranks that end after this were ended by the launcher
     end_process_group(job.process)

@@ -110,17 +110,29 @@ class RelayNode(Node):
     host_name: str = ""
     owner: Optional["Relays"] = None
     restarts: int = 0  # how often it was started again after a crash
+    crashed: Optional[Tuple[int, float]] = None  # its last crash: (status, time.monotonic())
+    _handled: Optional[subprocess.Popen] = None  # the process whose exit was handled
     busy: threading.Lock = field(default_factory=threading.Lock)  # held while (re)started
 
     def after_exit(self) -> None:
         """A relay that exited with a non-zero status (killed, crashed: one cut off from the
         job ends itself with 0, and its mpiexec here cannot hear even that before the link
-        heals) is started again, in a thread, RELAY_RESTARTS times at most."""
-        if self.process.returncode == 0 or self.restarts >= RELAY_RESTARTS:
+        heals) is recorded as crashed (its host's groups may have lost messages) and
+        started again, in a thread, RELAY_RESTARTS times at most."""
+        if self.process.returncode == 0 or self.process is self._handled:
             return
         if not self.busy.acquire(blocking=False):
             return  # being started again already
         assert self.owner is not None
+        self._handled = self.process
+        self.crashed = (self.process.returncode, time.monotonic())
+        if self.restarts >= RELAY_RESTARTS:
+            self.busy.release()
+            say(
+                f"the {self.name} exited with status {self.process.returncode} again: not "
+                f"started again (it was {RELAY_RESTARTS} times)"
+            )
+            return
         self.restarts += 1
         say(
             f"the {self.name} exited with status {self.process.returncode}; starting it "
