@@ -79,13 +79,16 @@ def test_every_capability_is_a_row_and_every_mode_a_column():
 def test_every_cell_of_the_fault_matrix_is_a_row_of_its_page():
     from fault_matrix import CELLS, FAULTS, PATHS
 
-    table = fault_matrix_table(CELLS, FAULTS, PATHS).splitlines()
+    first = CELLS[0]
+    measured = {(first.fault, first.path, first.mode, first.moment): {"named_after_s": 0.25}}
+    table = fault_matrix_table(CELLS, FAULTS, PATHS, measured).splitlines()
     assert len(table) == 2 + len(CELLS)
     for row, cell in zip(table[2:], CELLS):
         assert row.startswith(
             f"| {FAULTS[cell.fault][0]} | {PATHS[cell.path][0]} | `{cell.mode}` |"
         )
         assert f"| {cell.outcome} | {cell.status} |" in row
+    assert table[2].endswith("| 0.2 | — |") and table[3].endswith("| — | — |")
     added = replace(CELLS[0], fault="kill-relay", outcome="a new outcome")
     assert "a new outcome" in fault_matrix_table([*CELLS, added], FAULTS, PATHS)
 

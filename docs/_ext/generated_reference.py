@@ -6,10 +6,11 @@ from a command's argparse parser (mxkv-launch, the planner, the tuner)."""
 
 import argparse
 import importlib
+import json
 import sys
 from dataclasses import fields
 from pathlib import Path
-from typing import Any, Iterable, List, Mapping
+from typing import Any, Iterable, List, Mapping, Optional
 
 from docutils import nodes
 from docutils.parsers.rst import Directive
@@ -117,30 +118,49 @@ class CapabilitiesDirective(MarkdownDirective):
 
 
 def fault_matrix_table(
-    cells: Iterable[Any], faults: Mapping[str, Any], paths: Mapping[str, Any]
+    cells: Iterable[Any],
+    faults: Mapping[str, Any],
+    paths: Mapping[str, Any],
+    measured: Optional[Mapping[tuple, Mapping[str, Any]]] = None,
 ) -> str:
     """The Markdown table of the fault matrix: a row per cell, with its outcome and exit
-    status, and whether CI runs it (the others run under `pytest -m fault_matrix`)."""
-    rows = [
-        "| fault | launch path | mode | moment | outcome | exit status | in CI |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    rows += [
-        f"| {cell(faults[c.fault][0])} | {cell(paths[c.path][0])} | `{c.mode}` | {c.moment} "
-        f"| {cell(c.outcome)} | {c.status} | {'yes' if c.ci else '—'} |"
-        for c in cells
-    ]
+    status, whether CI runs it (the others run under `pytest -m fault_matrix`), and from
+    the last whole run (`measured`, by (fault, path, mode, moment)) how many seconds after
+    the fault the member was named and the job was over."""
+    columns = "fault | launch path | mode | moment | outcome | exit status | in CI "
+    rows = [f"| {columns}| named after (s) | over after (s) |", "|---" * 9 + "|"]
+    for c in cells:
+        run = (measured or {}).get((c.fault, c.path, c.mode, c.moment), {})
+        named, ended = run.get("named_after_s"), run.get("ended_after_s")
+        rows.append(
+            f"| {cell(faults[c.fault][0])} | {cell(paths[c.path][0])} | `{c.mode}` | {c.moment} "
+            f"| {cell(c.outcome)} | {c.status} | {'yes' if c.ci else '—'} "
+            f"| {'—' if named is None else f'{named:.1f}'} "
+            f"| {'—' if ended is None else f'{ended:.1f}'} |"
+        )
     return "\n".join(rows)
+
+
+def measured_cells(path: Path) -> Mapping[tuple, Mapping[str, Any]]:
+    """examples/benchmarks/fault_matrix.py's results, by (fault, path, mode, moment)."""
+    if not path.exists():
+        return {}
+    cells = json.loads(path.read_text())["cells"]
+    return {(c["fault"], c["path"], c["mode"], c["moment"]): c for c in cells}
 
 
 class FaultMatrixDirective(MarkdownDirective):
     def markdown(self) -> str:
-        sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
+        root = Path(__file__).resolve().parents[2]
+        sys.path.insert(0, str(root / "tests"))
         try:
             fault_matrix = importlib.import_module("fault_matrix")
         finally:
             sys.path.pop(0)
-        return fault_matrix_table(fault_matrix.CELLS, fault_matrix.FAULTS, fault_matrix.PATHS)
+        measured = measured_cells(root / "examples/benchmarks/results/fault_matrix.json")
+        return fault_matrix_table(
+            fault_matrix.CELLS, fault_matrix.FAULTS, fault_matrix.PATHS, measured
+        )
 
 
 class FlagsDirective(MarkdownDirective):
