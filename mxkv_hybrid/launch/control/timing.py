@@ -5,8 +5,14 @@ bound on noticing a lost host, 30 s by default) and ps-lite's heartbeat.
   --join launchers, a relay watching the launcher's host's relay) beats each
   `BEAT_SECONDS`; a member silent for MXKV_LOST_SECONDS is lost, one heard within
   `HEARD_SECONDS` is reachable, and a connection that has not said who it is within
-  `HELLO_SECONDS` is closed;
-
+  `HELLO_SECONDS` is closed; a relay's connection to another host fails once nothing it
+  sent has been acknowledged for MXKV_LOST_SECONDS (TCP_USER_TIMEOUT, keepalive);
+- a process that dies is named at once (its mpiexec exits, its rank's link closes: within
+  0.6 s in the fault matrix); only a host that falls silent waits for the bound, and is
+  named at most one beat and one launcher poll (0.2 s) after it. The bound stays 30 s by
+  default because it is also a rank's time to first call from another host (a start
+  under load, through ssh), the relays' watch and a joined launcher's silence: a shorter
+  default wants its false-alarm rate measured under full load first;
 - ps-lite's heartbeat (`PS_HEARTBEAT`): a node beats every second and the scheduler counts
   it dead after 3 s silent, so that a restarted node can take the dead one's place;
 - a lost group is started again `restart_delay` after it was lost: once ps-lite's
