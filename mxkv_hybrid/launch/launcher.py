@@ -208,7 +208,9 @@ def supervise(
         deadline = time.monotonic() + timeout
     work = OneJob(job, num_ranks, lost_ranks, helpers)
     code = supervisor.supervise(work, helpers, deadline, timeout)
-    decided = time.monotonic()  # ranks that end after this were ended by the launcher
+    # if mpiexec is still running, the launcher ends the job: ranks ending after this are
+    # its doing, no news; if it exited by itself, its ranks' links may close just after
+    decided = time.monotonic() if job.process.poll() is None else None
     end_process_group(job.process)
     for helper in helpers:  # servers leave by themselves once the workers are gone
         end_process_group(
