@@ -248,7 +248,11 @@ CELLS: List[Cell] = [
         "mid-training",
         "the group and its host's relay restart; the group rejoins",
         0,
-        (*KILLED, *RELAY_STARTED_AGAIN),
+        (  # named by whichever the launcher sees first: the group's job or the relay
+            rf"{LOST}(its MPI job exited|the relay on {TARGET} exited).*restarting it",
+            *RESTARTED,
+            *RELAY_STARTED_AGAIN,
+        ),
         ci=True,
     ),
     Cell(

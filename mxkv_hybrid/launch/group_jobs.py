@@ -19,7 +19,7 @@ from typing import BinaryIO, Callable, Dict, List, Optional, Tuple
 
 from .control.link import RankExit
 from .control.restarts import Restarts
-from .lost_hosts import LostRanks
+from .lost_hosts import LINK_CLOSE_SECONDS, LostRanks
 from .processes import GRACE_SECONDS, Node, end_process_group, spawn
 from .rank_watch import RankWatch, wait_for_any
 from .supervisor import OUTPUT_LOCK, say, supervise
@@ -367,6 +367,7 @@ class GroupJobs:
         relay_crash = self._relay_crash(run) if run.code is None and not cut_off else None
         watched = lost_ranks if run.code is None else None  # (a running group's)
         failed = watched.failed_alone(run.plan.members) if watched is not None else None
+        ended_here = run.code is None  # (what follows ends it, or it runs on)
         if cut_off:  # its mpiexec would wait for the cut host in vain: SIGKILL after 1 s
             end_process_group(run.process, patience=CUT_OFF_PATIENCE_SECONDS)
             run.code, run.cut_off = LOST_STATUS, True
@@ -388,7 +389,13 @@ class GroupJobs:
             return None
         first_failed = lost_ranks.first_failed(run.plan.members) if lost_ranks is not None else None
         # (on another host: its link tells which rank ended first)
-        ended_first = lost_ranks.first_to_end(run.plan.members) if lost_ranks is not None else None
+        ended_first = (
+            lost_ranks.first_to_end(
+                run.plan.members, wait=0.0 if ended_here else LINK_CLOSE_SECONDS
+            )
+            if lost_ranks is not None
+            else None
+        )
         if lost_ranks is not None:  # a restarted job's ranks start afresh
             lost_ranks.link.forget(list(run.plan.members))
         before_meeting = len(self.runs) > 1 and not self.met()

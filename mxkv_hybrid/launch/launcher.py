@@ -45,7 +45,7 @@ from .group_jobs import (
     without,
 )
 from .host_sources import MalformedHosts, hosts_from_environment, read_mpi_hostfile
-from .lost_hosts import LostRanks
+from .lost_hosts import LINK_CLOSE_SECONDS, LostRanks
 from .processes import (
     GRACE_SECONDS,
     Node,
@@ -222,7 +222,9 @@ def supervise(
         failed = lost_ranks.first_failed(work.ranks) if lost_ranks is not None else None
         first = work.watch.describe_first_ended(socket.gethostname(), failed)
         if first is None and lost_ranks is not None:  # (no rank of this host ended first)
-            first = lost_ranks.first_to_end(work.ranks, before=decided)
+            first = lost_ranks.first_to_end(
+                work.ranks, before=decided, wait=0.0 if decided else LINK_CLOSE_SECONDS
+            )
         say(
             f"the job failed with exit status {code}"
             + (

@@ -13,6 +13,7 @@ from .control.link import LinkServer, RankExit
 from .control.timing import HEARD_SECONDS
 
 EXIT_GRACE_SECONDS = 2.0  # a job still running this long after a rank's script failed
+LINK_CLOSE_SECONDS = 1.0  # after mpiexec reported a rank's end, for its link to close
 
 
 class LostRanks:
@@ -51,16 +52,24 @@ class LostRanks:
         ]
         return min(failed, key=lambda ended: ended.when) if failed else None
 
-    def first_to_end(self, ranks: Iterable[int], before: Optional[float] = None) -> Optional[str]:
+    def first_to_end(
+        self, ranks: Iterable[int], before: Optional[float] = None, wait: float = 0.0
+    ) -> Optional[str]:
         """Which of `ranks` ended first, as its link tells (its keeper ends with it, on any
         host), if it ended before `before` (time.monotonic(): when the launcher decided to
         end the job itself, the ranks it ended are no news): 'rank 3 on h2 ended first
-        (its link closed 0.4 s before any other)', or None."""
+        (its link closed 0.4 s before any other)', or None. `wait`: seconds to wait for a
+        link to close (mpiexec may report a rank's end before its keeper's link closes)."""
         ranks = set(ranks)
-        ended = sorted(
-            (seen for rank, seen in self.link.ranks().items() if rank in ranks and seen.left),
-            key=lambda seen: seen.left_at,
-        )
+        deadline = time.monotonic() + wait
+        while True:
+            ended = sorted(
+                (seen for rank, seen in self.link.ranks().items() if rank in ranks and seen.left),
+                key=lambda seen: seen.left_at,
+            )
+            if ended or time.monotonic() >= deadline:
+                break
+            time.sleep(0.05)
         if not ended or (before is not None and ended[0].left_at > before):
             return None
         first = ended[0]
