@@ -234,6 +234,13 @@ class Relays:
                 if left <= 0:
                     return f"the relay on {node.host_name} did not answer: {said}"
                 if node.process.poll() is not None:
+                    if node.process.returncode != 0 and node.process is not node._handled:
+                        node._handled = node.process  # a crash: said as after_exit says it
+                        node.crashed = (node.process.returncode, time.monotonic())
+                        say(
+                            f"the {node.name} exited with status {node.process.returncode}; "
+                            "starting it again"
+                        )
                     try:
                         self._start_again(node, left)
                         continue
