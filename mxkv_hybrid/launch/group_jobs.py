@@ -22,6 +22,7 @@ from .control.restarts import Restarts
 from .lost_hosts import LINK_CLOSE_SECONDS, LostRanks
 from .processes import GRACE_SECONDS, Node, end_process_group, spawn
 from .rank_watch import RankWatch, wait_for_any
+from .relay_setup import crashed_relay
 from .supervisor import OUTPUT_LOCK, say, supervise
 
 LOST_STATUS = 1  # a group job ended because its host was lost (the same on every host)
@@ -427,15 +428,13 @@ class GroupJobs:
         return None
 
     def _relay_crash(self, run: GroupRun) -> Optional[str]:
-        """How the relay of `run`'s host crashed since the group started, or None: a
-        relay that ends mid-connection may lose the ps-lite messages it carried."""
-        for helper in self.helpers:
-            crashed = getattr(helper, "crashed", None)
-            if crashed is not None and getattr(helper, "host_name", None) == run.plan.host:
-                status, when = crashed
-                if when > run.started:
-                    return f"the relay on {run.plan.host} exited with status {status}"
-        return None
+        """How the relay of `run`'s host crashed since the group started, or None."""
+        if run.plan.host is None:  # (its ranks run where mpiexec put them: no relay of its own)
+            return None
+        relay = crashed_relay(self.helpers, run.started, run.plan.host)
+        if relay is None or relay.crashed is None:
+            return None
+        return f"the relay on {run.plan.host} exited with status {relay.crashed[0]}"
 
     def _give_up(self, run: GroupRun, why: str) -> bool:
         """A lost group whose host did not come back for its restart: given up. Returns

@@ -61,6 +61,7 @@ from .reach_check import ReachCheck, probe_command
 from .relay_setup import (
     RelayNode,
     Relays,
+    crashed_relay,
     node_environment,
     one_job_leader_hosts,
     plan_nodes,
@@ -164,15 +165,14 @@ class OneJob:
         code = self.job.process.poll()
         if code is not None:
             return code
-        for helper in self.helpers:
-            crashed = getattr(helper, "crashed", None)
-            if crashed is not None and crashed[1] > self.started:
-                say(
-                    f"the {helper.name} exited with status {crashed[0]}, and ps-lite's "
-                    "messages through it may be lost (the leaders would wait for them "
-                    f"until MXKV_PS_TIMEOUT); {self.stopping}"
-                )
-                return 1
+        relay = crashed_relay(self.helpers, self.started)
+        if relay is not None and relay.crashed is not None:
+            say(
+                f"the {relay.name} exited with status {relay.crashed[0]}, and ps-lite's "
+                "messages through it may be lost (the leaders would wait for them "
+                f"until MXKV_PS_TIMEOUT); {self.stopping}"
+            )
+            return 1
         if self.lost_ranks is None:
             return code
         lost = self.lost_ranks.one_world_lost(self.ranks, self.started)

@@ -103,8 +103,8 @@ class Relay:
         self,
         plan: RelayPlan,
         key_path: str,
-        quiet_seconds: float = QUIET_SECONDS,
-        lost_seconds: float = 30.0,
+        quiet_seconds: float,
+        lost_seconds: float,
     ):
         self._plan = plan
         self._lost_seconds = lost_seconds

@@ -114,18 +114,25 @@ class RelayNode(Node):
     _handled: Optional[subprocess.Popen] = None  # the process whose exit was handled
     busy: threading.Lock = field(default_factory=threading.Lock)  # held while (re)started
 
+    def note_crash(self) -> bool:
+        """Records and names a non-zero exit of this relay's process, once per process
+        (a relay cut off from the job ends itself with 0, and its mpiexec here cannot
+        hear even that before the link heals). Returns whether this was a new crash."""
+        if self.process.returncode in (None, 0) or self.process is self._handled:
+            return False
+        self._handled = self.process
+        self.crashed = (self.process.returncode, time.monotonic())
+        return True
+
     def after_exit(self) -> None:
-        """A relay that exited with a non-zero status (killed, crashed: one cut off from the
-        job ends itself with 0, and its mpiexec here cannot hear even that before the link
-        heals) is recorded as crashed (its host's groups may have lost messages) and
-        started again, in a thread, RELAY_RESTARTS times at most."""
-        if self.process.returncode == 0 or self.process is self._handled:
-            return
+        """A relay that crashed (note_crash) is started again, in a thread, RELAY_RESTARTS
+        times at most; its host's groups may have lost messages (crashed_relay)."""
         if not self.busy.acquire(blocking=False):
             return  # being started again already
         assert self.owner is not None
-        self._handled = self.process
-        self.crashed = (self.process.returncode, time.monotonic())
+        if not self.note_crash():
+            self.busy.release()
+            return
         if self.restarts >= RELAY_RESTARTS:
             self.busy.release()
             say(
@@ -139,6 +146,23 @@ class RelayNode(Node):
             f"again (restart {self.restarts} of {RELAY_RESTARTS})"
         )
         threading.Thread(target=self.owner.restart_crashed, args=(self,), daemon=True).start()
+
+
+def crashed_relay(
+    helpers: Sequence[Node], since: float, host: Optional[str] = None
+) -> Optional[RelayNode]:
+    """The relay among `helpers` (of `host`, or of any host) that crashed after `since`
+    (time.monotonic()), or None: a relay that ends mid-connection may lose the ps-lite
+    messages it carried, which ps-lite never sends again."""
+    for helper in helpers:
+        if (
+            isinstance(helper, RelayNode)
+            and helper.crashed is not None
+            and helper.crashed[1] > since
+            and host in (None, helper.host_name)
+        ):
+            return helper
+    return None
 
 
 class Relays:
@@ -234,9 +258,7 @@ class Relays:
                 if left <= 0:
                     return f"the relay on {node.host_name} did not answer: {said}"
                 if node.process.poll() is not None:
-                    if node.process.returncode != 0 and node.process is not node._handled:
-                        node._handled = node.process  # a crash: said as after_exit says it
-                        node.crashed = (node.process.returncode, time.monotonic())
+                    if node.note_crash():  # (said as after_exit says it)
                         say(
                             f"the {node.name} exited with status {node.process.returncode}; "
                             "starting it again"
