@@ -173,7 +173,6 @@ class Relay:
     async def _from_relay(self, transport: asyncio.Transport) -> None:
         """Another relay, once it passes the handshake: connect to the local node it names."""
         peer = _peer(transport)
-        bound_silence(transport.get_extra_info("socket"), self._lost_seconds)
         loop = asyncio.get_running_loop()
         reader = asyncio.StreamReader(limit=BUFFERED_BYTES, loop=loop)
         protocol = _OverTls(reader, loop=loop)
@@ -190,6 +189,7 @@ class Relay:
             transport.close()
             return
         assert tls is not None  # the new transport (typeshed allows None)
+        bound_silence(transport.get_extra_info("socket"), self._lost_seconds)  # (a peer's)
         protocol.connection_made(tls)
         writer = asyncio.StreamWriter(tls, protocol, reader, loop)
         line = b""
