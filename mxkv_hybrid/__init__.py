@@ -7,83 +7,78 @@ over the MPI ranks this process was started with (see docs/). With
 MXKV_AUTO=1 (`mxkv-launch --auto`) scripts with no kvstore flag are made
 data-parallel too (integration/auto.py).
 
+The registration waits for MXNet: it runs at once when `mxnet` is already imported, and
+otherwise the moment the process imports it (a post-import hook). A process that never
+imports MXNet never loads it: mxkv-launch, its relays and the parameter-server
+scheduler start in a fraction of a second. The names below (`Hybrid`, `world`, ...) load
+the rank's side on first use.
+
 The folders are layers, each importing only from those below it: launch/, integration/,
 the store (kvstore.py), modes/ and observe/, ps/, safety/, comm/ (with the C++ in _C), and
-config.py / errors.py at the bottom; docs/ARCHITECTURE.md follows one step through them.
+the root's base modules at the bottom; docs/architecture/layers.md follows one step
+through them.
 """
 
-import os as _os
-import sys as _sys
+import importlib
+from typing import Any, Dict
 
+import wrapt
+
+from .launch.control.keeper import start_for_this_rank
 from .logs import configure as _configure_logs
+from .mxnet_version import require_mxnet, require_mxnet_installed
+from .network import announce_own_address
 
 __version__ = "0.1.0"
 
+# every public name -> the module that defines it, loaded on first use
+_EXPORTS: Dict[str, str] = {
+    "Hybrid": "kvstore",
+    "Config": "config",
+    "KNOBS": "config",
+    "MXKVError": "errors",
+    "ConfigError": "errors",
+    "MismatchError": "errors",
+    "NonFiniteError": "errors",
+    "ServerKeyConflict": "errors",
+    "World": "comm.topology",
+    "world": "comm.topology",
+    "consensus": "integration.hooks",
+    "steps_done": "integration.hooks",
+    "checkpoint": "safety.checkpoint",
+    "PeriodicModelAverager": "modes.averagers",
+    "broadcast_parameters": "modes.averagers",
+    "even_batches": "integration.even_batches",
+    "EvenBatchesIter": "integration.even_batches",
+    "ShardSampler": "integration.shard_sampler",
+    "rank_gpus": "integration.gpus",
+}
+__all__ = list(_EXPORTS)
 
-# what `python -m` runs in the launcher's processes: mxkv-launch, and a host's relay
-_LAUNCHER_MODULES = ("mxkv_hybrid.launch", "mxkv_hybrid.launch.relay")
+
+def __getattr__(name: str) -> Any:
+    """A public name, from its module (PEP 562): the rank's side loads on first use."""
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'mxkv_hybrid' has no attribute {name!r}")
+    module = importlib.import_module(f"{__name__}.{_EXPORTS[name]}")
+    return module if name == "checkpoint" else getattr(module, name)
 
 
-def _is_the_launchers_process() -> bool:
-    """True in mxkv-launch's own process (its console script, or `python -m
-    mxkv_hybrid.launch`) and in a relay it starts: they start, watch or carry and never
-    train, so they do not load MXNet (2 s of CPU before every job starts) nor act as a rank
-    (a rank's link keeper); its ranks and servers do."""
-    if _os.path.basename(_sys.argv[0] if _sys.argv else "") == "mxkv-launch":
-        return True
-    argv = getattr(_sys, "orig_argv", [])
-    return (
-        "-m" in argv
-        and argv.index("-m") + 1 < len(argv)
-        and argv[argv.index("-m") + 1] in _LAUNCHER_MODULES
-    )
-
-
-# every process's messages, the launcher's too (logs.py, MXKV_LOG_LEVEL)
-_configure_logs(is_rank=not _is_the_launchers_process())
-if not _is_the_launchers_process():
-    from .comm.network import announce_own_address
-    from .launch.control.keeper import start_for_this_rank
-    from .mxnet_version import require_mxnet
-
-    announce_own_address()  # before MXNet's import, where a parameter-server process starts
-    start_for_this_rank()  # a rank of mxkv-launch: its link's keeper, before MPI_Init
-    require_mxnet()  # before anything imports mxnet: a clear error without MXNet 1.9.x
-
-    from .comm.topology import World, world  # after the check above
-    from .config import KNOBS, Config, read_knob
-    from .errors import ConfigError, MismatchError, MXKVError, NonFiniteError, ServerKeyConflict
+def _install(mxnet: Any) -> None:
+    """Once MXNet is imported: checks its version, registers the store and installs the
+    Trainer/Module hooks (and MXKV_AUTO's changes)."""
+    require_mxnet()
+    from .config import read_knob
     from .integration import auto, hooks
-    from .integration.even_batches import EvenBatchesIter, even_batches
-    from .integration.gpus import rank_gpus
-    from .integration.hooks import consensus, steps_done
-    from .integration.shard_sampler import ShardSampler
-    from .kvstore import Hybrid
-    from .modes.averagers import PeriodicModelAverager, broadcast_parameters
-    from .safety import checkpoint
-
-    __all__ = [
-        "Hybrid",
-        "Config",
-        "KNOBS",
-        "MXKVError",
-        "ConfigError",
-        "MismatchError",
-        "NonFiniteError",
-        "ServerKeyConflict",
-        "World",
-        "world",
-        "consensus",
-        "steps_done",
-        "checkpoint",
-        "PeriodicModelAverager",
-        "broadcast_parameters",
-        "even_batches",
-        "EvenBatchesIter",
-        "ShardSampler",
-        "rank_gpus",
-    ]
 
     hooks.install()
     if read_knob("MXKV_AUTO"):
         auto.install()
+
+
+# every process's messages, the launcher's too (logs.py, MXKV_LOG_LEVEL)
+_configure_logs()
+require_mxnet_installed()  # a clear error without MXNet, before anything else runs
+announce_own_address()  # before MXNet's import, where a parameter-server process starts
+start_for_this_rank()  # a rank of mxkv-launch: its link's keeper, before MPI_Init
+wrapt.register_post_import_hook(_install, "mxnet")

@@ -87,14 +87,16 @@ def set_level(level: str) -> None:
 
 
 def configure(environ: Optional[Mapping[str, str]] = None, is_rank: bool = True) -> None:
-    """Adds the console handler to the `mxkv_hybrid` logger (once) and sets its level from
-    MXKV_LOG_LEVEL; its records do not go on to the root logger's handlers too.
-    `is_rank`: False in the launcher's own processes (the launcher, a relay)."""
+    """Adds the console handler to the `mxkv_hybrid` logger (once; a later call sets its
+    formatter again) and sets its level from MXKV_LOG_LEVEL; its records do not go on to
+    the root logger's handlers too. `is_rank`: False in the launcher's own processes (the
+    launcher, a relay), which say so when their `main` starts."""
     logger = logging.getLogger(LOGGER)
-    if not any(handler.name == HANDLER for handler in logger.handlers):
+    handler = next((h for h in logger.handlers if h.name == HANDLER), None)
+    if handler is None:
         handler = ConsoleHandler()
         handler.name = HANDLER
-        handler.setFormatter(console_formatter(environ, is_rank))
         logger.addHandler(handler)
+    handler.setFormatter(console_formatter(environ, is_rank))
     logger.propagate = False
     set_level(str(read_knob("MXKV_LOG_LEVEL", environ)))

@@ -10,6 +10,8 @@ layer may import it, and it imports nothing of the package but the base modules.
 
 import ast
 import pathlib
+import subprocess
+import sys
 from typing import Dict, Iterator, Set, Tuple
 
 import pytest
@@ -18,10 +20,20 @@ import mxkv_hybrid
 
 PACKAGE = pathlib.Path(mxkv_hybrid.__file__).parent
 # root modules every layer may read
-BASE = {"config", "capabilities", "errors", "atomic_file", "mxnet_version", "logs"}
+BASE = {
+    "config",
+    "capabilities",
+    "errors",
+    "atomic_file",
+    "mxnet_version",
+    "logs",
+    "network",
+    "mpi_settings",
+    "timeline_parts",
+}
 # the control plane's rank side (launch/control/): the unit `keeper`, which every layer reads
 KEEPER = {("launch", "control", name) for name in ("keeper", "keeper_process", "timing")}
-ENTRY_POINTS = {"__init__", "run", "tune"}  # root modules a user imports or runs
+ENTRY_POINTS = {"__init__", "run", "tune", "self_check"}  # root modules a user imports or runs
 
 # unit -> the units it may import (besides itself and the base); a unit is a folder, a
 # base module, the facade `kvstore` or an entry point.
@@ -32,6 +44,9 @@ ALLOWED: Dict[str, Set[str]] = {
     "atomic_file": set(),
     "mxnet_version": set(),
     "logs": {"config"},
+    "network": set(),
+    "mpi_settings": set(),
+    "timeline_parts": set(),
     "keeper": set(),
     "comm": set(),
     "testing": set(),
@@ -43,7 +58,9 @@ ALLOWED: Dict[str, Set[str]] = {
     "observe": {"ps", "safety", "comm"},
     "kvstore": {"modes", "observe", "ps", "safety", "comm"},
     "integration": {"kvstore", "modes", "observe", "ps", "safety", "comm"},
-    "launch": {"integration", "kvstore", "modes", "observe", "ps", "safety", "comm", *ENTRY_POINTS},
+    # the launcher's processes never load MXNet nor the rank's communication: ps/ only for
+    # where ps-lite's nodes listen and the scheduler's script (test_the_launcher_loads_...)
+    "launch": {"ps"},
     **{
         entry: {"integration", "kvstore", "modes", "observe", "ps", "safety", "comm", *ENTRY_POINTS}
         for entry in ENTRY_POINTS
@@ -138,3 +155,37 @@ def test_the_checker_sees_lazy_and_relative_imports():
     assert {("comm", "stall"), ("comm", "timeline"), ("comm", "extension"), ("config",)} <= found
     extension = PACKAGE / "comm" / "extension.py"
     assert ("comm", "_C") in set(imported_modules(("comm", "extension"), extension))  # lazy
+
+
+def _loaded_after(statements: str) -> Set[str]:
+    """The modules a fresh interpreter holds after running `statements`."""
+    code = f"{statements}\nimport sys\nprint('\\n'.join(sys.modules))"
+    job = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    return set(job.stdout.split())
+
+
+def test_the_launchers_processes_load_neither_mxnet_nor_the_ranks_side():
+    """mxkv-launch and its relays (every module of launch/) start without MXNet, MPI or
+    the rank's layers: `import mxkv_hybrid` waits for MXNet's own import."""
+    launch = [
+        ".".join(("mxkv_hybrid", *m))
+        for m, _ in modules()
+        if m[:1] == ("launch",) and m[-1] != "__main__"
+    ]
+    loaded = _loaded_after("\n".join(f"import {name}" for name in launch))
+    rank_side = ("mxkv_hybrid.comm", "mxkv_hybrid.kvstore", "mxkv_hybrid.integration")
+    assert not {m for m in loaded if m.split(".")[0] in ("mxnet", "mpi4py", "numpy")}
+    assert not {m for m in loaded if m.startswith(rank_side)}
+    assert set(launch) <= loaded  # (the check imported them all)
+
+
+@pytest.mark.parametrize("first", ["mxnet", "mxkv_hybrid"])
+def test_the_store_is_registered_whichever_is_imported_first(first):
+    second = "mxkv_hybrid" if first == "mxnet" else "mxnet"
+    loaded = _loaded_after(
+        f"import {first}\nimport {second}\nimport mxnet\n"
+        "assert 'hybrid' in mxnet.kv.KVStoreBase.kv_registry"
+    )
+    assert "mxkv_hybrid.integration.hooks" in loaded

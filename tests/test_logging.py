@@ -33,7 +33,7 @@ PRINTS_KEPT = {
     "plan/__main__.py",
     "observe/step_summary.py",
     "shard/orchestrator.py",
-    "launch/self_check.py",
+    "self_check.py",
     "launch/launcher.py",
     "launch/serve_join.py",
     "testing/cluster.py",

@@ -37,7 +37,9 @@ def test_mxnet_is_required_only_under_the_extra_cpu():
 
 
 def import_error(prelude: str, tmp_path=None) -> str:
-    script = prelude + "\nimport mxkv_hybrid\n"
+    """The last line of `import mxkv_hybrid; import mxnet` after `prelude`: MXNet is looked
+    for at the first import and its version checked at the second."""
+    script = prelude + "\nimport mxkv_hybrid\nimport mxnet\n"
     env_path = [str(tmp_path)] if tmp_path is not None else []
     job = subprocess.run(
         [sys.executable, "-c", script],

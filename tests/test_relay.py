@@ -201,7 +201,7 @@ def test_when_the_node_hangs_up_the_dialling_side_sees_the_end(relays):
         assert read_until_closed(conn) == 0  # relay B, then relay A, closed their sides
 
 
-def test_a_relay_says_ready_to_its_starter_at_every_log_level(tmp_path):
+def test_a_relay_says_ready_to_its_starter_at_every_log_level(tmp_path, monkeypatch):
     """The 'ready' line is the launcher's handshake with its relay, not a message: at
     MXKV_LOG_LEVEL=error (mxkv-launch --log-level error) the launcher still gets it
     (relay_setup.start_ready gives up after READY_SECONDS, naming the relay, if not)."""
@@ -210,7 +210,6 @@ def test_a_relay_says_ready_to_its_starter_at_every_log_level(tmp_path):
     plan_path = tmp_path / "quiet.json"
     plan_path.write_text(RelayPlan(Endpoint(HOST, free_port(HOST)), frozenset(), {}).to_json())
     command = [sys.executable, "-m", "mxkv_hybrid.launch.relay", "--plan", str(plan_path)]
-    relay = start_ready(
-        "quiet relay", [*command, "--key", key], dict(os.environ, MXKV_LOG_LEVEL="error")
-    )
+    monkeypatch.setenv("MXKV_LOG_LEVEL", "error")
+    relay = start_ready("quiet relay", [*command, "--key", key], key_text="")
     end_process_group(relay, grace=0)

@@ -16,8 +16,8 @@ from typing import Any, Callable, List, Sequence, Tuple
 
 import mxnet as mx
 
+from .. import mpi_settings
 from ..errors import MXKVError
-from . import mpi_settings
 from .collectives import DTYPE_CODES, HOST_DEVICES
 from .extension import extension
 

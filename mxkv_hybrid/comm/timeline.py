@@ -9,7 +9,6 @@ Everything is kept in memory until then: record short runs or a few hundred step
 """
 
 import atexit
-import glob
 import json
 import os
 import threading
@@ -19,9 +18,8 @@ from functools import lru_cache
 from typing import Any, ContextManager, Dict, List, Optional
 
 from ..config import read_knob
+from ..timeline_parts import part_path
 from .topology import world
-
-PART_SUFFIX = ".rank"
 
 
 def _now_us() -> int:
@@ -91,7 +89,7 @@ class Timeline:
         self.drain()
         with self._lock:
             events = list(self._events)
-        with open(f"{self._path}{PART_SUFFIX}{self._rank}", "w") as f:
+        with open(part_path(self._path, self._rank), "w") as f:
             json.dump(events, f)
 
 
@@ -108,23 +106,3 @@ def span(name: str, category: str, **args: Any) -> ContextManager:
     """A span on this process's timeline (nothing when MXKV_TIMELINE is unset)."""
     timeline = current()
     return nullcontext() if timeline is None else timeline.span(name, category, **args)
-
-
-def merge(path: str) -> Optional[str]:
-    """Joins the ranks' parts of `path` into one Chrome trace (the parts are removed);
-    returns a line saying what was written, or None when there were no parts."""
-    parts = sorted(glob.glob(f"{glob.escape(path)}{PART_SUFFIX}*"))
-    if not parts:
-        return None
-    events: List[Dict[str, Any]] = []
-    for part in parts:
-        with open(part) as f:
-            events += json.load(f)
-    with open(path, "w") as f:
-        json.dump({"traceEvents": events, "displayTimeUnit": "ms"}, f)
-    for part in parts:
-        os.remove(part)
-    return (
-        f"timeline of {len(parts)} rank(s), {len(events)} events, written to {path} "
-        "(open it in ui.perfetto.dev or chrome://tracing)"
-    )

@@ -8,10 +8,11 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Optional
 
+from .. import mpi_settings
 from ..config import GroupJob, read_knob
 from ..errors import ConfigError, MXKVError
 from ..launch.control.keeper import tell_launcher_mpi
-from . import mpi_settings, stall
+from . import stall
 
 
 @dataclass(frozen=True)

@@ -25,11 +25,12 @@ import sys
 import time
 from typing import List, Optional, Sequence, Tuple
 
+from .. import mpi_settings, timeline_parts
 from ..capabilities import capabilities_of, modes_with, modes_without
-from ..comm import mpi_settings, timeline
-from ..comm.network import describe_address
 from ..config import LOG_LEVELS, knob_is_set, launcher_mode, read_knob, separate_groups_refusal
 from ..logs import TO_STDERR, set_level
+from ..logs import configure as configure_logs
+from ..network import describe_address
 from ..ps import scheduler as scheduler_script
 from . import serve_relays, shm_leftovers, supervisor
 from .control.link import LinkServer, RankExit
@@ -136,7 +137,7 @@ def wrap_command(command: List[str]) -> List[str]:
 def merge_timeline() -> None:
     """With MXKV_TIMELINE set: the ranks' parts joined into one trace, and a line saying so."""
     path = read_knob("MXKV_TIMELINE")
-    recorded = timeline.merge(os.path.abspath(path)) if path else None
+    recorded = timeline_parts.merge(os.path.abspath(path)) if path else None
     if recorded:
         log.info(f"mxkv-launch: {recorded}", extra=TO_STDERR)
 
@@ -292,7 +293,7 @@ def start_parameter_servers(
         if args.ps_interface:
             os.environ["DMLC_INTERFACE"] = args.ps_interface
         # otherwise every ps-lite node announces the address its host reaches the scheduler
-        # from (comm/network.py, at the package's import): loopback when it runs here
+        # from (network.py, at the package's import): loopback when it runs here
     node = [sys.executable, "-m", "mxkv_hybrid.ps.server"]
     nodes: List[Node] = []
     try:
@@ -484,7 +485,7 @@ def parse_arguments(argv: Optional[List[str]] = None) -> argparse.Namespace:
     if args.check and args.command:
         parser.error("--check runs its own program: drop the command after it")
     if args.check:
-        args.command = [sys.executable, "-m", "mxkv_hybrid.launch.self_check"]
+        args.command = [sys.executable, "-m", "mxkv_hybrid.self_check"]
         args.timeout = args.timeout or CHECK_TIMEOUT
     mode = launcher_mode()
     can = capabilities_of(mode)
@@ -748,6 +749,7 @@ def start_group_jobs(
 
 
 def main(argv: Optional[List[str]] = None) -> None:
+    configure_logs(is_rank=False)
     args = parse_arguments(argv)
     segments_before = shm_leftovers.segments()
     try:

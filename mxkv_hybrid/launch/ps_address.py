@@ -3,12 +3,12 @@ ranks or servers on other hosts, the address of this machine that the route towa
 leaves from, checked before anything starts. A loopback or foreign --ps-host with remote
 hosts, hosts that do not resolve, or hosts reached from different addresses are refused
 at once, naming the flag to set. Each host's ranks and servers then announce their own
-address (comm/network.py), never this machine's."""
+address (network.py), never this machine's."""
 
 import socket
 from typing import List, Optional
 
-from ..comm.network import (
+from ..network import (
     NetworkSetupError,
     describe_address,
     interface_addresses,

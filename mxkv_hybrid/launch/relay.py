@@ -39,6 +39,7 @@ from typing import Awaitable, Callable, Dict, List, Optional, Set, Tuple
 
 from ..config import read_knob
 from ..logs import TO_STDERR
+from ..logs import configure as configure_logs
 from ..ps.node_addresses import Endpoint, RelayPlan, StandIn
 from .control.timing import BEAT_SECONDS
 from .job_key import tls_context
@@ -390,6 +391,7 @@ def main(argv=None) -> None:
         "--watch's, and how long a connection to another host may go unacknowledged",
     )
     args = parser.parse_args(argv)
+    configure_logs(is_rank=False)
     watch = Endpoint.parse(args.watch) if args.watch else None
     if args.plan:
         with open(args.plan) as f:

@@ -18,8 +18,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from ..comm.network import is_this_machine
 from ..config import read_knob
+from ..network import is_this_machine
 from ..ps.node_addresses import PsNodes, loopback_address
 from .control.timing import BEAT_SECONDS
 from .job_key import job_key_text
@@ -210,9 +210,7 @@ class Relays:
                 "--lost-seconds",
                 str(read_knob("MXKV_LOST_SECONDS")),
             ]
-        return start_ready(
-            f"relay on {name}", command, dict(os.environ, MXKV_RELAY_KEY=self._key_text), seconds
-        )
+        return start_ready(f"relay on {name}", command, self._key_text, seconds)
 
     def answers(self, name: str) -> bool:
         """Whether the relay of host `name` answers a ping with the job's key."""
@@ -284,12 +282,20 @@ def relay_command(plan: str) -> List[str]:
     ]
 
 
+def relay_environment(key_text: str) -> Dict[str, str]:
+    """A relay's environment: the launcher's, with the job's key (MXKV_RELAY_KEY) and
+    without the ranks' link (MXKV_LAUNCHER_LINK): a relay that mpiexec starts on its host
+    has an MPI rank, and is no rank of the job's (no keeper, no rank in its lines)."""
+    env = {name: value for name, value in os.environ.items() if name != "MXKV_LAUNCHER_LINK"}
+    return dict(env, MXKV_RELAY_KEY=key_text)
+
+
 def start_ready(
-    name: str, command: List[str], env: Dict[str, str], seconds: float = READY_SECONDS
+    name: str, command: List[str], key_text: str, seconds: float = READY_SECONDS
 ) -> subprocess.Popen:
-    """Starts a relay and waits `seconds` at most for its 'ready' line; its other lines go
-    to stderr."""
-    process = spawn(command, env=env, stderr=subprocess.PIPE, text=True)
+    """Starts a relay (the job's key `key_text`) and waits `seconds` at most for its
+    'ready' line; its other lines go to stderr."""
+    process = spawn(command, env=relay_environment(key_text), stderr=subprocess.PIPE, text=True)
     stderr = process.stderr
     assert stderr is not None  # (a pipe)
     first: List[Optional[str]] = [None]

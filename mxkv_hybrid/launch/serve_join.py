@@ -26,7 +26,7 @@ from .serve_relays import HostRelay, whole_table
 from .supervisor import say, supervise
 
 # what a joining group's ranks need to reach the servers; never the serving machine's own
-# DMLC_NODE_HOST / DMLC_INTERFACE: each host announces its own address (comm/network.py)
+# DMLC_NODE_HOST / DMLC_INTERFACE: each host announces its own address (network.py)
 log = logging.getLogger(__name__)
 SETTINGS = (
     "DMLC_PS_ROOT_URI",

@@ -10,13 +10,12 @@ g + 1 (two groups from one machine are two hosts with two relays), at the addres
 launcher reached the serving one from and the relay port it chose there (`JoinerRelay`,
 told in its hello)."""
 
-import os
 import random
 import socket
 from dataclasses import dataclass, replace
 from typing import Optional, Sequence
 
-from ..comm.network import is_loopback
+from ..network import is_loopback
 from ..ps.node_addresses import PsNodes, loopback_address
 from .job_key import job_key_text
 from .processes import Node, end_process_group, free_port
@@ -79,8 +78,8 @@ class HostRelay:
     def start(self, table: PsNodes, host: int) -> Node:
         self.close()
         name = "relay of the serving host" if host == 0 else f"relay of group {host - 1}"
-        env = dict(os.environ, MXKV_RELAY_KEY=job_key_text(secret=self._token)[0])
-        process = start_ready(name, relay_command(table.relay_plan(host).to_json()), env)
+        key_text = job_key_text(secret=self._token)[0]
+        process = start_ready(name, relay_command(table.relay_plan(host).to_json()), key_text)
         self.node = Node(name, process, leaves_by_itself=False)
         return self.node
 

@@ -1,5 +1,5 @@
 """`mxkv-launch -n N [--servers S ...] --check`: a self-test of the installation and the
-topology, run by every rank (`python -m mxkv_hybrid.launch.self_check`). Rank 0 prints what it
+topology, run by every rank (`python -m mxkv_hybrid.self_check`). Rank 0 prints what it
 found: MPI, the ranks per host, the groups, whether the parameter servers answer, that a
 small and a 4 MiB pushpull give the right numbers on every rank (with their times and
 algorithms), the algorithm table, and the knobs that are set."""
@@ -11,10 +11,10 @@ from typing import List
 import mxnet as mx
 import numpy as np
 
-from ..capabilities import capabilities_of, steps_together
-from ..comm import algorithm_table
-from ..comm.topology import groups, world
-from ..config import KNOBS, Config
+from .capabilities import capabilities_of, steps_together
+from .comm import algorithm_table
+from .comm.topology import groups, world
+from .config import KNOBS, Config
 
 SIZES = (256, 1 << 20)  # floats: 1 KiB and 4 MiB
 
