@@ -24,6 +24,7 @@ from typing import Any, Dict
 
 import wrapt
 
+from .import_settle import watch, when_settled
 from .launch.control.keeper import start_for_this_rank
 from .logs import configure as _configure_logs
 from .mxnet_version import require_mxnet, require_mxnet_installed
@@ -64,9 +65,9 @@ def __getattr__(name: str) -> Any:
     return module if name == "checkpoint" else getattr(module, name)
 
 
-def _install(mxnet: Any) -> None:
-    """Once MXNet is imported: checks its version, registers the store and installs the
-    Trainer/Module hooks (and MXKV_AUTO's changes)."""
+def _install() -> None:
+    """Checks MXNet's version, registers the store and installs the Trainer/Module hooks
+    (and MXKV_AUTO's changes)."""
     require_mxnet()
     from .config import read_knob
     from .integration import auto, hooks
@@ -81,4 +82,5 @@ _configure_logs()
 require_mxnet_installed()  # a clear error without MXNet, before anything else runs
 announce_own_address()  # before MXNet's import, where a parameter-server process starts
 start_for_this_rank()  # a rank of mxkv-launch: its link's keeper, before MPI_Init
-wrapt.register_post_import_hook(_install, "mxnet")
+watch(__name__)  # MXNet's first import may come from a module of ours, half executed:
+wrapt.register_post_import_hook(lambda mxnet: when_settled(_install), "mxnet")  # then, after it

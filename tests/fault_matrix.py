@@ -9,12 +9,12 @@ at the cell's moment."""
 
 import os
 import signal
-import threading
 import time
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Tuple
 
 from mxkv_hybrid.testing.cluster import Cluster
+from mxkv_hybrid.testing.faults import cut_link, kill_a_rank, pause_host, pids, send
 
 LOST_SECONDS = 10  # the job's MXKV_LOST_SECONDS (the default 30 would make every cell slow)
 TARGET = "h2"  # the host every fault hits
@@ -22,34 +22,6 @@ GROUP = r"group 1 \(ranks 2-3\)"  # the group it holds, as the launcher names it
 SHORT_PAUSE = 3.0  # seconds: a pause the job must ride out (a long GC, a swap storm)
 LONG_PAUSE = LOST_SECONDS + 8.0  # past the bound
 HEAL_AFTER = 20.0  # a cut link heals after this long
-
-
-def pids(cluster: Cluster, host: str, marker: str = "") -> List[int]:
-    """The processes on `host` whose command line holds `marker`, oldest first."""
-    found = []
-    for pid in sorted(cluster.processes(host)):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if marker.encode() in f.read():
-                    found.append(pid)
-        except OSError:
-            continue
-    return found
-
-
-def _signal(pids_: List[int], sig: signal.Signals) -> None:
-    for pid in pids_:
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            pass
-
-
-def _later(seconds: float, action: Callable[[], None]) -> None:
-    """Runs `action` in `seconds` (a daemon timer: a failed test does not wait for it)."""
-    timer = threading.Timer(seconds, action)
-    timer.daemon = True
-    timer.start()
 
 
 @dataclass
@@ -62,21 +34,17 @@ class Target:
 
 def kill_one_rank(target: Target) -> None:
     """kill -9 of one training rank on h2 (its group's second rank)."""
-    ranks = pids(target.cluster, TARGET, "mxkv_hybrid.run")
-    assert ranks, f"no rank runs on {TARGET}"
-    os.kill(ranks[-1], signal.SIGKILL)
+    kill_a_rank(target.cluster, TARGET)
 
 
 def kill_the_host(target: Target) -> None:
     """kill -9 of every process on h2: its ranks, their keepers, Hydra's proxy, its relay."""
-    _signal(pids(target.cluster, TARGET), signal.SIGKILL)
+    send(pids(target.cluster, TARGET), signal.SIGKILL)
 
 
 def pause_the_host(seconds: float) -> Callable[[Target], None]:
     def pause(target: Target) -> None:
-        stopped = pids(target.cluster, TARGET)
-        _signal(stopped, signal.SIGSTOP)
-        _later(seconds, lambda: _signal(stopped, signal.SIGCONT))
+        pause_host(target.cluster, TARGET, seconds)
 
     pause.__doc__ = f"SIGSTOP of every process on h2, SIGCONT {seconds:g} s later"
     return pause
@@ -84,9 +52,7 @@ def pause_the_host(seconds: float) -> Callable[[Target], None]:
 
 def cut_the_link(heal_after: Optional[float]) -> Callable[[Target], None]:
     def cut(target: Target) -> None:
-        target.cluster.cut(TARGET)
-        if heal_after is not None:
-            _later(heal_after, lambda: target.cluster.heal(TARGET))
+        cut_link(target.cluster, TARGET, heal_after)
 
     return cut
 
@@ -95,14 +61,14 @@ def kill_the_relay(target: Target) -> None:
     """kill -9 of h2's relay, the host and its ranks staying up."""
     relays = pids(target.cluster, TARGET, "mxkv_hybrid.launch.relay")
     assert relays, f"no relay runs on {TARGET}"
-    _signal(relays, signal.SIGKILL)
+    send(relays, signal.SIGKILL)
 
 
 def kill_a_server(target: Target) -> None:
     """kill -9 of the parameter server (on h1, with the launcher)."""
     servers = pids(target.cluster, "h1", "mxkv_hybrid.ps.server")
     assert servers, "no parameter server runs on h1"
-    _signal(servers[:1], signal.SIGKILL)
+    send(servers[:1], signal.SIGKILL)
 
 
 def kill_the_launcher(target: Target) -> None:

@@ -30,6 +30,7 @@ BASE = {
     "network",
     "mpi_settings",
     "timeline_parts",
+    "import_settle",
 }
 # the control plane's rank side (launch/control/): the unit `keeper`, which every layer reads
 KEEPER = {("launch", "control", name) for name in ("keeper", "keeper_process", "timing")}
@@ -47,6 +48,7 @@ ALLOWED: Dict[str, Set[str]] = {
     "network": set(),
     "mpi_settings": set(),
     "timeline_parts": set(),
+    "import_settle": set(),
     "keeper": set(),
     "comm": set(),
     "testing": set(),
@@ -181,11 +183,21 @@ def test_the_launchers_processes_load_neither_mxnet_nor_the_ranks_side():
     assert set(launch) <= loaded  # (the check imported them all)
 
 
-@pytest.mark.parametrize("first", ["mxnet", "mxkv_hybrid"])
-def test_the_store_is_registered_whichever_is_imported_first(first):
-    second = "mxkv_hybrid" if first == "mxnet" else "mxnet"
-    loaded = _loaded_after(
-        f"import {first}\nimport {second}\nimport mxnet\n"
-        "assert 'hybrid' in mxnet.kv.KVStoreBase.kv_registry"
+@pytest.mark.parametrize(
+    "imports",
+    [
+        "import mxnet\nimport mxkv_hybrid",
+        "import mxkv_hybrid\nimport mxnet",
+        "import mxkv_hybrid\nmxkv_hybrid.Hybrid",
+        # MXNet first imported by a module of the package, half executed at that moment
+        "from mxkv_hybrid.kvstore import Hybrid",
+        "from mxkv_hybrid.integration.hooks import install",
+    ],
+)
+def test_the_store_and_hooks_are_installed_whichever_is_imported_first(imports):
+    _loaded_after(
+        f"{imports}\nimport mxnet\n"
+        "assert 'hybrid' in mxnet.kv.KVStoreBase.kv_registry\n"
+        "assert hasattr(mxnet.kv.create, '_mxkv_original')\n"
+        "assert hasattr(mxnet.gluon.Trainer.__init__, '_mxkv_original')"
     )
-    assert "mxkv_hybrid.integration.hooks" in loaded
