@@ -462,22 +462,35 @@ KNOBS: Dict[str, Knob] = {
     ),
     "MXKV_LOST_SECONDS": Knob(
         _parse_seconds,
-        "30",
+        "5",
         "The bound on noticing a lost host. `mxkv-launch` keeps a link with"
-        " every rank (a TCP connection each, a heartbeat a second each way,"
-        " kept on the rank's side by a small keeper process); a rank it has"
-        " not heard from for this long is lost: its group job is ended and "
-        "named with its host (async/easgd: the others train on; one MPI "
-        "job: the job ends naming the host), and a rank that has not heard "
-        "from its launcher for this long is ended by its keeper, so nothing"
-        " is left running on a cut-off host. Ranks on other hosts that "
-        "never call within this time after their job started count as lost "
-        "too. With `--serve` / `--join`, the serving launcher and each "
-        "joined group's launcher beat on their rendezvous connection: a "
-        "group not heard from this long is named lost (`group 2 (2 rank(s),"
-        " joined from 198.18.7.13) was last heard from 10 s ago ...`; sync:"
-        " the others are stopped), and a joined launcher that has not heard"
-        " from the serving one this long stops its group.",
+        " every rank (a TCP connection each, a heartbeat every half second "
+        "each way, kept on the rank's side by a small keeper process that "
+        "the rank's work cannot starve); a rank it has not heard from for "
+        "this long is lost: its group job is ended and named with its host "
+        "(async/easgd: the others train on; one MPI job: the job ends naming"
+        " the host), and a rank that has not heard from its launcher for "
+        "this long is ended by its keeper, so nothing is left running on a "
+        "cut-off host. A host stopped for 3 s (a long pause) is not lost at "
+        "the default. Ranks on other hosts that never call within this time, "
+        "or 30 s if longer, after their job started count as lost too. With "
+        "`--serve` / `--join`, the serving launcher and each joined group's "
+        "launcher beat on their rendezvous connection: a group not heard from"
+        " this long is named lost (`group 2 (2 rank(s), joined from "
+        "198.18.7.13) was last heard from 5 s ago ...`; sync: the others are"
+        " stopped), and a joined launcher that has not heard from the serving"
+        " one this long stops its group. The relays' connections between "
+        "hosts fail after this long unacknowledged (TCP_USER_TIMEOUT).",
+    ),
+    "MXKV_HOST_RETURN_SECONDS": Knob(
+        _parse_seconds,
+        "30",
+        "How long a lost group's host has to answer again once the group's "
+        "restart (`--restarts`) is due: the launcher waits until the host's "
+        "relay answers (a healed link) and then starts the group; a host that"
+        " has not answered within this time is given up (`... is not "
+        "restarted: its host did not come back within 30 s ...; the other "
+        "groups go on`).",
     ),
     "MXKV_LAUNCHER_LINK": Knob(
         str,

@@ -4,8 +4,8 @@ cell on emulated hosts (the CI sample by default, the whole table with
 `pytest -m fault_matrix`); docs/reference/fault-matrix.md renders the same table.
 
 A cell's job: 3 emulated hosts of 2 ranks each (1000 Mbit/s links), the digits example,
-`MXKV_LOST_SECONDS` as below, `--restarts 1`; the fault hits host h2 (group 1, ranks 2-3)
-at the cell's moment."""
+`--restarts 1`, the package's default MXKV_LOST_SECONDS and MXKV_HOST_RETURN_SECONDS as
+below; the fault hits host h2 (group 1, ranks 2-3) at the cell's moment."""
 
 import os
 import signal
@@ -13,10 +13,12 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Tuple
 
+from mxkv_hybrid.config import KNOBS
 from mxkv_hybrid.testing.cluster import Cluster
 from mxkv_hybrid.testing.faults import cut_link, kill_a_rank, pause_host, pids, send
 
-LOST_SECONDS = 10  # the job's MXKV_LOST_SECONDS (the default 30 would make every cell slow)
+LOST_SECONDS = float(KNOBS["MXKV_LOST_SECONDS"].default)  # the default bound is what is tested
+HOST_RETURN_SECONDS = 20  # MXKV_HOST_RETURN_SECONDS (30 by default): past cut-heal's heal, sooner
 TARGET = "h2"  # the host every fault hits
 GROUP = r"group 1 \(ranks 2-3\)"  # the group it holds, as the launcher names it
 SHORT_PAUSE = 3.0  # seconds: a pause the job must ride out (a long GC, a swap storm)

@@ -14,6 +14,7 @@ import pytest
 from fault_matrix import (
     CELLS,
     FAULTS,
+    HOST_RETURN_SECONDS,
     LOST_SECONDS,
     PATHS,
     TARGET,
@@ -74,7 +75,7 @@ def test_cell(cell: Cell, make_cluster):
         "h1",
         job_options(cell),
         ["examples/train_digits.py", "--epochs", str(EPOCHS)],
-        env={"MXKV_MODE": cell.mode, "MXKV_LOST_SECONDS": str(LOST_SECONDS)},
+        env={"MXKV_MODE": cell.mode, "MXKV_HOST_RETURN_SECONDS": str(HOST_RETURN_SECONDS)},
         timeout=TIMEOUT,
     )
     MOMENTS[cell.moment](launcher, cluster)

@@ -443,7 +443,7 @@ class GroupJobs:
         others = any(r.code is None for r in self.runs) and not self.together
         say(
             f"{run.plan.describe_where()} is not restarted: its host did not come back within "
-            f"{self.restarts.host_wait:g} s (MXKV_LOST_SECONDS): {why}"
+            f"{self.restarts.host_wait:g} s (MXKV_HOST_RETURN_SECONDS): {why}"
             + ("; the other groups go on" if others else "")
         )
         if self.lost_ranks is not None:

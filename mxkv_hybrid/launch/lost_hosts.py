@@ -1,16 +1,17 @@
 """Which ranks of a job are lost to the launcher: not heard from on their link for
 MXKV_LOST_SECONDS (a host cut off, or dead with its connection never closed), or, for ranks
-started on another host, never heard from that long after their job started (a partition
-before they registered); and which failed alone: their script ended with a non-zero status
-while their job went on (mpiexec ends a job when a rank is killed or aborts, not when its
-script exits: the others would wait for it in their next collective), or ended, even with
-status 0, before it started MPI while the others wait in MPI's start, which waits for all."""
+started on another host, never heard from within timing.first_call_seconds after their job
+started (a partition before they registered); and which failed alone: their script ended
+with a non-zero status while their job went on (mpiexec ends a job when a rank is killed
+or aborts, not when its script exits: the others would wait for it in their next
+collective), or ended, even with status 0, before it started MPI while the others wait in
+MPI's start, which waits for all."""
 
 import time
 from typing import Dict, Iterable, Optional
 
 from .control.link import LinkServer, RankExit
-from .control.timing import HEARD_SECONDS
+from .control.timing import HEARD_SECONDS, first_call_seconds
 
 EXIT_GRACE_SECONDS = 2.0  # a job still running this long after a rank's script failed
 LINK_CLOSE_SECONDS = 1.0  # after mpiexec reported a rank's end, for its link to close
@@ -114,14 +115,20 @@ class LostRanks:
                     f"rank {rank} on {known.host} ({known.address}) was last heard from "
                     f"{known.silent_for(now):.0f} s ago"
                 )
-            elif known is None and rank in self._remote and now - started > self.bound:
+                bound = f"MXKV_LOST_SECONDS={self.bound:g}"
+            elif (
+                known is None
+                and rank in self._remote
+                and now - started > first_call_seconds(self.bound)
+            ):
                 how = (
                     f"rank {rank}, started on {self._remote[rank]} {now - started:.0f} s "
                     "ago, was never heard from"
                 )
+                bound = f"a first call within {first_call_seconds(self.bound):g} s"
             else:
                 continue
-            return f"{how} (MXKV_LOST_SECONDS={self.bound:g})"
+            return f"{how} ({bound})"
         return None
 
     def one_world_lost(self, ranks: Iterable[int], started: float) -> Optional[str]:
