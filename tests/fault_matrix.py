@@ -28,10 +28,12 @@ HEAL_AFTER = 20.0  # a cut link heals after this long
 
 @dataclass
 class Target:
-    """What a fault may hit: the cluster, and the launcher's process on h1."""
+    """What a fault may hit: the cluster, the launcher's process on h1 (with --serve, the
+    serving launcher's) and, with --join, the launcher of h2's joined group."""
 
     cluster: Cluster
     launcher_pid: int
+    joined_launcher_pid: Optional[int] = None
 
 
 def kill_one_rank(target: Target) -> None:
@@ -78,6 +80,12 @@ def kill_the_launcher(target: Target) -> None:
     os.kill(target.launcher_pid, signal.SIGKILL)
 
 
+def kill_the_joined_launcher(target: Target) -> None:
+    """kill -9 of the launcher that joined h2's group to the served job."""
+    assert target.joined_launcher_pid is not None, "no joined group on this path"
+    os.kill(target.joined_launcher_pid, signal.SIGKILL)
+
+
 FAULTS: Dict[str, Tuple[str, Callable[[Target], None]]] = {
     "kill-rank": ("kill -9 of one rank", kill_one_rank),
     "kill-host": ("kill -9 of every process of one host", kill_the_host),
@@ -91,12 +99,15 @@ FAULTS: Dict[str, Tuple[str, Callable[[Target], None]]] = {
     "kill-relay": ("a relay killed on a live host", kill_the_relay),
     "kill-server": ("a parameter-server process killed", kill_a_server),
     "kill-launcher": ("the launcher killed (kill -9)", kill_the_launcher),
+    "kill-joined-launcher": ("a joined launcher killed (kill -9)", kill_the_joined_launcher),
 }
 
 PATHS: Dict[str, Tuple[str, List[str]]] = {
     "relays": ("-H group jobs, relays on", []),
     "trusted": ("-H group jobs, --trusted-network", ["--trusted-network"]),
     "one-job": ("-H, one MPI job, relays on", ["--one-job"]),  # (--one-job where needed)
+    # --serve on h1 and a group --join-ed from each host (tests/test_fault_matrix.py)
+    "serve-join": ("--serve, a group --join-ed from each host, relays on", []),
 }
 
 
@@ -292,6 +303,22 @@ CELLS: List[Cell] = [
         (r"the parameter server 0 \(pid \d+\) exited with status -9 while the groups were",),
         ci=True,
     ),
+    Cell("kill-rank", "serve-join", "easgd", "mid-training", REJOINS, 0, ()),
+    Cell(
+        "pause-short",
+        "serve-join",
+        "easgd",
+        "mid-training",
+        "the job continues: nothing is named",
+        0,
+        (),
+        absent=NOTHING_LOST,
+    ),
+    Cell("cut", "serve-join", "easgd", "mid-training", "TBD", 1, ()),
+    Cell("kill-joined-launcher", "serve-join", "easgd", "mid-training", "TBD", 1, ()),
+    Cell("kill-host", "relays", "easgd", "before the groups meet", "TBD", 0, ()),
+    Cell("kill-rank", "relays", "easgd", "at the finish line", REJOINS, 0, KILLED),
+    Cell("kill-host", "relays", "easgd", "during a restart", "TBD", 1, ()),
     Cell(
         "kill-launcher",
         "relays",

@@ -14,6 +14,7 @@ import pytest
 from fault_matrix import (
     CELLS,
     FAULTS,
+    GROUP,
     HOST_RETURN_SECONDS,
     LOST_SECONDS,
     PATHS,
@@ -25,8 +26,9 @@ from fault_matrix import (
 )
 
 from mxkv_hybrid.capabilities import CAPABILITIES
+from mxkv_hybrid.testing.faults import kill_a_rank
 
-from emulated import HostLauncher, assert_nothing_left, on_emulated_hosts
+from emulated import HostLauncher, Job, assert_nothing_left, on_emulated_hosts
 
 EPOCHS = 30
 TIMEOUT = 150  # the job's --timeout: a cell that reaches it fails
@@ -35,17 +37,80 @@ RESULTS = os.environ.get("FAULT_MATRIX_RESULTS")
 pytestmark = on_emulated_hosts
 
 
-def _mid_training(launcher: HostLauncher, cluster) -> None:
-    launcher.wait_for(rf"^\[0\] epoch  3/{EPOCHS}", seconds=120)
+class ServedJob:
+    """The serve-join path's job: --serve on h1, then a group --join-ed from each host
+    (h1, h2, h3: groups 0-2), each with --restarts 1. Its lines are every launcher's, its
+    exit status the serving launcher's."""
+
+    def __init__(self, cluster, program: List[str], env: Dict[str, str]):
+        serve = ["--servers", "1", "--groups", "3", "--serve", "--ps-host", cluster.address("h1")]
+        self.serving = HostLauncher(cluster, "h1", serve, env=env, timeout=TIMEOUT)
+        address = self.serving.wait_for(r"--join (\S+@[\d.]+:\d+) -n RANKS").group(1)
+        self.joined: Dict[str, HostLauncher] = {}
+        for group, host in enumerate(("h1", "h2", "h3")):
+            join = ["--join", address, "-n", "2", "--restarts", "1"]
+            self.joined[host] = HostLauncher(cluster, host, join, program, env, TIMEOUT)
+            self.serving.wait_for(rf"group {group} joined")
+        self.process = self.serving.process
+
+    @property
+    def lines(self) -> List[str]:
+        return self.serving.lines + [line for j in self.joined.values() for line in j.lines]
+
+    def wait_for(self, pattern: str, seconds: float = 60) -> re.Match:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            for line in self.lines:
+                found = re.search(pattern, line)
+                if found:
+                    return found
+            time.sleep(0.1)
+        raise AssertionError(f"no line matching {pattern!r} in:\n" + "\n".join(self.lines))
+
+    def finish(self) -> Job:
+        joined = [launcher.finish() for launcher in self.joined.values()]
+        served = self.serving.finish()
+        output = "\n".join([served.output, *(job.output for job in joined)])
+        return Job(served.returncode, output)
 
 
-def _while_ranks_start(launcher: HostLauncher, cluster) -> None:
+def _mid_training(job, cluster) -> None:
+    job.wait_for(rf"^\[0\] epoch  3/{EPOCHS}", seconds=120)
+
+
+def _while_ranks_start(job, cluster) -> None:
     wait_until(lambda: pids(cluster, TARGET, "mxkv_hybrid.run"), 60, f"a rank on {TARGET}")
 
 
-MOMENTS: Dict[str, Callable[[HostLauncher, object], None]] = {
+def _before_the_groups_meet(job, cluster) -> None:
+    """h2's ranks run and their keepers called (mxkv_hybrid imported: MXNet's import and
+    ps-lite's start, where the groups meet, take seconds more)."""
+    wait_until(lambda: len(pids(cluster, TARGET, "keeper_process")) >= 2, 60, "h2's keepers")
+
+
+def _at_the_finish_line(job, cluster) -> None:
+    """Rank 0 (h1's group) has trained its last epoch: the groups are finishing."""
+    job.wait_for(rf"^\[0\] epoch {EPOCHS}/{EPOCHS}", seconds=120)
+
+
+def _during_a_restart(job, cluster) -> None:
+    """A rank of h2 killed mid-training, and its group's restart under way: the group
+    was named lost and its new ranks run on h2."""
+    _mid_training(job, cluster)
+    before = set(pids(cluster, TARGET, "mxkv_hybrid.run"))
+    kill_a_rank(cluster, TARGET)
+    job.wait_for(rf"{GROUP} on {TARGET} was lost: .*restarting it", seconds=60)
+    wait_until(
+        lambda: set(pids(cluster, TARGET, "mxkv_hybrid.run")) - before, 60, "h2's new ranks"
+    )
+
+
+MOMENTS: Dict[str, Callable[[object, object], None]] = {
     "mid-training": _mid_training,
     "while ranks start": _while_ranks_start,
+    "before the groups meet": _before_the_groups_meet,
+    "at the finish line": _at_the_finish_line,
+    "during a restart": _during_a_restart,
 }
 
 
@@ -70,16 +135,16 @@ def job_options(cell: Cell) -> List[str]:
 @pytest.mark.parametrize("cell", _parameters())
 def test_cell(cell: Cell, make_cluster):
     cluster = make_cluster(3, rate_mbit=1000)
-    launcher = HostLauncher(
-        cluster,
-        "h1",
-        job_options(cell),
-        ["examples/train_digits.py", "--epochs", str(EPOCHS)],
-        env={"MXKV_MODE": cell.mode, "MXKV_HOST_RETURN_SECONDS": str(HOST_RETURN_SECONDS)},
-        timeout=TIMEOUT,
-    )
+    program = ["examples/train_digits.py", "--epochs", str(EPOCHS)]
+    env = {"MXKV_MODE": cell.mode, "MXKV_HOST_RETURN_SECONDS": str(HOST_RETURN_SECONDS)}
+    if cell.path == "serve-join":
+        launcher = ServedJob(cluster, program, env)
+        target = Target(cluster, launcher.process.pid, launcher.joined[TARGET].process.pid)
+    else:
+        launcher = HostLauncher(cluster, "h1", job_options(cell), program, env, TIMEOUT)
+        target = Target(cluster, launcher.process.pid)
     MOMENTS[cell.moment](launcher, cluster)
-    FAULTS[cell.fault][1](Target(cluster, launcher.process.pid))
+    FAULTS[cell.fault][1](target)
     struck = time.monotonic()
     named_after: Optional[float] = None
     if cell.named:  # how long until the launcher names the member

@@ -88,7 +88,7 @@ def test_strangers_are_refused_with_one_line_and_the_link_keeps_serving(capfd):
     assert refused == [
         (
             "mxkv-launch: refused a connection to the launcher's link from "
-            "127.0.0.1: not a message of the link (its host's next ones are "
+            "127.0.0.1: not a message of the control channel (its host's next ones are "
             "closed without a word)"
         )
     ], refused

@@ -32,8 +32,9 @@ BASE = {
     "timeline_parts",
     "import_settle",
 }
-# the control plane's rank side (launch/control/): the unit `keeper`, which every layer reads
-KEEPER = {("launch", "control", name) for name in ("keeper", "keeper_process", "timing")}
+# the control plane's rank side (launch/control/): the unit `keeper` (with the channel it
+# speaks and the timing both sides share), which every layer reads
+KEEPER = {("launch", "control", name) for name in ("keeper", "keeper_process", "timing", "channel")}
 ENTRY_POINTS = {"__init__", "run", "tune", "self_check"}  # root modules a user imports or runs
 
 # unit -> the units it may import (besides itself and the base); a unit is a folder, a

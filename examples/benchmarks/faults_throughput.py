@@ -5,6 +5,7 @@ mode asked (easgd and async by default).
 
     python examples/benchmarks/faults_throughput.py [--modes easgd async] [--minutes 2]
         [--repeats 1] [--lost-seconds S] [--out examples/benchmarks/results]
+    python examples/benchmarks/faults_throughput.py --false-alarms N [--minutes 2] ...
 
 The schedule, every minute of the measured window (times from the minute's start):
   5 s   kill -9 of one rank on h2 (its group is restarted and rejoins);
@@ -21,6 +22,12 @@ progress within a minute of the fault). The quiet and faulty runs alternate; wit
 while a group is down the others get more of it, so a healthy group's fraction may read
 above 1. Needs root (network namespaces), as the emulated-host tests do. Writes
 faults_throughput.json and faults_throughput.png to --out.
+
+With --false-alarms N it runs N quiet jobs per mode instead (no fault at all) and counts
+every line in which the launcher or a keeper names something lost, restarted or cut off:
+each is a false alarm of the bound (MXKV_LOST_SECONDS, the package's default unless
+--lost-seconds). Run it beside the test suite to measure the bound under full load; it
+records the machine's load average after each run. Writes false_alarms.json to --out.
 """
 
 import argparse
@@ -44,6 +51,8 @@ WARMUP_SECONDS = 5.0  # after every group's first line, before the window opens
 PAUSE_SECONDS = 3.0
 HEAL_AFTER = 20.0
 PROGRESS = re.compile(r"^\[\d+\] progress group=(\d+) trained=(\d+)$")
+# what a false alarm says: the launcher's loss or restart, a keeper or relay that gives up
+ALARM = re.compile(r"was lost|restarted|restarting|ending this rank|cut off from|starting it again")
 
 
 def worker(stop_file: str) -> None:
@@ -156,7 +165,57 @@ def run(mode: str, faulty: bool, args: argparse.Namespace) -> dict:
         if found:
             progress.setdefault(found.group(1), []).append(arrived - opened)
     said = [text for _, text in lines if text.startswith("mxkv-launch:")]
-    return {"exit": status, "progress": progress, "faults": struck, "launcher_said": said}
+    alarms = [text for _, text in lines if ALARM.search(text)]
+    return {
+        "exit": status,
+        "progress": progress,
+        "faults": struck,
+        "launcher_said": said,
+        "alarms": alarms,
+        "load_average_1min": os.getloadavg()[0],
+    }
+
+
+def false_alarms(args: argparse.Namespace) -> None:
+    """Quiet jobs only: every alarm they raise is false."""
+    from mxkv_hybrid.config import read_knob
+
+    bound = args.lost_seconds or read_knob("MXKV_LOST_SECONDS")
+    runs = []
+    for mode in args.modes:
+        for repeat in range(args.false_alarms):
+            print(f"{mode}, quiet run {repeat + 1} of {args.false_alarms}", flush=True)
+            result = run(mode, False, args)
+            runs.append(
+                {
+                    "mode": mode,
+                    **{k: result[k] for k in ("exit", "alarms")},
+                    "load_average_1min": result["load_average_1min"],
+                }
+            )
+            print(
+                f"  exit {result['exit']}, load {result['load_average_1min']:.1f}, "
+                f"alarms: {result['alarms'] or 'none'}",
+                flush=True,
+            )
+    alarms = sum(len(r["alarms"]) for r in runs)
+    host_minutes = len(runs) * len(HOSTS) * args.minutes
+    print(
+        f"{alarms} false alarm(s) in {len(runs)} quiet runs ({host_minutes} host-minutes "
+        f"watched) at MXKV_LOST_SECONDS={bound:g}; load average "
+        f"{min(r['load_average_1min'] for r in runs):.1f}-"
+        f"{max(r['load_average_1min'] for r in runs):.1f}"
+    )
+    out = Path(args.out) / "false_alarms.json"
+    document = {
+        "lost_seconds": bound,
+        "minutes_per_run": args.minutes,
+        "runs": runs,
+        "false_alarms": alarms,
+        "host_minutes": host_minutes,
+    }
+    out.write_text(json.dumps(document, indent=1) + "\n")
+    print(f"wrote {out}")
 
 
 def rates(result: dict, window: float) -> Dict[str, float]:
@@ -223,10 +282,16 @@ def main() -> None:
     parser.add_argument(
         "--lost-seconds", type=float, help="MXKV_LOST_SECONDS (default: the package's)"
     )
+    parser.add_argument(
+        "--false-alarms", type=int, metavar="N", help="N quiet runs per mode, alarms counted"
+    )
     parser.add_argument("--out", default=str(ROOT / "examples" / "benchmarks" / "results"))
     args = parser.parse_args()
     if args.worker:
         worker(args.worker)
+        return
+    if args.false_alarms:
+        false_alarms(args)
         return
     window = 60.0 * args.minutes
     results: Dict[str, Dict[str, List[dict]]] = {}

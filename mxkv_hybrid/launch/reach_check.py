@@ -10,7 +10,6 @@ cannot reach this machine; every failed connection is named with both hosts and 
 address. The whole check takes at most REGISTER_SECONDS + CONNECT_SECONDS + a second.
 """
 
-import json
 import secrets
 import select
 import socket
@@ -20,6 +19,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import Dict, List, Optional
+
+try:
+    from .control.channel import receive, send, token_matches
+except ImportError:  # run as a script (each host's probe): the channel by path
+    from control.channel import receive, send, token_matches  # type: ignore[import-not-found,no-redef]
 
 REGISTER_SECONDS = 5.0  # every probe calls the launcher within this, or its host is named
 CONNECT_SECONDS = 3.0  # one TCP connection attempt
@@ -55,7 +59,7 @@ class ReachCheck:
         everyone = [asdict(probe) for probe in self._probes.values()]
         for host, connection in self._connections.items():
             targets = [probe for probe in everyone if probe["host"] != host]
-            connection.sendall(json.dumps({"targets": targets}).encode() + b"\n")
+            send(connection, {"targets": targets})
         self._collect()
         for connection in self._connections.values():
             connection.close()
@@ -93,11 +97,11 @@ class ReachCheck:
             connection, _ = self._listener.accept()
             connection.settimeout(CONNECT_SECONDS)
             try:
-                hello = json.loads(connection.makefile("rb").readline())
+                hello = receive(connection.makefile("rb")) or {}
             except (OSError, ValueError):
                 connection.close()
                 continue
-            if hello.get("token") != self.token or hello.get("host") not in self.hosts:
+            if not token_matches(hello, self.token) or hello.get("host") not in self.hosts:
                 connection.close()
                 continue
             probe = Listening(hello["host"], hello["address"], int(hello["port"]))
@@ -116,8 +120,10 @@ class ReachCheck:
             for connection in ready:
                 waiting.discard(connection)
                 try:
-                    report = json.loads(readers[connection].readline())
+                    report = receive(readers[connection])
                 except (OSError, ValueError):
+                    continue
+                if report is None:
                     continue
                 host = hosts[connection]
                 self._reported.add(host)
@@ -162,24 +168,20 @@ def probe(address: str) -> None:
     listener = socket.create_server(("", 0))
     threading.Thread(target=_answer_forever, args=(listener,), daemon=True).start()
     launcher = socket.create_connection((host, int(port)), timeout=REGISTER_SECONDS)
-    launcher.sendall(
-        json.dumps(
-            {
-                "token": token,
-                "host": socket.gethostname(),
-                "address": launcher.getsockname()[0],
-                "port": listener.getsockname()[1],
-            }
-        ).encode()
-        + b"\n"
-    )
+    hello = {
+        "token": token,
+        "host": socket.gethostname(),
+        "address": launcher.getsockname()[0],
+        "port": listener.getsockname()[1],
+    }
+    send(launcher, hello)
     launcher.settimeout(REGISTER_SECONDS + CONNECT_SECONDS + 5.0)
     reader = launcher.makefile("rb")
-    targets = json.loads(reader.readline())["targets"]
+    targets = (receive(reader) or {})["targets"]
     with ThreadPoolExecutor(max_workers=max(1, len(targets))) as pool:
         errors = list(pool.map(_try, targets))
     failed = [dict(target, error=error) for target, error in zip(targets, errors) if error]
-    launcher.sendall(json.dumps({"failed": failed}).encode() + b"\n")
+    send(launcher, {"failed": failed})
     reader.readline()  # until the launcher closes: the others may still be trying this host
 
 

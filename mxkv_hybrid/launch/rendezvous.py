@@ -14,7 +14,7 @@ which waits for every group): after that, the others are told of a lost group th
 was given up (their finish line need not wait for it); before that, a group that went
 away holds every group back, so (async, easgd) the serving launcher leaves it out and
 tells the others their places in a job of one group less, with fresh servers (`again`);
-a group that failed then stops them all. One JSON object per line.
+a group that failed then stops them all. It speaks the control channel (control/channel.py).
 
 Both ends beat on the connection every timing.BEAT_SECONDS: a group whose launcher the serving
 launcher has not heard from for `lost_seconds` (MXKV_LOST_SECONDS: its host cut off or
@@ -27,8 +27,6 @@ connections go through relays keyed by the token (serve_relays.py); each joining
 launcher says in its hello where its relay will listen.
 """
 
-import hmac
-import json
 import logging
 import secrets
 import select
@@ -36,10 +34,11 @@ import socket
 import threading
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import BinaryIO, Callable, Dict, List, Optional, Tuple
 
 from ..capabilities import capabilities_of
 from .control import timing
+from .control.channel import BEAT, encode, receive, send, token_matches
 from .control.keeper import JobAddress
 from .serve_relays import JoinerRelay
 
@@ -50,15 +49,6 @@ class JoinRefused(Exception):
     """The serving launcher refused this group, or could not be reached."""
 
 
-def _send(connection: socket.socket, message: dict) -> None:
-    connection.sendall(json.dumps(message).encode() + b"\n")
-
-
-def _receive(stream) -> Optional[dict]:
-    line = stream.readline()
-    return json.loads(line) if line else None
-
-
 @dataclass
 class Member:
     """A group that joined: its launcher's connection and, once reported, its exit status."""
@@ -66,7 +56,7 @@ class Member:
     group: int
     ranks: int
     connection: socket.socket
-    stream: object
+    stream: BinaryIO
     relay: Optional[JoinerRelay] = None  # where its relay listens (a job behind relays)
     status: Optional[int] = None
     gone: bool = False
@@ -105,17 +95,17 @@ class Rendezvous:
         self._listener = socket.create_server((self.host, 0))
         self.address = f"{self.token}@{self.host}:{self._listener.getsockname()[1]}"
 
-    def _greet(self) -> Optional[Tuple[socket.socket, object, dict]]:
+    def _greet(self) -> Optional[Tuple[socket.socket, BinaryIO, dict]]:
         """Accepts one connection; returns it with its hello, or None (refused)."""
         connection, _ = self._listener.accept()
         connection.settimeout(timing.HELLO_SECONDS)
-        stream = connection.makefile("r")
+        stream = connection.makefile("rb")
         try:
-            hello = _receive(stream) or {}
+            hello = receive(stream) or {}
         except (OSError, ValueError):
             hello = {}
         refusal = None
-        if not hmac.compare_digest(str(hello.get("token", "")), self.token):
+        if not token_matches(hello, self.token):
             refusal = (
                 "the token does not match this job's: copy the whole TOKEN@HOST:PORT "
                 "that mxkv-launch --serve printed"
@@ -132,7 +122,7 @@ class Rendezvous:
             )
         if refusal is not None:
             try:
-                _send(connection, {"error": refusal})
+                send(connection, {"error": refusal})
             except OSError:
                 pass
             connection.close()
@@ -176,7 +166,7 @@ class Rendezvous:
                 "environment": environment,
             }
             try:
-                _send(member.connection, {heading: assignment} if heading else assignment)
+                send(member.connection, {heading: assignment} if heading else assignment)
             except OSError:
                 pass  # gone: its silence names it
             first += member.ranks
@@ -214,7 +204,7 @@ class Rendezvous:
                 continue
             member = waiting[source]
             try:
-                report = _receive(member.stream)
+                report = receive(member.stream)
             except (OSError, ValueError):
                 report = None
             member.last_heard = time.monotonic()
@@ -245,7 +235,7 @@ class Rendezvous:
         self.last_beat = now
         for member in members:
             try:
-                member.connection.send(b"{}\n", socket.MSG_DONTWAIT)
+                member.connection.send(BEAT, socket.MSG_DONTWAIT)
             except OSError:
                 pass  # a full buffer: the group is silent, and its silence counts
 
@@ -280,7 +270,7 @@ class Rendezvous:
         else:  # the others go on: their finish line need not wait for it
             for other in running:
                 try:
-                    _send(other.connection, {"given_up": member.group})
+                    send(other.connection, {"given_up": member.group})
                 except OSError:
                     pass
             return
@@ -288,7 +278,7 @@ class Rendezvous:
         log.warning(f"mxkv-launch: {reason}: stopping them")
         for other in running:
             try:
-                _send(other.connection, {"stop": reason})
+                send(other.connection, {"stop": reason})
             except OSError:
                 pass
 
@@ -331,9 +321,11 @@ class Joined:
 
     def _listen(self, stream) -> None:
         try:
-            for line in stream:
+            while True:
+                order = receive(stream)
+                if order is None:
+                    return
                 self._last_heard = time.monotonic()
-                order = json.loads(line)
                 if "stop" in order:
                     self.stop_order = order["stop"]
                 elif "given_up" in order:
@@ -355,7 +347,7 @@ class Joined:
             with self._sending:
                 try:
                     self.connection.send(
-                        b'{"met": true}\n' if say_met else b"{}\n", socket.MSG_DONTWAIT
+                        encode({"met": True}) if say_met else BEAT, socket.MSG_DONTWAIT
                     )
                     self._said_met = self._said_met or say_met
                 except OSError:
@@ -386,7 +378,7 @@ class Joined:
         try:
             with self._sending:
                 self.connection.settimeout(timing.BEAT_SECONDS)
-                _send(self.connection, {"status": status})
+                send(self.connection, {"status": status})
         except OSError:
             pass  # cut off: the serving launcher names this group from its silence
         finally:
@@ -427,13 +419,13 @@ def join(
     # may hold its greeting for timing.HELLO_SECONDS), this host is cut off from it
     silence = lost_seconds + timing.HELLO_SECONDS
     connection.settimeout(silence)
-    stream = connection.makefile("r")
+    stream = connection.makefile("rb")
     try:
         relay = JoinerRelay.choose(connection, restarts)  # used if the job has relays
-        _send(connection, {"token": token, "ranks": ranks, "mode": mode, "relay": asdict(relay)})
-        answer = _receive(stream)
+        send(connection, {"token": token, "ranks": ranks, "mode": mode, "relay": asdict(relay)})
+        answer = receive(stream)
         while answer == {}:
-            answer = _receive(stream)
+            answer = receive(stream)
     except socket.timeout:
         answer = {
             "error": f"the serving launcher at {host}:{port} was silent for {silence:g} s "

@@ -17,7 +17,6 @@ The launcher says which groups it gave up (lost, no restart left: `groups_given_
 that the others' finish line goes on without them at once.
 """
 
-import json
 import os
 import socket
 import subprocess
@@ -28,6 +27,7 @@ from typing import Dict, List, NamedTuple, Optional
 
 from ...config import read_knob
 from . import keeper_process
+from .channel import receive, send
 from .timing import BEAT_SECONDS, HEARD_SECONDS
 
 
@@ -86,9 +86,9 @@ def _ask(address: str, what: str, timeout: float) -> Optional[dict]:
     try:
         job = JobAddress.parse(address)
         with socket.create_connection((job.host, job.port), timeout=timeout) as connection:
-            connection.sendall(json.dumps({"token": job.token, "ask": "ranks"}).encode() + b"\n")
-            reply = connection.makefile("rb").readline()
-        return json.loads(reply)[what]
+            send(connection, {"token": job.token, "ask": "ranks"})
+            reply = receive(connection.makefile("rb"))
+        return reply[what] if reply is not None else None
     except (OSError, ValueError, KeyError):
         return None
 
@@ -127,7 +127,7 @@ def _tell_launcher(address: str, message: dict, timeout: float = 2 * BEAT_SECOND
     try:
         job = JobAddress.parse(address)
         with socket.create_connection((job.host, job.port), timeout=timeout) as connection:
-            connection.sendall(json.dumps(dict(message, token=job.token)).encode() + b"\n")
+            send(connection, dict(message, token=job.token))
     except (OSError, ValueError):
         pass
 

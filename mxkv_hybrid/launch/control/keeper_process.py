@@ -1,6 +1,7 @@
 """A rank's keeper: the rank's end of the launcher's link (control/link.py), a process of
 its own started by control/keeper.py at `import mxkv_hybrid`, before MPI_Init. This file
-is run as a script (no package import: no MXNet, no MPI), so that a rank blocked in
+is run as a script (no package import: no MXNet, no MPI; the control channel's framing,
+channel.py, is imported by path), so that a rank blocked in
 MPI_Init or in C code with Python's lock held, which cannot run a thread, is still kept:
 the keeper says who the rank is, beats, and ends the rank (then itself) when the launcher
 has been silent for MXKV_LOST_SECONDS, closed the link, or cannot be reached that long;
@@ -9,7 +10,6 @@ it ends when the rank does.
     python keeper_process.py TOKEN HOST PORT RANK LOST_SECONDS RANK_PID BEAT_SECONDS
 """
 
-import json
 import os
 import select
 import signal
@@ -17,6 +17,11 @@ import socket
 import sys
 import time
 from typing import List, Union
+
+try:
+    from .channel import BEAT, encode
+except ImportError:  # run as a script: its sibling, by path
+    from channel import BEAT, encode  # type: ignore[import-not-found,no-redef]
 
 
 class LinkKeeper:
@@ -79,7 +84,7 @@ class LinkKeeper:
             "host": socket.gethostname(),
             "address": connection.getsockname()[0],
         }
-        connection.sendall(json.dumps(hello).encode() + b"\n")
+        connection.sendall(encode(hello))
         connection.setblocking(False)
         return connection
 
@@ -88,7 +93,7 @@ class LinkKeeper:
         heard = time.monotonic()
         while True:
             try:
-                connection.send(b"{}\n")
+                connection.send(BEAT)
             except (BlockingIOError, InterruptedError):
                 pass  # a full buffer: the launcher is not reading; its silence counts
             except OSError:

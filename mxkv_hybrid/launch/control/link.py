@@ -1,6 +1,6 @@
 """The link between mxkv-launch and every rank it started, wherever the rank runs: a TCP
-connection each, one line each heartbeat each way (JSON: who, then heartbeats); the ranks'
-end is control/keeper.py and its keeper process.
+connection each on the control channel (channel.py: who, then a heartbeat each way every
+beat); the ranks' end is control/keeper.py and its keeper process.
 
 The launcher (`LinkServer`) learns which host every rank runs on and when each was last
 heard from, so it can name a lost or cut-off host within MXKV_LOST_SECONDS (5 s by
@@ -10,8 +10,6 @@ ranks' questions (which ranks it hears, which groups it gave up). The link carri
 launcher's token; a connection without it is closed unanswered.
 """
 
-import hmac
-import json
 import logging
 import secrets
 import select
@@ -21,11 +19,11 @@ import time
 from dataclasses import dataclass
 from typing import Any, Dict, List
 
+from .channel import BEAT, ChannelError, Lines, send, token_matches
 from .keeper import RankSeen
 from .timing import BEAT_SECONDS, HELLO_SECONDS
 
 log = logging.getLogger(__name__)
-LINE_BYTES = 1 << 16  # longer than any line of the link: a stranger's, closed
 
 
 @dataclass(frozen=True)
@@ -129,7 +127,7 @@ class LinkServer:
                     except OSError:
                         continue
                     connection.setblocking(False)
-                    self._connections[connection] = {"rank": None, "buffer": b"", "since": now}
+                    self._connections[connection] = {"rank": None, "lines": Lines(), "since": now}
                 else:
                     self._receive(source, now)
             with self._lock:
@@ -143,7 +141,7 @@ class LinkServer:
                 last_beat = now
                 for connection in list(self._connections):
                     try:
-                        connection.send(b"{}\n")
+                        connection.send(BEAT)
                     except (BlockingIOError, OSError):
                         pass  # a full buffer: the peer is silent, and its silence counts
 
@@ -158,21 +156,14 @@ class LinkServer:
         if not data:  # the rank ended (a cut host's connection goes silent, never closes)
             self._drop(connection)
             return
-        state["buffer"] += data
-        *lines, state["buffer"] = state["buffer"].split(b"\n")
-        if len(state["buffer"]) > LINE_BYTES:
-            self._refuse(connection, "a line longer than any the link sends")
+        try:
+            messages = state["lines"].feed(data)
+        except ChannelError as err:
+            self._refuse(connection, str(err))
             return
-        for line in lines:
-            try:
-                message = json.loads(line)
-            except ValueError:
-                message = None
-            if not isinstance(message, dict):
-                self._refuse(connection, "not a message of the link")
-                return
+        for message in messages:
             if state["rank"] is None:
-                if not hmac.compare_digest(str(message.get("token", "")), self.token):
+                if not token_matches(message, self.token):
                     self._refuse(connection, "not this job's token")
                     return
                 if message.get("ask") == "ranks":
@@ -224,7 +215,7 @@ class LinkServer:
             given_up = sorted(self._given_up)
         connection.setblocking(True)
         try:
-            connection.sendall(json.dumps({"ranks": ranks, "given_up": given_up}).encode() + b"\n")
+            send(connection, {"ranks": ranks, "given_up": given_up})
         except OSError:
             pass
         self._connections.pop(connection, None)
