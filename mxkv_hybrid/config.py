@@ -473,7 +473,7 @@ KNOBS: Dict[str, Knob] = {
         "this long is ended by its keeper, so nothing is left running on a "
         "cut-off host. A host stopped for 3 s (a long pause) is not lost at "
         "the default. Ranks on other hosts that never call within this time, "
-        "or 30 s if longer, after their job started count as lost too. With "
+        "or 15 s if longer, after their job started count as lost too. With "
         "`--serve` / `--join`, the serving launcher and each joined group's "
         "launcher beat on their rendezvous connection: a group not heard from"
         " this long is named lost (`group 2 (2 rank(s), joined from "
