@@ -140,6 +140,7 @@ def wait_until(condition: Callable[[], bool], seconds: float, what: str) -> None
 
 
 LOST = rf"{GROUP} on {TARGET} was lost: "
+JOINED_FROM_H2 = r"group 1 \(2 rank\(s\), joined from 198\.18\.\d+\.12\)"  # (h2's address)
 RESTARTED = (
     rf"{GROUP} restarted \(restart 1\)",
     rf"restarted and finished: {GROUP} \(1 restart\(s\)\)",
@@ -303,7 +304,21 @@ CELLS: List[Cell] = [
         (r"the parameter server 0 \(pid \d+\) exited with status -9 while the groups were",),
         ci=True,
     ),
-    Cell("kill-rank", "serve-join", "easgd", "mid-training", REJOINS, 0, ()),
+    Cell(
+        "kill-rank",
+        "serve-join",
+        "easgd",
+        "mid-training",
+        REJOINS,
+        0,
+        (
+            (
+                r"group 1 \(ranks 2-3\) was lost: its MPI job exited with status \d+; rank \d "
+                rf"\(pid \d+ on {TARGET}\) was the first rank to end; restarting it"
+            ),
+            *RESTARTED,
+        ),
+    ),
     Cell(
         "pause-short",
         "serve-join",
@@ -314,11 +329,60 @@ CELLS: List[Cell] = [
         (),
         absent=NOTHING_LOST,
     ),
-    Cell("cut", "serve-join", "easgd", "mid-training", "TBD", 1, ()),
-    Cell("kill-joined-launcher", "serve-join", "easgd", "mid-training", "TBD", 1, ()),
-    Cell("kill-host", "relays", "easgd", "before the groups meet", "TBD", 0, ()),
-    Cell("kill-rank", "relays", "easgd", "at the finish line", REJOINS, 0, KILLED),
-    Cell("kill-host", "relays", "easgd", "during a restart", "TBD", 1, ()),
+    Cell(
+        "cut",
+        "serve-join",
+        "easgd",
+        "mid-training",
+        "the serving launcher names the group lost, its launcher stops it; the others finish",
+        1,
+        (
+            (
+                rf"{JOINED_FROM_H2} was last heard from \d+ s ago \(MXKV_LOST_SECONDS=\d+\): "
+                "its host is cut off or dead"
+            ),
+            r"the serving launcher at [\d.:]+ was last heard from \d+ s ago .*stopping this group",
+        ),
+    ),
+    Cell(
+        "kill-joined-launcher",
+        "serve-join",
+        "easgd",
+        "mid-training",
+        "the group's ranks end with their launcher; the others finish",
+        1,
+        (rf"{JOINED_FROM_H2} went away without reporting",),
+        ci=True,
+    ),
+    Cell(
+        "kill-host",
+        "relays",
+        "easgd",
+        "before the groups meet",
+        "the group and its host's relay restart; the group starts with the others",
+        0,
+        (
+            rf"{LOST}its MPI job exited with status \d+; restarting it",
+            rf"{GROUP} restarted \(restart 1\): it starts with the others",
+            rf"restarted and finished: {GROUP} \(1 restart\(s\)\)",
+            *RELAY_STARTED_AGAIN,
+        ),
+        ci=True,
+    ),
+    Cell("kill-rank", "relays", "easgd", "at the finish line", REJOINS, 0, KILLED, ci=True),
+    Cell(
+        "kill-host",
+        "relays",
+        "easgd",
+        "during a restart",
+        "the group, out of restarts, is given up; the others finish",
+        1,
+        (
+            rf"{LOST}its MPI job exited with status \d+; the other groups go on",
+            rf"1 of 3 groups lost: {GROUP}",
+        ),
+        ci=True,
+    ),
     Cell(
         "kill-launcher",
         "relays",

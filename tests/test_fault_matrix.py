@@ -169,8 +169,7 @@ def test_cell(cell: Cell, make_cluster):
     if RESULTS:
         figures = {"named_after_s": named_after, "ended_after_s": ended_after}
         record = dict(asdict(cell), exit=job.returncode, problems=problems, **figures)
-        if problems:  # what the launcher said, to see why
-            record["launcher_said"] = re.findall(r"^mxkv-launch: .*$", job.output, re.MULTILINE)
+        record["launcher_said"] = re.findall(r"^mxkv-launch: .*$", job.output, re.MULTILINE)
         with open(RESULTS, "a") as results:
             results.write(json.dumps(record) + "\n")
     assert not problems, "\n".join(problems) + "\n" + job.output

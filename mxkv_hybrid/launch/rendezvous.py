@@ -61,13 +61,14 @@ class Member:
     status: Optional[int] = None
     gone: bool = False
     last_heard: float = field(default_factory=time.monotonic)
+    # its launcher's address, kept from the join: a closed connection has none
+    address: str = field(init=False)
 
-    @property
-    def address(self) -> str:
+    def __post_init__(self) -> None:
         try:
-            return self.connection.getpeername()[0]
-        except OSError:
-            return "?"
+            self.address = self.connection.getpeername()[0]
+        except OSError:  # (gone as it joined: its silence names it)
+            self.address = "an address no longer known"
 
     def describe(self) -> str:
         return f"group {self.group} ({self.ranks} rank(s), joined from {self.address})"
