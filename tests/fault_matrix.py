@@ -246,7 +246,7 @@ CELLS: List[Cell] = [
         ci=True,
         absent=NOTHING_LOST,
     ),
-    Cell("pause-long", "relays", "easgd", "mid-training", REJOINS, 0, SILENT),
+    Cell("pause-long", "relays", "easgd", "mid-training", REJOINS, 0, SILENT, ci=True),
     Cell(
         "cut-heal",
         "relays",

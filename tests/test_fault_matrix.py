@@ -100,9 +100,7 @@ def _during_a_restart(job, cluster) -> None:
     before = set(pids(cluster, TARGET, "mxkv_hybrid.run"))
     kill_a_rank(cluster, TARGET)
     job.wait_for(rf"{GROUP} on {TARGET} was lost: .*restarting it", seconds=60)
-    wait_until(
-        lambda: set(pids(cluster, TARGET, "mxkv_hybrid.run")) - before, 60, "h2's new ranks"
-    )
+    wait_until(lambda: set(pids(cluster, TARGET, "mxkv_hybrid.run")) - before, 60, "h2's new ranks")
 
 
 MOMENTS: Dict[str, Callable[[object, object], None]] = {

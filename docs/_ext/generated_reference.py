@@ -1,8 +1,9 @@
 """Sphinx directives that write reference tables from the code itself, never by hand:
 ``{mxkv-knobs}`` from ``config.KNOBS``, ``{mxkv-capabilities}`` from
 ``capabilities.CAPABILITIES``, ``{mxkv-fault-matrix}`` from the tests' table of faults
-(``tests/fault_matrix.py``, whose every cell a test runs) and ``{mxkv-flags} module:function``
-from a command's argparse parser (mxkv-launch, the planner, the tuner)."""
+(``tests/fault_matrix.py``, whose every cell a test runs), ``{mxkv-faults-throughput}`` from
+the results of ``examples/benchmarks/faults_throughput.py`` and ``{mxkv-flags}
+module:function`` from a command's argparse parser (mxkv-launch, the planner, the tuner)."""
 
 import argparse
 import importlib
@@ -163,6 +164,47 @@ class FaultMatrixDirective(MarkdownDirective):
         )
 
 
+def faults_throughput_tables(throughput: Mapping[str, Any], alarms: Mapping[str, Any]) -> str:
+    """examples/benchmarks/faults_throughput.py's results as Markdown: per mode, each group's
+    and the whole job's quiet steps per second and the fraction kept under faults, the time
+    from each fault to its group's next step, and the false alarms of its quiet runs."""
+    columns = ["group 0 (h1)", "group 1 (h2)", "group 2 (h3)", "whole job"]
+    keys = ["0", "1", "2", "job"]
+    rows = ["| mode | | " + " | ".join(columns) + " |", "|---" * 6 + "|"]
+    for mode, summary in throughput["summary"].items():
+        quiet, kept = summary["quiet_steps_per_s"], summary["fraction_kept"]
+        rows.append(
+            f"| `{mode}` | quiet steps/s | " + " | ".join(f"{quiet[k]:.1f}" for k in keys) + " |"
+        )
+        rows.append("| | kept under faults | " + " | ".join(f"{kept[k]:.2f}" for k in keys) + " |")
+    recoveries = ["| mode | at (s) | fault | host | its group trained again after (s) |"]
+    recoveries.append("|---" * 5 + "|")
+    for mode, summary in throughput["summary"].items():
+        for fault in summary["recoveries"][0]:
+            after = fault["recovered_after_s"]
+            recoveries.append(
+                f"| `{mode}` | {fault['at_s']:.0f} | {fault['fault']} | {fault['host']} "
+                f"| {'not within a minute' if after is None else f'{after:.1f}'} |"
+            )
+    loads = [run["load_average_1min"] for run in alarms["runs"]]
+    line = (
+        f"False alarms: {alarms['false_alarms']} in {len(alarms['runs'])} quiet runs of "
+        f"{alarms['minutes_per_run']:g} minutes ({alarms['host_minutes']} host-minutes "
+        f"watched) at `MXKV_LOST_SECONDS={alarms['lost_seconds']:g}`, the test suite "
+        f"running beside them (load average {min(loads):.1f}-{max(loads):.1f} on this "
+        "machine's 2 cores)."
+    )
+    return "\n".join(rows) + "\n\n" + "\n".join(recoveries) + "\n\n" + line
+
+
+class FaultsThroughputDirective(MarkdownDirective):
+    def markdown(self) -> str:
+        results = Path(__file__).resolve().parents[2] / "examples/benchmarks/results"
+        throughput = json.loads((results / "faults_throughput.json").read_text())
+        alarms = json.loads((results / "false_alarms.json").read_text())
+        return faults_throughput_tables(throughput, alarms)
+
+
 class FlagsDirective(MarkdownDirective):
     required_arguments = 1  # module:function that returns the parser
 
@@ -175,5 +217,6 @@ def setup(app: Sphinx) -> dict:
     app.add_directive("mxkv-knobs", KnobsDirective)
     app.add_directive("mxkv-capabilities", CapabilitiesDirective)
     app.add_directive("mxkv-fault-matrix", FaultMatrixDirective)
+    app.add_directive("mxkv-faults-throughput", FaultsThroughputDirective)
     app.add_directive("mxkv-flags", FlagsDirective)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -260,10 +260,20 @@ def plot(results: Dict[str, Dict[str, List[dict]]], path: Path) -> None:
                     times,
                     steps,
                     style,
+                    color=f"C{group}",  # a group's colour; dotted: quiet, solid: under faults
                     label=f"group {group} ({HOSTS[int(group)]}), {configuration}",
                 )
         for fault in results[mode]["faults"][0]["faults"]:
             axis.axvline(fault["at_s"], color="grey", linewidth=0.5)
+            axis.annotate(
+                f"{fault['fault']} ({fault['host']})",
+                (fault["at_s"], 0),
+                rotation=90,
+                fontsize=6,
+                color="grey",
+                va="bottom",
+                ha="right",
+            )
         axis.set_title(f"{mode}: steps trained by each group (grey: a fault)")
         axis.set_xlabel("seconds into the window")
         axis.set_ylabel("steps")

@@ -19,7 +19,8 @@ from typing import BinaryIO, Callable, Dict, List, Optional, Tuple
 
 from .control.link import RankExit
 from .control.restarts import Restarts
-from .lost_hosts import LINK_CLOSE_SECONDS, LostRanks
+from .control.timing import LINK_CLOSE_SECONDS
+from .lost_hosts import LostRanks
 from .processes import GRACE_SECONDS, Node, end_process_group, spawn
 from .rank_watch import RankWatch, wait_for_any
 from .relay_setup import crashed_relay

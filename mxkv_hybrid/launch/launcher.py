@@ -35,7 +35,7 @@ from ..ps import scheduler as scheduler_script
 from . import serve_relays, shm_leftovers, supervisor
 from .control.link import LinkServer, RankExit
 from .control.restarts import Restarts
-from .control.timing import PS_HEARTBEAT
+from .control.timing import LINK_CLOSE_SECONDS, PS_HEARTBEAT
 from .group_jobs import (
     GroupPlan,
     GroupRun,
@@ -46,7 +46,7 @@ from .group_jobs import (
     without,
 )
 from .host_sources import MalformedHosts, hosts_from_environment, read_mpi_hostfile
-from .lost_hosts import LINK_CLOSE_SECONDS, LostRanks
+from .lost_hosts import LostRanks
 from .processes import (
     GRACE_SECONDS,
     Node,

@@ -11,10 +11,7 @@ import time
 from typing import Dict, Iterable, Optional
 
 from .control.link import LinkServer, RankExit
-from .control.timing import HEARD_SECONDS, first_call_seconds
-
-EXIT_GRACE_SECONDS = 2.0  # a job still running this long after a rank's script failed
-LINK_CLOSE_SECONDS = 1.0  # after mpiexec reported a rank's end, for its link to close
+from .control.timing import EXIT_GRACE_SECONDS, HEARD_SECONDS, first_call_seconds
 
 
 class LostRanks:

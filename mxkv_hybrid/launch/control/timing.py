@@ -33,6 +33,10 @@ from ...config import read_knob
 BEAT_SECONDS = 0.5  # every heartbeat: the launcher's link, the rendezvous, a relay's watch
 HEARD_SECONDS = 3.0  # a member heard from within this long is reachable
 FIRST_CALL_SECONDS = 15.0  # a rank on another host that never called this long is lost
+EXIT_GRACE_SECONDS = 2.0  # a job still running this long after a rank's script failed
+# after mpiexec reported a rank's end, for its link to close: a killed rank's keeper closes it
+# at once, but 1 s was too short under a load of 10 on 2 cores (the suite beside 6 ranks)
+LINK_CLOSE_SECONDS = 3.0
 HELLO_SECONDS = 10.0  # a connection that has not said who it is by then is closed
 # ps-lite's heartbeat for every job that may restart a node (seconds; the user's win)
 PS_HEARTBEAT = {"PS_HEARTBEAT_INTERVAL": "1", "PS_HEARTBEAT_TIMEOUT": "3"}
