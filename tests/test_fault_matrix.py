@@ -6,6 +6,7 @@ sample runs by default; `pytest -m fault_matrix` runs the whole matrix."""
 import json
 import os
 import re
+import signal
 import time
 from dataclasses import asdict
 from typing import Callable, Dict, List, Optional
@@ -26,7 +27,7 @@ from fault_matrix import (
 )
 
 from mxkv_hybrid.capabilities import CAPABILITIES
-from mxkv_hybrid.testing.faults import kill_a_rank
+from mxkv_hybrid.testing.faults import send
 
 from emulated import HostLauncher, Job, assert_nothing_left, on_emulated_hosts
 
@@ -94,11 +95,12 @@ def _at_the_finish_line(job, cluster) -> None:
 
 
 def _during_a_restart(job, cluster) -> None:
-    """A rank of h2 killed mid-training, and its group's restart under way: the group
-    was named lost and its new ranks run on h2."""
+    """h2's ranks killed mid-training (both at once: a survivor may print its failed
+    collective's traceback), and their group's restart under way: the group was named
+    lost and its new ranks run on h2."""
     _mid_training(job, cluster)
     before = set(pids(cluster, TARGET, "mxkv_hybrid.run"))
-    kill_a_rank(cluster, TARGET)
+    send(sorted(before), signal.SIGKILL)
     job.wait_for(rf"{GROUP} on {TARGET} was lost: .*restarting it", seconds=60)
     wait_until(lambda: set(pids(cluster, TARGET, "mxkv_hybrid.run")) - before, 60, "h2's new ranks")
 

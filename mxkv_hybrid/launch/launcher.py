@@ -221,11 +221,16 @@ def supervise(
     merge_timeline()
     if code not in (0, 124, 130):
         failed = lost_ranks.first_failed(work.ranks) if lost_ranks is not None else None
-        first = work.watch.describe_first_ended(socket.gethostname(), failed)
-        if first is None and lost_ranks is not None:  # (no rank of this host ended first)
+        first = None
+        if lost_ranks is not None:  # a rank of another host that ended first, by its link
             first = lost_ranks.first_to_end(
-                work.ranks, before=decided, wait=0.0 if decided else LINK_CLOSE_SECONDS
+                work.ranks,
+                before=decided,
+                wait=0.0 if decided else LINK_CLOSE_SECONDS,
+                elsewhere_than=socket.gethostname(),
             )
+        if first is None:  # else this host's own view (its ranks' PIDs, a failed script)
+            first = work.watch.describe_first_ended(socket.gethostname(), failed)
         say(
             f"the job failed with exit status {code}"
             + (

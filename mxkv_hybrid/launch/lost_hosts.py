@@ -51,13 +51,18 @@ class LostRanks:
         return min(failed, key=lambda ended: ended.when) if failed else None
 
     def first_to_end(
-        self, ranks: Iterable[int], before: Optional[float] = None, wait: float = 0.0
+        self,
+        ranks: Iterable[int],
+        before: Optional[float] = None,
+        wait: float = 0.0,
+        elsewhere_than: Optional[str] = None,
     ) -> Optional[str]:
         """Which of `ranks` ended first, as its link tells (its keeper ends with it, on any
         host), if it ended before `before` (time.monotonic(): when the launcher decided to
         end the job itself, the ranks it ended are no news): 'rank 3 on h2 ended first
         (its link closed 0.4 s before any other)', or None. `wait`: seconds to wait for a
-        link to close (mpiexec may report a rank's end before its keeper's link closes)."""
+        link to close (mpiexec may report a rank's end before its keeper's link closes).
+        None too when that rank ran on host `elsewhere_than`."""
         ranks = set(ranks)
         deadline = time.monotonic() + wait
         while True:
@@ -69,6 +74,8 @@ class LostRanks:
                 break
             time.sleep(0.05)
         if not ended or (before is not None and ended[0].left_at > before):
+            return None
+        if ended[0].host == elsewhere_than:  # (that host's own view names it better)
             return None
         first = ended[0]
         ahead = ended[1].left_at - first.left_at if len(ended) > 1 else 0.0

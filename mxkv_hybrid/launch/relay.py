@@ -99,6 +99,27 @@ def bound_silence(sock, lost_seconds: float) -> None:
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, int(lost_seconds * 1000))
 
 
+class _Stopped:
+    """How long this process was not running (stopped with its host, SIGSTOP, or starved):
+    time the watch cannot blame on the far relay. A tick every TICK_SECONDS that wakes
+    more than a second late adds its lateness."""
+
+    TICK_SECONDS = 0.1
+
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self._loop = loop
+        self.seconds = 0.0
+
+    async def count(self) -> None:
+        last = self._loop.time()
+        while True:
+            await asyncio.sleep(self.TICK_SECONDS)
+            now = self._loop.time()
+            if now - last - self.TICK_SECONDS > 1.0:
+                self.seconds += now - last - self.TICK_SECONDS
+            last = now
+
+
 class Relay:
     def __init__(
         self,
@@ -230,7 +251,9 @@ class Relay:
         this host is cut off from the job, and its relay ends like the ranks' keepers do."""
         loop = asyncio.get_running_loop()
         heard = loop.time()
-        while loop.time() - heard < lost_seconds:
+        stopped = _Stopped(loop)  # a host stopped (SIGSTOP) is not a silent peer
+        self._keep(stopped.count())
+        while loop.time() - heard - stopped.seconds < lost_seconds:
             try:
                 reader, writer = await asyncio.wait_for(
                     asyncio.open_connection(
@@ -240,7 +263,7 @@ class Relay:
                 )
                 writer.write(PING + b"\n")
                 if await asyncio.wait_for(reader.readline(), HANDSHAKE_SECONDS) == PONG:
-                    heard = loop.time()
+                    heard, stopped.seconds = loop.time(), 0.0
                 writer.close()
             except (OSError, asyncio.TimeoutError):
                 pass
