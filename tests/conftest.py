@@ -122,6 +122,26 @@ def processes_of(tag: str) -> List[int]:
     return found
 
 
+def wait_for_line(
+    lines: Callable[[], List[str]],
+    pattern: str,
+    seconds: float,
+    ended: Callable[[], bool] = lambda: False,
+) -> re.Match:
+    """The first of `lines()` matching `pattern`, waited for up to `seconds` (less once
+    `ended()`: no line will come)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        for line in list(lines()):
+            found = re.search(pattern, line)
+            if found:
+                return found
+        if ended():
+            break
+        time.sleep(0.1)
+    raise AssertionError(f"no line matching {pattern!r} in:\n" + "\n".join(lines()))
+
+
 class OutputLines:
     """The lines a started process (stdout piped, text) writes, collected by a thread as
     they come, for tests that act while it runs."""
@@ -139,16 +159,12 @@ class OutputLines:
     def wait_for(self, pattern: str, seconds: float = 60) -> re.Match:
         """The first line matching `pattern`, waited for up to `seconds` (less if the
         process ended and all its output was read)."""
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            for line in list(self.lines):
-                found = re.search(pattern, line)
-                if found:
-                    return found
-            if self.process.poll() is not None and not self._reader.is_alive():
-                break
-            time.sleep(0.1)
-        raise AssertionError(f"no line matching {pattern!r} in:\n" + "\n".join(self.lines))
+        return wait_for_line(
+            lambda: self.lines,
+            pattern,
+            seconds,
+            ended=lambda: self.process.poll() is not None and not self._reader.is_alive(),
+        )
 
     def join_reader(self) -> None:
         self._reader.join(timeout=10)

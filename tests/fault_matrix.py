@@ -145,6 +145,11 @@ RESTARTED = (
     rf"{GROUP} restarted \(restart 1\)",
     rf"restarted and finished: {GROUP} \(1 restart\(s\)\)",
 )
+# a group lost before the groups met, started again as on its first start (MXKV_REJOIN=0)
+STARTS_WITH_THE_OTHERS = (
+    rf"{GROUP} restarted \(restart 1\): it starts with the others",
+    *RESTARTED,
+)
 KILLED = (
     rf"{LOST}its MPI job exited with status \d+; rank \d on {TARGET} ended first .*restarting it",
     *RESTARTED,
@@ -180,11 +185,7 @@ CELLS: List[Cell] = [
         "while ranks start",
         "the group restarts and starts with the others",
         0,
-        (
-            rf"{LOST}its MPI job exited with status \d+.*restarting it",  # (no link yet)
-            rf"{GROUP} restarted \(restart 1\): it starts with the others",
-            *RESTARTED,
-        ),
+        (rf"{LOST}its MPI job exited with status \d+.*restarting it", *STARTS_WITH_THE_OTHERS),
         ci=True,
     ),
     *(
@@ -363,8 +364,7 @@ CELLS: List[Cell] = [
         0,
         (
             rf"{LOST}its MPI job exited with status \d+; restarting it",
-            rf"{GROUP} restarted \(restart 1\): it starts with the others",
-            rf"restarted and finished: {GROUP} \(1 restart\(s\)\)",
+            *STARTS_WITH_THE_OTHERS,
             *RELAY_STARTED_AGAIN,
         ),
         ci=True,

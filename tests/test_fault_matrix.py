@@ -29,6 +29,7 @@ from fault_matrix import (
 from mxkv_hybrid.capabilities import CAPABILITIES
 from mxkv_hybrid.testing.faults import send
 
+from conftest import wait_for_line
 from emulated import HostLauncher, Job, assert_nothing_left, on_emulated_hosts
 
 EPOCHS = 30
@@ -59,14 +60,7 @@ class ServedJob:
         return self.serving.lines + [line for j in self.joined.values() for line in j.lines]
 
     def wait_for(self, pattern: str, seconds: float = 60) -> re.Match:
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            for line in self.lines:
-                found = re.search(pattern, line)
-                if found:
-                    return found
-            time.sleep(0.1)
-        raise AssertionError(f"no line matching {pattern!r} in:\n" + "\n".join(self.lines))
+        return wait_for_line(lambda: self.lines, pattern, seconds)
 
     def finish(self) -> Job:
         joined = [launcher.finish() for launcher in self.joined.values()]

@@ -47,6 +47,7 @@ ROOT = Path(__file__).resolve().parents[2]
 HOSTS = ("h1", "h2", "h3")
 RANKS_PER_HOST = 2
 PRINT_EVERY = 5  # steps between a group's progress lines
+KEYS = (*(str(group) for group in range(len(HOSTS))), "job")  # the figures' columns
 WARMUP_SECONDS = 5.0  # after every group's first line, before the window opens
 PAUSE_SECONDS = 3.0
 HEAL_AFTER = 20.0
@@ -234,6 +235,23 @@ def rates(result: dict, window: float) -> Dict[str, float]:
     return dict(per_group, job=sum(per_group.values()))
 
 
+def summarise(runs: Dict[str, List[dict]], window: float) -> dict:
+    """One mode's figures: the quiet runs' median steps/s, the median fraction of them the
+    faulty run of each pair kept, each faulty run's recoveries, and every run's exit."""
+    quiet = [rates(run, window) for run in runs["quiet"]]
+    faulty = [rates(run, window) for run in runs["faults"]]
+    return {
+        "quiet_steps_per_s": {k: statistics.median(r[k] for r in quiet) for k in KEYS},
+        "fraction_kept": {
+            k: statistics.median(f.get(k, 0.0) / q[k] for q, f in zip(quiet, faulty)) for k in KEYS
+        },
+        "recoveries": [recovery_seconds(run) for run in runs["faults"]],
+        "exits": {
+            configuration: [r["exit"] for r in runs[configuration]] for configuration in runs
+        },
+    }
+
+
 def recovery_seconds(result: dict) -> List[dict]:
     """For each fault: seconds until its group trained again (the end of the longest
     pause between its progress lines within a minute of the fault)."""
@@ -318,36 +336,15 @@ def main() -> None:
             for configuration in ("quiet", "faults"):
                 print(f"{mode}, {configuration} (pair {repeat + 1} of {args.repeats})", flush=True)
                 results[mode][configuration].append(run(mode, configuration == "faults", args))
-    rows, summary = [], {}
+    summary = {mode: summarise(runs, window) for mode, runs in results.items()}
     header = f"{'mode':<6} {'steps/s':<8} " + " ".join(
         f"{name:>14}" for name in ("group 0 (h1)", "group 1 (h2)", "group 2 (h3)", "job")
     )
-    for mode, runs in results.items():
-        kept = {}
-        for key in ("0", "1", "2", "job"):
-            pairs = [
-                rates(faulty, window).get(key, 0.0) / rates(quiet, window)[key]
-                for quiet, faulty in zip(runs["quiet"], runs["faults"])
-            ]
-            kept[key] = statistics.median(pairs)
-        quiet_rates = {
-            k: statistics.median(rates(r, window)[k] for r in runs["quiet"])
-            for k in ("0", "1", "2", "job")
-        }
-        recoveries = [recovery_seconds(r) for r in runs["faults"]]
-        summary[mode] = {
-            "quiet_steps_per_s": quiet_rates,
-            "fraction_kept": kept,
-            "recoveries": recoveries,
-            "exits": {c: [r["exit"] for r in runs[c]] for c in runs},
-        }
-        rows.append(
-            f"{mode:<6} {'quiet':<8} "
-            + " ".join(f"{quiet_rates[k]:>14.1f}" for k in ("0", "1", "2", "job"))
-        )
-        rows.append(
-            f"{'':<6} {'kept':<8} " + " ".join(f"{kept[k]:>14.3f}" for k in ("0", "1", "2", "job"))
-        )
+    rows = []
+    for mode, figures in summary.items():
+        quiet, kept = figures["quiet_steps_per_s"], figures["fraction_kept"]
+        rows.append(f"{mode:<6} {'quiet':<8} " + " ".join(f"{quiet[k]:>14.1f}" for k in KEYS))
+        rows.append(f"{'':<6} {'kept':<8} " + " ".join(f"{kept[k]:>14.3f}" for k in KEYS))
     print(header)
     print("\n".join(rows))
     print("\nfault -> its group trained again (seconds), first faulty run of each mode:")

@@ -16,6 +16,7 @@ from typing import BinaryIO, List, Optional
 
 LINE_BYTES = 1 << 16  # longer than any message of the control plane: a stranger's
 BEAT = b"{}\n"  # a heartbeat
+TOO_LONG = "a line longer than any message of the control channel"
 
 
 class ChannelError(ValueError):
@@ -50,7 +51,7 @@ def receive(stream: BinaryIO) -> Optional[dict]:
     if not line:
         return None
     if len(line) > LINE_BYTES:
-        raise ChannelError("a line longer than any message of the control channel")
+        raise ChannelError(TOO_LONG)
     return decode(line)
 
 
@@ -70,5 +71,5 @@ class Lines:
         self._buffer += data
         *lines, self._buffer = self._buffer.split(b"\n")
         if len(self._buffer) > LINE_BYTES:
-            raise ChannelError("a line longer than any message of the control channel")
+            raise ChannelError(TOO_LONG)
         return [decode(line) for line in lines]
