@@ -17,6 +17,7 @@
 
 #include "bucket_plan.h"
 #include "code_sums.h"
+#include "communicator.h"
 #include "dtype.h"
 #include "elastic_step.h"
 #include "mxnet_api.h"
@@ -82,6 +83,7 @@ void bind_remote_array(py::module& m);  // remote_array_bindings.cpp
 PYBIND11_MODULE(_C, m) {
   m.doc() = "mxkv_hybrid tensor collectives and remote memory (C++)";
   bind_remote_array(m);
+  py::register_exception<mxkv::MPIFailure>(m, "MPIFailure", PyExc_RuntimeError);
 
   m.def("bind_mxnet_api", [](const py::dict& addresses) {
     mxkv::MXNetApi& api = mxkv::mxnet_api();

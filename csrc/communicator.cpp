@@ -14,7 +14,7 @@ void check_mpi(int rc, const char* what) {
   char text[MPI_MAX_ERROR_STRING];
   int len = 0;
   MPI_Error_string(rc, text, &len);
-  throw std::runtime_error(std::string(what) + " failed: " + std::string(text, len));
+  throw MPIFailure(std::string(what) + " failed: " + std::string(text, len));
 }
 
 Communicator::Communicator(MPI_Comm comm) {

@@ -13,7 +13,13 @@
 
 namespace mxkv {
 
-// Throws std::runtime_error naming `what` and MPI's error text.
+// An MPI call that failed at run time: in practice a rank of the job ended or the link
+// to it broke (Python sees it as _C.MPIFailure).
+struct MPIFailure : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Throws MPIFailure naming `what` and MPI's error text.
 void check_mpi(int rc, const char* what);
 
 class Communicator {

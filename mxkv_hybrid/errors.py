@@ -8,6 +8,12 @@ class MXKVError(RuntimeError):
     on_every_rank = False
 
 
+class RankLostError(MXKVError):
+    """An MPI call failed at run time: a rank of this job ended, or the link to it broke.
+    The launcher names that rank; this rank's traceback would add nothing, so the rank
+    prints the message alone."""
+
+
 class ConfigError(MXKVError, ValueError):
     """An MXKV_* environment variable is unknown or has an invalid value."""
 

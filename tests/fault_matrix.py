@@ -363,7 +363,9 @@ CELLS: List[Cell] = [
         "the group and its host's relay restart; the group starts with the others",
         0,
         (
-            rf"{LOST}its MPI job exited with status \d+; restarting it",
+            # (with, when a rank's link closed before its job's exit was seen, which rank)
+            rf"{LOST}its MPI job exited with status \d+(; rank \d on {TARGET} ended first .*)?; "
+            "restarting it",
             *STARTS_WITH_THE_OTHERS,
             *RELAY_STARTED_AGAIN,
         ),

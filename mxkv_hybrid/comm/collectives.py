@@ -10,7 +10,7 @@ import mxnet as mx
 import numpy as np
 
 from ..config import Config
-from ..errors import ConfigError, MismatchError, MXKVError
+from ..errors import ConfigError, MismatchError, MXKVError, RankLostError
 from . import algorithm_table, row_sparse, stall, timeline
 from .device_staging import DeviceStaging
 from .dtype_codes import DTYPE_CODES
@@ -309,6 +309,12 @@ class TensorCollectives:
                 op, "collective", keys=len(keys)
             ):
                 agreed = call()
+        except extension().MPIFailure as failure:
+            raise RankLostError(
+                f"{op} of {len(keys)} key(s) failed inside MPI "
+                f"({str(failure).splitlines()[0]}): a rank of this job ended or the link to it "
+                "broke; the launcher's output names which"
+            ) from None
         except ValueError as err:
             if len(err.args) == 2 and isinstance(err.args[1], int):
                 message, index = err.args

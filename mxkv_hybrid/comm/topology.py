@@ -10,7 +10,7 @@ from typing import Any, Optional
 
 from .. import mpi_settings
 from ..config import GroupJob, read_knob
-from ..errors import ConfigError, MXKVError
+from ..errors import ConfigError, MXKVError, RankLostError
 from ..launch.control.keeper import tell_launcher_mpi
 from . import stall
 
@@ -150,6 +150,9 @@ def _end_job_on_uncaught_exception(this: World) -> None:
     previous_hook = sys.excepthook
 
     def hook(kind, value, tb):
+        if isinstance(value, RankLostError):
+            sys.stderr.write(f"mxkv_hybrid: rank {this.rank} on {this.host} stops: {value}\n")
+            end_job()
         sys.stderr.write(f"mxkv_hybrid: rank {this.rank} on {this.host} failed:\n")
         previous_hook(kind, value, tb)
         if isinstance(value, MXKVError) and value.on_every_rank:

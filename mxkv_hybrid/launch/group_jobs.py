@@ -199,13 +199,20 @@ def start_group(
 class HostReadiness:
     """A thread that waits until a lost group's host can take its restart (`ready(plan,
     deadline)` returns None, or why not): started when the restart is scheduled, so the
-    launcher's loop never blocks on a host that is cut off."""
+    launcher's loop never blocks on a host that is cut off.
+
+    `answered_at` is when the host was found ready. A host that was stopped or cut off
+    may have run the lost group's processes until then (a stopped rank wakes, beats
+    ps-lite's scheduler once, and only then hears that it is ended), and ps-lite gives a
+    new node a dead one's place only after the dead one's heartbeats have been missed: so
+    a restart comes no sooner than Restarts.delay after `answered_at`, as after the loss."""
 
     def __init__(
         self, plan: GroupPlan, ready: Callable[[GroupPlan, float], Optional[str]], deadline: float
     ):
         self.done = threading.Event()
         self.why_not: Optional[str] = None
+        self.answered_at = float("inf")
         self._thread = threading.Thread(
             target=self._wait, args=(plan, ready, deadline), daemon=True
         )
@@ -216,6 +223,7 @@ class HostReadiness:
     ) -> None:
         try:
             self.why_not = ready(plan, deadline)
+            self.answered_at = time.monotonic()
         finally:
             self.done.set()
 
@@ -342,6 +350,8 @@ class GroupJobs:
                 if not run.readiness.done.is_set():
                     continue  # its host is not back yet
                 if run.readiness.why_not is None:
+                    if time.monotonic() < run.readiness.answered_at + self.restarts.delay:
+                        continue  # (its host came back late: see HostReadiness)
                     self.runs[index] = _restart(run, self.met())
                 elif self._give_up(run, run.readiness.why_not):
                     return 1
