@@ -364,8 +364,10 @@ CELLS: List[Cell] = [
         0,
         (
             # (with, when a rank's link closed before its job's exit was seen, which rank)
-            rf"{LOST}its MPI job exited with status \d+(; rank \d on {TARGET} ended first .*)?; "
-            "restarting it",
+            (
+                rf"{LOST}its MPI job exited with status \d+"
+                rf"(; rank \d on {TARGET} ended first .*)?; restarting it"
+            ),
             *STARTS_WITH_THE_OTHERS,
             *RELAY_STARTED_AGAIN,
         ),

@@ -16,7 +16,8 @@ from mxkv_hybrid.launch.control.keeper import (
     groups_given_up,
     tell_launcher_met,
 )
-from mxkv_hybrid.launch.control.link import LinkServer, RankExit
+from mxkv_hybrid.launch.control.link import LinkServer
+from mxkv_hybrid.launch.control.members import Member
 from mxkv_hybrid.launch.rank_watch import RankWatch
 from mxkv_hybrid.ps.finish_line import reason_to_go_on
 
@@ -94,6 +95,11 @@ def test_strangers_are_refused_with_one_line_and_the_link_keeps_serving(capfd):
     ], refused
 
 
+def failed_at(when: float) -> Member:
+    """Rank 1's row once its script reported status 1 at `when`."""
+    return Member(1, "rank 1 on h (127.0.0.1)", "h", "127.0.0.1", status=1, ended_at=when)
+
+
 def test_a_script_that_reported_its_failure_is_named_before_the_rank_killed_for_it():
     """Two 'ranks' (children with PMI_RANK set); rank 0 is killed and seen to end first, as
     under load, when mpiexec's kill of rank 0 ended it before the failing rank 1, a big
@@ -116,10 +122,10 @@ def test_a_script_that_reported_its_failure_is_named_before_the_rank_killed_for_
         while not watch.first_ended and time.monotonic() < deadline:
             watch.wait(0.05)
         assert watch.describe_first_ended("h").startswith(f"rank 0 (pid {ranks[0].pid} on h)")
-        assert watch.describe_first_ended("h", RankExit(1, 1, reported)) == (
+        assert watch.describe_first_ended("h", failed_at(reported)) == (
             f"rank 1 (pid {ranks[1].pid} on h) was the first rank to end (its script failed)"
         )
-        first = watch.describe_first_ended("h", RankExit(1, 1, time.monotonic()))
+        first = watch.describe_first_ended("h", failed_at(time.monotonic()))
         assert first.startswith("rank 0 ")
     finally:
         for rank in ranks:

@@ -33,8 +33,12 @@ BASE = {
     "import_settle",
 }
 # the control plane's rank side (launch/control/): the unit `keeper` (with the channel it
-# speaks and the timing both sides share), which every layer reads
-KEEPER = {("launch", "control", name) for name in ("keeper", "keeper_process", "timing", "channel")}
+# speaks, the timing both sides share and the member rows it reads back), which every
+# layer reads
+KEEPER = {
+    ("launch", "control", name)
+    for name in ("keeper", "keeper_process", "timing", "channel", "members")
+}
 ENTRY_POINTS = {"__init__", "run", "tune", "self_check"}  # root modules a user imports or runs
 
 # unit -> the units it may import (besides itself and the base); a unit is a folder, a

@@ -112,7 +112,7 @@ def test_a_host_cut_before_the_groups_meet_is_left_out_and_the_others_train(make
     named = re.search(
         r"group 2 \(ranks 4-5\) on h3 was lost before the groups met at the "
         r"parameter server: rank [45](, started)? on h3 .*"
-        r"\((MXKV_LOST_SECONDS=10|a first call within 15 s)\); "
+        r"\((MXKV_LOST_SECONDS=10|a first call within 15 s)\): "
         r"its host is cut off or dead",
         job.output,
     )

@@ -238,8 +238,8 @@ def test_a_rank_that_fails_before_its_store_in_a_joined_group_stops_every_group(
     assert time.monotonic() - failed < 10, (first.output, second.output, serving.output)
     assert not processes_of(tag)
     assert re.search(
-        r"group 1 \(ranks 2-3\) was lost: its MPI job exited with status 1; rank 3 "
-        r"\(pid \d+ on \S+\) was the first rank to end \(its script failed\)",
+        r"group 1 \(ranks 2-3\) failed: rank 3's script exited with status 1 \d+ s ago, and "
+        r"the other ranks went on: .*, and its MPI job was ended",
         second.output,
     ), second.output
     assert "so the other groups cannot go on: stopping this group" in first.output, first.output

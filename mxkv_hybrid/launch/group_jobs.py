@@ -8,6 +8,7 @@ ranks' numbers, as one job would print them. The launcher names each lost group 
 first of its ranks to end, and exits non-zero when any group was lost.
 """
 
+import math
 import re
 import socket
 import subprocess
@@ -17,9 +18,10 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import BinaryIO, Callable, Dict, List, Optional, Tuple
 
-from .control.link import RankExit
+from .control.members import Member
 from .control.restarts import Restarts
 from .control.timing import LINK_CLOSE_SECONDS
+from .control.verdict import ALIVE, Job, State, Verdict, judge
 from .lost_hosts import LostRanks
 from .processes import GRACE_SECONDS, Node, end_process_group, spawn
 from .rank_watch import RankWatch, wait_for_any
@@ -234,32 +236,24 @@ def _lost(
     others_running: bool,
     ready: Callable[[GroupPlan, float], Optional[str]],
     ended_first: Optional[str],
-    cut_off: Optional[str] = None,
-    failed: Optional[RankExit] = None,
-    relay_crash: Optional[str] = None,
+    found: Verdict = ALIVE,
+    failed: Optional[Member] = None,
 ) -> None:
-    """Reports a lost group (`cut_off`: how its host was lost; `relay_crash`: how its
-    host's relay ended; `failed`: its first rank whose script reported a failure;
+    """Reports a lost group (`found`: the verdict that ended its MPI job, if one did, else
+    its job exited by itself; `failed`: its first rank whose script reported a failure;
     `ended_first`: its rank that ended first, as the link tells) and, while restarts are
     left, schedules its restart and starts readying its host for it."""
-    first = run.watch.describe_first_ended(socket.gethostname(), failed) or ended_first
-    if cut_off:
-        why = f"{cut_off}; its host is cut off or dead, and its MPI job was ended"
-    elif relay_crash:
-        why = (
-            f"{relay_crash}, and ps-lite's messages through it may be lost (its leader "
-            "would wait for them until MXKV_PS_TIMEOUT): its MPI job was ended"
-        )
+    if not found.alive:
+        why = f"{found.sentence}, and its MPI job was ended"
     else:
+        first = run.watch.describe_first_ended(socket.gethostname(), failed) or ended_first
         why = f"its MPI job exited with status {run.code}" + (f"; {first}" if first else "")
-    line = f"{run.plan.describe_where()} was lost: {why}"
-    if run.attempt < restarts.limit:
+    verb = "failed" if found.state is State.FAILED else "was lost"
+    line = f"{run.plan.describe_where()} {verb}: {why}"
+    if restarts.allows(run.attempt):
         run.restart_at = time.monotonic() + restarts.delay
         run.readiness = HostReadiness(run.plan, ready, run.restart_at + restarts.host_wait)
-        line += (
-            f"; restarting it in {restarts.delay:g} s (restart {run.attempt + 1} of "
-            f"{restarts.limit})"
-        )
+        line += f"; restarting it in {restarts.delay:g} s ({restarts.describe(run.attempt + 1)})"
     elif others_running:
         line += "; the other groups go on"
     say(line)
@@ -275,13 +269,6 @@ def _restart(run: GroupRun, met: bool) -> GroupRun:
         + ("it rejoins the servers' model" if met else "it starts with the others")
     )
     return again
-
-
-def _cut_off(run: GroupRun, lost_ranks: Optional[LostRanks]) -> Optional[str]:
-    """How a running group's host was lost to the launcher's link, or None."""
-    if lost_ranks is None or run.code is not None:
-        return None
-    return lost_ranks.first_lost(run.plan.members, run.started)
 
 
 @dataclass(frozen=True)
@@ -304,11 +291,11 @@ def without(plans: List[GroupPlan], left_out: List[GroupPlan]) -> List[GroupPlan
     ]
 
 
-def _left_out(run: GroupRun, cut_off: str) -> None:
-    """Reports a group whose host was lost (`cut_off`: how) before the groups met."""
+def _left_out(run: GroupRun, found: Verdict) -> None:
+    """Reports a group whose host was lost (`found`: how) before the groups met."""
     say(
         f"{run.plan.describe_where()} was lost before the groups met at the parameter "
-        f"server: {cut_off}; its host is cut off or dead. ps-lite holds every group at its "
+        f"server: {found.sentence}. ps-lite holds every group at its "
         "start until all have registered, so the others go on without it: they start again, "
         "with fresh servers, as a job of one group less (no restart for it)"
     )
@@ -375,44 +362,27 @@ class GroupJobs:
         Returns 1 when the other groups cannot go on, else None."""
         lost_ranks = self.lost_ranks
         run.code = run.process.poll()
-        cut_off = _cut_off(run, lost_ranks)
-        relay_crash = self._relay_crash(run) if run.code is None and not cut_off else None
-        watched = lost_ranks if run.code is None else None  # (a running group's)
-        failed = watched.failed_alone(run.plan.members) if watched is not None else None
-        ended_here = run.code is None  # (what follows ends it, or it runs on)
-        if cut_off:  # its mpiexec would wait for the cut host in vain: SIGKILL after 1 s
+        found = self._judge(run) if run.code is None else ALIVE
+        if found.state is State.LOST:  # its mpiexec would wait for the cut host in vain
             end_process_group(run.process, patience=CUT_OFF_PATIENCE_SECONDS)
             run.code, run.cut_off = LOST_STATUS, True
-        elif relay_crash:
+        elif not found.alive:
             end_process_group(run.process)
-            run.code = LOST_STATUS
-        elif failed:
-            say(
-                f"{run.plan.describe()}: rank {failed.rank}'s script exited with status "
-                f"{failed.status}, and its group's other ranks went on: ending its MPI job"
-            )
-            end_process_group(run.process)
-            run.code = failed.status
-        elif watched is not None and (stranded := watched.ended_before_mpi(run.plan.members)):
-            say(f"{run.plan.describe()}: {stranded}: ending its MPI job")
-            end_process_group(run.process)
-            run.code = 1
+            run.code = found.status
         if run.code in (None, 0):
             return None
         first_failed = lost_ranks.first_failed(run.plan.members) if lost_ranks is not None else None
         # (on another host: its link tells which rank ended first)
         ended_first = (
-            lost_ranks.first_to_end(
-                run.plan.members, wait=0.0 if ended_here else LINK_CLOSE_SECONDS
-            )
-            if lost_ranks is not None
+            lost_ranks.first_to_end(run.plan.members, wait=LINK_CLOSE_SECONDS)
+            if lost_ranks is not None and found.alive
             else None
         )
         if lost_ranks is not None:  # a restarted job's ranks start afresh
             lost_ranks.link.forget(list(run.plan.members))
         before_meeting = len(self.runs) > 1 and not self.met()
-        if cut_off and before_meeting and not self.together:
-            _left_out(run, cut_off)
+        if found.state is State.LOST and before_meeting and not self.together:
+            _left_out(run, found)
             self.left_out.append(run.plan)
             return None
         _lost(
@@ -421,9 +391,8 @@ class GroupJobs:
             any(r.code is None for r in self.runs) and not self.together and not before_meeting,
             self.ready,
             ended_first,
-            cut_off,
+            found,
             first_failed,
-            relay_crash,
         )
         if run.restart_at is None and lost_ranks is not None:
             lost_ranks.link.give_up(run.plan.group)
@@ -438,14 +407,20 @@ class GroupJobs:
             return 1
         return None
 
-    def _relay_crash(self, run: GroupRun) -> Optional[str]:
-        """How the relay of `run`'s host crashed since the group started, or None."""
-        if run.plan.host is None:  # (its ranks run where mpiexec put them: no relay of its own)
-            return None
-        relay = crashed_relay(self.helpers, run.started, run.plan.host)
-        if relay is None or relay.crashed is None:
-            return None
-        return f"the relay on {run.plan.host} exited with status {relay.crashed[0]}"
+    def _judge(self, run: GroupRun) -> Verdict:
+        """The verdict on a running group (its ranks; its host's relay, if it crashed)."""
+        relay = None
+        if run.plan.host is not None:  # (else its ranks run where mpiexec put them)
+            relay = crashed_relay(self.helpers, run.started, run.plan.host)
+        relay_crash = (
+            f"the relay on {run.plan.host} exited with status {relay.crashed[0]}"
+            if relay is not None and relay.crashed is not None
+            else None
+        )
+        if self.lost_ranks is None:
+            job = Job(list(run.plan.members), run.started, {}, False)
+            return judge({}, job, math.inf, time.monotonic(), relay_crash)
+        return self.lost_ranks.judge(run.plan.members, run.started, False, relay_crash)
 
     def _give_up(self, run: GroupRun, why: str) -> bool:
         """A lost group whose host did not come back for its restart: given up. Returns

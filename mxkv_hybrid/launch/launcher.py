@@ -33,7 +33,8 @@ from ..logs import configure as configure_logs
 from ..network import describe_address
 from ..ps import scheduler as scheduler_script
 from . import serve_relays, shm_leftovers, supervisor
-from .control.link import LinkServer, RankExit
+from .control import verdict
+from .control.link import LinkServer
 from .control.restarts import Restarts
 from .control.timing import LINK_CLOSE_SECONDS, PS_HEARTBEAT
 from .group_jobs import (
@@ -167,28 +168,25 @@ class OneJob:
         if code is not None:
             return code
         relay = crashed_relay(self.helpers, self.started)
-        if relay is not None and relay.crashed is not None:
-            say(
-                f"the {relay.name} exited with status {relay.crashed[0]}, and ps-lite's "
-                "messages through it may be lost (the leaders would wait for them "
-                f"until MXKV_PS_TIMEOUT); {self.stopping}"
-            )
-            return 1
-        if self.lost_ranks is None:
-            return code
-        lost = self.lost_ranks.one_world_lost(self.ranks, self.started)
-        if lost:
-            say(f"{lost}, and a job that is one MPI world cannot go on without it; {self.stopping}")
-            return 1
-        failed = self.lost_ranks.failed_alone(self.ranks)
-        if failed:
-            say(f"{describe_failed(failed)}; {self.stopping}")
-            return failed.status
-        stranded = self.lost_ranks.ended_before_mpi(self.ranks)
-        if stranded:
-            say(f"{stranded}; {self.stopping}")
-            return 1
-        return None
+        relay_crash = (
+            f"the {relay.name} exited with status {relay.crashed[0]}"
+            if relay is not None and relay.crashed is not None
+            else None
+        )
+        if self.lost_ranks is not None:
+            found = self.lost_ranks.judge(self.ranks, self.started, True, relay_crash)
+        else:  # no link: no member to judge but its relays
+            job = verdict.Job(list(self.ranks), self.started, {}, True)
+            found = verdict.judge({}, job, math.inf, time.monotonic(), relay_crash)
+        if found.alive:
+            return None
+        consequence = (
+            ", and a job that is one MPI world cannot go on without it"
+            if found.state is verdict.State.LOST
+            else ""
+        )
+        say(f"{found.sentence}{consequence}; {self.stopping}")
+        return found.status
 
     def wait(self, seconds: float) -> None:
         self.watch.wait(seconds)
@@ -241,16 +239,6 @@ def supervise(
             )
         )
     return code
-
-
-def describe_failed(failed: RankExit) -> str:
-    """A rank whose script failed while its job went on, and why that ends the job."""
-    return (
-        f"rank {failed.rank}'s script exited with status {failed.status} "
-        f"{time.monotonic() - failed.when:.0f} s ago, and the other ranks went on: they "
-        "would wait for it in their next collective (mpiexec ends a job when a rank is "
-        "killed, not when its script exits)"
-    )
 
 
 def start_parameter_servers(
@@ -832,7 +820,8 @@ def launch(args: argparse.Namespace) -> None:
         merge_timeline()
         sys.exit(code)
     lost_ranks = open_link(args)
-    code = run_with_restarts(args, command, mpiexec, flavour, lost_ranks)
+    restarts = Restarts.for_job(args.restarts, os.environ)
+    code = run_with_restarts(args, command, mpiexec, flavour, restarts, lost_ranks)
     lost_ranks.link.close()
     sys.exit(code)
 
@@ -982,9 +971,10 @@ def run_with_restarts(
     command: List[str],
     mpiexec: str,
     flavour: str,
+    restarts: Restarts,
     lost_ranks: Optional[LostRanks] = None,
 ) -> int:
-    """Runs the job (and its parameter servers), and while --restarts allows starts a failed
+    """Runs the job (and its parameter servers), and while `restarts` allows starts a failed
     job again with fresh servers, MXKV_ATTEMPT counting the starts; --timeout bounds them all."""
     deadline = None if args.timeout is None else time.monotonic() + args.timeout
     attempt = 0
@@ -994,11 +984,11 @@ def run_with_restarts(
             lost_ranks.link.forget(list(range(args.num_ranks)))
         job = start("MPI job", command, dict(os.environ, MXKV_ATTEMPT=str(attempt)))
         code = supervise(job, helpers, args.timeout, args.num_ranks, deadline, lost_ranks)
-        if code in (0, 124, 130) or attempt == args.restarts:
+        if code in (0, 124, 130) or not restarts.allows(attempt):
             return code
         attempt += 1
         log.warning(
-            f"mxkv-launch: starting the job again (restart {attempt} of {args.restarts}, "
+            f"mxkv-launch: starting the job again ({restarts.describe(attempt)}, "
             f"MXKV_ATTEMPT={attempt}); a script that calls "
             "mxkv_hybrid.checkpoint.load_latest goes on from its last checkpoint"
         )

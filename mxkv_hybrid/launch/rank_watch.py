@@ -8,7 +8,7 @@ import select
 import time
 from typing import Dict, List, Optional, Tuple
 
-from .control.link import RankExit
+from .control.members import Member
 
 RANK_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK")  # set by Hydra / Open MPI
 SEARCH_SECONDS = 0.1  # one scan of /proc/*/stat and the new processes' environ: a few ms
@@ -120,13 +120,13 @@ class RankWatch:
             self.first_ended = sorted(gone)
             self._first_ended_at = time.monotonic()
 
-    def describe_first_ended(self, host: str, failed: Optional[RankExit] = None) -> Optional[str]:
+    def describe_first_ended(self, host: str, failed: Optional[Member] = None) -> Optional[str]:
         """'rank 1 (pid 6872)' or 'ranks 0 (pid ..) and 2 (pid ..), together', or None.
         `failed`: the first script that reported a non-zero exit on the launcher's link:
         before it ends, so before mpiexec stops the others; it is named first if that was
         before any watched rank was seen to end (a big process takes a while to end, and
         under load the ranks mpiexec killed for it were seen to end first)."""
-        if failed is not None and failed.when <= self._first_ended_at:
+        if failed is not None and (failed.ended_at or 0.0) <= self._first_ended_at:
             pid = self._ranks_seen.get(failed.rank - self._first_rank)
             if pid is not None:
                 return (

@@ -40,6 +40,8 @@ from ..capabilities import capabilities_of
 from .control import timing
 from .control.channel import BEAT, encode, receive, send, token_matches
 from .control.keeper import JobAddress
+from .control.members import Member, MemberTable
+from .control.verdict import judge_silence
 from .serve_relays import JoinerRelay
 
 log = logging.getLogger(__name__)
@@ -50,25 +52,30 @@ class JoinRefused(Exception):
 
 
 @dataclass
-class Member:
-    """A group that joined: its launcher's connection and, once reported, its exit status."""
+class JoinedGroup:
+    """A group that joined: its launcher's connection, and its row in the member table
+    (`row`: when it was last heard from, whether it went away, its reported exit status)."""
 
     group: int
     ranks: int
     connection: socket.socket
     stream: BinaryIO
     relay: Optional[JoinerRelay] = None  # where its relay listens (a job behind relays)
-    status: Optional[int] = None
-    gone: bool = False
-    last_heard: float = field(default_factory=time.monotonic)
     # its launcher's address, kept from the join: a closed connection has none
     address: str = field(init=False)
+    row: Member = field(init=False)
 
     def __post_init__(self) -> None:
         try:
             self.address = self.connection.getpeername()[0]
         except OSError:  # (gone as it joined: its silence names it)
             self.address = "an address no longer known"
+        self.row = Member(id(self), self.describe(), self.address, self.address)
+
+    @property
+    def running(self) -> bool:
+        """Neither reported its end nor went away."""
+        return self.row.status is None and not self.row.left
 
     def describe(self) -> str:
         return f"group {self.group} ({self.ranks} rank(s), joined from {self.address})"
@@ -84,13 +91,14 @@ class Rendezvous:
     host: str
     lost_seconds: float  # a group not heard from this long is lost (MXKV_LOST_SECONDS)
     token: str = field(default_factory=lambda: secrets.token_hex(16))  # derives the relays' key
-    members: List[Member] = field(default_factory=list)
+    members: List[JoinedGroup] = field(default_factory=list)
+    table: MemberTable = field(default_factory=MemberTable)  # the groups' rows
     met: bool = False  # a group said it met the others at the parameter server
-    left_out: List[Member] = field(default_factory=list)  # lost before they met
+    left_out: List[JoinedGroup] = field(default_factory=list)  # lost before they met
     last_beat: float = field(default=0.0, init=False)
     # a job behind relays: the table for the members that joined, as environment (and the
     # serving host's relay started for it)
-    plan_relays: Optional[Callable[[List[Member]], Dict[str, str]]] = None
+    plan_relays: Optional[Callable[[List[JoinedGroup]], Dict[str, str]]] = None
 
     def __post_init__(self):
         self._listener = socket.create_server((self.host, 0))
@@ -141,9 +149,11 @@ class Rendezvous:
             if greeted is not None:
                 connection, stream, hello = greeted
                 relay = JoinerRelay(**hello["relay"]) if hello.get("relay") else None
-                self.members.append(
-                    Member(len(self.members), int(hello["ranks"]), connection, stream, relay)
+                joined = JoinedGroup(
+                    len(self.members), int(hello["ranks"]), connection, stream, relay
                 )
+                self.table.add(joined.row, time.monotonic())
+                self.members.append(joined)
                 log.info(
                     f"mxkv-launch: group {len(self.members) - 1} joined with "
                     f"{hello['ranks']} rank(s) ({len(self.members)} of {self.groups})"
@@ -182,19 +192,20 @@ class Rendezvous:
         self.left_out = []
         for number, member in enumerate(self.members):
             member.group = number
+            member.row.name = member.describe()
         self.groups, self.settings, self.met = len(self.members), settings, False
         self._assign("again")
 
     @property
     def over(self) -> bool:
         """Every group reported or went away."""
-        return all(m.status is not None or m.gone for m in self.members)
+        return not any(m.running for m in self.members)
 
     def listen(self, seconds: float) -> None:
         """Collects, for up to `seconds`, the groups' reports (exit statuses, that they
         met; late joiners are refused) and silences: a group lost is named, and stops the
         others or is left out (`left_out`: to regroup), as _lost says."""
-        waiting = {m.connection: m for m in self.members if m.status is None and not m.gone}
+        waiting = {m.connection: m for m in self.members if m.running}
         self._beat(waiting.values())
         ready, _, _ = select.select(
             [self._listener, *waiting], [], [], min(seconds, timing.BEAT_SECONDS / 2)
@@ -208,24 +219,21 @@ class Rendezvous:
                 report = receive(member.stream)
             except (OSError, ValueError):
                 report = None
-            member.last_heard = time.monotonic()
+            now = time.monotonic()
+            self.table.heard(member.row.key, now)
             if report is None:
-                member.gone = True
+                self.table.left(member.row.key, now)
             elif "status" in report:
-                member.status = int(report["status"])
+                self.table.ended(member.row.key, int(report["status"]), now)
             elif report.get("met"):
                 self.met = True
-            if member.gone or member.status:
+            if member.row.left or member.row.status:
                 self._lost(member)
         for member in waiting.values():
-            silent = time.monotonic() - member.last_heard
-            if not member.gone and member.status is None and silent > self.lost_seconds:
-                log.warning(
-                    f"mxkv-launch: {member.describe()} was last heard from "
-                    f"{silent:.0f} s ago (MXKV_LOST_SECONDS={self.lost_seconds:g}): "
-                    "its host is cut off or dead"
-                )
-                member.gone = True
+            found = judge_silence(member.row, self.lost_seconds, time.monotonic())
+            if member.running and not found.alive:
+                log.warning(f"mxkv-launch: {found.sentence}")
+                self.table.left(member.row.key, time.monotonic())
                 self._lost(member)
 
     def _beat(self, members) -> None:
@@ -240,23 +248,23 @@ class Rendezvous:
             except OSError:
                 pass  # a full buffer: the group is silent, and its silence counts
 
-    def _lost(self, member: Member) -> None:
+    def _lost(self, member: JoinedGroup) -> None:
         """A group that went away or failed. Before the groups met, every other group waits
         for it in ps-lite's start: one that went away (its host cut off or dead) is left
         out (async, easgd: the job goes on without it), one that failed stops the others.
         Mode sync: the servers wait for every group's gradients, so a lost group stops the
         others. Each running group's launcher is told which group was lost: after the groups
         met (async, easgd) that it was given up, for its finish line."""
-        running = [
-            other
-            for other in self.members
-            if other is not member and other.status is None and not other.gone
-        ]
+        running = [other for other in self.members if other is not member and other.running]
         if not running:
             return
-        how = "went away without reporting" if member.gone else f"ended with status {member.status}"
+        how = (
+            "went away without reporting"
+            if member.row.left
+            else f"ended with status {member.row.status}"
+        )
         together = capabilities_of(self.mode).groups_step_together
-        if not self.met and member.gone and not together:
+        if not self.met and member.row.left and not together:
             log.warning(
                 f"mxkv-launch: {member.describe()} {how} before the groups met at the "
                 "parameter server, whose start waits for all: leaving it out; the other "
@@ -313,8 +321,9 @@ class Joined:
         self._met = met
         self._said_met = False
         self._lost_seconds = lost_seconds
-        self._server = "{}:{}".format(*connection.getpeername()[:2])
-        self._last_heard = time.monotonic()
+        server = "{}:{}".format(*connection.getpeername()[:2])
+        self._server = Member(server, f"the serving launcher at {server}", server, server)
+        self._server.last_heard = time.monotonic()
         self._sending = threading.Lock()
         self._over = threading.Event()
         threading.Thread(target=self._listen, args=(stream,), daemon=True).start()
@@ -326,7 +335,7 @@ class Joined:
                 order = receive(stream)
                 if order is None:
                     return
-                self._last_heard = time.monotonic()
+                self._server.last_heard = time.monotonic()
                 if "stop" in order:
                     self.stop_order = order["stop"]
                 elif "given_up" in order:
@@ -364,13 +373,9 @@ class Joined:
 
     def why_stop(self) -> Optional[str]:
         """The serving launcher's order to stop, or its silence for MXKV_LOST_SECONDS."""
-        silent = time.monotonic() - self._last_heard
-        if self.stop_order is None and silent > self._lost_seconds:
-            return (
-                f"the serving launcher at {self._server} was last heard from {silent:.0f} s "
-                f"ago (MXKV_LOST_SECONDS={self._lost_seconds:g}): this host is cut off from "
-                "it, or it is gone"
-            )
+        found = judge_silence(self._server, self._lost_seconds, time.monotonic())
+        if self.stop_order is None and not found.alive:
+            return found.sentence
         return self.stop_order
 
     def report(self, status: int) -> None:

@@ -21,7 +21,7 @@ from .group_jobs import GroupPlan, start_group, supervise_groups
 from .lost_hosts import LostRanks
 from .processes import Node, Terminated, end_process_group, stop_on_signals
 from .relay_setup import node_environment
-from .rendezvous import JoinRefused, Member, Rendezvous, join
+from .rendezvous import JoinedGroup, JoinRefused, Rendezvous, join
 from .serve_relays import HostRelay, whole_table
 from .supervisor import say, supervise
 
@@ -68,7 +68,7 @@ class ServedGroups:
             )
         if not rendezvous.over:
             return None
-        return 0 if all(m.status == 0 for m in rendezvous.members) and not self.left_out else 1
+        return 0 if all(m.row.status == 0 for m in rendezvous.members) and not self.left_out else 1
 
     def wait(self, seconds: float) -> None:
         self.rendezvous.listen(seconds)
@@ -92,7 +92,7 @@ def serve(
     relay = HostRelay(rendezvous.token) if relayed else None
     if relay is not None:
 
-        def plan_relays(members: List[Member]) -> Dict[str, str]:
+        def plan_relays(members: List[JoinedGroup]) -> Dict[str, str]:
             serving = PsNodes.from_json(read_knob("MXKV_PS_NODES"))  # of the servers now
             relays = [member.relay for member in members]
             missing = [member.group for member, at in zip(members, relays) if at is None]
@@ -140,10 +140,10 @@ def serve(
     for member in rendezvous.members:
         outcome = (
             "went away without reporting"
-            if member.gone
+            if member.row.left
             else "is still running"
-            if member.status is None
-            else f"ended with status {member.status}"
+            if member.row.status is None
+            else f"ended with status {member.row.status}"
         )
         log.info(f"mxkv-launch: {member.describe()} {outcome}")
     if work.left_out:

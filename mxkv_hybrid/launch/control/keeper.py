@@ -22,13 +22,13 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from typing import Dict, List, NamedTuple, Optional
 
 from ...config import read_knob
 from . import keeper_process
 from .channel import receive, send
-from .timing import BEAT_SECONDS, HEARD_SECONDS
+from .members import Member, rank_member
+from .timing import BEAT_SECONDS
 
 
 class JobAddress(NamedTuple):
@@ -52,34 +52,6 @@ class JobAddress(NamedTuple):
         return f"{self.host}:{self.port}"
 
 
-@dataclass
-class RankSeen:
-    """What the launcher knows of one rank: its host and address, when it was last heard
-    from, and whether its connection closed (it ended: a crash is mpiexec's to report)."""
-
-    rank: int
-    host: str
-    address: str
-    last_heard: float
-    left: bool = False
-    left_at: float = 0.0  # when its connection closed (the launcher's clock)
-
-    def silent_for(self, now: float) -> float:
-        return 0.0 if self.left else now - self.last_heard
-
-    def heard(self, now: float) -> bool:
-        """Alive and heard from within HEARD_SECONDS: reachable."""
-        return not self.left and self.silent_for(now) <= HEARD_SECONDS
-
-    def describe_silence(self, now: float) -> str:
-        if self.left:
-            return f"rank {self.rank} on {self.host} ({self.address}): its link closed (it ended)"
-        return (
-            f"rank {self.rank} on {self.host} ({self.address}): the launcher last heard "
-            f"from it {self.silent_for(now):.0f} s ago (its host cut off or dead)"
-        )
-
-
 def _ask(address: str, what: str, timeout: float) -> Optional[dict]:
     """The launcher's answer at `address` (MXKV_LAUNCHER_LINK), `what` of it; None when it
     cannot be asked within `timeout` seconds."""
@@ -93,23 +65,19 @@ def _ask(address: str, what: str, timeout: float) -> Optional[dict]:
         return None
 
 
-def ask_launcher(address: str, timeout: float = 2 * BEAT_SECONDS) -> Optional[Dict[int, RankSeen]]:
+def ask_launcher(address: str, timeout: float = 2 * BEAT_SECONDS) -> Optional[Dict[int, Member]]:
     """What the launcher at `address` (MXKV_LAUNCHER_LINK) knows of every rank, as seen now
     on this clock; None when it cannot be asked within `timeout` seconds."""
     ranks = _ask(address, "ranks", timeout)
     if ranks is None:
         return None
     now = time.monotonic()
-    return {
-        int(rank): RankSeen(
-            int(rank),
-            seen["host"],
-            seen["address"],
-            now - float(seen["silent"]),
-            bool(seen["left"]),
-        )
-        for rank, seen in ranks.items()
-    }
+    seen_now = {}
+    for rank, seen in ranks.items():
+        member = rank_member(int(rank), seen["host"], seen["address"], now - float(seen["silent"]))
+        member.left_at = now if seen["left"] else None
+        seen_now[int(rank)] = member
+    return seen_now
 
 
 def groups_given_up(address: str, timeout: float = 2 * BEAT_SECONDS) -> List[int]:

@@ -16,23 +16,13 @@ import select
 import socket
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any, Dict, List
 
 from .channel import BEAT, ChannelError, Lines, send, token_matches
-from .keeper import RankSeen
+from .members import Member, MemberTable, Phase, rank_member
 from .timing import BEAT_SECONDS, HELLO_SECONDS
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class RankExit:
-    """A rank's script ended with `status` at `when` (the launcher's clock)."""
-
-    rank: int
-    status: int
-    when: float
 
 
 class LinkServer:
@@ -43,14 +33,11 @@ class LinkServer:
         self._listener = socket.create_server((address, 0))
         self.address = f"{self.token}@{address}:{self._listener.getsockname()[1]}"
         self._lock = threading.Lock()
-        self._ranks: Dict[int, RankSeen] = {}
-        # -> {"rank": Optional[int], "buffer": bytes, "since": float}
+        self.members = MemberTable()  # the ranks: heard, ended, their phase
+        # -> {"rank": Optional[int], "lines": Lines, "since": float}
         self._connections: Dict[socket.socket, Dict[str, Any]] = {}
         self._to_close: set = set()  # connections of forgotten ranks, closed by _serve
         self._met = False  # a group leader met the others at the parameter server
-        self._exits: Dict[int, RankExit] = {}  # the ranks whose script ended, as they said
-        self._mpi_starts: Dict[int, float] = {}  # ranks in MPI's start, since when
-        self._mpi_started: set = set()  # ranks through MPI's start
         self._closed = False
         self._refused_hosts: set = set()  # hosts whose stray connection was named
         self._given_up: set = set()  # groups lost for good (no restart left)
@@ -58,30 +45,15 @@ class LinkServer:
         self._thread = threading.Thread(target=self._serve, name="mxkv-launcher-link", daemon=True)
         self._thread.start()
 
-    def ranks(self) -> Dict[int, RankSeen]:
-        with self._lock:
-            return dict(self._ranks)
+    def ranks(self) -> Dict[int, Member]:
+        """The ranks heard from (their hello), by rank."""
+        return self.members.rows()  # type: ignore[return-value]
 
     def met(self) -> bool:
         """Whether a group leader said it met the others at the parameter server (ps-lite
         lets every node through at once, when all have registered)."""
         with self._lock:
             return self._met
-
-    def exits(self) -> Dict[int, "RankExit"]:
-        """The ranks whose script ended (tell_launcher_exit), by rank."""
-        with self._lock:
-            return dict(self._exits)
-
-    def mpi_starts(self) -> Dict[int, float]:
-        """The ranks in MPI's start (tell_launcher_mpi), and since when (this clock)."""
-        with self._lock:
-            return dict(self._mpi_starts)
-
-    def mpi_started(self, rank: int) -> bool:
-        """Whether `rank` said it started MPI (or is starting it)."""
-        with self._lock:
-            return rank in self._mpi_started or rank in self._mpi_starts
 
     def give_up(self, group: int) -> None:
         """Group `group` was lost and will not be started again: its peers' finish line
@@ -99,12 +71,8 @@ class LinkServer:
         closes their connections: a keeper cut off from this launcher that hears from it
         again, once the partition heals, then ends its rank instead of letting it go on
         beside the group's restarted job."""
+        self.members.forget(ranks)
         with self._lock:
-            for rank in ranks:
-                self._ranks.pop(rank, None)
-                self._exits.pop(rank, None)
-                self._mpi_starts.pop(rank, None)
-                self._mpi_started.discard(rank)
             self._to_close.update(
                 connection
                 for connection, state in list(self._connections.items())
@@ -170,48 +138,40 @@ class LinkServer:
                     self._answer(connection, now)
                     return
                 if message.get("met") or "exited" in message or "mpi" in message:
-                    with self._lock:
-                        self._note(message, now)
+                    self._note(message, now)
                     self._connections.pop(connection, None)
                     connection.close()
                     return
                 rank = state["rank"] = int(message["rank"])
-                with self._lock:
-                    self._ranks[rank] = RankSeen(
-                        rank, str(message["host"]), str(message["address"]), now
-                    )
+                self.members.add(
+                    rank_member(rank, str(message["host"]), str(message["address"]), now), now
+                )
                 continue
-            with self._lock:
-                seen = self._ranks.get(state["rank"])
-                if seen is not None:
-                    seen.last_heard = now
+            self.members.heard(state["rank"], now)
 
     def _note(self, message: dict, now: float) -> None:
-        """Records what a rank said: met, its script's exit, or its MPI start (under the lock)."""
+        """Records what a rank said: met, its script's exit, or its MPI start."""
         if message.get("met"):
-            self._met = True
+            with self._lock:
+                self._met = True
         elif "exited" in message:
-            rank = int(message["exited"])
-            self._exits[rank] = RankExit(rank, int(message["status"]), now)
-        elif message["mpi"] == "starting":
-            self._mpi_starts[int(message["rank"])] = now
+            self.members.ended(int(message["exited"]), int(message["status"]), now)
         else:
-            rank = int(message["rank"])
-            self._mpi_starts.pop(rank, None)
-            self._mpi_started.add(rank)
+            phase = Phase.IN_MPI_START if message["mpi"] == "starting" else Phase.RUNNING
+            self.members.enter(int(message["rank"]), phase, now)
 
     def _answer(self, connection: socket.socket, now: float) -> None:
         """Tells a rank what the launcher knows of every rank (ask_launcher), and closes."""
-        with self._lock:
-            ranks = {
-                rank: {
-                    "host": seen.host,
-                    "address": seen.address,
-                    "left": seen.left,
-                    "silent": seen.silent_for(now),
-                }
-                for rank, seen in self._ranks.items()
+        ranks = {
+            rank: {
+                "host": seen.host,
+                "address": seen.address,
+                "left": seen.left,
+                "silent": seen.silent_for(now),
             }
+            for rank, seen in self.members.rows().items()
+        }
+        with self._lock:
             given_up = sorted(self._given_up)
         connection.setblocking(True)
         try:
@@ -240,10 +200,7 @@ class LinkServer:
         state = self._connections.pop(connection, None)
         connection.close()
         if state is not None and state["rank"] is not None:
-            with self._lock:
-                seen = self._ranks.get(state["rank"])
-                if seen is not None and not seen.left:
-                    seen.left, seen.left_at = True, time.monotonic()
+            self.members.left(state["rank"], time.monotonic())
 
     def close(self) -> None:
         self._closed = True

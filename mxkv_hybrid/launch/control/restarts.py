@@ -1,5 +1,6 @@
-"""The restart policy every launch path uses (--restarts): how many times a lost group is
-started again, how long after its loss, and how long its host has to answer again."""
+"""The restart policy every launch path uses (--restarts): one MPI job, -H group jobs and
+groups --join-ed to a served job. How many times a failed job or lost group is started
+again, how long after its loss, and how long its host has to answer again."""
 
 from dataclasses import dataclass
 from typing import Mapping
@@ -16,6 +17,14 @@ class Restarts:
     limit: int
     delay: float
     host_wait: float
+
+    def allows(self, attempt: int) -> bool:
+        """Whether a member on its `attempt`-th start (0: the first) may start again."""
+        return attempt < self.limit
+
+    def describe(self, restart: int) -> str:
+        """'restart 1 of 2'."""
+        return f"restart {restart} of {self.limit}"
 
     @classmethod
     def for_job(cls, limit: int, environ: Mapping[str, str]) -> "Restarts":
