@@ -141,8 +141,8 @@ def test_launcher_runs_python_scripts_through_the_runner():
     ]
     assert wrap_command(["python", "-c", "print(1)"]) == [sys.executable, "-c", "print(1)"]
     assert wrap_command(["./train.sh", "x"]) == ["./train.sh", "x"]
-    args = parse_arguments(["-n", "4", "-H", "a:2,b:2", "--", "python", "t.py"])
-    assert (args.num_ranks, args.hosts, args.command) == (4, "a:2,b:2", ["python", "t.py"])
+    plan = parse_arguments(["-n", "4", "-H", "a:2,b:2", "--", "python", "t.py"])
+    assert (plan.num_ranks, plan.hosts, plan.command) == (4, "a:2,b:2", ("python", "t.py"))
 
 
 @pytest.mark.parametrize("mode", [None, "allreduce", "lasgd"])

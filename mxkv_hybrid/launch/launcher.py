@@ -23,7 +23,8 @@ import socket
 import subprocess
 import sys
 import time
-from typing import List, Optional, Sequence, Tuple
+from dataclasses import replace
+from typing import List, Optional, Sequence
 
 from .. import mpi_settings, timeline_parts
 from ..capabilities import capabilities_of, modes_with, modes_without
@@ -40,13 +41,12 @@ from .control.timing import LINK_CLOSE_SECONDS, PS_HEARTBEAT
 from .group_jobs import (
     GroupPlan,
     GroupRun,
-    plan_groups,
-    plan_groups_by_host,
     start_group,
     supervise_groups,
     without,
 )
 from .host_sources import MalformedHosts, hosts_from_environment, read_mpi_hostfile
+from .launch_plan import LaunchPlan
 from .lost_hosts import LostRanks
 from .processes import (
     GRACE_SECONDS,
@@ -94,19 +94,19 @@ def _flavour(mpiexec: str) -> str:
     return "openmpi" if "Open MPI" in text or "OpenRTE" in text else "hydra"
 
 
-def mpi_arguments(flavour: str, args: argparse.Namespace) -> List[str]:
+def mpi_arguments(flavour: str, plan: LaunchPlan) -> List[str]:
     """Options for mpiexec: process count, hosts and rank-prefixed output."""
     if flavour == "openmpi":
-        out = ["-n", str(args.num_ranks), "--tag-output", "--oversubscribe"]
-        out += ["-H", args.hosts] if args.hosts else []
-        out += ["--hostfile", args.hostfile] if args.hostfile else []
+        out = ["-n", str(plan.num_ranks), "--tag-output", "--oversubscribe"]
+        out += ["-H", plan.hosts] if plan.hosts else []
+        out += ["--hostfile", plan.hostfile] if plan.hostfile else []
     else:  # Hydra's -f takes no Open MPI `slots=N` lines: the host file read, as -hosts
-        hosts = args.hosts or (
-            ",".join(f"{host}:{slots}" for host, slots in host_slots(args))
-            if args.hostfile
+        hosts = plan.hosts or (
+            ",".join(f"{host}:{slots}" for host, slots in plan.host_slots())
+            if plan.hostfile
             else None
         )
-        out = ["-n", str(args.num_ranks), "-prepend-rank"]
+        out = ["-n", str(plan.num_ranks), "-prepend-rank"]
         out += ["-hosts", hosts] if hosts else []
     return out
 
@@ -114,10 +114,11 @@ def mpi_arguments(flavour: str, args: argparse.Namespace) -> List[str]:
 PYTHON_OPTIONS_WITH_VALUE = ("-W", "-X", "--check-hash-based-pycs")
 
 
-def wrap_command(command: List[str]) -> List[str]:
+def wrap_command(command: Sequence[str]) -> List[str]:
     """`python [options] x.py ...` -> `<this python> [options] -m mxkv_hybrid.run x.py ...`,
     the same for `-m module`; `python -c ...` -> `<this python> -c ...` (the interpreter
     that has MXNet, whatever PATH finds); other programs are left unchanged."""
+    command = list(command)
     if not os.path.basename(command[0]).startswith("python"):
         return command
     position = 1
@@ -242,7 +243,7 @@ def supervise(
 
 
 def start_parameter_servers(
-    args: argparse.Namespace,
+    plan: LaunchPlan,
     num_groups: int,
     mpiexec: str,
     flavour: str,
@@ -252,21 +253,21 @@ def start_parameter_servers(
     variables the ranks inherit."""
     os.environ.update(
         {
-            "DMLC_NUM_SERVER": str(args.servers),
+            "DMLC_NUM_SERVER": str(plan.servers),
             "DMLC_NUM_WORKER": str(num_groups),
             "DMLC_ROLE": "worker",
         }
     )
     relays: List[Node] = []  # started first; listed after the scheduler and servers
     table = None
-    if relays_wanted(args):  # ps-lite on loopback, between hosts through the relays
+    if plan.relays_wanted:  # ps-lite on loopback, between hosts through the relays
         leader_hosts = (
-            [plan.host or args.ps_host for plan in plans]
+            [group.host or plan.scheduler_host for group in plans]
             if plans
-            else one_job_leader_hosts(host_slots(args), args.num_ranks, args.group_size)
+            else one_job_leader_hosts(plan.host_slots(), plan.num_ranks, plan.group_size)
         )
         table, names = plan_nodes(
-            args.ps_host, leader_hosts, args.servers, args.restarts if plans else 0
+            plan.scheduler_host, leader_hosts, plan.servers, plan.restarts if plans else 0
         )
         os.environ.update(node_environment(table))
         relays += Relays(table, names, mpiexec).nodes
@@ -276,15 +277,20 @@ def start_parameter_servers(
             f"{table.relay_port}; --trusted-network to connect directly)",
             extra=TO_STDERR,
         )
-    elif args.serve and serve_relays.relays_wanted(args.ps_host, args.trusted_network):
-        table = serve_relays.plan_serving_nodes(args.ps_host, args.servers)  # the groups' later
+    elif plan.serve and serve_relays.relays_wanted(plan.scheduler_host, plan.trusted_network):
+        table = serve_relays.plan_serving_nodes(
+            plan.scheduler_host, plan.servers
+        )  # the groups' later
         os.environ.update(node_environment(table))
     else:
         os.environ.update(
-            {"DMLC_PS_ROOT_URI": args.ps_host, "DMLC_PS_ROOT_PORT": str(free_port(args.ps_host))}
+            {
+                "DMLC_PS_ROOT_URI": plan.scheduler_host,
+                "DMLC_PS_ROOT_PORT": str(free_port(plan.scheduler_host)),
+            }
         )
-        if args.ps_interface:
-            os.environ["DMLC_INTERFACE"] = args.ps_interface
+        if plan.ps_interface:
+            os.environ["DMLC_INTERFACE"] = plan.ps_interface
         # otherwise every ps-lite node announces the address its host reaches the scheduler
         # from (network.py, at the package's import): loopback when it runs here
     node = [sys.executable, "-m", "mxkv_hybrid.ps.server"]
@@ -303,19 +309,19 @@ def start_parameter_servers(
             timeout=60,
         )
         server_env = dict(os.environ, DMLC_ROLE="server")
-        if args.server_hosts:
+        if plan.server_hosts:
             hosts = (
-                ["-hosts", args.server_hosts] if flavour == "hydra" else ["-H", args.server_hosts]
+                ["-hosts", plan.server_hosts] if flavour == "hydra" else ["-H", plan.server_hosts]
             )
             nodes.append(
                 start(
                     "parameter servers",
-                    [mpiexec, "-n", str(args.servers), *hosts, *node],
+                    [mpiexec, "-n", str(plan.servers), *hosts, *node],
                     server_env,
                 )
             )
         else:
-            for i in range(args.servers):
+            for i in range(plan.servers):
                 env = dict(server_env, **(server_environment(table, i) if table else {}))
                 nodes.append(start(f"parameter server {i}", node, env))
     except BaseException:
@@ -323,23 +329,6 @@ def start_parameter_servers(
             end_process_group(n.process, grace=0)
         raise
     return nodes + relays
-
-
-def relays_wanted(args: argparse.Namespace) -> bool:
-    """Whether ps-lite's connections between hosts go through relays: ranks on other hosts
-    (-H / --hostfile), unless --trusted-network."""
-    if args.trusted_network or not (args.hosts or args.hostfile):
-        return False
-    return bool(remote_hosts([host for host, _ in host_slots(args)]))
-
-
-def count_groups(args: argparse.Namespace) -> int:
-    """Groups of --group-size ranks, else one per host (-H / --hostfile, else one host)."""
-    if args.group_size:
-        return math.ceil(args.num_ranks / args.group_size)
-    if args.hosts or args.hostfile:
-        return len({host for host, _ in host_slots(args)})
-    return 1
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -467,7 +456,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def parse_arguments(argv: Optional[List[str]] = None) -> argparse.Namespace:
+def parse_arguments(argv: Optional[List[str]] = None) -> LaunchPlan:
+    """The command line, validated, as a LaunchPlan (or parser.error names what is wrong)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.log_level:  # before the first message, for this process and every rank it starts
@@ -480,16 +470,14 @@ def parse_arguments(argv: Optional[List[str]] = None) -> argparse.Namespace:
     if args.check:
         args.command = [sys.executable, "-m", "mxkv_hybrid.self_check"]
         args.timeout = args.timeout or CHECK_TIMEOUT
-    mode = launcher_mode()
-    can = capabilities_of(mode)
-    if args.serve:
-        check_serve(parser, args, mode)
-        place_scheduler(parser, args)
-        return args
     try:  # without -H/--hostfile, the batch scheduler's hosts (and slots as -n by default)
-        scheduled = None if args.hosts or args.hostfile else hosts_from_environment(os.environ)
+        scheduled = (
+            None
+            if args.hosts or args.hostfile or args.serve
+            else hosts_from_environment(os.environ)
+        )
         if args.hostfile:
-            host_slots(args)  # a host file it cannot read is refused before anything starts
+            read_mpi_hostfile(args.hostfile)  # one it cannot read is refused before anything
     except MalformedHosts as malformed:
         parser.error(str(malformed))
     if scheduled:
@@ -497,19 +485,30 @@ def parse_arguments(argv: Optional[List[str]] = None) -> argparse.Namespace:
         if args.num_ranks is None:
             args.num_ranks = scheduled.total_slots
         log.info(f"mxkv-launch: {scheduled.describe()}", extra=TO_STDERR)
-    if not args.command:
+    return validate(parser, LaunchPlan.from_arguments(args))
+
+
+def validate(parser: argparse.ArgumentParser, plan: LaunchPlan) -> LaunchPlan:
+    """`plan` checked against the mode (MXKV_MODE) and itself, with what it leaves to the
+    launcher filled in (group jobs by default, the scheduler's address)."""
+    mode = launcher_mode()
+    can = capabilities_of(mode)
+    if plan.serve:
+        check_serve(parser, plan, mode)
+        return replace(plan, ps_host=place_scheduler(parser, plan))
+    if not plan.command:
         parser.error("no command given: mxkv-launch -n 2 -- python train.py")
-    if args.num_ranks is None or args.num_ranks < 1:
+    if plan.num_ranks < 1:
         parser.error("-n (the number of ranks) must be given and at least 1")
-    if args.restarts < 0:
+    if plan.restarts < 0:
         parser.error("--restarts must not be negative")
-    if args.join:
-        check_join(parser, args, mode)
-        return args
-    if args.servers < 0 or args.group_size < 0:
+    if plan.join:
+        check_join(parser, plan, mode)
+        return plan
+    if plan.servers < 0 or plan.group_size < 0:
         parser.error("--servers and --group-size must not be negative")
     remote_centre = can.rma_transport and read_knob("MXKV_TRANSPORT") == "rma"
-    if remote_centre and (args.servers or args.server_hosts or args.group_jobs):
+    if remote_centre and (plan.servers or plan.server_hosts or plan.group_jobs):
         parser.error(
             "MXKV_TRANSPORT=rma keeps easgd's centre variable in MPI windows of the "
             "group leaders, in one MPI job: drop --servers, --server-hosts and "
@@ -517,50 +516,50 @@ def parse_arguments(argv: Optional[List[str]] = None) -> argparse.Namespace:
         )
     groups_without_servers = remote_centre or not can.servers
     if (
-        args.server_hosts or args.group_jobs or (args.group_size and not groups_without_servers)
-    ) and not args.servers:
+        plan.server_hosts or plan.group_jobs or (plan.group_size and not groups_without_servers)
+    ) and not plan.servers:
         parser.error(
             f"--group-size, --server-hosts and --group-jobs need --servers in "
             f"MXKV_MODE={mode} (--group-size without servers: modes "
             f"{_spoken(modes_without('servers'))}, and "
             f"{_spoken(modes_with('rma_transport'))} with MXKV_TRANSPORT=rma)"
         )
-    if args.groups:
+    if plan.groups:
         parser.error("--groups declares the groups of --serve")
-    if args.one_job and not can.group_jobs_by_default:
+    if plan.one_job and not can.group_jobs_by_default:
         parser.error(
             "--one-job chooses one MPI job in the modes "
             f"{', '.join(modes_with('group_jobs_by_default'))}, "
             f"whose groups run as separate jobs by default, and MXKV_MODE is {mode}, "
             "which runs as one MPI job anyway: drop --one-job"
         )
-    if args.group_jobs:
-        check_group_jobs(parser, args, mode)
-    elif args.servers and groups_apart_by_default(args, mode):
-        args.group_jobs = args.group_jobs_by_default = True
-    elif args.servers and not args.dry_run:
-        say_why_one_job(args, mode)
-    if args.servers and not can.servers:
+    if plan.group_jobs:
+        check_group_jobs(parser, plan, mode)
+    elif plan.servers and groups_apart_by_default(plan, mode):
+        plan = replace(plan, group_jobs=True, group_jobs_by_default=True)
+    elif plan.servers and not plan.dry_run:
+        say_why_one_job(plan, mode)
+    if plan.servers and not can.servers:
         unset = "" if knob_is_set("MXKV_MODE") else " (unset)"
         parser.error(
             f"--servers serves the modes {_spoken(modes_with('servers'))}, and MXKV_MODE "
             f"is {mode}{unset}, which uses no parameter server: set MXKV_MODE or drop "
             "--servers"
         )
-    if args.servers and not args.dry_run:  # a dry run starts no scheduler
-        place_scheduler(parser, args)
+    if plan.servers and not plan.dry_run:  # a dry run starts no scheduler
+        plan = replace(plan, ps_host=place_scheduler(parser, plan))
     served_behind_relays = (
-        args.serve
-        and args.ps_host
-        and serve_relays.relays_wanted(args.ps_host, args.trusted_network)
+        plan.serve
+        and plan.ps_host
+        and serve_relays.relays_wanted(plan.ps_host, plan.trusted_network)
     )
-    if args.servers and args.server_hosts and (relays_wanted(args) or served_behind_relays):
+    if plan.servers and plan.server_hosts and (plan.relays_wanted or served_behind_relays):
         parser.error(
             "--server-hosts with ranks on other hosts: the relays that carry ps-lite "
             "between hosts do not place servers on other hosts yet; start the "
             "servers here (drop --server-hosts) or add --trusted-network"
         )
-    return args
+    return plan
 
 
 def _spoken(names: Sequence[str]) -> str:
@@ -568,20 +567,20 @@ def _spoken(names: Sequence[str]) -> str:
     return " and ".join(filter(None, (", ".join(names[:-1]), names[-1])))
 
 
-def place_scheduler(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """Sets args.ps_host to the scheduler's address (ps_address.choose_ps_host), or
-    refuses the job before anything starts."""
-    hosts = [host for host, _ in host_slots(args)] if args.hosts or args.hostfile else []
-    hosts += [host for host in (args.server_hosts or "").split(",") if host]
+def place_scheduler(parser: argparse.ArgumentParser, plan: LaunchPlan) -> str:
+    """The scheduler's address (ps_address.choose_ps_host), or refuses the job before
+    anything starts."""
+    hosts = [host for host, _ in plan.host_slots()] if plan.hosts or plan.hostfile else []
+    hosts += [host for host in (plan.server_hosts or "").split(",") if host]
     try:
-        chosen = choose_ps_host(args.ps_host, hosts)
+        chosen = choose_ps_host(plan.ps_host, hosts)
     except PsHostRefused as refused:
         parser.error(str(refused))
-    if args.ps_host is None and chosen != LOOPBACK:
+    if plan.ps_host is None and chosen != LOOPBACK:
         entry = (
             "this host's relay (ps-lite's way in from the other hosts; ps-lite itself "
             "listens on loopback)"
-            if relays_wanted(args)
+            if plan.relays_wanted
             else "the parameter-server scheduler"
         )
         log.info(
@@ -589,14 +588,14 @@ def place_scheduler(parser: argparse.ArgumentParser, args: argparse.Namespace) -
             "towards the other hosts leaves this machine (--ps-host to choose another)",
             extra=TO_STDERR,
         )
-    args.ps_host = chosen
+    return chosen
 
 
 def check_sync_restarts(
-    parser: argparse.ArgumentParser, args: argparse.Namespace, mode: str, option: str
+    parser: argparse.ArgumentParser, plan: LaunchPlan, mode: str, option: str
 ) -> None:
     """A lost sync group cannot rejoin: the others stop when it is lost."""
-    if capabilities_of(mode).groups_step_together and args.restarts:
+    if capabilities_of(mode).groups_step_together and plan.restarts:
         parser.error(
             f"in MXKV_MODE={mode} the servers wait for every group's gradients at every "
             f"step, so the other groups stop when one is lost and a restarted group "
@@ -614,17 +613,17 @@ def check_separable_mode(parser: argparse.ArgumentParser, mode: str, option: str
         parser.error(f"{option} runs each group as its own MPI job, and {refusal}: drop {option}")
 
 
-def check_serve(parser: argparse.ArgumentParser, args: argparse.Namespace, mode: str) -> None:
+def check_serve(parser: argparse.ArgumentParser, plan: LaunchPlan, mode: str) -> None:
     check_separable_mode(parser, mode, "--serve")
-    if not args.servers or args.groups < 1:
+    if not plan.servers or plan.groups < 1:
         parser.error("--serve needs --servers S and --groups G (how many groups will join)")
     if (
-        args.command
-        or args.join
-        or args.group_jobs
-        or args.one_job
-        or args.group_size
-        or args.check
+        plan.command
+        or plan.join
+        or plan.group_jobs
+        or plan.one_job
+        or plan.group_size
+        or plan.check
     ):
         parser.error(
             "--serve runs the parameter server only: start the groups with "
@@ -632,218 +631,197 @@ def check_serve(parser: argparse.ArgumentParser, args: argparse.Namespace, mode:
         )
 
 
-def check_join(parser: argparse.ArgumentParser, args: argparse.Namespace, mode: str) -> None:
+def check_join(parser: argparse.ArgumentParser, plan: LaunchPlan, mode: str) -> None:
     check_separable_mode(parser, mode, "--join")
-    if args.servers or args.group_size or args.group_jobs or args.one_job or args.groups:
+    if plan.servers or plan.group_size or plan.group_jobs or plan.one_job or plan.groups:
         parser.error(
             "--join runs one group of a served job (-n is its size): drop --servers, "
             "--group-size, --group-jobs, --one-job and --groups"
         )
-    check_sync_restarts(parser, args, mode, "--join")
+    check_sync_restarts(parser, plan, mode, "--join")
 
 
-def groups_apart_by_default(args: argparse.Namespace, mode: str) -> bool:
+def groups_apart_by_default(plan: LaunchPlan, mode: str) -> bool:
     """Whether the groups run as separate MPI jobs without --group-jobs: in the modes whose
     groups can live and die alone (async, asynchronous easgd), unless --one-job, when the
     ranks form more than one group that can be planned (--group-size, or -H/--hostfile
     whose slots add up to -n: one group per host; not both)."""
     if (
-        args.one_job
+        plan.one_job
         or not capabilities_of(mode).group_jobs_by_default
         or separate_groups_refusal(mode, read_knob("MXKV_EASGD_SYNC"), read_knob("MXKV_TRANSPORT"))
     ):
         return False
-    if bool(args.group_size) == bool(args.hosts or args.hostfile):
+    if bool(plan.group_size) == bool(plan.hosts or plan.hostfile):
         return False
-    if not args.group_size and sum(slots for _, slots in host_slots(args)) != args.num_ranks:
+    if not plan.group_size and sum(slots for _, slots in plan.host_slots()) != plan.num_ranks:
         return False
-    return len(plan_group_jobs(args)) > 1
+    return len(plan.group_plans()) > 1
 
 
-def say_why_one_job(args: argparse.Namespace, mode: str) -> None:
+def say_why_one_job(plan: LaunchPlan, mode: str) -> None:
     """A line when hosts are named but the groups of a mode that runs them apart by default
     share one MPI job (so a lost host ends every group): never chosen silently."""
     if (
-        args.one_job
+        plan.one_job
         or not capabilities_of(mode).group_jobs_by_default
-        or not (args.hosts or args.hostfile)
+        or not (plan.hosts or plan.hostfile)
         or separate_groups_refusal(mode, read_knob("MXKV_EASGD_SYNC"), read_knob("MXKV_TRANSPORT"))
     ):
         return
-    slots = sum(slots for _, slots in host_slots(args))
+    slots = sum(slots for _, slots in plan.host_slots())
     why = (
         "both --group-size and the hosts are given"
-        if args.group_size
-        else f"the hosts' slots add up to {slots}, not -n {args.num_ranks}"
+        if plan.group_size
+        else f"the hosts' slots add up to {slots}, not -n {plan.num_ranks}"
     )
     log.warning(
-        f"mxkv-launch: MXKV_MODE={mode}: one MPI job of all {args.num_ranks} ranks, as "
+        f"mxkv-launch: MXKV_MODE={mode}: one MPI job of all {plan.num_ranks} ranks, as "
         f"{why} (one group job per host needs the hosts alone, their slots adding up to "
         "-n): a lost host ends every group; --one-job to choose this without this line"
     )
 
 
-def check_group_jobs(parser: argparse.ArgumentParser, args: argparse.Namespace, mode: str) -> None:
+def check_group_jobs(parser: argparse.ArgumentParser, plan: LaunchPlan, mode: str) -> None:
     """--group-jobs: the modes joined through the parameter server, groups by size."""
     check_separable_mode(parser, mode, "--group-jobs")
-    check_sync_restarts(parser, args, mode, "--group-jobs")
-    if bool(args.group_size) == bool(args.hosts or args.hostfile):
+    check_sync_restarts(parser, plan, mode, "--group-jobs")
+    if bool(plan.group_size) == bool(plan.hosts or plan.hostfile):
         parser.error(
             "--group-jobs needs --group-size (groups of that many ranks) or -H / "
             "--hostfile (one group per host, its slots its ranks), one of them"
         )
-    if not args.group_size and sum(slots for _, slots in host_slots(args)) != args.num_ranks:
+    if not plan.group_size and sum(slots for _, slots in plan.host_slots()) != plan.num_ranks:
         parser.error(
             f"--group-jobs with -H/--hostfile: the hosts' slots must add up to -n "
-            f"{args.num_ranks}, one group per host"
+            f"{plan.num_ranks}, one group per host"
         )
 
 
-def host_slots(args: argparse.Namespace) -> List[Tuple[str, int]]:
-    """(host, slots) of each -H entry (host[:slots], 1 slot if none) or --hostfile line
-    (host_sources.read_mpi_hostfile: host[:slots] or host slots=N)."""
-    if args.hosts:
-        entries = [entry for entry in args.hosts.split(",") if entry]
-        return [
-            (entry.split(":")[0], int(entry.split(":")[1]) if ":" in entry else 1)
-            for entry in entries
-        ]
-    return read_mpi_hostfile(args.hostfile)
-
-
-def plan_group_jobs(args: argparse.Namespace) -> List[GroupPlan]:
-    """Groups of --group-size ranks, or one group per -H/--hostfile host."""
-    if args.group_size:
-        return plan_groups(args.num_ranks, args.group_size)
-    return plan_groups_by_host(host_slots(args))
-
-
 def start_group_jobs(
-    args: argparse.Namespace, mpiexec: str, flavour: str, plans: Optional[List[GroupPlan]] = None
+    plan: LaunchPlan, mpiexec: str, flavour: str, plans: Optional[List[GroupPlan]] = None
 ) -> List[GroupRun]:
     """One MPI job per group of `plans` (default: plan_group_jobs), or, with --dry-run,
     their commands."""
     runs = []
-    for plan in plans or plan_group_jobs(args):
-        sized = argparse.Namespace(
-            **dict(
-                vars(args),
-                num_ranks=plan.size,
-                hostfile=None,
-                hosts=f"{plan.host}:{plan.size}" if plan.host else None,
-            )
+    for group in plans or plan.group_plans():
+        sized = replace(
+            plan,
+            num_ranks=group.size,
+            hostfile=None,
+            hosts=f"{group.host}:{group.size}" if group.host else None,
         )
-        command = [mpiexec, *mpi_arguments(flavour, sized), *wrap_command(args.command)]
-        if args.dry_run:
-            print(f"MXKV_GROUP_JOB={plan.knob} {' '.join(command)}")
+        command = [mpiexec, *mpi_arguments(flavour, sized), *wrap_command(plan.command)]
+        if plan.dry_run:
+            print(f"MXKV_GROUP_JOB={group.knob} {' '.join(command)}")
         else:
-            runs.append(start_group(plan, command, dict(os.environ), flavour))
+            runs.append(start_group(group, command, dict(os.environ), flavour))
     return runs
 
 
 def main(argv: Optional[List[str]] = None) -> None:
     configure_logs(is_rank=False)
-    args = parse_arguments(argv)
+    plan = parse_arguments(argv)
     segments_before = shm_leftovers.segments()
     try:
-        launch(args)
+        launch(plan)
     finally:  # a failed job's ranks, killed, leave MPICH's shared memory behind
         shm_leftovers.remove_left(segments_before)
 
 
-def launch(args: argparse.Namespace) -> None:
+def launch(plan: LaunchPlan) -> None:
     """Runs what the arguments ask for; exits with the job's status."""
     mpiexec = find_mpiexec()
     flavour = _flavour(mpiexec)
     mode = launcher_mode()
-    if args.serve:
+    if plan.serve:
         for name, value in PS_HEARTBEAT.items():  # a joined group may be restarted
             os.environ.setdefault(name, value)
         sys.exit(
             serve(
-                args.groups,
+                plan.groups,
                 mode,
-                args.ps_host,
-                lambda groups: start_servers_or_exit(args, mpiexec, flavour, groups),
-                args.timeout,
-                serve_relays.relays_wanted(args.ps_host, args.trusted_network),
+                plan.scheduler_host,
+                lambda groups: start_servers_or_exit(plan, mpiexec, flavour, groups),
+                plan.timeout,
+                serve_relays.relays_wanted(plan.scheduler_host, plan.trusted_network),
             )
         )
-    if args.check and not args.dry_run and not check_reachability(args, mpiexec, flavour):
+    if plan.check and not plan.dry_run and not check_reachability(plan, mpiexec, flavour):
         sys.exit(1)
-    if args.group_size:
-        os.environ["MXKV_GROUP_SIZE"] = str(args.group_size)
+    if plan.group_size:
+        os.environ["MXKV_GROUP_SIZE"] = str(plan.group_size)
     mpi_settings.choose(read_knob("MXKV_TRANSPORT"))  # for every rank this starts
-    if args.auto:
+    if plan.auto:
         os.environ["MXKV_AUTO"] = "1"
         log.info(
             "mxkv-launch --auto: MXKV_AUTO=1 for every rank: stores 'local'/'device' -> "
             "'hybrid', shuffled ImageRecordIter/DataLoader sharded by rank, --gpus LIST -> "
             "the rank's share"
         )
-    command = [mpiexec, *mpi_arguments(flavour, args), *wrap_command(args.command)]
-    if args.dry_run:
-        if args.group_jobs:
-            start_group_jobs(args, mpiexec, flavour)
+    command = [mpiexec, *mpi_arguments(flavour, plan), *wrap_command(plan.command)]
+    if plan.dry_run:
+        if plan.group_jobs:
+            start_group_jobs(plan, mpiexec, flavour)
         else:
             print(" ".join(command))
         return
-    if args.restarts and (args.group_jobs or args.join):
+    if plan.restarts and (plan.group_jobs or plan.join):
         for name, value in PS_HEARTBEAT.items():
             os.environ.setdefault(name, value)
-    if args.join:
-        lost_ranks = open_link(args)
+    if plan.join:
+        lost_ranks = open_link(plan)
         code = join_group(
-            args.join,
-            args.num_ranks,
+            plan.join,
+            plan.num_ranks,
             mode,
             command,
             flavour,
-            args.timeout,
-            args.restarts,
+            plan.timeout,
+            plan.restarts,
             read_knob("MXKV_PS_TIMEOUT"),
             lost_ranks,
         )
         lost_ranks.link.close()
         sys.exit(code)
-    if args.group_jobs:
-        if args.group_jobs_by_default:
+    if plan.group_jobs:
+        if plan.group_jobs_by_default:
             log.info(
-                f"mxkv-launch: MXKV_MODE={mode}: each of the {len(plan_group_jobs(args))} "
+                f"mxkv-launch: MXKV_MODE={mode}: each of the {len(plan.group_plans())} "
                 "groups runs as its own MPI job, joined to the others through the parameter "
                 "server (--one-job: one MPI job)",
                 extra=TO_STDERR,
             )
-        lost_ranks = open_link(args)
-        code = run_group_jobs(args, mpiexec, flavour, mode, lost_ranks)
+        lost_ranks = open_link(plan)
+        code = run_group_jobs(plan, mpiexec, flavour, mode, lost_ranks)
         lost_ranks.link.close()
         merge_timeline()
         sys.exit(code)
-    lost_ranks = open_link(args)
-    restarts = Restarts.for_job(args.restarts, os.environ)
-    code = run_with_restarts(args, command, mpiexec, flavour, restarts, lost_ranks)
+    lost_ranks = open_link(plan)
+    restarts = Restarts.for_job(plan.restarts, os.environ)
+    code = run_with_restarts(plan, command, mpiexec, flavour, restarts, lost_ranks)
     lost_ranks.link.close()
     sys.exit(code)
 
 
 def run_group_jobs(
-    args: argparse.Namespace, mpiexec: str, flavour: str, mode: str, lost_ranks: LostRanks
+    plan: LaunchPlan, mpiexec: str, flavour: str, mode: str, lost_ranks: LostRanks
 ) -> int:
     """The servers and one MPI job per group until they are over; a group lost before the
     groups met at the servers is left out, and the others are started again without it
     (with fresh servers: ps-lite cannot lower its count of workers). Returns the exit
     status."""
-    plans = plan_group_jobs(args)
-    restarts = Restarts.for_job(args.restarts, os.environ)
-    deadline = None if args.timeout is None else time.monotonic() + args.timeout
+    plans = plan.group_plans()
+    restarts = Restarts.for_job(plan.restarts, os.environ)
+    deadline = None if plan.timeout is None else time.monotonic() + plan.timeout
     left_out: List[str] = []
     while True:
-        helpers = start_servers_or_exit(args, mpiexec, flavour, len(plans), plans)
+        helpers = start_servers_or_exit(plan, mpiexec, flavour, len(plans), plans)
         lost_ranks.link.forget_meeting()
-        lost_ranks.link.forget(list(range(args.num_ranks)))
+        lost_ranks.link.forget(list(range(plan.num_ranks)))
         left = None if deadline is None else max(0.0, deadline - time.monotonic())
         ended = supervise_groups(
-            start_group_jobs(args, mpiexec, flavour, plans),
+            start_group_jobs(plan, mpiexec, flavour, plans),
             helpers,
             left,
             restarts,
@@ -856,41 +834,43 @@ def run_group_jobs(
             if left_out:
                 say(f"left out before the groups met: {', '.join(left_out)}")
             return ended.code or (1 if left_out else 0)
-        left_out += [plan.describe_where() for plan in ended.left_out]
+        left_out += [group.describe_where() for group in ended.left_out]
         plans = without(plans, ended.left_out)
-        lost_ranks.expect_only({rank: plan.host for plan in plans for rank in plan.members})
+        lost_ranks.expect_only({rank: group.host for group in plans for rank in group.members})
         say(
             f"starting {len(plans)} group(s) of {plans[0].ranks} rank(s) again: "
-            + ", ".join(plan.describe_where() for plan in plans)
+            + ", ".join(group.describe_where() for group in plans)
         )
 
 
-def ready_host_of(plan: GroupPlan, deadline: float, helpers: List[Node]) -> Optional[str]:
+def ready_host_of(group: GroupPlan, deadline: float, helpers: List[Node]) -> Optional[str]:
     """Before a group starts again: blocks until its host's relay answers (started again
     where it is not running: one cut off from the job has ended itself), or until
     `deadline`. Returns None when the host is ready (or has no relay), else why not."""
     for node in helpers:
-        if isinstance(node, RelayNode) and node.host_name == plan.host and not node.vital:
+        if isinstance(node, RelayNode) and node.host_name == group.host and not node.vital:
             assert node.owner is not None
             return node.owner.wait_until_answering(node, deadline)
     return None
 
 
-def check_reachability(args: argparse.Namespace, mpiexec: str, flavour: str) -> bool:
+def check_reachability(plan: LaunchPlan, mpiexec: str, flavour: str) -> bool:
     """--check on several hosts: whether every host (-H / --hostfile, --server-hosts)
     reaches this machine and every other one, before any MPI job (reach_check); says so."""
     hosts = list(
-        dict.fromkeys([host for host, _ in host_slots(args)] if args.hosts or args.hostfile else [])
+        dict.fromkeys(
+            [host for host, _ in plan.host_slots()] if plan.hosts or plan.hostfile else []
+        )
     )
-    hosts += [host for host in (args.server_hosts or "").split(",") if host and host not in hosts]
+    hosts += [host for host in (plan.server_hosts or "").split(",") if host and host not in hosts]
     try:
         if not remote_hosts(hosts):
             return True
-        check = ReachCheck(args.ps_host or choose_ps_host(None, hosts), hosts)
+        check = ReachCheck(plan.ps_host or choose_ps_host(None, hosts), hosts)
     except PsHostRefused as refused:
         sys.exit(f"mxkv-launch: {refused}")
-    placed = argparse.Namespace(
-        num_ranks=len(hosts), hosts=",".join(f"{h}:1" for h in hosts), hostfile=None
+    placed = replace(
+        plan, num_ranks=len(hosts), hosts=",".join(f"{h}:1" for h in hosts), hostfile=None
     )
     probes = spawn(
         [mpiexec, *mpi_arguments(flavour, placed), *probe_command(check)],
@@ -924,21 +904,21 @@ def check_reachability(args: argparse.Namespace, mpiexec: str, flavour: str) -> 
     return not problems
 
 
-def open_link(args: argparse.Namespace) -> LostRanks:
+def open_link(plan: LaunchPlan) -> LostRanks:
     """The launcher's link with every rank (MXKV_LAUNCHER_LINK), on the address every
     host reaches this machine at, and the ranks expected to call it from other hosts."""
-    entries = host_slots(args) if args.hosts or args.hostfile else []
+    entries = plan.host_slots() if plan.hosts or plan.hostfile else []
     try:
-        address = args.ps_host or choose_ps_host(None, [host for host, _ in entries])
+        address = plan.ps_host or choose_ps_host(None, [host for host, _ in entries])
         remote = set(remote_hosts([host for host, _ in entries]))
     except PsHostRefused as refused:
         sys.exit(f"mxkv-launch: {refused}")
     link = LinkServer(address)
     os.environ["MXKV_LAUNCHER_LINK"] = link.address
     placed = [host for host, slots in entries for _ in range(slots)]
-    runs_the_plugin = any("mxkv_hybrid" in part for part in wrap_command(args.command))
+    runs_the_plugin = any("mxkv_hybrid" in part for part in wrap_command(plan.command))
     expected = (
-        {rank: placed[rank % len(placed)] for rank in range(args.num_ranks)}
+        {rank: placed[rank % len(placed)] for rank in range(plan.num_ranks)}
         if placed and runs_the_plugin
         else {}
     )
@@ -950,7 +930,7 @@ def open_link(args: argparse.Namespace) -> LostRanks:
 
 
 def start_servers_or_exit(
-    args: argparse.Namespace,
+    plan: LaunchPlan,
     mpiexec: str,
     flavour: str,
     groups: Optional[int] = None,
@@ -958,16 +938,16 @@ def start_servers_or_exit(
 ) -> List[Node]:
     """The parameter-server processes of --servers (none without it), for `groups` groups
     (default: as the ranks are grouped in one MPI job)."""
-    if not args.servers:
+    if not plan.servers:
         return []
     try:
-        return start_parameter_servers(args, groups or count_groups(args), mpiexec, flavour, plans)
+        return start_parameter_servers(plan, groups or plan.count_groups(), mpiexec, flavour, plans)
     except RuntimeError as err:
         sys.exit(f"mxkv-launch: could not start the parameter server: {err}")
 
 
 def run_with_restarts(
-    args: argparse.Namespace,
+    plan: LaunchPlan,
     command: List[str],
     mpiexec: str,
     flavour: str,
@@ -976,14 +956,14 @@ def run_with_restarts(
 ) -> int:
     """Runs the job (and its parameter servers), and while `restarts` allows starts a failed
     job again with fresh servers, MXKV_ATTEMPT counting the starts; --timeout bounds them all."""
-    deadline = None if args.timeout is None else time.monotonic() + args.timeout
+    deadline = None if plan.timeout is None else time.monotonic() + plan.timeout
     attempt = 0
     while True:
-        helpers = start_servers_or_exit(args, mpiexec, flavour)
+        helpers = start_servers_or_exit(plan, mpiexec, flavour)
         if lost_ranks is not None:
-            lost_ranks.link.forget(list(range(args.num_ranks)))
+            lost_ranks.link.forget(list(range(plan.num_ranks)))
         job = start("MPI job", command, dict(os.environ, MXKV_ATTEMPT=str(attempt)))
-        code = supervise(job, helpers, args.timeout, args.num_ranks, deadline, lost_ranks)
+        code = supervise(job, helpers, plan.timeout, plan.num_ranks, deadline, lost_ranks)
         if code in (0, 124, 130) or not restarts.allows(attempt):
             return code
         attempt += 1
