@@ -2,6 +2,7 @@
 of the table below, each member table built as the link would write it, with the state,
 the exit status and the sentence the user reads."""
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
@@ -10,7 +11,15 @@ import pytest
 
 from mxkv_hybrid.launch.control.members import Member, MemberTable, Phase, rank_member
 from mxkv_hybrid.launch.control.timing import EXIT_GRACE_SECONDS, HEARD_SECONDS
-from mxkv_hybrid.launch.control.verdict import Job, State, first_to_end, judge, judge_silence
+from mxkv_hybrid.launch.control.verdict import (
+    HelperState,
+    Job,
+    State,
+    first_to_end,
+    judge,
+    judge_helpers,
+    judge_silence,
+)
 
 BOUND = 5.0  # MXKV_LOST_SECONDS
 NOW = 1000.0  # the launcher's clock at the verdict
@@ -176,3 +185,15 @@ def test_the_first_to_end_is_named_with_its_lead_unless_the_launcher_ended_it():
     )
     assert first_to_end(rows, [0, 1], before=NOW - 3) is None  # the launcher's own doing
     assert first_to_end(rows, [0]) == "rank 0 on h1 ended first (its link closed)"
+
+
+def test_a_vital_helper_that_failed_ends_the_job_and_a_relay_does_not():
+    server = HelperState("parameter server 0", 41, None, vital=True)
+    relay = HelperState("relay on h2", 42, -9, vital=False)
+    assert judge_helpers([server, relay], "ranks").alive
+    failed = judge_helpers([relay, dataclasses.replace(server, status=-9)], "ranks")
+    assert (failed.state, failed.status) == (State.FAILED, 1)
+    assert failed.sentence == (
+        "the parameter server 0 (pid 41) exited with status -9 while the ranks were running"
+    )
+    assert judge_helpers([dataclasses.replace(server, status=0)], "ranks").alive  # it left

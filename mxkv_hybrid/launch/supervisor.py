@@ -4,7 +4,8 @@ server's processes, the --timeout deadline and the signals that stop the launche
 
     code = supervise(work, helpers, deadline, timeout)
 
-Each tick: a dead vital helper is named (even when the work failed at the same time) and
+Each tick: a dead vital helper is named (control/verdict.judge_helpers; even when the work
+failed at the same time) and
 ends the supervision (one that is not vital does what its after_exit says); otherwise the
 work's own poll (its lost hosts, failed ranks, orders) may end it with an exit status;
 otherwise the deadline; then the work waits for news.
@@ -16,6 +17,7 @@ import threading
 import time
 from typing import List, Optional, Protocol
 
+from .control.verdict import HelperState, judge_helpers
 from .processes import Node, Terminated, stop_on_signals
 
 log = logging.getLogger(__name__)
@@ -51,18 +53,17 @@ def supervise(
     stop_on_signals()
     try:
         while True:
-            dead = [h for h in helpers if h.vital and h.process.poll() not in (None, 0)]
+            states = [
+                HelperState(h.name, h.process.pid, h.process.poll(), h.vital) for h in helpers
+            ]
+            helpers_verdict = judge_helpers(states, work.running)
             for helper in helpers:
                 if not helper.vital and helper.process.poll() is not None:
                     helper.after_exit()
             code = work.poll()
-            if dead:
-                say(
-                    f"the {dead[0].name} (pid {dead[0].process.pid}) exited with status "
-                    f"{dead[0].process.returncode} while the {work.running} were running; "
-                    f"{work.stopping}"
-                )
-                return code or 1
+            if not helpers_verdict.alive:
+                say(f"{helpers_verdict.sentence}; {work.stopping}")
+                return code or helpers_verdict.status
             if code is not None:
                 return code
             if deadline is not None and time.monotonic() > deadline:

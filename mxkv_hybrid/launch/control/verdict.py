@@ -102,6 +102,32 @@ def judge(
     return ALIVE
 
 
+@dataclass(frozen=True)
+class HelperState:
+    """A process the launcher started beside the ranks (the scheduler, a parameter server,
+    a relay): its name, pid, exit status (None while it runs) and whether the job needs it."""
+
+    name: str
+    pid: int
+    status: Optional[int]
+    vital: bool
+
+
+def judge_helpers(helpers: Iterable[HelperState], running: str) -> Verdict:
+    """Failed when a vital helper exited with a non-zero status while the `running` (what
+    runs: 'ranks', 'groups') were running; a relay, not vital, is started again instead
+    (and judged through `relay_crash`)."""
+    for helper in helpers:
+        if helper.vital and helper.status not in (None, 0):
+            return Verdict(
+                State.FAILED,
+                f"the {helper.name} (pid {helper.pid}) exited with status {helper.status} "
+                f"while the {running} were running",
+                1,
+            )
+    return ALIVE
+
+
 def judge_silence(row: Member, bound: float, now: float) -> Verdict:
     """The verdict on one member heard from on its own connection (a --join-ed group's
     launcher): lost once silent for the bound, else alive."""
