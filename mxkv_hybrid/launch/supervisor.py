@@ -4,10 +4,10 @@ server's processes, the --timeout deadline and the signals that stop the launche
 
     code = supervise(work, helpers, deadline, timeout)
 
-Each tick: a dead vital helper is named (control/verdict.judge_helpers; even when the work
-failed at the same time) and
-ends the supervision (one that is not vital does what its after_exit says); otherwise the
-work's own poll (its lost hosts, failed ranks, orders) may end it with an exit status;
+Each tick: a dead vital helper is named (control/verdict.judge_helpers; even when the
+work failed at the same time) and ends the supervision (one that is not vital does what
+its after_exit says); otherwise the work's own poll (its lost hosts, failed ranks, orders)
+may end it with an exit status;
 otherwise the deadline; then the work waits for news.
 The caller ends what is left. Exit statuses: the work's, 1 for a dead helper, 124
 timeout, 130 stopped by a signal."""
