@@ -388,6 +388,25 @@ CELLS: List[Cell] = [
         ci=True,
     ),
     Cell(
+        "kill-rank",
+        "relays",
+        "easgd",
+        "after another group rejoined",
+        "the group is not restarted: ps-lite's scheduler takes one rejoining node in its "
+        "life (a second aborts it); the others finish",
+        1,
+        (
+            (
+                rf"{LOST}its MPI job exited with status \d+.*; not restarted: group 2 \(ranks "
+                r"4-5\) rejoined the servers once already, and ps-lite's scheduler takes one "
+                r"rejoining node in its life .*; the other groups go on"
+            ),
+            rf"1 of 3 groups lost: {GROUP}",
+        ),
+        ci=True,
+        absent=(r"scheduler \(pid \d+\) exited with status",),
+    ),
+    Cell(
         "kill-launcher",
         "relays",
         "easgd",

@@ -27,12 +27,14 @@ from fault_matrix import (
 )
 
 from mxkv_hybrid.capabilities import CAPABILITIES
-from mxkv_hybrid.testing.faults import send
+from mxkv_hybrid.testing.faults import kill_a_rank, send
 
 from conftest import wait_for_line
 from emulated import HostLauncher, Job, assert_nothing_left, on_emulated_hosts
 
 EPOCHS = 30
+# a moment that comes later in the job trains longer: another group's restart comes first
+EPOCHS_AT = {"after another group rejoined": 90}
 TIMEOUT = 150  # the job's --timeout: a cell that reaches it fails
 # examples/benchmarks/fault_matrix.py sets it: each cell appends its figures there (JSON lines)
 RESULTS = os.environ.get("FAULT_MATRIX_RESULTS")
@@ -99,12 +101,22 @@ def _during_a_restart(job, cluster) -> None:
     wait_until(lambda: set(pids(cluster, TARGET, "mxkv_hybrid.run")) - before, 60, "h2's new ranks")
 
 
+def _after_another_group_rejoined(job, cluster) -> None:
+    """A rank of h3 killed mid-training, and its group (2, ranks 4-5) back in the job: its
+    leader rejoined the servers' model, ps-lite's scheduler taking it as a recovering node."""
+    job.wait_for(r"^\[0\] epoch  3/", seconds=120)
+    kill_a_rank(cluster, "h3")
+    job.wait_for(r"group 2 \(ranks 4-5\) restarted \(restart 1\): it rejoins", seconds=60)
+    job.wait_for(r"^\[4\] mxkv_hybrid: group 2 rejoins \(restart 1\)", seconds=60)
+
+
 MOMENTS: Dict[str, Callable[[object, object], None]] = {
     "mid-training": _mid_training,
     "while ranks start": _while_ranks_start,
     "before the groups meet": _before_the_groups_meet,
     "at the finish line": _at_the_finish_line,
     "during a restart": _during_a_restart,
+    "after another group rejoined": _after_another_group_rejoined,
 }
 
 
@@ -129,7 +141,7 @@ def job_options(cell: Cell) -> List[str]:
 @pytest.mark.parametrize("cell", _parameters())
 def test_cell(cell: Cell, make_cluster):
     cluster = make_cluster(3, rate_mbit=1000)
-    program = ["examples/train_digits.py", "--epochs", str(EPOCHS)]
+    program = ["examples/train_digits.py", "--epochs", str(EPOCHS_AT.get(cell.moment, EPOCHS))]
     env = {"MXKV_MODE": cell.mode, "MXKV_HOST_RETURN_SECONDS": str(HOST_RETURN_SECONDS)}
     if cell.path == "serve-join":
         launcher = ServedJob(cluster, program, env)

@@ -238,11 +238,13 @@ def _lost(
     ended_first: Optional[str],
     found: Verdict = ALIVE,
     failed: Optional[Member] = None,
+    no_restart: Optional[str] = None,
 ) -> None:
     """Reports a lost group (`found`: the verdict that ended its MPI job, if one did, else
     its job exited by itself; `failed`: its first rank whose script reported a failure;
     `ended_first`: its rank that ended first, as the link tells) and, while restarts are
-    left, schedules its restart and starts readying its host for it."""
+    left and nothing rules one out (`no_restart`: why not), schedules its restart and
+    starts readying its host for it."""
     if not found.alive:
         why = f"{found.sentence}, and its MPI job was ended"
     else:
@@ -250,11 +252,13 @@ def _lost(
         why = f"its MPI job exited with status {run.code}" + (f"; {first}" if first else "")
     verb = "failed" if found.state is State.FAILED else "was lost"
     line = f"{run.plan.describe_where()} {verb}: {why}"
-    if restarts.allows(run.attempt):
+    if restarts.allows(run.attempt) and no_restart is None:
         run.restart_at = time.monotonic() + restarts.delay
         run.readiness = HostReadiness(run.plan, ready, run.restart_at + restarts.host_wait)
         line += f"; restarting it in {restarts.delay:g} s ({restarts.describe(run.attempt + 1)})"
-    elif others_running:
+    elif restarts.allows(run.attempt):
+        line += f"; not restarted: {no_restart}"
+    if run.restart_at is None and others_running:
         line += "; the other groups go on"
     say(line)
 
@@ -329,6 +333,7 @@ class GroupJobs:
         self.ready, self.helpers = ready, helpers
         self.stop_order, self.lost_ranks, self.met = stop_order, lost_ranks, met
         self.left_out: List[GroupPlan] = []
+        self.rejoined: Optional[str] = None  # the group that used the scheduler's recovery
 
     def poll(self) -> Optional[int]:
         for index, run in enumerate(self.runs):
@@ -385,6 +390,7 @@ class GroupJobs:
             _left_out(run, found)
             self.left_out.append(run.plan)
             return None
+        rejoins = self.met()  # (a restart before the groups met registers as at the start)
         _lost(
             run,
             self.restarts,
@@ -393,7 +399,10 @@ class GroupJobs:
             ended_first,
             found,
             first_failed,
+            self._why_no_rejoin() if rejoins else None,
         )
+        if run.restart_at is not None and rejoins:
+            self.rejoined = run.plan.describe()
         if run.restart_at is None and lost_ranks is not None:
             lost_ranks.link.give_up(run.plan.group)
         if run.restart_at is None and (self.together or before_meeting):
@@ -421,6 +430,18 @@ class GroupJobs:
             job = Job(list(run.plan.members), run.started, {}, False)
             return judge({}, job, math.inf, time.monotonic(), relay_crash)
         return self.lost_ranks.judge(run.plan.members, run.started, False, relay_crash)
+
+    def _why_no_rejoin(self) -> Optional[str]:
+        """Why a group lost after the groups met cannot rejoin, or None: ps-lite's scheduler
+        takes one recovering node in its life. Its list of them (Van::Receiving's
+        recovery_nodes) is never cleared, and a second recovery aborts it (van.cc: 'Check
+        failed: recovery_nodes->control.node.size() == 1 (2 vs. 1)'), which ends every group."""
+        if self.rejoined is None:
+            return None
+        return (
+            f"{self.rejoined} rejoined the servers once already, and ps-lite's scheduler takes "
+            "one rejoining node in its life (a second aborts it, and every group with it)"
+        )
 
     def _give_up(self, run: GroupRun, why: str) -> bool:
         """A lost group whose host did not come back for its restart: given up. Returns
