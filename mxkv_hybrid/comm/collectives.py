@@ -82,7 +82,9 @@ class TensorCollectives:
         self._comm = comm
         if config.overlap:
             _require_thread_multiple()
-        self._impl = extension().TensorCollectives(
+        built = extension()
+        self._mpi_failure = built.MPIFailure  # an MPI call that failed at run time
+        self._impl = built.TensorCollectives(
             comm.py2f(),
             config.bucket_bytes,
             config.algorithm,
@@ -309,7 +311,7 @@ class TensorCollectives:
                 op, "collective", keys=len(keys)
             ):
                 agreed = call()
-        except extension().MPIFailure as failure:
+        except self._mpi_failure as failure:
             raise RankLostError(
                 f"{op} of {len(keys)} key(s) failed inside MPI "
                 f"({str(failure).splitlines()[0]}): a rank of this job ended or the link to it "

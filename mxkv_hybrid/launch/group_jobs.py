@@ -8,7 +8,6 @@ ranks' numbers, as one job would print them. The launcher names each lost group 
 first of its ranks to end, and exits non-zero when any group was lost.
 """
 
-import math
 import re
 import socket
 import subprocess
@@ -21,11 +20,11 @@ from typing import BinaryIO, Callable, Dict, List, Optional, Tuple
 from .control.members import Member
 from .control.restarts import Restarts
 from .control.timing import LINK_CLOSE_SECONDS
-from .control.verdict import ALIVE, Job, State, Verdict, judge
+from .control.verdict import ALIVE, State, Verdict, judge_relay
 from .lost_hosts import LostRanks
 from .processes import GRACE_SECONDS, Node, end_process_group, spawn
 from .rank_watch import RankWatch, wait_for_any
-from .relay_setup import crashed_relay
+from .relay_setup import relay_crash
 from .supervisor import OUTPUT_LOCK, say, supervise
 
 LOST_STATUS = 1  # a group job ended because its host was lost (the same on every host)
@@ -418,18 +417,12 @@ class GroupJobs:
 
     def _judge(self, run: GroupRun) -> Verdict:
         """The verdict on a running group (its ranks; its host's relay, if it crashed)."""
-        relay = None
+        crash = None
         if run.plan.host is not None:  # (else its ranks run where mpiexec put them)
-            relay = crashed_relay(self.helpers, run.started, run.plan.host)
-        relay_crash = (
-            f"the relay on {run.plan.host} exited with status {relay.crashed[0]}"
-            if relay is not None and relay.crashed is not None
-            else None
-        )
+            crash = relay_crash(self.helpers, run.started, run.plan.host)
         if self.lost_ranks is None:
-            job = Job(list(run.plan.members), run.started, {}, False)
-            return judge({}, job, math.inf, time.monotonic(), relay_crash)
-        return self.lost_ranks.judge(run.plan.members, run.started, False, relay_crash)
+            return judge_relay(crash)
+        return self.lost_ranks.judge(run.plan.members, run.started, False, crash)
 
     def _why_no_rejoin(self) -> Optional[str]:
         """Why a group lost after the groups met cannot rejoin, or None: ps-lite's scheduler

@@ -16,7 +16,6 @@ failure, timeout, Ctrl-C or SIGTERM.
 import argparse
 import functools
 import logging
-import math
 import os
 import shutil
 import socket
@@ -63,10 +62,10 @@ from .reach_check import ReachCheck, probe_command
 from .relay_setup import (
     RelayNode,
     Relays,
-    crashed_relay,
     node_environment,
     one_job_leader_hosts,
     plan_nodes,
+    relay_crash,
     server_environment,
 )
 from .serve_join import join_group, serve
@@ -168,17 +167,11 @@ class OneJob:
         code = self.job.process.poll()
         if code is not None:
             return code
-        relay = crashed_relay(self.helpers, self.started)
-        relay_crash = (
-            f"the {relay.name} exited with status {relay.crashed[0]}"
-            if relay is not None and relay.crashed is not None
-            else None
-        )
+        crash = relay_crash(self.helpers, self.started)
         if self.lost_ranks is not None:
-            found = self.lost_ranks.judge(self.ranks, self.started, True, relay_crash)
+            found = self.lost_ranks.judge(self.ranks, self.started, True, crash)
         else:  # no link: no member to judge but its relays
-            job = verdict.Job(list(self.ranks), self.started, {}, True)
-            found = verdict.judge({}, job, math.inf, time.monotonic(), relay_crash)
+            found = verdict.judge_relay(crash)
         if found.alive:
             return None
         consequence = (

@@ -126,7 +126,7 @@ class RelayNode(Node):
 
     def after_exit(self) -> None:
         """A relay that crashed (note_crash) is started again, in a thread, RELAY_RESTARTS
-        times at most; its host's groups may have lost messages (crashed_relay)."""
+        times at most; its host's groups may have lost messages (relay_crash)."""
         if not self.busy.acquire(blocking=False):
             return  # being started again already
         assert self.owner is not None
@@ -148,12 +148,11 @@ class RelayNode(Node):
         threading.Thread(target=self.owner.restart_crashed, args=(self,), daemon=True).start()
 
 
-def crashed_relay(
-    helpers: Sequence[Node], since: float, host: Optional[str] = None
-) -> Optional[RelayNode]:
-    """The relay among `helpers` (of `host`, or of any host) that crashed after `since`
-    (time.monotonic()), or None: a relay that ends mid-connection may lose the ps-lite
-    messages it carried, which ps-lite never sends again."""
+def relay_crash(helpers: Sequence[Node], since: float, host: Optional[str] = None) -> Optional[str]:
+    """How the relay among `helpers` (of `host`, or of any host) that crashed after `since`
+    (time.monotonic()) ended ('the relay on h2 exited with status -9'), or None: a relay
+    that ends mid-connection may lose the ps-lite messages it carried, which ps-lite never
+    sends again."""
     for helper in helpers:
         if (
             isinstance(helper, RelayNode)
@@ -161,7 +160,7 @@ def crashed_relay(
             and helper.crashed[1] > since
             and host in (None, helper.host_name)
         ):
-            return helper
+            return f"the {helper.name} exited with status {helper.crashed[0]}"
     return None
 
 

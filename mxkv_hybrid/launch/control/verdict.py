@@ -79,13 +79,9 @@ def judge(
         return Verdict(State.LOST, f"{lost}: its host is cut off or dead", 1)
     if job.one_world and (reason := _ended_beside_silence(rows, job, now)):
         return Verdict(State.LOST, reason, 1)
-    if relay_crash:
-        return Verdict(
-            State.STRANDED,
-            f"{relay_crash}, and ps-lite's messages through it may be lost (the leaders "
-            "would wait for them until MXKV_PS_TIMEOUT)",
-            1,
-        )
+    stranded_by_relay = judge_relay(relay_crash)
+    if not stranded_by_relay.alive:
+        return stranded_by_relay
     failed = first_failed(rows, job.keys, now, EXIT_GRACE_SECONDS)
     if failed:
         return Verdict(
@@ -100,6 +96,19 @@ def judge(
     if stranded:
         return Verdict(State.STRANDED, stranded, 1)
     return ALIVE
+
+
+def judge_relay(relay_crash: Optional[str]) -> Verdict:
+    """Stranded when the relay carrying a job's ps-lite messages crashed (`relay_crash`: how
+    it ended), else alive: the whole verdict of a job without the launcher's link."""
+    if not relay_crash:
+        return ALIVE
+    return Verdict(
+        State.STRANDED,
+        f"{relay_crash}, and ps-lite's messages through it may be lost (the leaders would "
+        "wait for them until MXKV_PS_TIMEOUT)",
+        1,
+    )
 
 
 @dataclass(frozen=True)
