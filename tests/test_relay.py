@@ -211,5 +211,5 @@ def test_a_relay_says_ready_to_its_starter_at_every_log_level(tmp_path, monkeypa
     plan_path.write_text(RelayPlan(Endpoint(HOST, free_port(HOST)), frozenset(), {}).to_json())
     command = [sys.executable, "-m", "mxkv_hybrid.launch.relay", "--plan", str(plan_path)]
     monkeypatch.setenv("MXKV_LOG_LEVEL", "error")
-    relay = start_ready("quiet relay", [*command, "--key", key], key_text="")
+    relay = start_ready("quiet relay", [*command, "--key", key], "", os.environ)
     end_process_group(relay, grace=0)

@@ -25,7 +25,7 @@ import time
 from dataclasses import replace
 from typing import List, Optional, Sequence
 
-from .. import mpi_settings, timeline_parts
+from .. import timeline_parts
 from ..capabilities import capabilities_of, modes_with, modes_without
 from ..config import LOG_LEVELS, knob_is_set, launcher_mode, read_knob, separate_groups_refusal
 from ..logs import TO_STDERR, set_level
@@ -36,7 +36,7 @@ from . import serve_relays, shm_leftovers, supervisor
 from .control import verdict
 from .control.link import LinkServer
 from .control.restarts import Restarts
-from .control.timing import LINK_CLOSE_SECONDS, PS_HEARTBEAT
+from .control.timing import LINK_CLOSE_SECONDS
 from .group_jobs import (
     GroupPlan,
     GroupRun,
@@ -45,6 +45,7 @@ from .group_jobs import (
     without,
 )
 from .host_sources import MalformedHosts, hosts_from_environment, read_mpi_hostfile
+from .job_environment import JobEnvironment
 from .launch_plan import LaunchPlan
 from .lost_hosts import LostRanks
 from .processes import (
@@ -240,17 +241,16 @@ def start_parameter_servers(
     num_groups: int,
     mpiexec: str,
     flavour: str,
+    environment: JobEnvironment,
     plans: Optional[List[GroupPlan]] = None,
 ) -> List[Node]:
-    """The scheduler (here, listening on --ps-host) and --servers servers; sets the DMLC_*
-    variables the ranks inherit."""
-    os.environ.update(
-        {
-            "DMLC_NUM_SERVER": str(plan.servers),
-            "DMLC_NUM_WORKER": str(num_groups),
-            "DMLC_ROLE": "worker",
-        }
-    )
+    """The scheduler (here, listening on --ps-host) and --servers servers; hands their
+    DMLC_* settings to `environment`, for the ranks started after them."""
+    servers = {
+        "DMLC_NUM_SERVER": str(plan.servers),
+        "DMLC_NUM_WORKER": str(num_groups),
+        "DMLC_ROLE": "worker",
+    }
     relays: List[Node] = []  # started first; listed after the scheduler and servers
     table = None
     if plan.relays_wanted:  # ps-lite on loopback, between hosts through the relays
@@ -262,8 +262,8 @@ def start_parameter_servers(
         table, names = plan_nodes(
             plan.scheduler_host, leader_hosts, plan.servers, plan.restarts if plans else 0
         )
-        os.environ.update(node_environment(table))
-        relays += Relays(table, names, mpiexec).nodes
+        servers.update(node_environment(table))
+        relays += Relays(table, names, mpiexec, environment.for_helpers()).nodes
         log.info(
             f"mxkv-launch: ps-lite listens on loopback on each of the {len(names)} hosts; "
             f"relays carry it between them over TLS with this job's key (port "
@@ -274,34 +274,30 @@ def start_parameter_servers(
         table = serve_relays.plan_serving_nodes(
             plan.scheduler_host, plan.servers
         )  # the groups' later
-        os.environ.update(node_environment(table))
+        servers.update(node_environment(table))
     else:
-        os.environ.update(
+        servers.update(
             {
                 "DMLC_PS_ROOT_URI": plan.scheduler_host,
                 "DMLC_PS_ROOT_PORT": str(free_port(plan.scheduler_host)),
             }
         )
         if plan.ps_interface:
-            os.environ["DMLC_INTERFACE"] = plan.ps_interface
+            servers["DMLC_INTERFACE"] = plan.ps_interface
         # otherwise every ps-lite node announces the address its host reaches the scheduler
         # from (network.py, at the package's import): loopback when it runs here
+    environment.serve_with(servers)
     node = [sys.executable, "-m", "mxkv_hybrid.ps.server"]
     nodes: List[Node] = []
     try:
         scheduler = start(
             "parameter-server scheduler",
             [sys.executable, scheduler_script.__file__],
-            dict(os.environ, DMLC_ROLE="scheduler"),
+            environment.for_ranks(DMLC_ROLE="scheduler"),
         )
         nodes.append(scheduler)
-        wait_until_listening(
-            scheduler,
-            os.environ["DMLC_PS_ROOT_URI"],
-            int(os.environ["DMLC_PS_ROOT_PORT"]),
-            timeout=60,
-        )
-        server_env = dict(os.environ, DMLC_ROLE="server")
+        wait_until_listening(scheduler, *environment.scheduler_address(), timeout=60)
+        server_env = environment.for_ranks(DMLC_ROLE="server")
         if plan.server_hosts:
             hosts = (
                 ["-hosts", plan.server_hosts] if flavour == "hydra" else ["-H", plan.server_hosts]
@@ -453,8 +449,7 @@ def parse_arguments(argv: Optional[List[str]] = None) -> LaunchPlan:
     """The command line, validated, as a LaunchPlan (or parser.error names what is wrong)."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.log_level:  # before the first message, for this process and every rank it starts
-        os.environ["MXKV_LOG_LEVEL"] = args.log_level
+    if args.log_level:  # before the first message (the ranks': job_environment.py)
         set_level(args.log_level)
     if args.command[:1] == ["--"]:
         args.command = args.command[1:]
@@ -692,7 +687,11 @@ def check_group_jobs(parser: argparse.ArgumentParser, plan: LaunchPlan, mode: st
 
 
 def start_group_jobs(
-    plan: LaunchPlan, mpiexec: str, flavour: str, plans: Optional[List[GroupPlan]] = None
+    plan: LaunchPlan,
+    mpiexec: str,
+    flavour: str,
+    environment: JobEnvironment,
+    plans: Optional[List[GroupPlan]] = None,
 ) -> List[GroupRun]:
     """One MPI job per group of `plans` (default: plan_group_jobs), or, with --dry-run,
     their commands."""
@@ -708,7 +707,7 @@ def start_group_jobs(
         if plan.dry_run:
             print(f"MXKV_GROUP_JOB={group.knob} {' '.join(command)}")
         else:
-            runs.append(start_group(group, command, dict(os.environ), flavour))
+            runs.append(start_group(group, command, environment.for_ranks(), flavour))
     return runs
 
 
@@ -727,26 +726,26 @@ def launch(plan: LaunchPlan) -> None:
     mpiexec = find_mpiexec()
     flavour = _flavour(mpiexec)
     mode = launcher_mode()
+    environment = JobEnvironment.of_plan(plan)
     if plan.serve:
-        for name, value in PS_HEARTBEAT.items():  # a joined group may be restarted
-            os.environ.setdefault(name, value)
         sys.exit(
             serve(
                 plan.groups,
                 mode,
                 plan.scheduler_host,
-                lambda groups: start_servers_or_exit(plan, mpiexec, flavour, groups),
+                lambda groups: start_servers_or_exit(plan, mpiexec, flavour, environment, groups),
                 plan.timeout,
+                environment,
                 serve_relays.relays_wanted(plan.scheduler_host, plan.trusted_network),
             )
         )
-    if plan.check and not plan.dry_run and not check_reachability(plan, mpiexec, flavour):
+    if (
+        plan.check
+        and not plan.dry_run
+        and not check_reachability(plan, mpiexec, flavour, environment)
+    ):
         sys.exit(1)
-    if plan.group_size:
-        os.environ["MXKV_GROUP_SIZE"] = str(plan.group_size)
-    mpi_settings.choose(read_knob("MXKV_TRANSPORT"))  # for every rank this starts
     if plan.auto:
-        os.environ["MXKV_AUTO"] = "1"
         log.info(
             "mxkv-launch --auto: MXKV_AUTO=1 for every rank: stores 'local'/'device' -> "
             "'hybrid', shuffled ImageRecordIter/DataLoader sharded by rank, --gpus LIST -> "
@@ -755,15 +754,12 @@ def launch(plan: LaunchPlan) -> None:
     command = [mpiexec, *mpi_arguments(flavour, plan), *wrap_command(plan.command)]
     if plan.dry_run:
         if plan.group_jobs:
-            start_group_jobs(plan, mpiexec, flavour)
+            start_group_jobs(plan, mpiexec, flavour, environment)
         else:
             print(" ".join(command))
         return
-    if plan.restarts and (plan.group_jobs or plan.join):
-        for name, value in PS_HEARTBEAT.items():
-            os.environ.setdefault(name, value)
     if plan.join:
-        lost_ranks = open_link(plan)
+        lost_ranks = open_link(plan, environment)
         code = join_group(
             plan.join,
             plan.num_ranks,
@@ -774,6 +770,7 @@ def launch(plan: LaunchPlan) -> None:
             plan.restarts,
             read_knob("MXKV_PS_TIMEOUT"),
             lost_ranks,
+            environment,
         )
         lost_ranks.link.close()
         sys.exit(code)
@@ -785,36 +782,41 @@ def launch(plan: LaunchPlan) -> None:
                 "server (--one-job: one MPI job)",
                 extra=TO_STDERR,
             )
-        lost_ranks = open_link(plan)
-        code = run_group_jobs(plan, mpiexec, flavour, mode, lost_ranks)
+        lost_ranks = open_link(plan, environment)
+        code = run_group_jobs(plan, mpiexec, flavour, mode, environment, lost_ranks)
         lost_ranks.link.close()
         merge_timeline()
         sys.exit(code)
-    lost_ranks = open_link(plan)
-    restarts = Restarts.for_job(plan.restarts, os.environ)
-    code = run_with_restarts(plan, command, mpiexec, flavour, restarts, lost_ranks)
+    lost_ranks = open_link(plan, environment)
+    restarts = Restarts.for_job(plan.restarts, environment.for_ranks())
+    code = run_with_restarts(plan, command, mpiexec, flavour, restarts, environment, lost_ranks)
     lost_ranks.link.close()
     sys.exit(code)
 
 
 def run_group_jobs(
-    plan: LaunchPlan, mpiexec: str, flavour: str, mode: str, lost_ranks: LostRanks
+    plan: LaunchPlan,
+    mpiexec: str,
+    flavour: str,
+    mode: str,
+    environment: JobEnvironment,
+    lost_ranks: LostRanks,
 ) -> int:
     """The servers and one MPI job per group until they are over; a group lost before the
     groups met at the servers is left out, and the others are started again without it
     (with fresh servers: ps-lite cannot lower its count of workers). Returns the exit
     status."""
     plans = plan.group_plans()
-    restarts = Restarts.for_job(plan.restarts, os.environ)
+    restarts = Restarts.for_job(plan.restarts, environment.for_ranks())
     deadline = None if plan.timeout is None else time.monotonic() + plan.timeout
     left_out: List[str] = []
     while True:
-        helpers = start_servers_or_exit(plan, mpiexec, flavour, len(plans), plans)
+        helpers = start_servers_or_exit(plan, mpiexec, flavour, environment, len(plans), plans)
         lost_ranks.link.forget_meeting()
         lost_ranks.link.forget(list(range(plan.num_ranks)))
         left = None if deadline is None else max(0.0, deadline - time.monotonic())
         ended = supervise_groups(
-            start_group_jobs(plan, mpiexec, flavour, plans),
+            start_group_jobs(plan, mpiexec, flavour, environment, plans),
             helpers,
             left,
             restarts,
@@ -847,7 +849,9 @@ def ready_host_of(group: GroupPlan, deadline: float, helpers: List[Node]) -> Opt
     return None
 
 
-def check_reachability(plan: LaunchPlan, mpiexec: str, flavour: str) -> bool:
+def check_reachability(
+    plan: LaunchPlan, mpiexec: str, flavour: str, environment: JobEnvironment
+) -> bool:
     """--check on several hosts: whether every host (-H / --hostfile, --server-hosts)
     reaches this machine and every other one, before any MPI job (reach_check); says so."""
     hosts = list(
@@ -867,6 +871,7 @@ def check_reachability(plan: LaunchPlan, mpiexec: str, flavour: str) -> bool:
     )
     probes = spawn(
         [mpiexec, *mpi_arguments(flavour, placed), *probe_command(check)],
+        env=environment.for_helpers(),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -897,7 +902,7 @@ def check_reachability(plan: LaunchPlan, mpiexec: str, flavour: str) -> bool:
     return not problems
 
 
-def open_link(plan: LaunchPlan) -> LostRanks:
+def open_link(plan: LaunchPlan, environment: JobEnvironment) -> LostRanks:
     """The launcher's link with every rank (MXKV_LAUNCHER_LINK), on the address every
     host reaches this machine at, and the ranks expected to call it from other hosts."""
     entries = plan.host_slots() if plan.hosts or plan.hostfile else []
@@ -907,7 +912,7 @@ def open_link(plan: LaunchPlan) -> LostRanks:
     except PsHostRefused as refused:
         sys.exit(f"mxkv-launch: {refused}")
     link = LinkServer(address)
-    os.environ["MXKV_LAUNCHER_LINK"] = link.address
+    environment.listen_at(link.address)
     placed = [host for host, slots in entries for _ in range(slots)]
     runs_the_plugin = any("mxkv_hybrid" in part for part in wrap_command(plan.command))
     expected = (
@@ -926,6 +931,7 @@ def start_servers_or_exit(
     plan: LaunchPlan,
     mpiexec: str,
     flavour: str,
+    environment: JobEnvironment,
     groups: Optional[int] = None,
     plans: Optional[List[GroupPlan]] = None,
 ) -> List[Node]:
@@ -934,7 +940,9 @@ def start_servers_or_exit(
     if not plan.servers:
         return []
     try:
-        return start_parameter_servers(plan, groups or plan.count_groups(), mpiexec, flavour, plans)
+        return start_parameter_servers(
+            plan, groups or plan.count_groups(), mpiexec, flavour, environment, plans
+        )
     except RuntimeError as err:
         sys.exit(f"mxkv-launch: could not start the parameter server: {err}")
 
@@ -945,6 +953,7 @@ def run_with_restarts(
     mpiexec: str,
     flavour: str,
     restarts: Restarts,
+    environment: JobEnvironment,
     lost_ranks: Optional[LostRanks] = None,
 ) -> int:
     """Runs the job (and its parameter servers), and while `restarts` allows starts a failed
@@ -952,10 +961,10 @@ def run_with_restarts(
     deadline = None if plan.timeout is None else time.monotonic() + plan.timeout
     attempt = 0
     while True:
-        helpers = start_servers_or_exit(plan, mpiexec, flavour)
+        helpers = start_servers_or_exit(plan, mpiexec, flavour, environment)
         if lost_ranks is not None:
             lost_ranks.link.forget(list(range(plan.num_ranks)))
-        job = start("MPI job", command, dict(os.environ, MXKV_ATTEMPT=str(attempt)))
+        job = start("MPI job", command, environment.for_ranks(MXKV_ATTEMPT=str(attempt)))
         code = supervise(job, helpers, plan.timeout, plan.num_ranks, deadline, lost_ranks)
         if code in (0, 124, 130) or not restarts.allows(attempt):
             return code

@@ -7,7 +7,6 @@ Host 0 is this machine (the scheduler's, and the servers'); the others follow in
 -H / --hostfile names them. Ranks fill the hosts' slots in order, as mpiexec places them.
 A group's leader is its first rank: every --group-size-th rank, or each host's first."""
 
-import os
 import random
 import socket
 import ssl
@@ -16,7 +15,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..config import read_knob
 from ..network import is_this_machine
@@ -168,8 +167,9 @@ class Relays:
     """The job's key and the relays of every host, started in order (`nodes`: the launcher
     ends them with the servers)."""
 
-    def __init__(self, table: PsNodes, names: List[str], mpiexec: str):
+    def __init__(self, table: PsNodes, names: List[str], mpiexec: str, environ: Mapping[str, str]):
         self._table, self._names, self._mpiexec = table, names, mpiexec
+        self._environ = environ  # (job_environment.JobEnvironment.for_helpers)
         self._key_text, self._dialling = job_key_text()
         self.nodes: List[RelayNode] = []
         try:
@@ -209,7 +209,7 @@ class Relays:
                 "--lost-seconds",
                 str(read_knob("MXKV_LOST_SECONDS")),
             ]
-        return start_ready(f"relay on {name}", command, self._key_text, seconds)
+        return start_ready(f"relay on {name}", command, self._key_text, self._environ, seconds)
 
     def answers(self, name: str) -> bool:
         """Whether the relay of host `name` answers a ping with the job's key."""
@@ -281,20 +281,18 @@ def relay_command(plan: str) -> List[str]:
     ]
 
 
-def relay_environment(key_text: str) -> Dict[str, str]:
-    """A relay's environment: the launcher's, with the job's key (MXKV_RELAY_KEY) and
-    without the ranks' link (MXKV_LAUNCHER_LINK): a relay that mpiexec starts on its host
-    has an MPI rank, and is no rank of the job's (no keeper, no rank in its lines)."""
-    env = {name: value for name, value in os.environ.items() if name != "MXKV_LAUNCHER_LINK"}
-    return dict(env, MXKV_RELAY_KEY=key_text)
-
-
 def start_ready(
-    name: str, command: List[str], key_text: str, seconds: float = READY_SECONDS
+    name: str,
+    command: List[str],
+    key_text: str,
+    environ: Mapping[str, str],
+    seconds: float = READY_SECONDS,
 ) -> subprocess.Popen:
-    """Starts a relay (the job's key `key_text`) and waits `seconds` at most for its
-    'ready' line; its other lines go to stderr."""
-    process = spawn(command, env=relay_environment(key_text), stderr=subprocess.PIPE, text=True)
+    """Starts a relay (environment `environ`, with the job's key `key_text` in
+    MXKV_RELAY_KEY) and waits `seconds` at most for its 'ready' line; its other lines go
+    to stderr."""
+    env = dict(environ, MXKV_RELAY_KEY=key_text)
+    process = spawn(command, env=env, stderr=subprocess.PIPE, text=True)
     stderr = process.stderr
     assert stderr is not None  # (a pipe)
     first: List[Optional[str]] = [None]

@@ -8,7 +8,6 @@
 """
 
 import logging
-import os
 import time
 from typing import Callable, Dict, List, Optional
 
@@ -18,6 +17,7 @@ from ..ps.node_addresses import PsNodes
 from .control.keeper import JobAddress
 from .control.restarts import Restarts
 from .group_jobs import GroupPlan, start_group, supervise_groups
+from .job_environment import JobEnvironment
 from .lost_hosts import LostRanks
 from .processes import Node, Terminated, end_process_group, stop_on_signals
 from .relay_setup import node_environment
@@ -25,23 +25,14 @@ from .rendezvous import JoinedGroup, JoinRefused, Rendezvous, join
 from .serve_relays import HostRelay, whole_table
 from .supervisor import say, supervise
 
-# what a joining group's ranks need to reach the servers; never the serving machine's own
-# DMLC_NODE_HOST / DMLC_INTERFACE: each host announces its own address (network.py)
 log = logging.getLogger(__name__)
-SETTINGS = (
-    "DMLC_PS_ROOT_URI",
-    "DMLC_PS_ROOT_PORT",
-    "DMLC_NUM_SERVER",
-    "DMLC_NUM_WORKER",
-    "PS_HEARTBEAT_INTERVAL",
-    "PS_HEARTBEAT_TIMEOUT",
-)
 
 
 class ServedGroups:
     """The groups joined to a served job (a Work): over when every group reported or went
     away; a group lost before the groups met is left out, and the others start again on
-    fresh servers (`start_servers`, which replace `servers` in place)."""
+    fresh servers (`start_servers`, which replace `servers` in place and tell
+    `environment`)."""
 
     running, stopping = "groups", "ending the servers"
 
@@ -50,8 +41,10 @@ class ServedGroups:
         rendezvous: Rendezvous,
         servers: List[Node],
         start_servers: Callable[[int], List[Node]],
+        environment: JobEnvironment,
     ):
         self.rendezvous, self.servers, self.start_servers = rendezvous, servers, start_servers
+        self.environment = environment  # (the servers' settings, for the groups' new places)
         self.left_out: List[str] = []
 
     def poll(self) -> Optional[int]:
@@ -61,7 +54,7 @@ class ServedGroups:
             for server in self.servers:
                 end_process_group(server.process)
             self.servers[:] = self.start_servers(len(rendezvous.members) - len(rendezvous.left_out))
-            rendezvous.regroup(_settings())
+            rendezvous.regroup(self.environment.serving_settings())
             log.info(
                 f"mxkv-launch: {rendezvous.groups} group(s) start again: "
                 + ", ".join(member.describe() for member in rendezvous.members)
@@ -80,6 +73,7 @@ def serve(
     host: str,
     start_servers: Callable[[int], List[Node]],
     timeout: Optional[float],
+    environment: JobEnvironment,
     relayed: bool = False,
 ) -> int:
     """Starts the parameter server (`start_servers(groups)`), waits for `groups` groups to
@@ -88,12 +82,18 @@ def serve(
     Returns the exit status: 0 when every group finished, 1 otherwise (124 timeout, 130
     stopped). `relayed`: ps-lite behind relays (serve_relays.py), else on `host`."""
     servers = start_servers(groups)
-    rendezvous = Rendezvous(groups, mode, _settings(), host, float(read_knob("MXKV_LOST_SECONDS")))
-    relay = HostRelay(rendezvous.token) if relayed else None
+    rendezvous = Rendezvous(
+        groups,
+        mode,
+        environment.serving_settings(),
+        host,
+        float(read_knob("MXKV_LOST_SECONDS")),
+    )
+    relay = HostRelay(rendezvous.token, environment.for_helpers()) if relayed else None
     if relay is not None:
 
         def plan_relays(members: List[JoinedGroup]) -> Dict[str, str]:
-            serving = PsNodes.from_json(read_knob("MXKV_PS_NODES"))  # of the servers now
+            serving = PsNodes.from_json(environment.for_ranks()["MXKV_PS_NODES"])  # now
             relays = [member.relay for member in members]
             missing = [member.group for member, at in zip(members, relays) if at is None]
             if missing:  # (every joining launcher says where its relay listens)
@@ -124,7 +124,7 @@ def serve(
             "this job's machines (a firewall, a private network)"
         )
     deadline = None if timeout is None else time.monotonic() + timeout
-    work = ServedGroups(rendezvous, servers, start_servers)
+    work = ServedGroups(rendezvous, servers, start_servers, environment)
     try:
         stop_on_signals()
         rendezvous.gather()
@@ -152,12 +152,6 @@ def serve(
     return code
 
 
-def _settings() -> Dict[str, str]:
-    """What a joining group's ranks need to reach the servers now started (SETTINGS)."""
-    settings = {name: os.environ[name] for name in SETTINGS if os.environ.get(name)}
-    return dict(settings, DMLC_ROLE="worker")
-
-
 def join_group(
     address: str,
     ranks: int,
@@ -168,6 +162,7 @@ def join_group(
     restarts: int,
     wait_seconds: float,
     lost_ranks: LostRanks,
+    environment: JobEnvironment,
 ) -> int:
     """Joins the served job, runs this group's MPI job (restarting it up to `restarts`
     times; started again in its new place when the job regroups without a group lost
@@ -194,7 +189,7 @@ def join_group(
     deadline = None if timeout is None else time.monotonic() + timeout
     assigned = joined.assignment
     remote = lost_ranks.remote_ranks  # numbered from 0 here, from first_rank in the job
-    relay = HostRelay(JobAddress.parse(address).token)
+    relay = HostRelay(JobAddress.parse(address).token, environment.for_helpers())
     code = 1
     try:
         while True:
@@ -209,7 +204,7 @@ def join_group(
                 f"mxkv-launch: joined as {plan.describe()} of {plan.groups} group(s), "
                 f"{plan.ranks} rank(s) in all"
             )
-            env = dict(os.environ, **assigned["environment"])
+            env = environment.for_ranks(**assigned["environment"])
             helpers = []
             if "MXKV_PS_NODES" in assigned["environment"]:  # behind relays: this host's
                 table = PsNodes.from_json(read_knob("MXKV_PS_NODES", env))

@@ -13,7 +13,7 @@ told in its hello)."""
 import random
 import socket
 from dataclasses import dataclass, replace
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 from ..network import is_loopback
 from ..ps.node_addresses import PsNodes, loopback_address
@@ -71,15 +71,16 @@ class HostRelay:
     """This launcher's relay for one host of a served job's table, started again with each
     new table (a job that regroups)."""
 
-    def __init__(self, token: str):
-        self._token = token
+    def __init__(self, token: str, environ: Mapping[str, str]):
+        self._token, self._environ = token, environ
         self.node: Optional[Node] = None
 
     def start(self, table: PsNodes, host: int) -> Node:
         self.close()
         name = "relay of the serving host" if host == 0 else f"relay of group {host - 1}"
         key_text = job_key_text(secret=self._token)[0]
-        process = start_ready(name, relay_command(table.relay_plan(host).to_json()), key_text)
+        command = relay_command(table.relay_plan(host).to_json())
+        process = start_ready(name, command, key_text, self._environ)
         self.node = Node(name, process, leaves_by_itself=False)
         return self.node
 
