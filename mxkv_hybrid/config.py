@@ -462,7 +462,7 @@ KNOBS: Dict[str, Knob] = {
     ),
     "MXKV_LOST_SECONDS": Knob(
         _parse_seconds,
-        "5",
+        "4.5",
         "The bound on noticing a lost host. `mxkv-launch` keeps a link with"
         " every rank (a TCP connection each, a heartbeat every half second "
         "each way, kept on the rank's side by a small keeper process that "
@@ -471,9 +471,12 @@ KNOBS: Dict[str, Knob] = {
         "(async/easgd: the others train on; one MPI job: the job ends naming"
         " the host), and a rank that has not heard from its launcher for "
         "this long is ended by its keeper, so nothing is left running on a "
-        "cut-off host. A host stopped for 3 s (a long pause) is not lost at "
-        "the default. Ranks on other hosts that never call within this time, "
-        "or 15 s if longer, after their job started count as lost too. With "
+        "cut-off host. The default, 4.5 s, is the longest pause a host rides "
+        "out (3 s stopped: a long GC, a swap storm) plus one heartbeat (0.5 s) "
+        "plus 1 s for a loaded machine's scheduling, so a host stopped for 3 s"
+        " is not lost, and one cut off or dead is named within 5 s. Ranks on "
+        "other hosts that never call within this time, or 15 s if longer, "
+        "after their job started count as lost too. With "
         "`--serve` / `--join`, the serving launcher and each joined group's "
         "launcher beat on their rendezvous connection: a group not heard from"
         " this long is named lost (`group 2 (2 rank(s), joined from "

@@ -339,7 +339,7 @@ CELLS: List[Cell] = [
         1,
         (
             (
-                rf"{JOINED_FROM_H2} was last heard from \d+ s ago \(MXKV_LOST_SECONDS=\d+\): "
+                rf"{JOINED_FROM_H2} was last heard from \d+ s ago \(MXKV_LOST_SECONDS=[\d.]+\): "
                 "its host is cut off or dead"
             ),
             r"the serving launcher at [\d.:]+ was last heard from \d+ s ago .*stopping this group",
@@ -404,6 +404,23 @@ CELLS: List[Cell] = [
             rf"1 of 3 groups lost: {GROUP}",
         ),
         ci=True,
+        absent=(r"scheduler \(pid \d+\) exited with status",),
+    ),
+    Cell(
+        "kill-rank",
+        "serve-join",
+        "easgd",
+        "after another group rejoined",
+        "the serving launcher grants the one rejoin to the first group that asks: the "
+        "second is not restarted; the others finish",
+        1,
+        (
+            (
+                r"group 1 \(ranks 2-3\) was lost: its MPI job exited with status \d+.*; not "
+                r"restarted: group 2 \(2 rank\(s\), joined from [\d.]+\) rejoined the servers "
+                r"once already, and ps-lite's scheduler takes one rejoining node in its life"
+            ),
+        ),
         absent=(r"scheduler \(pid \d+\) exited with status",),
     ),
     Cell(

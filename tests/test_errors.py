@@ -168,7 +168,7 @@ def test_a_rank_that_fails_before_its_store_ends_its_group_job_and_the_others():
     assert job.returncode == 1, job.output
     assert re.search(
         r"group 1 \(ranks 2-3\) failed: rank 3's script exited with status 1 \d+ s ago, and "
-        r"the other ranks went on: .*, and its MPI job was ended",
+        r"the other ranks went on: .*, and the launcher ends its MPI job",
         job.output,
     ), job.output
     assert (

@@ -239,7 +239,7 @@ def test_a_rank_that_fails_before_its_store_in_a_joined_group_stops_every_group(
     assert not processes_of(tag)
     assert re.search(
         r"group 1 \(ranks 2-3\) failed: rank 3's script exited with status 1 \d+ s ago, and "
-        r"the other ranks went on: .*, and its MPI job was ended",
+        r"the other ranks went on: .*, and the launcher ends its MPI job",
         second.output,
     ), second.output
     assert "so the other groups cannot go on: stopping this group" in first.output, first.output
@@ -310,3 +310,58 @@ def test_a_group_waiting_for_the_others_knows_when_the_serving_launcher_falls_si
         for j in joined:
             j.report(0)
         gathering.close()
+
+
+def test_the_serving_launcher_grants_one_rejoin_whichever_group_asks(monkeypatch):
+    """ps-lite's scheduler takes one rejoining node in its life: two joined groups, each
+    restarted once by its own launcher, would abort it. The serving launcher, which started
+    it, grants the one rejoin; the second group's launcher is told why not. Its servers
+    started again (a regrouped job) come with a fresh grant."""
+    monkeypatch.setattr(timing, "BEAT_SECONDS", 0.2)
+    serving = rendezvous.Rendezvous(2, "easgd", {}, "127.0.0.1", lost_seconds=5)
+    gathering = threading.Thread(target=serving.gather, daemon=True)
+    gathering.start()
+    joined: list = []
+    joining = [
+        threading.Thread(
+            target=lambda: joined.append(
+                rendezvous.join(serving.address, 1, "easgd", timeout=5, lost_seconds=5)
+            )
+        )
+        for _ in range(2)
+    ]
+    for thread in joining:
+        thread.start()
+    for thread in joining + [gathering]:
+        thread.join(timeout=10)
+    stop = threading.Event()
+
+    def listen_until_stopped() -> None:
+        while not stop.is_set():
+            serving.listen(0.1)
+
+    def listening() -> threading.Thread:
+        stop.clear()
+        thread = threading.Thread(target=listen_until_stopped, daemon=True)
+        thread.start()
+        return thread
+
+    listener = listening()
+    try:
+        first, second = sorted(joined, key=lambda j: j.assignment["group"])
+        assert first.ask_to_rejoin("group 0 (ranks 0-0)") is None
+        refused = second.ask_to_rejoin("group 1 (ranks 1-1)")
+        assert refused is not None
+        assert refused.startswith("group 0 (1 rank(s), joined from 127.0.0.1) rejoined the servers")
+        assert "ps-lite's scheduler takes one rejoining node in its life" in refused
+        assert first.ask_to_rejoin("group 0 (ranks 0-0)") is not None  # nor twice the same
+        stop.set()
+        listener.join(timeout=5)
+        serving.regroup({})  # the job started again on fresh servers: a fresh grant
+        listener = listening()
+        assert second.ask_to_rejoin("group 1 (ranks 1-1)") is None
+    finally:
+        stop.set()
+        for j in joined:
+            j.report(0)
+        serving.close()

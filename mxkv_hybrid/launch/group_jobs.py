@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import BinaryIO, Callable, Dict, List, Optional, Tuple
 
 from .control.members import Member
-from .control.restarts import Restarts
+from .control.restarts import OneRejoin, Restarts
 from .control.timing import LINK_CLOSE_SECONDS
 from .control.verdict import ALIVE, State, Verdict, judge_relay
 from .lost_hosts import LostRanks
@@ -245,7 +245,7 @@ def _lost(
     left and nothing rules one out (`no_restart`: why not), schedules its restart and
     starts readying its host for it."""
     if not found.alive:
-        why = f"{found.sentence}, and its MPI job was ended"
+        why = f"{found.sentence}, and the launcher ends its MPI job"
     else:
         first = run.watch.describe_first_ended(socket.gethostname(), failed) or ended_first
         why = f"its MPI job exited with status {run.code}" + (f"; {first}" if first else "")
@@ -313,7 +313,9 @@ class GroupJobs:
     `stop_order` (the reason a serving launcher gave) ends every group; `ready` readies
     a group's host before it is started again (its host's relay answers), or says why it
     could not by the deadline given (the group is then given up). A group whose host's
-    relay crashed (`helpers`: the relays among them) is ended and restarted too."""
+    relay crashed (`helpers`: the relays among them) is ended and restarted too. A group
+    lost after the groups met rejoins the servers' model only if `rejoin` (asked with its
+    name) grants it: ps-lite's scheduler takes one rejoin (OneRejoin)."""
 
     running, stopping = "groups", "stopping every group"
 
@@ -327,12 +329,13 @@ class GroupJobs:
         met: Callable[[], bool],
         ready: Callable[[GroupPlan, float], Optional[str]],
         helpers: List[Node],
+        rejoin: Callable[[str], Optional[str]],
     ):
         self.runs, self.restarts, self.together = runs, restarts, together
         self.ready, self.helpers = ready, helpers
         self.stop_order, self.lost_ranks, self.met = stop_order, lost_ranks, met
+        self.rejoin = rejoin
         self.left_out: List[GroupPlan] = []
-        self.rejoined: Optional[str] = None  # the group that used the scheduler's recovery
 
     def poll(self) -> Optional[int]:
         for index, run in enumerate(self.runs):
@@ -364,17 +367,27 @@ class GroupJobs:
     def _check(self, run: GroupRun) -> Optional[int]:
         """Looks at one running group: lost (reported, restarted or left out), or not.
         Returns 1 when the other groups cannot go on, else None."""
-        lost_ranks = self.lost_ranks
         run.code = run.process.poll()
         found = self._judge(run) if run.code is None else ALIVE
-        if found.state is State.LOST:  # its mpiexec would wait for the cut host in vain
-            end_process_group(run.process, patience=CUT_OFF_PATIENCE_SECONDS)
+        if found.state is State.LOST:
             run.code, run.cut_off = LOST_STATUS, True
         elif not found.alive:
-            end_process_group(run.process)
             run.code = found.status
         if run.code in (None, 0):
             return None
+        try:
+            return self._report(run, found)
+        finally:  # said first: the mpiexec of a cut-off group waits for its host in vain
+            if not found.alive:
+                patience = CUT_OFF_PATIENCE_SECONDS if run.cut_off else GRACE_SECONDS
+                end_process_group(run.process, patience=patience)
+            if self.lost_ranks is not None:  # once it ended: a restarted job starts afresh
+                self.lost_ranks.link.forget(list(run.plan.members))
+
+    def _report(self, run: GroupRun, found: Verdict) -> Optional[int]:
+        """Reports a group that ended or is being ended (`found`: why, if the launcher ends
+        it), and restarts it or leaves it out. Returns 1 when the others cannot go on."""
+        lost_ranks = self.lost_ranks
         first_failed = lost_ranks.first_failed(run.plan.members) if lost_ranks is not None else None
         # (on another host: its link tells which rank ended first)
         ended_first = (
@@ -382,14 +395,13 @@ class GroupJobs:
             if lost_ranks is not None and found.alive
             else None
         )
-        if lost_ranks is not None:  # a restarted job's ranks start afresh
-            lost_ranks.link.forget(list(run.plan.members))
         before_meeting = len(self.runs) > 1 and not self.met()
         if found.state is State.LOST and before_meeting and not self.together:
             _left_out(run, found)
             self.left_out.append(run.plan)
             return None
         rejoins = self.met()  # (a restart before the groups met registers as at the start)
+        restarts = self.restarts.allows(run.attempt)  # (only then is the grant asked, spent)
         _lost(
             run,
             self.restarts,
@@ -398,10 +410,8 @@ class GroupJobs:
             ended_first,
             found,
             first_failed,
-            self._why_no_rejoin() if rejoins else None,
+            self.rejoin(run.plan.describe()) if rejoins and restarts else None,
         )
-        if run.restart_at is not None and rejoins:
-            self.rejoined = run.plan.describe()
         if run.restart_at is None and lost_ranks is not None:
             lost_ranks.link.give_up(run.plan.group)
         if run.restart_at is None and (self.together or before_meeting):
@@ -423,18 +433,6 @@ class GroupJobs:
         if self.lost_ranks is None:
             return judge_relay(crash)
         return self.lost_ranks.judge(run.plan.members, run.started, False, crash)
-
-    def _why_no_rejoin(self) -> Optional[str]:
-        """Why a group lost after the groups met cannot rejoin, or None: ps-lite's scheduler
-        takes one recovering node in its life. Its list of them (Van::Receiving's
-        recovery_nodes) is never cleared, and a second recovery aborts it (van.cc: 'Check
-        failed: recovery_nodes->control.node.size() == 1 (2 vs. 1)'), which ends every group."""
-        if self.rejoined is None:
-            return None
-        return (
-            f"{self.rejoined} rejoined the servers once already, and ps-lite's scheduler takes "
-            "one rejoining node in its life (a second aborts it, and every group with it)"
-        )
 
     def _give_up(self, run: GroupRun, why: str) -> bool:
         """A lost group whose host did not come back for its restart: given up. Returns
@@ -467,15 +465,18 @@ def supervise_groups(
     lost_ranks: Optional[LostRanks] = None,
     met: Callable[[], bool] = lambda: True,
     ready: Callable[[GroupPlan, float], Optional[str]] = lambda plan, deadline: None,
+    rejoin: Optional[Callable[[str], Optional[str]]] = None,
 ) -> GroupsEnded:
     """Watches the group jobs (GroupJobs, supervisor.supervise) until every one is over, or
     a timeout, a dead parameter-server process, a signal or a stop order ends them all;
     ends what is left. The exit status: 0 when every group finished (restarted or not), 1
     when a group was lost for good or stopped by order, 124 timeout, 130 stopped; or the
     groups lost before the groups met (GroupsEnded.left_out: to start the others again
-    without them)."""
+    without them). `rejoin`: who grants a rejoin (default: this launcher, which started
+    the scheduler)."""
     deadline = None if timeout is None else time.monotonic() + timeout
-    work = GroupJobs(runs, restarts, together, stop_order, lost_ranks, met, ready, helpers)
+    rejoin = rejoin or OneRejoin().ask
+    work = GroupJobs(runs, restarts, together, stop_order, lost_ranks, met, ready, helpers, rejoin)
     code = supervise(work, helpers, deadline, timeout)
     left_out = bool(work.left_out) and code == 1
     for run in runs:

@@ -57,8 +57,13 @@ class LostRanks:
     ) -> Optional[str]:
         """verdict.first_to_end of `ranks`, waiting up to `wait` seconds for a link to close
         (mpiexec may report a rank's end before its keeper's link closes); None too when
-        that rank ran on host `elsewhere_than` (that host's own view names it better)."""
+        that rank ran on host `elsewhere_than` (that host's own view names it better), and
+        at once when a rank of them never called: the first link to close would not be
+        the first rank to end."""
         ranks = set(ranks)
+        rows = self.link.members.rows()
+        if any(key not in rows or rows[key].last_heard is None for key in ranks):
+            return None
         deadline = time.monotonic() + wait
         while True:
             rows = self.link.members.rows()

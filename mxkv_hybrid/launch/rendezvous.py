@@ -41,6 +41,7 @@ from .control import timing
 from .control.channel import BEAT, encode, receive, send, token_matches
 from .control.keeper import JobAddress
 from .control.members import Member, MemberTable
+from .control.restarts import OneRejoin
 from .control.verdict import judge_silence
 from .serve_relays import JoinerRelay
 
@@ -95,6 +96,7 @@ class Rendezvous:
     table: MemberTable = field(default_factory=MemberTable)  # the groups' rows
     met: bool = False  # a group said it met the others at the parameter server
     left_out: List[JoinedGroup] = field(default_factory=list)  # lost before they met
+    rejoins: OneRejoin = field(default_factory=OneRejoin)  # of the scheduler now running
     last_beat: float = field(default=0.0, init=False)
     # a job behind relays: the table for the members that joined, as environment (and the
     # serving host's relay started for it)
@@ -194,6 +196,7 @@ class Rendezvous:
             member.group = number
             member.row.name = member.describe()
         self.groups, self.settings, self.met = len(self.members), settings, False
+        self.rejoins = OneRejoin()  # (fresh servers)
         self._assign("again")
 
     @property
@@ -227,6 +230,8 @@ class Rendezvous:
                 self.table.ended(member.row.key, int(report["status"]), now)
             elif report.get("met"):
                 self.met = True
+            elif "rejoin" in report:
+                self._answer_rejoin(member)
             if member.row.left or member.row.status:
                 self._lost(member)
         for member in waiting.values():
@@ -235,6 +240,19 @@ class Rendezvous:
                 log.warning(f"mxkv-launch: {found.sentence}")
                 self.table.left(member.row.key, time.monotonic())
                 self._lost(member)
+
+    def _answer_rejoin(self, member: JoinedGroup) -> None:
+        """Tells a group's launcher, about to restart it after the groups met, whether it
+        may rejoin the servers (OneRejoin: this scheduler takes one, whichever launcher)."""
+        why_not = self.rejoins.ask(member.describe())
+        log.info(
+            f"mxkv-launch: {member.describe()} restarts: "
+            + (f"not to rejoin: {why_not}" if why_not else "it rejoins the servers' model")
+        )
+        try:
+            send(member.connection, {"rejoin": why_not or ""})
+        except OSError:
+            pass  # gone: its silence names it
 
     def _beat(self, members) -> None:
         """Says something to every running group, at most every timing.BEAT_SECONDS."""
@@ -320,6 +338,8 @@ class Joined:
         self.again: Optional[dict] = None  # this group's place in the job started again
         self._met = met
         self._said_met = False
+        self._rejoin_answer: Optional[str] = None  # why not ("": granted)
+        self._answered = threading.Event()
         self._lost_seconds = lost_seconds
         server = "{}:{}".format(*connection.getpeername()[:2])
         self._server = Member(server, f"the serving launcher at {server}", server, server)
@@ -340,6 +360,9 @@ class Joined:
                     self.stop_order = order["stop"]
                 elif "given_up" in order:
                     self._given_up(int(order["given_up"]))
+                elif "rejoin" in order:
+                    self._rejoin_answer = str(order["rejoin"])
+                    self._answered.set()
                 elif "again" in order:
                     self.again = order["again"]
                     self.stop_order = (
@@ -362,6 +385,22 @@ class Joined:
                     self._said_met = self._said_met or say_met
                 except OSError:
                     pass  # a full buffer: the serving launcher is not reading
+
+    def ask_to_rejoin(self, group: str) -> Optional[str]:
+        """Asks the serving launcher, which started the scheduler, whether `group` (as the
+        user reads it) may rejoin the servers (OneRejoin). None: it may; else why not."""
+        self._answered.clear()
+        try:
+            with self._sending:
+                send(self.connection, {"rejoin": group})
+        except OSError as err:
+            return f"the serving launcher, which grants the one rejoin, is unreachable ({err})"
+        if not self._answered.wait(timing.HEARD_SECONDS):
+            return (
+                "the serving launcher, which grants the one rejoin ps-lite's scheduler "
+                f"takes, did not answer within {timing.HEARD_SECONDS:g} s"
+            )
+        return self._rejoin_answer or None
 
     def start_again(self) -> Optional[dict]:
         """The group's place in the job started again without a lost group (then the order

@@ -220,6 +220,7 @@ def join_group(
                 Restarts.for_job(restarts, env),
                 stop_order=joined.why_stop,
                 lost_ranks=lost_ranks,
+                rejoin=joined.ask_to_rejoin,
             ).code
             again = joined.start_again()
             if again is None:

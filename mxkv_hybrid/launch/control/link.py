@@ -3,7 +3,7 @@ connection each on the control channel (channel.py: who, then a heartbeat each w
 beat); the ranks' end is control/keeper.py and its keeper process.
 
 The launcher (`LinkServer`) learns which host every rank runs on and when each was last
-heard from, so it can name a lost or cut-off host within MXKV_LOST_SECONDS (5 s by
+heard from, so it can name a lost or cut-off host within MXKV_LOST_SECONDS (4.5 s by
 default), which rank ended first (its keeper ends with it, closing its connection), what
 the ranks told it (met at the servers, a script's exit, MPI's start), and answers the
 ranks' questions (which ranks it hears, which groups it gave up). The link carries the

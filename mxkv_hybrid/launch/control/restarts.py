@@ -3,7 +3,7 @@ groups --join-ed to a served job. How many times a failed job or lost group is s
 again, how long after its loss, and how long its host has to answer again."""
 
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Mapping, Optional
 
 from .timing import host_return_seconds, restart_delay
 
@@ -30,3 +30,26 @@ class Restarts:
     def for_job(cls, limit: int, environ: Mapping[str, str]) -> "Restarts":
         """The policy of a job with --restarts `limit` and the environment `environ`."""
         return cls(limit, restart_delay(environ), host_return_seconds())
+
+
+class OneRejoin:
+    """The one rejoin a parameter-server scheduler allows: ps-lite keeps its recovering
+    nodes in a list it never clears (Van::Receiving's recovery_nodes) and checks that it
+    holds one, so a second rejoin in one scheduler's life aborts it ('van.cc: Check
+    failed: recovery_nodes->control.node.size() == 1 (2 vs. 1)') and every group with
+    it. Held by whoever started the scheduler: GroupJobs for -H group jobs, the
+    rendezvous for groups --join-ed to a served job (their launchers ask it)."""
+
+    def __init__(self) -> None:
+        self.rejoined: Optional[str] = None  # the group that used it
+
+    def ask(self, group: str) -> Optional[str]:
+        """None: `group` (as the user reads it) rejoins, and the grant is spent; else why
+        it may not."""
+        if self.rejoined is None:
+            self.rejoined = group
+            return None
+        return (
+            f"{self.rejoined} rejoined the servers once already, and ps-lite's scheduler "
+            "takes one rejoining node in its life (a second aborts it, and every group with it)"
+        )

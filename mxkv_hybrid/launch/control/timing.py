@@ -1,5 +1,5 @@
 """Every bound of the control plane, in one place, derived from MXKV_LOST_SECONDS (the
-bound on noticing a lost host, 5 s by default) and ps-lite's heartbeat.
+bound on noticing a lost host, 4.5 s by default) and ps-lite's heartbeat.
 
 - every heartbeat of the control plane (a rank's keeper and the launcher, the --serve and
   --join launchers, a relay watching the launcher's host's relay) beats each
@@ -11,9 +11,10 @@ bound on noticing a lost host, 5 s by default) and ps-lite's heartbeat.
   0.6 s in the fault matrix); only a host that falls silent waits for the bound, and is
   named at most one beat and one launcher poll (0.2 s) after it. The rank's side of
   every beat is its keeper, a process of its own that neither MXNet's work nor Python's
-  lock can starve, so the bound can be short: 5 s rides out a host stopped for 3 s (a
-  long pause, a swap storm: silent 3.5 s at most, one beat after it continues) and
-  names a silent host within 5.5 s; examples/benchmarks/faults_throughput.py
+  lock can starve, so the bound can be short: 4.5 s rides out a host stopped for 3 s (a
+  long pause, a swap storm: silent 3.5 s at most, one beat after it continues, and 1 s
+  more for a loaded machine) and names a silent host within 5 s of its last beat (the
+  bound, and one launcher poll); examples/benchmarks/faults_throughput.py
   --false-alarms measures how often a quiet job is wrongly named lost under full load;
 - what is not a silence gets bounds of its own: a rank's first call from another host
   (`FIRST_CALL_SECONDS`: a start under load, through ssh, MXNet's import) and a lost
