@@ -246,8 +246,8 @@ class Rendezvous:
         may rejoin the servers (OneRejoin: this scheduler takes one, whichever launcher)."""
         why_not = self.rejoins.ask(member.describe())
         log.info(
-            f"mxkv-launch: {member.describe()} restarts: "
-            + (f"not to rejoin: {why_not}" if why_not else "it rejoins the servers' model")
+            f"mxkv-launch: {member.describe()} asked to rejoin the servers' model: "
+            + (f"refused: {why_not}" if why_not else "granted")
         )
         try:
             send(member.connection, {"rejoin": why_not or ""})
