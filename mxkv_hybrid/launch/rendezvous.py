@@ -295,6 +295,7 @@ class Rendezvous:
         elif not self.met:
             why = "before the groups met at the parameter server, whose start waits for all"
         else:  # the others go on: their finish line need not wait for it
+            log.warning(f"mxkv-launch: {member.describe()} {how}; the other groups go on")
             for other in running:
                 try:
                     send(other.connection, {"given_up": member.group})
