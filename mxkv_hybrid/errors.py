@@ -37,3 +37,8 @@ class ServerKeyConflict(MXKVError):
     of the process already holds (modes async and easgd keep one model per process)."""
 
     on_every_rank = True
+
+
+class OptimizerNotSendable(MXKVError, TypeError):
+    """The optimizer (or what it holds) cannot be pickled for the parameter servers, where
+    it runs in modes sync and async."""

@@ -44,6 +44,7 @@ from ..comm.topology import Groups, World, wait_for_leader
 from ..config import Config
 from ..errors import MXKVError
 from ..logs import TO_STDERR
+from ..ps.by_value import dumps_for_servers
 from ..ps.client import ParameterServer, connect_leader, release
 from ..ps.coded_gradients import CodeDecoder, GradientCoder
 from ..ps.finish_line import finish_line_for
@@ -155,6 +156,7 @@ class ServerWeights:
             self._add_codes(list(self._dense_float32))
 
     def set_optimizer(self, optimizer: mx.optimizer.Optimizer) -> None:
+        dumps_for_servers(optimizer)  # on every rank: what cannot be sent is refused on each
         if self._optimizer is None:  # the first time: the keys of the counter and settings
             self._server_keys.claim(COUNTER_KEY, "the servers' optimizer (its push counter)")
             for key in self._settings_keys:

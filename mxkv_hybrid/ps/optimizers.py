@@ -1,10 +1,12 @@
 """Optimizers that run inside MXNet's parameter servers (unpickled there: ps.server
-imports this package before it starts serving)."""
+imports this package before it starts serving; the user's optimizer inside travels by
+value, by_value.py)."""
 
 from typing import Optional
 
 import mxnet as mx
 
+from .by_value import dumps_for_servers, loads_on_server
 from .coded_gradients import CODE_KEYS, CodeDecoder
 
 # The servers' reserved keys, above any parameter index a Trainer uses (Module's string
@@ -48,6 +50,15 @@ class ServerOptimizer(mx.optimizer.Optimizer):
         self.codes = codes
         self.multi_precision = inner.multi_precision
         self.aggregate_num = 0  # one key per call, as the server applies them
+
+    def __getstate__(self):
+        """MXNet's pickle of this class (by reference), with the user's optimizer by value."""
+        state = super().__getstate__()
+        state["inner"] = dumps_for_servers(self.inner)
+        return state
+
+    def __setstate__(self, state):
+        super().__setstate__(dict(state, inner=loads_on_server(state["inner"])))
 
     def create_state_multi_precision(self, index, weight):
         if _is_reserved(index):

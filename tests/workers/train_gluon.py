@@ -4,6 +4,8 @@ results prove the initial broadcast. --reference N: one process, the union of N 
 
 import argparse
 import os
+import sys
+from pathlib import Path
 
 import mxnet as mx
 import numpy as np
@@ -33,6 +35,13 @@ parser.add_argument("--context", choices=["cpu", "cpu_pinned"], default="cpu")
 parser.add_argument("--update-on-kvstore", choices=["default", "0", "1"], default="default")
 parser.add_argument("--reference", type=int, default=0, help="number of ranks to emulate")
 parser.add_argument("--steps", type=int, default=STEPS)
+parser.add_argument(
+    "--optimizer",
+    choices=["sgd", "own"],
+    default="sgd",
+    help="own: HalfMomentumSGD, a class of this script, with version_checked's scheduler "
+    "(tests/libraries: a library that checks MXNet's version at import)",
+)
 parser.add_argument("--init", choices=["xavier", "zero"], default="xavier")
 parser.add_argument(
     "--change-settings",
@@ -45,6 +54,26 @@ parser.add_argument(
     help="modes easgd/lasgd: end on the one model (mxkv_hybrid.consensus)",
 )
 args = parser.parse_args()
+
+
+class HalfMomentumSGD(mx.optimizer.SGD):
+    """SGD at half the momentum: a class of this script (__main__), which a parameter
+    server can only have if it is sent by value."""
+
+    def __init__(self, **kwargs):
+        super().__init__(momentum=MOMENTUM / 2, **kwargs)
+
+
+def optimizer_and_settings():
+    """What the Trainer is given: 'sgd' and its settings, or an instance of HalfMomentumSGD."""
+    if args.optimizer == "sgd":
+        return "sgd", {"learning_rate": LEARNING_RATE, "momentum": MOMENTUM}
+    sys.path.append(str(Path(__file__).resolve().parents[1] / "libraries"))  # (servers: PYTHONPATH)
+    from version_checked import HalvingScheduler
+
+    scheduler = HalvingScheduler(every=3, base_lr=LEARNING_RATE)
+    return HalfMomentumSGD(learning_rate=LEARNING_RATE, lr_scheduler=scheduler), None
+
 
 if args.reference:
     rank, kvstore = 0, None
@@ -73,8 +102,7 @@ net.initialize(
 update_on_kvstore = None if args.update_on_kvstore == "default" else args.update_on_kvstore == "1"
 trainer = gluon.Trainer(
     net.collect_params(),
-    "sgd",
-    {"learning_rate": LEARNING_RATE, "momentum": MOMENTUM},
+    *optimizer_and_settings(),
     kvstore=kvstore,
     update_on_kvstore=update_on_kvstore,
 )
