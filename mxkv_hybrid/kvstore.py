@@ -100,6 +100,12 @@ class Hybrid(KVStoreBase):
         return self._config
 
     @property
+    def weights_on_servers(self) -> bool:
+        """Whether the parameter servers hold the weights (sync with its optimizer there,
+        async), as dist_sync's do: a Trainer cannot load other weights under them."""
+        return isinstance(self._weights, ServerWeights)
+
+    @property
     def _updater(self):
         """The optimizer's updater (Trainer.load_states reads _updater.optimizer)."""
         return self._weights.updater

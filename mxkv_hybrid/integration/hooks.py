@@ -94,12 +94,17 @@ def _create_sparse_kvstore(original, kvstore):
 
 
 def _init_trainer_kvstore(original, self):
-    """Trainer._init_kvstore: with the hybrid store, dense weights with row_sparse gradients
-    follow MXNet's rules for dense ones (update_on_kvstore by default where the mode
-    can, either way on request), since the store sums row_sparse gradients in place as
-    well as it updates weights with them; MXNet would refuse any store but its own."""
+    """Trainer._init_kvstore: with the hybrid store, update_on_kvstore=False in a mode whose
+    updates run on the servers is refused as dist_async refuses it (ValueError, at the
+    same point); dense weights with row_sparse gradients follow MXNet's rules for dense
+    ones (update_on_kvstore by default where the mode can, either way on request), since
+    the store sums row_sparse gradients in place as well as it updates weights with
+    them; MXNet would refuse any store but its own."""
+    store = _trainer_store(self)
+    if store is not None and self._kvstore_params["update_on_kvstore"] is False:
+        _refuse_local_updates_in_async(store)
     sparse_grad_only = self._contains_sparse_grad and not self._contains_sparse_weight
-    if not (sparse_grad_only and _trainer_store(self) is not None):
+    if not (sparse_grad_only and store is not None):
         return original(self)
     self._contains_sparse_grad = False
     try:
@@ -119,14 +124,34 @@ def _initialize_kvstore(
     return None
 
 
+class LocalUpdatesRefused(MXKVError, ValueError):
+    """update_on_kvstore=False where the updates run on the servers: the ValueError that
+    MXNet's Trainer raises for dist_async."""
+
+
 def _refuse_local_updates_in_async(kvstore: Hybrid) -> None:
     mode = kvstore.config.mode
     if capabilities_of(mode).updates_only_on_servers:
-        raise MXKVError(
+        raise LocalUpdatesRefused(
+            "Please set update_on_kvstore=True when training in async mode: "
             f"MXKV_MODE={mode} applies the updates on the parameter servers, but this "
             "Trainer/Module updates on the workers: use update_on_kvstore=True (the "
             "default; for Module unset MXNET_UPDATE_ON_KVSTORE=0)"
         )
+
+
+def _reset_trainer_kvstore(original, self):
+    """Trainer._reset_kvstore (parameters loaded once the store was initialised with the
+    optimizer on it): refused where the servers hold the weights, as MXNet refuses it for
+    a dist store; elsewhere (allreduce: every rank holds them) the store starts again."""
+    if isinstance(self._kvstore, Hybrid) and self._kvstore.weights_on_servers:
+        raise RuntimeError(
+            "Cannot reset distributed KVStore: the parameter servers hold these weights "
+            f"(MXKV_MODE={self._kvstore.config.mode}, update_on_kvstore=True), as "
+            "dist_sync's do, and would overwrite what was loaded; load the parameters "
+            "before the Trainer's first step, or with update_on_kvstore=False"
+        )
+    return original(self)
 
 
 def _valid_updates(param_arrays, grad_arrays, param_names):
@@ -313,6 +338,7 @@ def install() -> None:
     for module in (mxnet.model, mxnet.gluon.trainer):
         patch(module, "_create_sparse_kvstore", _create_sparse_kvstore)
     patch(mxnet.gluon.trainer.Trainer, "_init_kvstore", _init_trainer_kvstore)
+    patch(mxnet.gluon.trainer.Trainer, "_reset_kvstore", _reset_trainer_kvstore)
     for module in _MODULES_USING_UPDATES:
         patch(module, "_initialize_kvstore", _initialize_kvstore)
         patch(module, "_update_params_on_kvstore", _update_params_on_kvstore)
