@@ -504,7 +504,10 @@ class ServerWeights:
         leader pushes (the servers wait for all), group 0's values and the others' zeros."""
         if self._optimizer is None:
             return
-        settings = (float(self._optimizer.lr), float(self._optimizer.rescale_grad) * gradient_scale)
+        scheduled = self._optimizer.lr_scheduler is not None  # (then lr may be None, as
+        # gluoncv leaves it: the servers' copy follows its own scheduler, ServerOptimizer)
+        learning_rate = 0.0 if scheduled else float(self._optimizer.lr)
+        settings = (learning_rate, float(self._optimizer.rescale_grad) * gradient_scale)
         if settings == self._sent_settings:
             return
         pushed = settings if self._sends_settings else (0.0, 0.0)

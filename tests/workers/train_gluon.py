@@ -79,7 +79,7 @@ def optimizer_and_settings():
     from version_checked import HalvingScheduler
 
     scheduler = HalvingScheduler(every=3, base_lr=LEARNING_RATE)
-    return HalfMomentumSGD(learning_rate=LEARNING_RATE, lr_scheduler=scheduler), None
+    return HalfMomentumSGD(lr_scheduler=scheduler), None  # no learning_rate, as gluoncv
 
 
 if args.reference:
