@@ -31,12 +31,15 @@ the dense weight fetches every row."""
 
 import atexit
 import logging
+import os
 from dataclasses import replace
+from types import SimpleNamespace
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import mxnet as mx
 import numpy as np
 
+from ..atomic_file import write_atomically
 from ..comm import row_sparse
 from ..comm.collectives import Arrays, Key, TensorCollectives
 from ..comm.compression_params import Compression
@@ -51,22 +54,11 @@ from ..ps.finish_line import finish_line_for
 from ..ps.keys import ServerKeys
 from ..ps.layout import bigarray_bound
 from ..ps.optimizers import COUNTER_KEY, FINISH_KEY, SETTINGS_KEYS, ServerOptimizer
+from ..ps.server_states import command, server_file
 from .async_momentum import with_async_momentum
 from .worker_weights import Share
 
 log = logging.getLogger(__name__)
-
-
-SERVER_SIDE_STATES = {
-    "async": "in MXKV_MODE=async the optimizer and its state live on the parameter servers; "
-    "they cannot be read, saved or loaded from a worker (save the weights, or use "
-    "MXKV_MODE=sync with the updates on the workers)",
-    "sync": "in MXKV_MODE=sync the optimizer and its state live on the parameter servers (as "
-    "in MXNet's dist_sync); they cannot be read, saved or loaded from a worker. To "
-    "keep them on the workers (every rank updates its weights, more slowly), create "
-    "the Trainer with update_on_kvstore=False, or set MXNET_UPDATE_ON_KVSTORE=0 "
-    "(Module, Trainer)",
-}
 
 
 class ServerWeights:
@@ -139,8 +131,10 @@ class ServerWeights:
         return self._optimizer is not None
 
     @property
-    def updater(self):
-        raise MXKVError(SERVER_SIDE_STATES[self._mode])
+    def updater(self) -> SimpleNamespace:
+        """What Trainer.load_states reads after the states were loaded: the optimizer
+        (the servers run their own copy)."""
+        return SimpleNamespace(optimizer=self._optimizer)
 
     def compress_gradients(self, compression: Compression) -> None:
         """Mode async: each group's gradients of the dense float32 weights cross as codes
@@ -562,10 +556,30 @@ class ServerWeights:
         )
 
     def save_optimizer_states(self, fname: str, dump_optimizer: bool) -> None:
-        raise MXKVError(SERVER_SIDE_STATES[self._mode])
+        """The servers' optimizer states, each server's share written by that server
+        beside `fname` (fname.serverN, on the servers' file system: server_states.py),
+        and at `fname` a note naming them. Group 0's leader asks, between two of its steps
+        (sync: the others cannot step past it); the other ranks do nothing."""
+        if self._ps is None or self._group_index != 0:
+            return
+        if self._optimizer is None:
+            raise MXKVError("save_optimizer_states: no optimizer was set on this store yet")
+        action = "save-optimizer" if dump_optimizer else "save"
+        self._server.send_command(command(action, fname), f"asking the servers to {action}")
+        files = [server_file(os.path.abspath(fname), n) for n in range(self._server.num_servers)]
+        note = (
+            f"mxkv_hybrid: in MXKV_MODE={self._mode} the optimizer states live on the "
+            "parameter servers; each server wrote its share, on its own file system:\n"
+            + "".join(f"{name}\n" for name in files)
+        )
+        write_atomically(fname, note.encode())
 
     def load_optimizer_states(self, fname: str) -> None:
-        raise MXKVError(SERVER_SIDE_STATES[self._mode])
+        """The servers load the states save_optimizer_states had them write (group 0's
+        leader asks; each server reads fname.serverN)."""
+        if self._ps is None or self._group_index != 0:
+            return
+        self._server.send_command(command("load", fname), "asking the servers to load states")
 
     def close(self) -> None:
         """Releases this store's use of the parameter server (leaders); safe to call twice."""

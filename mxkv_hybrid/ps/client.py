@@ -164,6 +164,11 @@ class ParameterServer:
         with self._watchdog.guard("sending the optimizer to the parameter servers", self._timeout):
             self._store.set_optimizer(optimizer)
 
+    def send_command(self, body: str, what: str) -> None:
+        """Sends every server a command (server_states.py) and waits until each ran it."""
+        with self._watchdog.guard(what, self._timeout):
+            self._store._send_command_to_servers(0, body)
+
     def push_pull(
         self, keys: Sequence, values: Sequence[mx.nd.NDArray], outs: Sequence[mx.nd.NDArray]
     ) -> None:

@@ -20,6 +20,8 @@ import sys
 import traceback
 from typing import Any, Callable
 
+from . import server_states
+
 ROLES = ("server", "scheduler")
 Controller = Callable[[int, bytes, Any], None]  # MXNet's: (command, body, handle)
 
@@ -38,21 +40,34 @@ def main() -> None:
 
 
 def _ending_on_failure(mxnets: Callable[[], Controller], server: Any) -> Controller:
-    """MXNet's controller (the commands the workers send: their optimizer), ending the
-    process with a line naming what failed rather than an exception ignored in ctypes."""
+    """MXNet's controller (the commands the workers send: their optimizer), with the
+    commands of server_states.py before it, ending the process with a line naming what
+    failed rather than an exception ignored in ctypes."""
     run_command = mxnets()
 
     def controller(command: int, body: bytes, handle: Any) -> None:
+        states = server_states.parse(body)
         try:
-            run_command(command, body, handle)
+            if states is None:
+                run_command(command, body, handle)
+            else:
+                server_states.handle(*states, server.kvstore)
         except Exception as err:  # noqa: BLE001 (a ctypes callback cannot raise)
             where = traceback.extract_tb(err.__traceback__)[-1]
+            what = (
+                server_states.describe(*states) if states else "load the optimizer the workers sent"
+            )
+            fix = (
+                "A class the servers import by name must be importable where they run "
+                "(installed, or on PYTHONPATH); one of the script, or of a module beside it, "
+                "is sent by value"
+                if states is None
+                else "The servers read and write these files on their own file system"
+            )
             print(
-                f"mxkv_hybrid: parameter server {server.kvstore.rank} cannot load the "
-                f"optimizer the workers sent: {type(err).__name__}: {err} (at "
-                f"{where.filename}:{where.lineno}). A class the servers import by name must "
-                "be importable where they run (installed, or on PYTHONPATH); one of the "
-                "script, or of a module beside it, is sent by value. Ending this server",
+                f"mxkv_hybrid: parameter server {server.kvstore.rank} cannot {what}: "
+                f"{type(err).__name__}: {err} (at {where.filename}:{where.lineno}). {fix}. "
+                "Ending this server",
                 file=sys.stderr,
                 flush=True,
             )
