@@ -148,6 +148,37 @@ def test_no_flag_script_under_auto(tiny_imagenet, data_format):
     assert "--auto" not in "\n".join(job.lines_of(1)), "only rank 0 logs the changes"
 
 
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_gluoncv_optimizer_and_its_saved_states_with_the_optimizer_on_the_servers(
+    tiny_imagenet, tmp_path, mode
+):
+    """gluoncv's optimizer (a scheduler and no learning_rate: lr is None) and its
+    trainer.save_states whenever validation improves, on every rank, under --auto in the
+    modes whose optimizer runs on the servers (2 groups): it trains, and the servers write
+    the states (before, the leaders crashed on lr None, then save_states raised)."""
+    job = launch(
+        RANKS,
+        "gluoncv_classic.py",
+        "--data-dir",
+        str(tiny_imagenet),
+        "--num-epochs",
+        str(EPOCHS),
+        "--use-rec",
+        "--lr-mode",
+        "cosine",
+        "--save-dir",
+        str(tmp_path),
+        env={"MXKV_MODE": mode},
+        launcher_options=["--auto", "--group-size", "1", "--servers", "1"],
+    )
+    assert job.returncode == 0, job.output
+    per_rank = [epochs_of(job.lines_of(rank)) for rank in range(RANKS)]
+    assert all(epochs[-1][1] > LEARNED for epochs in per_rank), job.output
+    if mode == "sync":  # one model: the same weights on every rank after every epoch
+        assert [d for *_, d in per_rank[1]] == [d for *_, d in per_rank[0]]
+    assert list(tmp_path.glob("*-best.states.server0")), sorted(tmp_path.iterdir())
+
+
 def test_without_auto_each_rank_trains_alone(tiny_imagenet):
     """The control: the same script without --auto reads all data and trains alone."""
     job = run_classic_script(tiny_imagenet, "folder", epochs=1)

@@ -22,6 +22,15 @@ parser.add_argument("--input-size", type=int, default=32)
 parser.add_argument("--num-epochs", type=int, default=3)
 parser.add_argument("--lr", type=float, default=0.05)
 parser.add_argument("--classes", type=int, default=10)
+parser.add_argument(
+    "--lr-mode",
+    choices=["constant", "cosine"],
+    default="constant",
+    help="cosine: as gluoncv, the optimizer gets a scheduler and no learning_rate",
+)
+parser.add_argument(
+    "--save-dir", help="as gluoncv: parameters and trainer states whenever validation improves"
+)
 opt = parser.parse_args()
 
 
@@ -115,9 +124,14 @@ def train():
     train_data, val_data, batch_fn = (get_data_rec if opt.use_rec else get_data_loader)(
         opt.batch_size
     )
-    trainer = gluon.Trainer(
-        net.collect_params(), "nag", {"learning_rate": opt.lr, "momentum": 0.9, "wd": 1e-4}
-    )
+    settings = {"momentum": 0.9, "wd": 1e-4}
+    if opt.lr_mode == "cosine":  # gluoncv: 'lr_scheduler': LRSequential([...]), no learning_rate
+        steps = opt.num_epochs * 640 // opt.batch_size
+        settings["lr_scheduler"] = mx.lr_scheduler.CosineScheduler(steps, base_lr=opt.lr)
+    else:
+        settings["learning_rate"] = opt.lr
+    trainer = gluon.Trainer(net.collect_params(), "nag", settings)
+    best = 0.0
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
     for epoch in range(opt.num_epochs):
         if opt.use_rec:
@@ -131,6 +145,10 @@ def train():
             trainer.step(opt.batch_size)
             batches += 1
         accuracy = test(net, val_data, batch_fn)
+        if opt.save_dir and accuracy > best:  # gluoncv saves the best on every rank
+            best = accuracy
+            net.save_parameters(os.path.join(opt.save_dir, f"{accuracy:.4f}-best.params"))
+            trainer.save_states(os.path.join(opt.save_dir, f"{accuracy:.4f}-best.states"))
         print(
             f"[Epoch {epoch}] batches={batches} validation-accuracy={accuracy:.4f} "
             f"weights={weights_digest(net)}"
