@@ -16,6 +16,7 @@ from mxkv_hybrid.errors import ConfigError
 from mxkv_hybrid.integration import auto
 from mxkv_hybrid.launch import launcher, relay, supervisor
 from mxkv_hybrid.launch.control import link
+from mxkv_hybrid.launch.job_environment import JobEnvironment
 from mxkv_hybrid.modes import server_weights
 from mxkv_hybrid.plan import __main__ as plan_main
 from mxkv_hybrid.ps import finish_line
@@ -174,7 +175,8 @@ def test_the_launchers_flag_sets_the_level_for_it_and_its_ranks(package_logger, 
         ["-n", "2", "--log-level", "error", "--dry-run", "--", "python", "train.py"]
     )
     assert args.log_level == "error" and package_logger.level == logging.ERROR
-    assert read_knob("MXKV_LOG_LEVEL") == "error"  # what the ranks it starts inherit
+    ranks = JobEnvironment.of_plan(args).for_ranks()  # what the ranks it starts are handed
+    assert read_knob("MXKV_LOG_LEVEL", ranks) == "error"
 
 
 @pytest.mark.parametrize("log_level", [None, "warning"])

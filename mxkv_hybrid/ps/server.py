@@ -15,6 +15,7 @@ optimizers the workers send (`ps.optimizers`, the user's inside by value) load h
 """
 
 import functools
+import logging
 import os
 import sys
 import traceback
@@ -22,6 +23,7 @@ from typing import Any, Callable
 
 from . import server_states
 
+log = logging.getLogger(__name__)  # (the package's console, configured at its import)
 ROLES = ("server", "scheduler")
 Controller = Callable[[int, bytes, Any], None]  # MXNet's: (command, body, handle)
 
@@ -64,12 +66,10 @@ def _ending_on_failure(mxnets: Callable[[], Controller], server: Any) -> Control
                 if states is None
                 else "The servers read and write these files on their own file system"
             )
-            print(
+            log.error(
                 f"mxkv_hybrid: parameter server {server.kvstore.rank} cannot {what}: "
                 f"{type(err).__name__}: {err} (at {where.filename}:{where.lineno}). {fix}. "
-                "Ending this server",
-                file=sys.stderr,
-                flush=True,
+                "Ending this server"
             )
             os._exit(1)
 
