@@ -54,23 +54,19 @@ SYNC_GROUP_JOBS = {"MXKV_MODE": "sync", "LAUNCHER": "--group-size 2 --servers 2 
     "options,env",
     [
         ([], {}),
-        (["--update-on-kvstore", "0"], {}),
         (["--sparse-weight"], {}),
         (["--momentum", "0"], {"MXKV_MODE": "lasgd", "MXKV_TAU": "1", "MXKV_LASGD_OVERLAP": "0"}),
         ([], SYNC_IN_2_GROUPS),
         (["--sparse-weight"], SYNC_IN_2_GROUPS),
-        (["--update-on-kvstore", "0"], SYNC_IN_2_GROUPS),
         ([], SYNC_GROUP_JOBS),
         (["--sparse-weight"], SYNC_GROUP_JOBS),
     ],
     ids=[
         "sparse-gradients",
-        "updated-on-the-workers",
         "sparse-weight",
         "lasgd-every-step",
         "sync-sparse-gradients",
         "sync-sparse-weight",
-        "sync-updated-on-the-workers",
         "sync-group-jobs-sparse-gradients",
         "sync-group-jobs-sparse-weight",
     ],
@@ -92,6 +88,33 @@ def test_a_sparse_embedding_trains_as_one_process_on_the_union_of_the_batches(
         options,
         dict({"MXKV_MODE": "allreduce"}, **env),
     )
+
+
+@pytest.mark.parametrize(
+    "env", [{"MXKV_MODE": "allreduce"}, SYNC_IN_2_GROUPS], ids=["allreduce", "sync-2-groups"]
+)
+def test_sparse_gradients_updated_on_the_workers_are_refused_as_dist_sync_refuses_them(
+    job_dir, env
+):
+    """MXNet's Trainer raises ValueError for update_on_kvstore=False with row_sparse
+    gradients on dist_sync (its nightly dist_sync_kvstore.py checks it); so does the store,
+    on every rank, where it can update the weights itself."""
+    options = env.get("LAUNCHER", "").split()
+    job = launch(
+        4,
+        "train_sparse_embedding.py",
+        "--out",
+        str(job_dir),
+        "--update-on-kvstore",
+        "0",
+        env={k: v for k, v in env.items() if k != "LAUNCHER"},
+        launcher_options=options,
+        timeout=120,
+    )
+    assert job.returncode != 0, job.output
+    assert "Cannot set update_on_kvstore=False on dist kvstore when sparse gradients" in (
+        job.output
+    ), job.output
 
 
 @pytest.mark.parametrize(

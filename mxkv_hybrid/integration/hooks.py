@@ -94,16 +94,24 @@ def _create_sparse_kvstore(original, kvstore):
 
 
 def _init_trainer_kvstore(original, self):
-    """Trainer._init_kvstore: with the hybrid store, update_on_kvstore=False in a mode whose
-    updates run on the servers is refused as dist_async refuses it (ValueError, at the
-    same point); dense weights with row_sparse gradients follow MXNet's rules for dense
-    ones (update_on_kvstore by default where the mode can, either way on request), since
-    the store sums row_sparse gradients in place as well as it updates weights with
-    them; MXNet would refuse any store but its own."""
+    """Trainer._init_kvstore: with the hybrid store, update_on_kvstore=False is refused
+    where MXNet refuses it for a dist store (ValueError, at the same point): in a mode
+    whose updates run on the servers (dist_async), and with row_sparse gradients where
+    the store can update (dist_sync). Dense weights with row_sparse gradients otherwise
+    follow MXNet's rules for dense ones (update_on_kvstore by default where the mode can),
+    since the store updates weights with row_sparse gradients; MXNet would refuse any
+    store but its own."""
     store = _trainer_store(self)
+    sparse_grad_only = self._contains_sparse_grad and not self._contains_sparse_weight
     if store is not None and self._kvstore_params["update_on_kvstore"] is False:
         _refuse_local_updates_in_async(store)
-    sparse_grad_only = self._contains_sparse_grad and not self._contains_sparse_weight
+        if sparse_grad_only and store.is_capable(mx.kv.KVStoreBase.OPTIMIZER):
+            raise SparseLocalUpdatesRefused(
+                "Cannot set update_on_kvstore=False on dist kvstore when sparse gradients "
+                f"are present: MXNet's Trainer refuses it for dist_sync, and MXKV_MODE="
+                f"{store.config.mode} keeps its rules; leave update_on_kvstore unset (the "
+                "store updates the weights), or use a dense gradient"
+            )
     if not (sparse_grad_only and store is not None):
         return original(self)
     self._contains_sparse_grad = False
@@ -127,6 +135,11 @@ def _initialize_kvstore(
 class LocalUpdatesRefused(MXKVError, ValueError):
     """update_on_kvstore=False where the updates run on the servers: the ValueError that
     MXNet's Trainer raises for dist_async."""
+
+
+class SparseLocalUpdatesRefused(MXKVError, ValueError):
+    """update_on_kvstore=False with row_sparse gradients where the store can update: the
+    ValueError that MXNet's Trainer raises for dist_sync."""
 
 
 def _refuse_local_updates_in_async(kvstore: Hybrid) -> None:
