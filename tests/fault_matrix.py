@@ -363,10 +363,13 @@ CELLS: List[Cell] = [
         "the group and its host's relay restart; the group starts with the others",
         0,
         (
-            # (with, when a rank's link closed before its job's exit was seen, which rank)
+            # its job's exit (with, when a rank's link closed before it was seen, which
+            # rank) or its host's relay's, whichever the launcher sees first: the host's
+            # processes die together
             (
-                rf"{LOST}its MPI job exited with status \d+"
-                rf"(; rank \d on {TARGET} ended first .*)?; restarting it"
+                rf"{LOST}(its MPI job exited with status \d+"
+                rf"(; rank \d on {TARGET} ended first .*)?|the relay on {TARGET} exited with "
+                r"status \d+, .*the launcher ends its MPI job); restarting it"
             ),
             *STARTS_WITH_THE_OTHERS,
             *RELAY_STARTED_AGAIN,
