@@ -6,7 +6,7 @@ trained weights on both ranks and (real data) validation accuracy far above chan
 
 import re
 from pathlib import Path
-from typing import List, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import mxnet as mx
 import numpy as np
@@ -115,7 +115,12 @@ def epochs_of(lines: List[str]) -> List[Tuple[int, float, str]]:
 
 
 def run_classic_script(
-    tiny_imagenet: Path, data_format: str, *launcher_options: str, epochs: int = EPOCHS
+    tiny_imagenet: Path,
+    data_format: str,
+    *launcher_options: str,
+    epochs: int = EPOCHS,
+    script_options: Sequence[str] = (),
+    env: Optional[Dict[str, str]] = None,
 ) -> Job:
     job = launch(
         RANKS,
@@ -125,6 +130,8 @@ def run_classic_script(
         "--num-epochs",
         str(epochs),
         *(["--use-rec"] if data_format == "rec" else []),
+        *script_options,
+        env=env,
         launcher_options=launcher_options,
     )
     assert job.returncode == 0, job.output
@@ -156,22 +163,13 @@ def test_a_gluoncv_optimizer_and_its_saved_states_with_the_optimizer_on_the_serv
     trainer.save_states whenever validation improves, on every rank, under --auto in the
     modes whose optimizer runs on the servers (2 groups): it trains, and the servers write
     the states (before, the leaders crashed on lr None, then save_states raised)."""
-    job = launch(
-        RANKS,
-        "gluoncv_classic.py",
-        "--data-dir",
-        str(tiny_imagenet),
-        "--num-epochs",
-        str(EPOCHS),
-        "--use-rec",
-        "--lr-mode",
-        "cosine",
-        "--save-dir",
-        str(tmp_path),
+    job = run_classic_script(
+        tiny_imagenet,
+        "rec",
+        *("--auto", "--group-size", "1", "--servers", "1"),
+        script_options=["--lr-mode", "cosine", "--save-dir", str(tmp_path)],
         env={"MXKV_MODE": mode},
-        launcher_options=["--auto", "--group-size", "1", "--servers", "1"],
     )
-    assert job.returncode == 0, job.output
     per_rank = [epochs_of(job.lines_of(rank)) for rank in range(RANKS)]
     assert all(epochs[-1][1] > LEARNED for epochs in per_rank), job.output
     if mode == "sync":  # one model: the same weights on every rank after every epoch
