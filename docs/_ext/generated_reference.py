@@ -1,13 +1,16 @@
 """Sphinx directives that write reference tables from the code itself, never by hand:
 ``{mxkv-knobs}`` from ``config.KNOBS``, ``{mxkv-capabilities}`` from
 ``capabilities.CAPABILITIES``, ``{mxkv-fault-matrix}`` from the tests' table of faults
-(``tests/fault_matrix.py``, whose every cell a test runs), ``{mxkv-faults-throughput}`` from
+(``tests/fault_matrix.py``, whose every cell a test runs), ``{mxkv-trainer-rules}`` from the
+tests' table of Trainer rules (``tests/trainer_rules_table.py``, with MXNet's own decisions
+computed as the build runs), ``{mxkv-faults-throughput}`` from
 the results of ``examples/benchmarks/faults_throughput.py`` and ``{mxkv-flags}
 module:function`` from a command's argparse parser (mxkv-launch, the planner, the tuner)."""
 
 import argparse
 import importlib
 import json
+import subprocess
 import sys
 from dataclasses import fields
 from pathlib import Path
@@ -150,18 +153,97 @@ def measured_cells(path: Path) -> Mapping[tuple, Mapping[str, Any]]:
     return {(c["fault"], c["path"], c["mode"], c["moment"]): c for c in cells}
 
 
+def tests_module(name: str) -> Any:
+    """A module of the repository's tests/ folder (the tables the tests run)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.pop(0)
+
+
 class FaultMatrixDirective(MarkdownDirective):
     def markdown(self) -> str:
         root = Path(__file__).resolve().parents[2]
-        sys.path.insert(0, str(root / "tests"))
-        try:
-            fault_matrix = importlib.import_module("fault_matrix")
-        finally:
-            sys.path.pop(0)
+        fault_matrix = tests_module("fault_matrix")
         measured = measured_cells(root / "examples/benchmarks/results/fault_matrix.json")
         return fault_matrix_table(
             fault_matrix.CELLS, fault_matrix.FAULTS, fault_matrix.PATHS, measured
         )
+
+
+def trainer_rules_table(table: Any, decided: Mapping[str, Mapping[Any, Any]]) -> str:
+    """The Markdown table of the Trainer rules: a row per (weight, gradient,
+    update_on_kvstore), a column per MXNet store with the modes that stand in for it, and
+    where a mode decides otherwise, both decisions and a numbered reason below."""
+    stores = list(table.COUNTERPARTS)
+    modes_of = {s: [m for m in table.MODES if table.COUNTERPART_OF[m] == s] for s in stores}
+    headers = [
+        f"`{s.replace('_p3', '')}`{' over P3' if s.endswith('_p3') else ''}: "
+        + ", ".join(f"`{m}`" for m in modes_of[s])
+        for s in stores
+    ]
+    rows = [
+        "| weight | gradient | update_on_kvstore | " + " | ".join(headers) + " |",
+        "|---" * (3 + len(stores)) + "|",
+    ]
+    reasons: List[str] = []
+    for c in table.CELLS:
+        entries = []
+        for store in stores:
+            mxnet = table.describe(decided[store][c])
+            differing = {
+                m: table.DIFFERENCES[(m, c)] for m in modes_of[store] if (m, c) in table.DIFFERENCES
+            }
+            for outcome, why in differing.values():
+                if why not in reasons:
+                    reasons.append(why)
+                number = reasons.index(why) + 1
+                names = ", ".join(f"`{m}`" for m in differing)
+                mxnet = f"MXNet: {mxnet}; {names}: {table.describe(outcome)} ({number})"
+                break
+            entries.append(cell(mxnet))
+        rows.append(
+            f"| `{c.weight}` | `{c.gradient}` | `{c.update_on_kvstore}` | "
+            + " | ".join(entries)
+            + " |"
+        )
+    notes = [f"({i}) {why}." for i, why in enumerate(reasons, start=1)]
+    return "\n".join(rows) + "\n\n" + "\n\n".join(notes)
+
+
+def mxnet_decisions(table: Any) -> Mapping[str, Mapping[Any, Any]]:
+    """MXNet's own Trainer decisions on each store of the table, every cell
+    (tests/workers/trainer_rules.py --reference, which never imports mxkv_hybrid)."""
+    worker = Path(__file__).resolve().parents[2] / "tests/workers/trainer_rules.py"
+    decided = {}
+    for store in table.COUNTERPARTS:
+        run = subprocess.run(
+            [sys.executable, str(worker), "--reference", store],
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        rows = [
+            json.loads(line[len("cell ") :])
+            for line in run.stdout.splitlines()
+            if line.startswith("cell ")
+        ]
+        decided[store] = {
+            table.Cell(r["weight"], r["gradient"], r["update_on_kvstore"]): (
+                r["decision"],
+                r["load"],
+            )
+            for r in rows
+        }
+    return decided
+
+
+class TrainerRulesDirective(MarkdownDirective):
+    def markdown(self) -> str:
+        table = tests_module("trainer_rules_table")
+        return trainer_rules_table(table, mxnet_decisions(table))
 
 
 def faults_throughput_tables(throughput: Mapping[str, Any], alarms: Mapping[str, Any]) -> str:
@@ -217,6 +299,7 @@ def setup(app: Sphinx) -> dict:
     app.add_directive("mxkv-knobs", KnobsDirective)
     app.add_directive("mxkv-capabilities", CapabilitiesDirective)
     app.add_directive("mxkv-fault-matrix", FaultMatrixDirective)
+    app.add_directive("mxkv-trainer-rules", TrainerRulesDirective)
     app.add_directive("mxkv-faults-throughput", FaultsThroughputDirective)
     app.add_directive("mxkv-flags", FlagsDirective)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

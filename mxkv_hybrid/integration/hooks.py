@@ -14,6 +14,8 @@ What changes, only for the hybrid store (every other store runs MXNet's own code
 - row_sparse weights and gradients pass MXNet's gates, which admit only its own store
   class: `_create_sparse_kvstore` takes the hybrid store (updates on the store), and a
   Trainer with dense weights and row_sparse gradients follows MXNet's dense rules;
+- otherwise the Trainer keeps MXNet's rules for the dist store each mode stands in for
+  (docs/reference/trainer-rules.md): the same update_on_kvstore, the same error types;
 - Trainer `save_states`/`load_states` and Module `save/load_optimizer_states` also
   write/read the averaging state next to the optimizer states.
 """
@@ -84,7 +86,7 @@ def _create_sparse_kvstore(original, kvstore):
     if not isinstance(kvstore, Hybrid):
         return original(kvstore)
     if not kvstore.is_capable(mx.kv.KVStoreBase.OPTIMIZER):
-        raise MXKVError(
+        raise SparseWeightsNeedStoreUpdates(
             f"row_sparse weights are updated on the store, which MXKV_MODE="
             f"{kvstore.config.mode} does not do (each rank updates its own "
             f"weights): use MXKV_MODE={' / '.join(modes_with('updates_on_store'))}, or a "
@@ -132,6 +134,11 @@ def _initialize_kvstore(
     return None
 
 
+class SparseWeightsNeedStoreUpdates(MXKVError, AssertionError):
+    """row_sparse weights in a mode whose store does not run the optimizer: the
+    AssertionError MXNet's _create_sparse_kvstore raises for such a store."""
+
+
 class LocalUpdatesRefused(MXKVError, ValueError):
     """update_on_kvstore=False where the updates run on the servers: the ValueError that
     MXNet's Trainer raises for dist_async."""
@@ -154,15 +161,21 @@ def _refuse_local_updates_in_async(kvstore: Hybrid) -> None:
 
 
 def _reset_trainer_kvstore(original, self):
-    """Trainer._reset_kvstore (parameters loaded once the store was initialised with the
-    optimizer on it): refused where the servers hold the weights, as MXNet refuses it for
-    a dist store; elsewhere (allreduce: every rank holds them) the store starts again."""
-    if isinstance(self._kvstore, Hybrid) and self._kvstore.weights_on_servers:
+    """Trainer._reset_kvstore (parameters loaded once the store holds them, with
+    update_on_kvstore): refused in every mode, as MXNet refuses it for a dist store
+    (RuntimeError); the servers or the store would overwrite what was loaded."""
+    store = self._kvstore
+    if isinstance(store, Hybrid):
+        holder = (
+            "the parameter servers hold these weights"
+            if store.weights_on_servers
+            else "the store keeps these weights and runs the optimizer on them"
+        )
         raise RuntimeError(
-            "Cannot reset distributed KVStore: the parameter servers hold these weights "
-            f"(MXKV_MODE={self._kvstore.config.mode}, update_on_kvstore=True), as "
-            "dist_sync's do, and would overwrite what was loaded; load the parameters "
-            "before the Trainer's first step, or with update_on_kvstore=False"
+            f"Cannot reset distributed KVStore: {holder} (MXKV_MODE={store.config.mode}, "
+            "update_on_kvstore=True), as dist_sync's servers do, and would overwrite what "
+            "was loaded; load the parameters before the Trainer's first step "
+            "(mxkv_hybrid.checkpoint.load does), or train with update_on_kvstore=False"
         )
     return original(self)
 
@@ -244,6 +257,7 @@ def _allreduce_grads(original, self):
     # their buckets can start while the first layers are still being differentiated.
     params = [(i, p) for i, p in enumerate(self._params) if p.grad_req != "null"][::-1]
     sparse_weights = [(i, p) for i, p in params if p._stype != "default"]
+    _refuse_dense_gradients_of_sparse_weights([p for _, p in sparse_weights])
     if sparse_weights:  # updated on the store; the script pulls the rows it needs
         self._kvstore.push_gradients(
             [i for i, _ in sparse_weights], [p.list_grad() for _, p in sparse_weights]
@@ -257,6 +271,20 @@ def _allreduce_grads(original, self):
         _refuse_local_updates_in_async(self._kvstore)
         self._kvstore.pushpull_gradients(keys, grads)
     return None
+
+
+def _refuse_dense_gradients_of_sparse_weights(params) -> None:
+    """A row_sparse weight with a dense gradient: MXNet's Trainer fails on it under every
+    store (its _allreduce_grads asks Parameter.list_data, which raises for row_sparse
+    weights), and so does this one, at the same point and with the same error type."""
+    dense = [p.name for p in params if p._grad_stype == "default"]
+    if dense:
+        raise RuntimeError(
+            f"Cannot push the dense gradients of row_sparse weights {dense}: MXNet's "
+            "Trainer supports row_sparse weights with row_sparse gradients only (under "
+            "dist_sync its Parameter.list_data raises here); give them grad_stype="
+            "'row_sparse', or make the weights dense"
+        )
 
 
 def _trained_weights(trainer):

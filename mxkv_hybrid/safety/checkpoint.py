@@ -232,17 +232,22 @@ def _restore(
             "or rank 0's weights would replace every rank's"
         )
     params, states = _files(directory, this.rank, manifest["generation"])
-    # States first: the Trainer's first use broadcasts rank 0's weights (MXNet's
-    # _init_params), which must not replace the per-rank weights loaded next.
-    trainer.load_states(states)
-    net.load_parameters(params, ctx=next(iter(net.collect_params().values())).list_ctx())
+    contexts = next(iter(net.collect_params().values())).list_ctx()
     if not trainer._kv_initialized:
-        # The store updates the weights itself (modes allreduce and sync): loading them made
-        # MXNet reset the Trainer's store, whose next start would set a fresh optimizer and
-        # lose the loaded momentum. Loading the states again starts it now, with the loaded
-        # weights (the same on every rank in these modes) and the loaded optimizer state.
+        trainer._init_kvstore()  # decides update_on_kvstore; takes no weights yet
+    if trainer._update_on_kvstore:
+        # The store keeps the weights (modes allreduce and sync: the same on every rank):
+        # they are loaded before it takes them, since MXNet refuses to reset a dist
+        # store's weights (Trainer._reset_kvstore), and the states then go to its optimizer.
+        net.load_parameters(params, ctx=contexts)
         trainer.load_states(states)
         _keep_own_untrained(net, params)
+    else:
+        # Each rank updates its own weights (modes easgd, lasgd): the store's start
+        # (in load_states) broadcasts rank 0's weights, which the per-rank weights loaded
+        # next replace.
+        trainer.load_states(states)
+        net.load_parameters(params, ctx=contexts)
     if _is_committer(this):
         whose = "" if this.group_job is None else f"group {this.group_job.group} "
         log.info(

@@ -53,13 +53,6 @@ parser.add_argument(
     action="store_true",
     help="modes easgd/lasgd: end on the one model (mxkv_hybrid.consensus)",
 )
-parser.add_argument(
-    "--load-after-step",
-    type=int,
-    default=-1,
-    help="save the parameters after this step and load them again (MXNet's Trainer resets "
-    "its store then, which a dist store refuses once it holds the weights)",
-)
 args = parser.parse_args()
 
 
@@ -126,11 +119,6 @@ for step in range(args.steps):
     if args.change_settings and step == 2:
         trainer.set_learning_rate(LEARNING_RATE / 2)
     trainer.step(len(x) * (2 if args.change_settings and step >= 4 else 1))
-    if step == args.load_after_step:
-        saved = os.path.join(args.out, f"saved-rank{rank}.params")
-        os.makedirs(args.out, exist_ok=True)
-        net.save_parameters(saved)
-        net.load_parameters(saved, ctx=contexts)
 
 if args.consensus:
     import mxkv_hybrid
