@@ -420,3 +420,42 @@ def test_a_checkpoint_written_with_other_averaging_settings_is_refused():
             "16-bit averages (MXKV_COMPRESS)",
         )
     check_saved_with({}, "deltas", False, "lasgd", "16-bit averages")  # older: none saved
+
+
+# train_gluon.py: 6 steps of 2 ranks x 8 samples, weights below 1 in size: the same sums in
+# another order (a process's batch split over 2 devices) move a weight by at most
+# steps x summands x float32's unit roundoff.
+SPLIT_WITHIN = 6 * 16 * 2.0**-24
+
+
+@pytest.mark.parametrize(
+    "overlap, consensus", [("0", []), ("1", ["--consensus"])], ids=["blocking", "consensus"]
+)
+def test_several_devices_per_rank_average_as_one(tmp_path, overlap, consensus):
+    """A rank's device copies are one model: the average of the ranks' models, not of every
+    copy summed (before, a blocking average and consensus added up the copies: with 2
+    devices the weights doubled, 3.09 away after 6 steps). The same job with 1 device is
+    the reference."""
+    env = {"MXKV_MODE": "lasgd", "MXKV_TAU": "2", "MXKV_LASGD_OVERLAP": overlap}
+    weights = {}
+    for devices in (1, 2):
+        out = tmp_path / f"devices{devices}"
+        job = launch(
+            2,
+            "train_gluon.py",
+            "--out",
+            str(out),
+            "--devices",
+            str(devices),
+            "--steps",
+            "6",
+            *consensus,
+            env=env,
+        )
+        assert job.returncode == 0, job.output
+        weights[devices] = load_ranks(out, 2)
+    for rank in range(2):
+        for name, reference_weight in weights[1][rank].items():
+            np.testing.assert_allclose(
+                weights[2][rank][name], reference_weight, rtol=0, atol=SPLIT_WITHIN, err_msg=name
+            )

@@ -168,7 +168,7 @@ class LocalSGD:
         if not self.overlap:
             views = _views(pieces, keys, weights)
             if self._deltas is None:
-                self._world.allreduce("model averaging", names, views, views, average=True)
+                self._world.allreduce("model averaging", names, _first(views), views, average=True)
             else:
                 self._average_changes(pieces, views)
             if self._outer is not None:
@@ -201,7 +201,7 @@ class LocalSGD:
         if self.overlap:
             self._apply_in_flight(keys, weights)
         if self._deltas is None:
-            self._world.allreduce("model averaging", keys, weights, weights, average=True)
+            self._world.allreduce("model averaging", keys, _first(weights), weights, average=True)
             return
         whole = cut_into_fragments(keys, [copies[0].size for copies in weights], 1)[0]
         self._average_changes(whole, _views(whole, keys, weights))
@@ -329,3 +329,9 @@ def _views(
     """Each piece's view of every device's copy of its weight."""
     index = {key: i for i, key in enumerate(keys)}
     return [[piece.view(copy) for copy in weights[index[piece.key]]] for piece in pieces]
+
+
+def _first(copies_per_key: Sequence[Arrays]) -> List[List[mx.nd.NDArray]]:
+    """Each key's first device copy: a rank's copies are one model (an allreduce of all of
+    them would add them up), and the average is written to every copy."""
+    return [[copies[0]] for copies in copies_per_key]
