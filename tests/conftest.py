@@ -461,3 +461,19 @@ def make_cluster() -> Iterator[Callable[..., Cluster]]:
     yield make
     for cluster in made:
         cluster.close()
+
+
+def trained_weights(prefix: Path, epoch: int) -> dict:
+    """The trained (arg:) parameters of a do_checkpoint file; BatchNorm statistics stay per rank."""
+    import mxnet as mx  # (only where a test reads checkpoints)
+
+    saved = mx.nd.load(f"{prefix}-{epoch:04d}.params")
+    return {name: array.asnumpy() for name, array in saved.items() if name.startswith("arg:")}
+
+
+def assert_checkpoints_identical(prefix: Path, epoch: int) -> None:
+    rank0 = trained_weights(prefix, epoch)
+    rank1 = trained_weights(Path(f"{prefix}-1"), epoch)  # do_checkpoint's per-rank prefix
+    assert rank0.keys() == rank1.keys() and rank0
+    for name in rank0:
+        assert np.array_equal(rank0[name], rank1[name]), f"{name} differs between the ranks"

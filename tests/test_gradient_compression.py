@@ -4,7 +4,7 @@ result equal to a quantiser summed over every rank's gradients, MXNet's own for 
 rank's residuals equal to numpy's; tests/workers/sync_compression.py: mode sync's group
 sums through the servers as summed codes; tests/workers/async_compression.py: mode
 async's codes decoded and applied by the servers).
-MXNet's `--gc-type 2bit` script path: tests/test_unmodified_scripts.py."""
+MXNet's `--gc-type 2bit` script path, in every mode: tests/test_client_matrix.py."""
 
 import pytest
 

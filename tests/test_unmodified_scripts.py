@@ -8,11 +8,9 @@ import re
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-import mxnet as mx
-import numpy as np
 import pytest
 
-from conftest import TINY_IMAGENET_CLASSES, Job, launch
+from conftest import TINY_IMAGENET_CLASSES, Job, assert_checkpoints_identical, launch
 
 CLASSES = TINY_IMAGENET_CLASSES  # chance: 0.1
 RANKS = 2
@@ -23,20 +21,6 @@ TRAIN_IMAGES = CLASSES * 64
 # 0.6 is more than 10 std from chance (0.1) and from the lowest seen. That the ranks
 # trained one model through the store is the weights' identity (and its control below).
 LEARNED = 0.6
-
-
-def trained_weights(prefix: Path, epoch: int) -> dict:
-    """The trained (arg:) parameters of a do_checkpoint file; BatchNorm statistics stay per rank."""
-    saved = mx.nd.load(f"{prefix}-{epoch:04d}.params")
-    return {name: array.asnumpy() for name, array in saved.items() if name.startswith("arg:")}
-
-
-def assert_checkpoints_identical(prefix: Path, epoch: int) -> None:
-    rank0 = trained_weights(prefix, epoch)
-    rank1 = trained_weights(Path(f"{prefix}-1"), epoch)  # do_checkpoint's per-rank prefix
-    assert rank0.keys() == rank1.keys() and rank0
-    for name in rank0:
-        assert np.array_equal(rank0[name], rank1[name]), f"{name} differs between the ranks"
 
 
 def run_module_script(job_dir: Path, *options: str) -> Job:
@@ -70,32 +54,6 @@ def test_module_script_with_kv_store_hybrid(tiny_imagenet, job_dir):
         accuracy = [float(m.group(1)) for line in lines if (m := last.search(line))]
         assert accuracy and accuracy[0] > LEARNED, job.output
     assert_checkpoints_identical(job_dir / "model", EPOCHS)
-
-
-def test_module_script_with_gc_type_2bit(tiny_imagenet, job_dir):
-    """MXNet's `--gc-type 2bit` path (fit.py's kv.set_gradient_compression): it starts,
-    learns the classes and ends with one model on both ranks. A value travels only once its
-    residual reaches the threshold (0.5), so the first epochs move less: validation
-    accuracy seen 0.46-0.64 after 3 epochs, 0.95-0.98 after 6 (the learning rate cut at 5)."""
-    epochs = 6
-    job = run_module_script(
-        job_dir,
-        "--data-train",
-        str(tiny_imagenet / "train.rec"),
-        "--data-val",
-        str(tiny_imagenet / "val.rec"),
-        "--gc-type",
-        "2bit",
-        "--num-epochs",
-        str(epochs),
-        "--lr-step-epochs",
-        "5",
-    )
-    last = re.compile(rf"Epoch\[{epochs - 1}\] Validation-accuracy=([0-9.]+)")
-    for rank in range(RANKS):
-        accuracy = [float(m.group(1)) for line in job.lines_of(rank) if (m := last.search(line))]
-        assert accuracy and accuracy[0] > LEARNED, job.output
-    assert_checkpoints_identical(job_dir / "model", epochs)
 
 
 def test_module_script_benchmark_mode(job_dir):

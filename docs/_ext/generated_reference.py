@@ -3,7 +3,8 @@
 ``capabilities.CAPABILITIES``, ``{mxkv-fault-matrix}`` from the tests' table of faults
 (``tests/fault_matrix.py``, whose every cell a test runs), ``{mxkv-trainer-rules}`` from the
 tests' table of Trainer rules (``tests/trainer_rules_table.py``, with MXNet's own decisions
-computed as the build runs), ``{mxkv-faults-throughput}`` from
+computed as the build runs), ``{mxkv-client-matrix}`` from the tests' client matrix
+(``tests/client_matrix.py``), ``{mxkv-faults-throughput}`` from
 the results of ``examples/benchmarks/faults_throughput.py`` and ``{mxkv-flags}
 module:function`` from a command's argparse parser (mxkv-launch, the planner, the tuner)."""
 
@@ -246,6 +247,30 @@ class TrainerRulesDirective(MarkdownDirective):
         return trainer_rules_table(table, mxnet_decisions(table))
 
 
+def client_matrix_table(matrix: Any) -> str:
+    """The Markdown table of the client matrix: a row per client (what it uses), a column
+    per mode saying whether the suite runs it there on one host and across 2 emulated
+    hosts, or why the client does not apply."""
+    rows = [
+        "| client | what it uses | " + " | ".join(f"`{m}`" for m in matrix.MODES) + " |",
+        "|---|---|" + "---|" * len(matrix.MODES),
+    ]
+    for c in matrix.CLIENTS:
+        entries = [
+            c.not_in[m]
+            if m in c.not_in
+            else "1 host" + (", 2 hosts" if matrix.ACROSS_HOSTS.get(m) == c.name else "")
+            for m in matrix.MODES
+        ]
+        rows.append(f"| {cell(c.name)} | {cell(c.uses)} | " + " | ".join(map(cell, entries)) + " |")
+    return "\n".join(rows)
+
+
+class ClientMatrixDirective(MarkdownDirective):
+    def markdown(self) -> str:
+        return client_matrix_table(tests_module("client_matrix"))
+
+
 def faults_throughput_tables(throughput: Mapping[str, Any], alarms: Mapping[str, Any]) -> str:
     """examples/benchmarks/faults_throughput.py's results as Markdown: per mode, each group's
     and the whole job's quiet steps per second and the fraction kept under faults, the time
@@ -300,6 +325,7 @@ def setup(app: Sphinx) -> dict:
     app.add_directive("mxkv-capabilities", CapabilitiesDirective)
     app.add_directive("mxkv-fault-matrix", FaultMatrixDirective)
     app.add_directive("mxkv-trainer-rules", TrainerRulesDirective)
+    app.add_directive("mxkv-client-matrix", ClientMatrixDirective)
     app.add_directive("mxkv-faults-throughput", FaultsThroughputDirective)
     app.add_directive("mxkv-flags", FlagsDirective)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
