@@ -2,11 +2,13 @@
 reference fails), its knob and flag pages generated from the code."""
 
 import argparse
+import importlib
 import shutil
 import subprocess
 import sys
 from dataclasses import fields, replace
 from pathlib import Path
+from typing import List
 
 import pytest
 
@@ -16,9 +18,11 @@ from mxkv_hybrid.launch.launcher import build_parser
 
 DOCS = Path(__file__).parent.parent / "docs"
 sys.path.insert(0, str(DOCS / "_ext"))
+from docs_lint import markdown_pages, page_findings, rendered_text_findings  # noqa: E402
 from error_catalogue import catalogue, messages_of  # noqa: E402
 from generated_reference import (  # noqa: E402
     capability_table,
+    client_matrix_table,
     fault_matrix_table,
     flag_tables,
     knob_table,
@@ -156,10 +160,12 @@ def test_a_broken_link_fails_the_build(tmp_path):
     source.mkdir()
     shutil.copy(DOCS / "conf.py", source)
     shutil.copytree(DOCS / "_ext", source / "_ext")
-    (source / "index.md").write_text("# Index\n\nSee [a page](no-such-page.md).\n")
+    (source / "index.md").write_text(
+        "# Index\n\nSee [a page](no-such-page.md) and [a heading](#no-such-heading).\n"
+    )
     done = sphinx_build(source, tmp_path / "out")
     assert done.returncode != 0
-    assert "no-such-page" in done.stderr
+    assert "no-such-page" in done.stderr and "no-such-heading" in done.stderr
 
 
 @pytest.mark.parametrize(
@@ -175,3 +181,120 @@ def test_every_page_has_one_title(page):
         if not fence and line.startswith("# "):
             titles.append(line)
     assert len(titles) == 1, titles
+
+
+@pytest.mark.parametrize("page", [p.relative_to(DOCS.parent).as_posix() for p in markdown_pages()])
+def test_every_page_passes_the_docs_lint(page):
+    found = page_findings(DOCS.parent / page)
+    assert not found, "\n".join(map(str, found))
+
+
+def test_the_text_the_generated_tables_take_from_the_code_passes_the_docs_lint():
+    """Knob documentation, capabilities, flag help, the tests' tables and every error
+    message render on the site: no pointer that points nowhere, no issue number."""
+    import client_matrix
+    import fault_matrix
+    import trainer_rules_table
+
+    parsers = ["mxkv_hybrid.launch.launcher", "mxkv_hybrid.plan.__main__", "mxkv_hybrid.tune"]
+    texts = {
+        "config.KNOBS": knob_table(KNOBS) + "\n" + knob_table(KNOBS, internal=True),
+        "capabilities.CAPABILITIES": capability_table(CAPABILITIES),
+        **{
+            parser: flag_tables(importlib.import_module(parser).build_parser())
+            for parser in parsers
+        },
+        "tests/fault_matrix.py": fault_matrix_table(
+            fault_matrix.CELLS, fault_matrix.FAULTS, fault_matrix.PATHS
+        ),
+        "tests/client_matrix.py": client_matrix_table(client_matrix),
+        "tests/trainer_rules_table.py": "\n".join(
+            why for _, why in trainer_rules_table.DIFFERENCES.values()
+        ),
+        "the error catalogue": "\n".join(f"{m.module}: {m.text}" for m in catalogue()),
+    }
+    found = [
+        finding
+        for source, text in texts.items()
+        for finding in rendered_text_findings(text, source)
+    ]
+    assert not found, "\n".join(map(str, found))
+
+
+def lint_sample(tmp_path: Path, text: str, name: str = "page.md") -> List[str]:
+    page = tmp_path / name
+    page.write_text(text)
+    return [str(finding) for finding in page_findings(page, tmp_path)]
+
+
+def test_the_lint_finds_a_stray_code_fence(tmp_path):
+    """A fence left over before a list turns the list and the next code block into one code
+    block; the block's closing fence then opens one that swallows the rest."""
+    fixed = "# Page\n\nText.\n\n- one\n- two\n\n```python\nx = 1\n```\n"
+    stray = fixed.replace("Text.\n\n", "Text.\n\n```\n")
+    assert lint_sample(tmp_path, fixed) == []
+    found = lint_sample(tmp_path, stray)
+    assert len(found) == 2
+    assert found[0].startswith("page.md:9: the code block opened at line 5 meets a fence with")
+    assert found[1] == "page.md:11: an odd number of code fences (3)"
+    unclosed = lint_sample(tmp_path, "# Page\n\n```python\nx = 1\n")
+    assert unclosed == [
+        "page.md:3: this code fence (```python) is never closed",
+        "page.md:3: an odd number of code fences (1)",
+    ]
+
+
+def test_the_lint_finds_above_and_below_that_point_nowhere(tmp_path):
+    bad = (
+        "# Page\n\n## Part\n\n"
+        "As described above, it works.\n"
+        "The run (Part, above) took long.\n"
+        "The table below lists them.\n\nMore text.\n\n| a |\n|---|\n| 1 |\n"
+    )
+    assert [line.split(": ")[0] for line in lint_sample(tmp_path, bad)] == [
+        "page.md:5",
+        "page.md:6",
+        "page.md:7",
+    ]
+    good = (
+        "# Page\n\n## Part\n\n"
+        "See [Part](#part), above. Accuracy above 0.25, below `MXKV_X`, below the bound.\n"
+        "The table below lists them:\n\n| a |\n|---|\n| 1 |\n\n"
+        "```\nthe command above\n```\n"
+    )
+    assert lint_sample(tmp_path, good) == []
+    assert len(rendered_text_findings("1 MiB measured best here (below).", "a knob")) == 1
+
+
+def test_the_lint_finds_issue_and_stop_numbers(tmp_path):
+    found = lint_sample(tmp_path, "# Page\n\nShort of the aim of issue 33; stop 53's run.\n")
+    assert found == [
+        "page.md:3: 'issue 33': say what it is instead",
+        "page.md:3: 'stop 53': say what it is instead",
+    ]
+    assert lint_sample(tmp_path, "# Page\n\nShort of the relay's design aim.\n") == []
+    assert len(rendered_text_findings("as quoted in Issue 17", "a knob")) == 1
+
+
+def test_the_lint_finds_a_generated_table_that_does_not_say_so(tmp_path):
+    directive = "```{mxkv-knobs}\n```\n"
+    bare = f"# Knobs\n\nEvery knob.\n\n{directive}"
+    assert lint_sample(tmp_path, bare) == [
+        "page.md:5: say 'generated when the site is built' before this generated table"
+    ]
+    said = f"# Knobs\n\nEvery knob. The table is generated when the\nsite is built.\n\n{directive}"
+    assert lint_sample(tmp_path, said) == []
+    said_before_another_heading = said + f"\n## More\n\n{directive}"
+    assert len(lint_sample(tmp_path, said_before_another_heading)) == 1
+
+
+def test_the_lint_finds_links_to_missing_pages_and_headings(tmp_path):
+    (tmp_path / "other.md").write_text("# Other\n\n## A part (`--flag X`)\n")
+    bad = "# Page\n\n[a](missing.md), [b](#nowhere), [c](other.md#a-part)\n"
+    assert lint_sample(tmp_path, bad) == [
+        "page.md:3: missing.md: no such page",
+        "page.md:3: #nowhere: no such heading",
+        "page.md:3: other.md#a-part: no such heading",
+    ]
+    good = "# Page\n\n[a](other.md), [b](#page), [c](other.md#a-part---flag-x)\n"
+    assert lint_sample(tmp_path, good) == []

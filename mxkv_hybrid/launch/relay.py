@@ -1,4 +1,4 @@
-"""One host's relay for ps-lite's connections between hosts (docs/ps_lite_wiring.md).
+"""One host's relay for ps-lite's connections between hosts (docs/architecture/ps-lite-wiring.md).
 
 ps-lite authenticates nothing and aborts on a malformed message, so its nodes listen on
 loopback only, and a connection from one host to a node on another travels through the two
