@@ -439,7 +439,11 @@ class Hybrid(KVStoreBase):
     def _require_initialised(self, op: str, keys: Sequence[Key]) -> None:
         missing = [k for k in keys if not self._weights.holds(k)]
         if missing:
-            raise MXKVError(f"{op}: key(s) {missing!r} not initialised; call init first")
+            raise KeyNotInitialised(f"{op}: key(s) {missing!r} not initialised; call init first")
+
+
+class KeyNotInitialised(MXKVError, mx.base.MXNetError):
+    """A key used before init: the MXNetError that MXNet's stores raise there."""
 
 
 def _to_default_layout(weights: Sequence[Sequence[mx.nd.NDArray]]) -> None:
