@@ -99,7 +99,7 @@ def train_digits(mode: str, ranks: int, launcher_options, env, *example_options:
         # 2 groups of 2: the halves are the groups; across them only the slices travel
         ("allreduce", 4, [], {"MXKV_GROUP_SIZE": "2", "MXKV_HIERARCHY": "on"}, []),
         ("sync", 2, TWO_GROUPS, {}, []),
-        # separate group jobs; stale momentum updates of 2 groups do not learn (issue 34)
+        # separate group jobs; stale momentum updates of 2 groups do not learn (docs/modes/async.md)
         ("async", 2, TWO_GROUPS, {}, ["--momentum", "0"]),
         # synchronous EASGD: asynchronous, the centre depends on how the two groups' exchanges
         # interleave (ps: 0.56-0.88 in 5 runs of the same code; rma under a second job's load:

@@ -55,8 +55,9 @@ def train(job_dir, num_ranks, mode, epochs, lr, env=None, restarts=0, checkpoint
 
 
 # Asynchronous SGD without momentum: with momentum 0.9 the groups' stale updates made the
-# servers' model diverge (accuracy 0.1, chance, in 1 of 12 runs at lr 0.03; issue 34's
-# staleness), a failure of the optimizer's settings, not of what these tests check
+# servers' model diverge (accuracy 0.1, chance, in 1 of 12 runs at lr 0.03; stale
+# gradients, docs/modes/async.md), a failure of the optimizer's settings, not of what
+# these tests check
 ASYNC_SAFE = {"MOMENTUM": "0"}
 
 

@@ -137,7 +137,7 @@ def test_async_group_jobs_across_hosts_end_on_the_servers_model(make_cluster, jo
     assert_same_on_every_rank(found, "final/")
     # the bound of test_group_jobs' same job on one host, from its quiet runs (lr 0.1 without
     # momentum: at lr 0.03 with momentum 0.9 this scored 0.917 once through the relays,
-    # issue 34's staleness)
+    # stale gradients: docs/modes/async.md)
     assert float(found[0]["accuracy"]) >= 0.88, job.output
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).parent.parent
 README = (ROOT / "README.md").read_text()
-MOST_LINES = 300  # issue 35: the README points into docs/, it does not hold them
+MOST_LINES = 300  # the README points into docs/, it does not hold them
 
 
 def test_ci_runs_the_readme_test_command():

@@ -4,7 +4,8 @@ server and a worker on h1 and a worker on h2, every ps-lite node listening on it
 address (ps/node_addresses.py's table) and dialling the other host's nodes through stand-ins of the
 relays. h3, outside the job, meanwhile tries the relay's port and ps-lite's on each host's address:
 garbage, a TLS client with another job's key that names each node and sends 4 KB of random bytes
-(what ended jobs in issue 33), and a real ps-lite worker that registers with the scheduler's host.
+(what ended ps-lite jobs before the relays), and a real ps-lite worker that registers with the
+scheduler's host.
 The job ends with the right sums, the strangers are refused (one line, then counted per host), and
 the only listener a host shows beyond loopback is its relay. Controls seen: the same strangers
 holding the job's key end the job (ps-lite aborts: "failed to parse string into protobuf"); a relay
@@ -42,7 +43,7 @@ for port in ports:
     context = tls_context(key, server=False)
     context.verify_mode = ssl.CERT_NONE
     for node in nodes:
-        try:  # what ended ps-lite jobs in issue 33: 4 KB of random bytes at a node's port
+        try:  # what ended ps-lite jobs before the relays: 4 KB of random bytes at a node's port
             with socket.create_connection((host, port), timeout=5) as conn:
                 with context.wrap_socket(conn) as tls:
                     tls.sendall(node.encode() + b"\\n" + os.urandom(4096))

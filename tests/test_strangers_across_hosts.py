@@ -1,4 +1,4 @@
-"""Issue 33's acceptance: jobs across emulated hosts (h1, h2) started by mxkv-launch, which
+"""Strangers on the network: jobs across emulated hosts (h1, h2) started by mxkv-launch, which
 puts ps-lite behind its relays, while h3, outside the job, tries every port h1 and h2 accept
 connections on from the network (MPI's, Hydra's, the launcher's link, the relays'):
 4 KB of garbage, a TLS client holding another job's key that names a node and sends 4 KB,
@@ -38,7 +38,7 @@ def attempt(host, port):
             with socket.create_connection((host, int(port)), timeout=3) as conn:
                 if kind == "garbage":
                     conn.sendall(os.urandom(4096))
-                else:  # what ended ps-lite jobs in issue 33, under TLS
+                else:  # what ended ps-lite jobs before the relays, under TLS
                     conn = context.wrap_socket(conn)
                     conn.sendall(f"127.77.1.200:{port}\\n".encode() + os.urandom(4096))
                 conn.settimeout(1)
