@@ -17,6 +17,7 @@ extensions = [
     "sphinx.ext.viewcode",
     "generated_reference",  # _ext/: the knob, flag and capability tables, from the code
     "error_catalogue",  # _ext/: every error message, from the package's source
+    "results_role",  # _ext/: {result}`FILE:PATH`, each measured figure from its results file
 ]
 myst_enable_extensions = ["colon_fence", "dollarmath"]
 myst_heading_anchors = 3

@@ -3,6 +3,7 @@ reference fails), its knob and flag pages generated from the code."""
 
 import argparse
 import importlib
+import json
 import shutil
 import subprocess
 import sys
@@ -27,6 +28,7 @@ from generated_reference import (  # noqa: E402
     flag_tables,
     knob_table,
 )
+from results_role import ResultError, figure  # noqa: E402
 
 BUILD_TIMEOUT = 300
 
@@ -166,6 +168,75 @@ def test_a_broken_link_fails_the_build(tmp_path):
     done = sphinx_build(source, tmp_path / "out")
     assert done.returncode != 0
     assert "no-such-page" in done.stderr and "no-such-heading" in done.stderr
+
+
+RESULTS_SAMPLE = {
+    "rows": [
+        {"method": "mpi", "link_mbps": 50.0, "median_s": 0.048127},
+        {"method": "hybrid", "link_mbps": 50.0, "median_s": 0.022316},
+        {"method": "hybrid", "link_mbps": 0.0, "median_s": 0.5},
+    ],
+    "a.b c": {"fraction": 0.0734, "tests": 764, "label": "x", "never": float("nan")},
+}
+
+
+def results_site(tmp_path: Path, page: str) -> Path:
+    """A one-page site with the docs' configuration and a results file of its own (the role
+    reads examples/benchmarks/results/ two folders above _ext/)."""
+    source = tmp_path / "source"
+    source.mkdir()
+    shutil.copy(DOCS / "conf.py", source)
+    shutil.copytree(DOCS / "_ext", source / "_ext")
+    results = tmp_path / "examples" / "benchmarks" / "results"
+    results.mkdir(parents=True)
+    (results / "run.json").write_text(json.dumps(RESULTS_SAMPLE))
+    (source / "index.md").write_text(f"# Index\n\n{page}\n")
+    return source
+
+
+def test_a_result_renders_from_its_file(tmp_path):
+    page = (
+        "Pushpull {result}`run.json:rows[method=hybrid,link_mbps=50].median_s|ms:.1f` ms, "
+        "{result}`run.json:rows.0.median_s/rows.1.median_s|.2fx` faster; "
+        '{result}`run.json:"a.b c".fraction|.1%` of {result}`run.json:"a.b c".tests` tests.\n\n'
+        "| ms |\n|---|\n| {result}`run.json:rows.2.median_s\\|ms:.0f` |"
+    )
+    done = sphinx_build(results_site(tmp_path, page), tmp_path / "out")
+    assert done.returncode == 0, done.stdout + done.stderr
+    html = (tmp_path / "out" / "index.html").read_text()
+    assert "Pushpull 22.3 ms, 2.16x faster; 7.3% of 764 tests." in html
+    assert "<td><p>500</p></td>" in html
+
+
+@pytest.mark.parametrize(
+    ("reference", "problem"),
+    [
+        ("none.json:rows.0.median_s", "no results file none.json"),
+        ("run.json:rows.0.seconds", "rows.0 has no key 'seconds'"),
+        ("run.json:rows.3.median_s", "rows has 3 elements, no index 3"),
+        ("run.json:rows[method=hybrid].median_s", "2 elements of rows match [method=hybrid]"),
+        ('run.json:"a.b c".label', '"a.b c".label is "x", not a number'),
+        ('run.json:"a.b c".never', "not a number"),
+        ("run.json:rows.0.median_s|.1q", "Unknown format code 'q'"),
+    ],
+)
+def test_a_result_that_cannot_be_read_fails_the_build(tmp_path, reference, problem):
+    done = sphinx_build(results_site(tmp_path, f"It took {{result}}`{reference}`."), tmp_path / "o")
+    assert done.returncode != 0
+    assert f"index.md:3: ERROR: {{result}}`{reference}`: " in done.stderr, done.stderr
+    assert problem in done.stderr
+
+
+def test_result_references_read_keys_indices_selectors_and_ratios(tmp_path, monkeypatch):
+    monkeypatch.setattr("results_role.RESULTS", tmp_path)
+    (tmp_path / "r.json").write_text(json.dumps(RESULTS_SAMPLE))
+    assert figure("r.json:rows[method=mpi].median_s|us:.0f") == "48127"
+    assert figure('r.json:rows[method="hybrid", link_mbps=0].median_s') == "0.5"
+    assert figure("r.json:rows.-1.median_s/rows.0.median_s|.1fx") == "10.4x"
+    assert figure('r.json:"a.b c".tests|,.1f') == "764.0"
+    for bad in ["r.json", "r.json:rows..median_s", "r.json:rows[method=mpi", "r.json:a/b/c"]:
+        with pytest.raises(ResultError):
+            figure(bad)
 
 
 @pytest.mark.parametrize(
