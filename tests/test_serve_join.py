@@ -364,4 +364,5 @@ def test_the_serving_launcher_grants_one_rejoin_whichever_group_asks(monkeypatch
         stop.set()
         for j in joined:
             j.report(0)
+        listener.join(timeout=5)  # out of accept() before the listener's socket closes
         serving.close()
