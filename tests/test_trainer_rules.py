@@ -7,8 +7,6 @@ mxkv_hybrid; the hybrid side runs in real jobs (one rank; with a server in the m
 have them, one job per cell, since a process keeps one model on the servers)."""
 
 import json
-import subprocess
-import sys
 from typing import Dict, List, Tuple
 
 import pytest
@@ -19,25 +17,17 @@ from trainer_rules_table import (
     MODES,
     Cell,
     expected,
+    outcomes_in,
+    run_reference,
     same_outcome,
 )
 
-from conftest import WORKERS, finish_job, job_environment, start_job
+from mxkv_hybrid.capabilities import capabilities_of
+
+from conftest import finish_job, job_environment, start_job
 
 Outcome = Tuple[str, str]  # (decision, load)
-SERVERLESS = ("allreduce", "lasgd")
 AT_ONCE = 3  # cell jobs running side by side (each mostly starting processes)
-
-
-def outcomes_in(output: str) -> Dict[Cell, Outcome]:
-    """The `cell {...}` lines of tests/workers/trainer_rules.py's output, by cell."""
-    found = {}
-    for line in output.splitlines():
-        if "cell {" in line:
-            row = json.loads(line.split("cell ", 1)[1])
-            cell = Cell(row["weight"], row["gradient"], row["update_on_kvstore"])
-            found[cell] = (row["decision"], row["load"])
-    return found
 
 
 @pytest.fixture(scope="module")
@@ -45,14 +35,7 @@ def mxnet_decides() -> Dict[str, Dict[Cell, Outcome]]:
     """MXNet's own Trainer on each counterpart store, every cell."""
     decided = {}
     for store in COUNTERPARTS:
-        run = subprocess.run(
-            [sys.executable, str(WORKERS / "trainer_rules.py"), "--reference", store],
-            check=False,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env=job_environment(),
-        )
+        run = run_reference(store, job_environment())
         assert run.returncode == 0, run.stdout + run.stderr
         decided[store] = outcomes_in(run.stdout)
         assert set(decided[store]) == set(CELLS), run.stdout
@@ -63,7 +46,7 @@ def hybrid_decides(mode: str) -> Dict[Cell, Outcome]:
     """Every cell on kvstore='hybrid' in `mode`: one job for all cells where no server keeps
     the weights, else a job per cell, AT_ONCE at a time."""
     env = {"MXKV_MODE": mode}
-    if mode in SERVERLESS:
+    if not capabilities_of(mode).servers:
         batches: List[List[List[str]]] = [[[]]]
         options: List[str] = []
     else:

@@ -6,8 +6,13 @@ stands in for. tests/test_trainer_rules.py runs every cell (the hybrid side in r
 MXNet's side with tests/workers/trainer_rules.py --reference); the reference page
 docs/reference/trainer-rules.md is rendered from it."""
 
+import json
+import subprocess
+import sys
+from pathlib import Path
 from typing import Dict, List, NamedTuple, Tuple
 
+WORKER = Path(__file__).parent / "workers" / "trainer_rules.py"
 MODES = ("allreduce", "sync", "async", "easgd", "lasgd")
 STYPES = ("default", "row_sparse")
 UPDATE_ON_KVSTORE = ("None", "True", "False")
@@ -85,3 +90,28 @@ def describe(outcome: Tuple[str, str]) -> str:
     where = "the store updates" if decision.endswith("True") else "each worker updates"
     after = "loading refused (`RuntimeError`)" if load == "RuntimeError" else "loading allowed"
     return f"{where}; {after}"
+
+
+def outcomes_in(output: str) -> Dict[Cell, Tuple[str, str]]:
+    """The `cell {...}` lines of tests/workers/trainer_rules.py's output: (decision, load)
+    by cell."""
+    found = {}
+    for line in output.splitlines():
+        if "cell {" in line:
+            row = json.loads(line.split("cell ", 1)[1])
+            cell = Cell(row["weight"], row["gradient"], row["update_on_kvstore"])
+            found[cell] = (row["decision"], row["load"])
+    return found
+
+
+def run_reference(store: str, env: Dict[str, str]) -> subprocess.CompletedProcess:
+    """MXNet's own Trainer on the counterpart `store`, every cell (a process that never
+    imports mxkv_hybrid); outcomes_in reads its stdout."""
+    return subprocess.run(
+        [sys.executable, str(WORKER), "--reference", store],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )

@@ -11,7 +11,7 @@ module:function`` from a command's argparse parser (mxkv-launch, the planner, th
 import argparse
 import importlib
 import json
-import subprocess
+import os
 import sys
 from dataclasses import fields
 from pathlib import Path
@@ -214,30 +214,13 @@ def trainer_rules_table(table: Any, decided: Mapping[str, Mapping[Any, Any]]) ->
 
 
 def mxnet_decisions(table: Any) -> Mapping[str, Mapping[Any, Any]]:
-    """MXNet's own Trainer decisions on each store of the table, every cell
-    (tests/workers/trainer_rules.py --reference, which never imports mxkv_hybrid)."""
-    worker = Path(__file__).resolve().parents[2] / "tests/workers/trainer_rules.py"
+    """MXNet's own Trainer decisions on each store of the table, every cell."""
     decided = {}
     for store in table.COUNTERPARTS:
-        run = subprocess.run(
-            [sys.executable, str(worker), "--reference", store],
-            check=True,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        rows = [
-            json.loads(line[len("cell ") :])
-            for line in run.stdout.splitlines()
-            if line.startswith("cell ")
-        ]
-        decided[store] = {
-            table.Cell(r["weight"], r["gradient"], r["update_on_kvstore"]): (
-                r["decision"],
-                r["load"],
-            )
-            for r in rows
-        }
+        run = table.run_reference(store, dict(os.environ))
+        if run.returncode != 0:
+            raise RuntimeError(f"MXNet's Trainer rules on {store} failed:\n{run.stderr}")
+        decided[store] = table.outcomes_in(run.stdout)
     return decided
 
 
