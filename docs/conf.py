@@ -1,4 +1,5 @@
-"""Sphinx configuration of the mxkv_hybrid documentation (built with -W by tests/test_docs.py)."""
+"""Sphinx configuration of the mxkv_hybrid documentation (built with -W by
+tests/jobs/test_docs.py)."""
 
 import sys
 from pathlib import Path

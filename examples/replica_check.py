@@ -8,7 +8,7 @@ import mxkv_hybrid
 
 def replica_scope() -> str:
     """Which ranks replicas_identical compares: all, or under separate group jobs (async,
-    easgd) those of this group's MPI job (tests/test_group_jobs.py compares the groups'
+    easgd) those of this group's MPI job (tests/jobs/test_group_jobs.py compares the groups'
     final models through files)."""
     return "all ranks" if mxkv_hybrid.world().spans_all_ranks else "the ranks of this group job"
 

@@ -265,8 +265,8 @@ KNOBS: Dict[str, Knob] = {
         "sum of the groups' e, and asynchronous groups each give their own moves "
         "momentum (x + c is then no longer conserved). Other modes are refused "
         "(`ConfigError`). The anchor and m (easgd: each leader's m) are in the "
-        "checkpoint. Tested step by step against numpy (`tests/test_lasgd.py`, "
-        "`tests/test_easgd.py`).",
+        "checkpoint. Tested step by step against numpy (`tests/jobs/test_lasgd.py`, "
+        "`tests/jobs/test_easgd.py`).",
     ),
     "MXKV_FRAGMENTS": Knob(
         _whole_number(1, None, "a whole number >= 1"),
@@ -304,7 +304,7 @@ KNOBS: Dict[str, Knob] = {
         " optimizer without momentum is refused. `none`: every gradient "
         "applied as it is, as MXNet's `dist_async` does. Other modes "
         "refuse it. Tested with a deliberately stale push "
-        "(`tests/test_training_async.py`), with and without momentum.",
+        "(`tests/jobs/test_training_async.py`), with and without momentum.",
     ),
     "MXKV_GROUP_SIZE": Knob(
         _whole_number(0, None, "0 (one group per host) or a positive number of ranks"),

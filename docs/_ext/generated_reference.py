@@ -1,10 +1,10 @@
 """Sphinx directives that write reference tables from the code itself, never by hand:
 ``{mxkv-knobs}`` from ``config.KNOBS``, ``{mxkv-capabilities}`` from
 ``capabilities.CAPABILITIES``, ``{mxkv-fault-matrix}`` from the tests' table of faults
-(``tests/fault_matrix.py``, whose every cell a test runs), ``{mxkv-trainer-rules}`` from the
-tests' table of Trainer rules (``tests/trainer_rules_table.py``, with MXNet's own decisions
+(``tests/tables/fault_matrix.py``, whose every cell a test runs), ``{mxkv-trainer-rules}`` from the
+tests' table of Trainer rules (``tests/tables/trainer_rules.py``, with MXNet's own decisions
 computed as the build runs), ``{mxkv-client-matrix}`` from the tests' client matrix
-(``tests/client_matrix.py``), ``{mxkv-faults-throughput}`` from
+(``tests/tables/client_matrix.py``), ``{mxkv-faults-throughput}`` from
 the results of ``examples/benchmarks/faults_throughput.py`` and ``{mxkv-flags}
 module:function`` from a command's argparse parser (mxkv-launch, the planner, the tuner)."""
 
@@ -166,7 +166,7 @@ def tests_module(name: str) -> Any:
 class FaultMatrixDirective(MarkdownDirective):
     def markdown(self) -> str:
         root = Path(__file__).resolve().parents[2]
-        fault_matrix = tests_module("fault_matrix")
+        fault_matrix = tests_module("tables.fault_matrix")
         measured = measured_cells(root / "examples/benchmarks/results/fault_matrix.json")
         return fault_matrix_table(
             fault_matrix.CELLS, fault_matrix.FAULTS, fault_matrix.PATHS, measured
@@ -226,7 +226,7 @@ def mxnet_decisions(table: Any) -> Mapping[str, Mapping[Any, Any]]:
 
 class TrainerRulesDirective(MarkdownDirective):
     def markdown(self) -> str:
-        table = tests_module("trainer_rules_table")
+        table = tests_module("tables.trainer_rules")
         return trainer_rules_table(table, mxnet_decisions(table))
 
 
@@ -251,7 +251,7 @@ def client_matrix_table(matrix: Any) -> str:
 
 class ClientMatrixDirective(MarkdownDirective):
     def markdown(self) -> str:
-        return client_matrix_table(tests_module("client_matrix"))
+        return client_matrix_table(tests_module("tables.client_matrix"))
 
 
 def faults_throughput_tables(throughput: Mapping[str, Any], alarms: Mapping[str, Any]) -> str:

@@ -1,10 +1,10 @@
-"""The whole fault matrix (tests/fault_matrix.py) on emulated hosts, as a table and JSON:
+"""The whole fault matrix (tests/tables/fault_matrix.py) on emulated hosts, as a table and JSON:
 for every cell, whether the job ended as the cell says, how long after the fault the
 launcher named the member, and how long until the job was over.
 
     python examples/benchmarks/fault_matrix.py [--out examples/benchmarks/results] [-k EXPR]
 
-It runs `pytest tests/test_fault_matrix.py -m fault_matrix` (every cell, not only the CI
+It runs `pytest tests/hosts/test_fault_matrix.py -m fault_matrix` (every cell, not only the CI
 sample) with FAULT_MATRIX_RESULTS set, so each cell appends its figures, then prints the
 table and writes fault_matrix.json to --out. Needs root (network namespaces), as the tests
 do; takes about 4 minutes on 2 cores.
@@ -45,7 +45,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
         results = os.path.join(scratch, "cells.jsonl")
-        command = [sys.executable, "-m", "pytest", "tests/test_fault_matrix.py"]
+        command = [sys.executable, "-m", "pytest", "tests/hosts/test_fault_matrix.py"]
         command += ["-m", "fault_matrix", "-q", "-p", "no:cacheprovider"]
         command += ["-k", args.k] if args.k else []
         done = subprocess.run(

@@ -10,7 +10,7 @@ root: `python -m mxkv_hybrid.run` (every rank is started through it) and
 
 The top layer, yet it imports only the root's base modules and `ps/`'s addresses and
 scheduler script: the launcher and its relays never load MXNet, MPI or the rank's layers
-(tests/test_layers.py). Nothing imports it, except the rank's side of the control plane
+(tests/unit/test_layers.py). Nothing imports it, except the rank's side of the control plane
 (`control.keeper`, the keeper process and `control.timing`), which every layer may import
 and which imports only the base modules.
 """

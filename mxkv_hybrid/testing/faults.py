@@ -1,6 +1,6 @@
 """Faults injected into a job on an emulated cluster (testing/cluster.py): kill -9 of a
 rank, SIGSTOP of a whole host for a while, a link cut (and healed later). The fault
-matrix (tests/fault_matrix.py) and the throughput-under-faults benchmark
+matrix (tests/tables/fault_matrix.py) and the throughput-under-faults benchmark
 (examples/benchmarks/faults_throughput.py) strike with them."""
 
 import os

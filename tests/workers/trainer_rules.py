@@ -1,4 +1,4 @@
-"""Cells of the Trainer-rules table (tests/trainer_rules_table.py): a Gluon Trainer over one
+"""Cells of the Trainer-rules table (tests/tables/trainer_rules.py): a Gluon Trainer over one
 embedding weight of the given weight and gradient storage types and update_on_kvstore,
 one training step, then (where the step ran) the parameter loaded again, as
 `load_parameters` does. Prints one line per cell: `cell <json>` with what the Trainer

@@ -1,0 +1,1 @@
+"""The hosts tier: jobs across hosts emulated by network namespaces (root)."""

@@ -1,0 +1,1 @@
+"""The unit tier: tests that start no process (seconds; `pytest tests/unit`)."""

@@ -1,0 +1,58 @@
+"""MXKV_MODE=easgd's settings, in one process: bad MXKV_TRANSPORT, MXKV_TAU and MXKV_EASGD_*
+values are refused; with the centre in the leaders' MPI windows (MXKV_TRANSPORT=rma) the
+launcher takes groups without servers and refuses --servers."""
+
+import pytest
+
+from mxkv_hybrid.config import Config
+from mxkv_hybrid.errors import ConfigError
+from mxkv_hybrid.launch.launcher import parse_arguments
+
+EASGD = {"MXKV_MODE": "easgd"}
+
+
+@pytest.mark.parametrize(
+    "setting, message",
+    [
+        ({"MXKV_TRANSPORT": "rdma"}, "MXKV_TRANSPORT='rdma' is invalid"),
+        (
+            {"MXKV_TRANSPORT": "rma", "MXKV_MODE": "sync"},
+            "MXKV_TRANSPORT=rma is built for MXKV_MODE=easgd",
+        ),
+        (
+            {"MXKV_TRANSPORT": "rma", "MXKV_GROUP_JOB": "group=0:groups=2:first_rank=0:ranks=2"},
+            "which only ranks of one MPI job can reach",
+        ),
+        ({"MXKV_TAU": "0"}, "MXKV_TAU='0' is invalid"),
+        ({"MXKV_EASGD_ALPHA": "1.5"}, "MXKV_EASGD_ALPHA='1.5' is invalid"),
+        ({"MXKV_EASGD_BETA": "-1"}, "MXKV_EASGD_BETA='-1' is invalid"),
+    ],
+)
+def test_bad_easgd_settings_are_refused(setting, message):
+    with pytest.raises(ConfigError, match=message):
+        Config.from_environment(dict(EASGD, **setting))
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (
+            ["--group-size", "2", "--servers", "1"],
+            "drop --servers, --server-hosts and --group-jobs",
+        ),
+        (["--group-size", "2", "--one-job", "--servers", "1"], "drop --servers"),
+    ],
+)
+def test_the_launcher_refuses_servers_for_a_remote_centre(monkeypatch, capsys, options, message):
+    monkeypatch.setenv("MXKV_MODE", "easgd")
+    monkeypatch.setenv("MXKV_TRANSPORT", "rma")
+    with pytest.raises(SystemExit):
+        parse_arguments(["-n", "4", *options, "--", "python", "x.py"])
+    assert message in capsys.readouterr().err
+
+
+def test_a_remote_centre_takes_groups_without_servers(monkeypatch):
+    monkeypatch.setenv("MXKV_MODE", "easgd")
+    monkeypatch.setenv("MXKV_TRANSPORT", "rma")
+    args = parse_arguments(["-n", "4", "--group-size", "2", "--", "python", "x.py"])
+    assert args.group_size == 2 and not args.group_jobs and not args.servers
