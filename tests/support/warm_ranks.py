@@ -25,7 +25,7 @@ from support.jobs import JOB_TIMEOUT, Job, OutputLines, RunningJob, finish_job, 
 from support.paths import WORKERS
 
 SESSION_SECONDS = 3600  # the warm job's --timeout: longer than any suite
-WARM_JOBS = 2  # warm jobs kept at once (the least recently used is closed)
+WARM_JOBS = 4  # warm jobs kept at once (the least recently used is closed)
 # settings read when a process starts (MXNet's engine, MPI's transport, the package's log
 # level and --auto, easgd's transport) or at its exit (the timeline): a job with one
 # gets processes of its own
