@@ -20,14 +20,7 @@ import mxnet as mx
 
 import mxkv_hybrid  # noqa: F401  (the store registered, as every worker has it)
 from mxkv_hybrid.comm.topology import world
-
-
-def exit_status(code: Any) -> int:
-    """The status a SystemExit's code gives: None 0, a number itself, anything else 1."""
-    if code is None:
-        return 0
-    return code if isinstance(code, int) else 1
-
+from mxkv_hybrid.run import exit_status
 
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PACKAGE = os.path.join(REPOSITORY, "mxkv_hybrid")
