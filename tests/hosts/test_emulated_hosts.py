@@ -121,10 +121,15 @@ def test_a_cluster_whose_owner_dies_is_removed_with_its_processes():
             ["ip", "netns", "list"], capture_output=True, check=False, text=True
         ).stdout
     )
-    sleeper = subprocess.run(
-        ["ip", "netns", "pids", namespace], capture_output=True, check=False, text=True
-    ).stdout.split()
-    assert sleeper
+    # `ip netns exec` enters the namespace after Popen returns: wait for it to get there
+    deadline = time.monotonic() + 20
+    sleeper: list = []
+    while not sleeper and time.monotonic() < deadline:
+        sleeper = subprocess.run(
+            ["ip", "netns", "pids", namespace], capture_output=True, check=False, text=True
+        ).stdout.split()
+        time.sleep(0.05)
+    assert sleeper, "the sleeper never appeared on h2"
     owner.send_signal(signal.SIGKILL)
     owner.wait()
     deadline = time.monotonic() + 20
