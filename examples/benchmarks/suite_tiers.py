@@ -7,7 +7,8 @@ A test's tier is the folder it lives in (tests/unit, tests/jobs, tests/hosts); a
 suite from before the tiers had folders gives its files' tiers by `--tiers FILE.json`
 ({"tests/test_x.py": {"test_name": "unit"|"jobs"|"hosts"}}). Prints a table and writes
 suite_tiers.json (each run's tests and seconds per tier, and the whole run's seconds as
-pytest counted them)."""
+pytest counted them); the runs the file already holds are kept unless a --run names them
+again."""
 
 import argparse
 import json
@@ -58,7 +59,8 @@ def main() -> None:
     args = parser.parse_args()
     old_tiers = json.loads(args.tiers.read_text()) if args.tiers else None
     notes = dict(note.split("=", 1) for note in args.note)
-    runs = {}
+    results = args.out / "suite_tiers.json"
+    runs = json.loads(results.read_text())["runs"] if results.exists() else {}
     for label, junit in args.run:
         runs[label] = dict(summary(Path(junit), old_tiers), note=notes.get(label, ""))
     print(f"{'run':<10}" + "".join(f"{t:>16}" for t in TIERS) + f"{'whole run':>12}")
@@ -68,7 +70,7 @@ def main() -> None:
         )
         print(f"{label:<10}{cells}{run['seconds']:>8.0f} s")
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "suite_tiers.json").write_text(json.dumps({"runs": runs}, indent=1) + "\n")
+    results.write_text(json.dumps({"runs": runs}, indent=1) + "\n")
 
 
 if __name__ == "__main__":
