@@ -1,0 +1,59 @@
+"""examples/defaults_sweep.py's own arithmetic: every swept knob and value is one that
+examples/convergence.py and the package accept, and a value is called good only where it
+is within the bound of allreduce in every row (the sweeps themselves run by hand: minutes
+of training per value)."""
+
+import sys
+
+from mxkv_hybrid.config import KNOBS
+
+from support.paths import EXAMPLES
+
+sys.path.insert(0, str(EXAMPLES))
+
+import defaults_sweep
+
+import convergence
+
+
+def test_every_sweep_is_a_knob_and_each_value_a_configuration_convergence_runs():
+    for knob, sweep in defaults_sweep.SWEEPS.items():
+        assert knob in KNOBS
+        for value in sweep.values:
+            _mode, env, _lr = convergence.parse_configuration(sweep.configuration.format(value))
+            assert env[knob] == value
+
+
+def summary(baseline: float, by_value: dict) -> list:
+    rows = [
+        {
+            "configuration": "allreduce",
+            "link_mbps": 0.0,
+            "final_accuracy": [baseline],
+            "mean_final_accuracy": baseline,
+        }
+    ]
+    for value, accuracy in by_value.items():
+        rows.append(
+            {
+                "configuration": f"async damping={value}",
+                "link_mbps": 0.0,
+                "final_accuracy": [accuracy],
+                "mean_final_accuracy": accuracy,
+            }
+        )
+    return rows
+
+
+def test_a_value_is_good_only_within_the_bound_in_every_row():
+    knob = "MXKV_ASYNC_DAMPING"
+    rows = defaults_sweep.rows_of(
+        knob, "digits", 2, summary(0.95, {"none": 0.10, "staleness": 0.945, "momentum": 0.949})
+    )
+    rows += defaults_sweep.rows_of(
+        knob, "digits", 4, summary(0.95, {"none": 0.95, "staleness": 0.93, "momentum": 0.941})
+    )
+    gaps = {(r["value"], r["groups"]): round(r["gap_points"], 1) for r in rows}
+    assert gaps[("none", 2)] == -85.0 and gaps[("staleness", 4)] == -2.0
+    assert gaps[("momentum", 4)] == -0.9
+    assert defaults_sweep.table(knob, rows, 1.0).splitlines()[-1].endswith(": momentum")
