@@ -8,9 +8,9 @@ same seeds, for every task and number of groups asked for.
 A row is a task, a number of groups and a link between the groups (Mbit/s, 0: none; as
 convergence.py throttles it). A default is good when its mean final accuracy (over the
 seeds) is within --within points of allreduce's on the same link in every row. Prints a
-table, and writes defaults_sweep.json (each knob's rows; the knobs swept before are kept)
-and defaults_sweep.png (one panel per knob: each value's gap to allreduce, in points, per
-row) to --out."""
+table, and writes defaults_sweep.json (each knob's rows; rows of other knobs and settings
+swept before are kept) and defaults_sweep.png (one panel per knob: each value's gap to
+allreduce, in points, per row) to --out."""
 
 import argparse
 import json
@@ -80,6 +80,7 @@ def rows_of(knob: str, task: str, groups: int, summary: List[dict]) -> List[dict
                 "task": task,
                 "groups": groups,
                 "link_mbps": link,
+                "seeds": row["seeds"],
                 "accuracies": row["final_accuracy"],
                 "mean_accuracy": row["mean_final_accuracy"],
                 "allreduce_mean_accuracy": baseline,
@@ -87,6 +88,11 @@ def rows_of(knob: str, task: str, groups: int, summary: List[dict]) -> List[dict
             }
         )
     return rows
+
+
+def setting_of(row: dict) -> tuple:
+    """The row's task, groups and link: a later sweep of the same setting replaces it."""
+    return row["task"], row["groups"], row["link_mbps"]
 
 
 def table(knob: str, rows: List[dict], within: float) -> str:
@@ -120,16 +126,12 @@ def plot(results: Dict[str, dict], path: str, within: float) -> None:
     import matplotlib.pyplot as plt
 
     knobs = sorted(results)
-    figure, axes = plt.subplots(1, len(knobs), figsize=(5 * len(knobs), 4), squeeze=False)
+    figure, axes = plt.subplots(1, len(knobs), figsize=(max(6, 5 * len(knobs)), 5), squeeze=False)
     for axis, knob in zip(axes[0], knobs):
         rows = results[knob]["rows"]
         values = SWEEPS[knob].values if knob in SWEEPS else sorted({r["value"] for r in rows})
-        for setting in sorted({(r["task"], r["groups"], r["link_mbps"]) for r in rows}):
-            gaps = {
-                r["value"]: r["gap_points"]
-                for r in rows
-                if (r["task"], r["groups"], r["link_mbps"]) == setting
-            }
+        for setting in sorted({setting_of(r) for r in rows}):
+            gaps = {r["value"]: r["gap_points"] for r in rows if setting_of(r) == setting}
             task, groups, link = setting
             label = f"{task}, {groups} groups" + (f", {link:g} Mbit/s" if link else "")
             axis.plot(values, [gaps.get(v) for v in values], marker="o", label=label)
@@ -139,8 +141,9 @@ def plot(results: Dict[str, dict], path: str, within: float) -> None:
         axis.set_xlabel("value")
         axis.set_ylabel(f"accuracy - {BASELINE}'s (points)")
     handles, labels = axes[0][0].get_legend_handles_labels()
-    figure.legend(handles, labels, loc="lower center", ncol=max(1, len(labels)), frameon=False)
-    figure.tight_layout(rect=(0, 0.1, 1, 1))
+    columns = 2
+    figure.legend(handles, labels, loc="lower center", ncol=columns, frameon=False)
+    figure.tight_layout(rect=(0, 0.06 * -(-len(labels) // columns) + 0.02, 1, 1))
     figure.savefig(path, dpi=110)
 
 
@@ -162,17 +165,18 @@ def main() -> None:
             print(f"defaults_sweep: {args.knob} on {task}, {groups} groups", flush=True)
             result = convergence(task, groups, args.seeds, args.links, configurations)
             rows += rows_of(args.knob, task, groups, result["summary"])
-    print(table(args.knob, rows, args.within))
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, "defaults_sweep.json")
     results = {}
     if os.path.exists(path):
         with open(path) as f:
             results = json.load(f)
+    swept = {setting_of(row) for row in rows}
+    kept = [r for r in results.get(args.knob, {}).get("rows", []) if setting_of(r) not in swept]
+    rows = kept + rows
+    print(table(args.knob, rows, args.within))
     results[args.knob] = {
         "configuration": sweep.configuration,
-        "seeds": args.seeds,
-        "links_mbps": args.links,
         "within_points": args.within,
         "rows": rows,
         "median_gap_points": {

@@ -30,6 +30,7 @@ def summary(baseline: float, by_value: dict) -> list:
             "configuration": "allreduce",
             "link_mbps": 0.0,
             "final_accuracy": [baseline],
+            "seeds": [42],
             "mean_final_accuracy": baseline,
         }
     ]
@@ -39,6 +40,7 @@ def summary(baseline: float, by_value: dict) -> list:
                 "configuration": f"async damping={value}",
                 "link_mbps": 0.0,
                 "final_accuracy": [accuracy],
+                "seeds": [42],
                 "mean_final_accuracy": accuracy,
             }
         )
