@@ -15,7 +15,6 @@ allreduce, in points, per row) to --out."""
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -95,13 +94,18 @@ def setting_of(row: dict) -> tuple:
     return row["task"], row["groups"], row["link_mbps"]
 
 
+def is_within(row: dict, within: float) -> bool:
+    """Whether the row's value is no more than `within` points short of the baseline."""
+    return row["gap_points"] >= -within
+
+
 def table(knob: str, rows: List[dict], within: float) -> str:
     lines = [f"{knob}: mean final accuracy over the seeds, and its gap to {BASELINE}"]
     lines.append(
         f"{'value':<12}{'task':<9}{'groups':>7}{'link':>7}{'accuracy':>10}{'gap':>9}  verdict"
     )
     for row in rows:
-        verdict = "within" if row["gap_points"] >= -within else "short"
+        verdict = "within" if is_within(row, within) else "short"
         lines.append(
             f"{row['value']:<12}{row['task']:<9}{row['groups']:>7}{row['link_mbps']:>7g}"
             f"{row['mean_accuracy']:>10.3f}"
@@ -110,7 +114,7 @@ def table(knob: str, rows: List[dict], within: float) -> str:
     good = [
         value
         for value in SWEEPS[knob].values
-        if all(r["gap_points"] >= -within for r in rows if r["value"] == value)
+        if all(is_within(r, within) for r in rows if r["value"] == value)
     ]
     lines.append(
         f"within {within:g} points of {BASELINE} in every row: {', '.join(good) or 'none'}"
@@ -119,7 +123,8 @@ def table(knob: str, rows: List[dict], within: float) -> str:
 
 
 def plot(results: Dict[str, dict], path: str, within: float) -> None:
-    """One panel per knob, each value's gap per (task, groups); one legend outside."""
+    """One panel per knob, each value's gap per row (task, groups, link); one legend
+    outside the panels."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -179,10 +184,6 @@ def main() -> None:
         "configuration": sweep.configuration,
         "within_points": args.within,
         "rows": rows,
-        "median_gap_points": {
-            v: statistics.median(r["gap_points"] for r in rows if r["value"] == v)
-            for v in sweep.values
-        },
     }
     with open(path, "w") as f:
         json.dump(results, f, indent=1)
