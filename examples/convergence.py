@@ -11,7 +11,8 @@ A configuration is a mode and its settings, `MODE [tau=T] [transport=rma]
 [overlap=0|1] [fragments=P] [compress=fp16|bf16] [algo=ring|...]` (MXKV_TAU,
 MXKV_TRANSPORT, MXKV_OUTER, MXKV_OUTER_LR, MXKV_OUTER_MOMENTUM, MXKV_ASYNC_DAMPING,
 MXKV_LASGD_OVERLAP: 0 with outer= unless given, MXKV_FRAGMENTS, MXKV_COMPRESS,
-MXKV_ALGO), and [lr=L] its own learning rate:
+MXKV_ALGO), and [lr=L] [momentum=M] its own learning rate and the script's SGD momentum
+(0.9 unless given; where the servers run the optimizer, sync and async, theirs):
 
   allreduce      one allreduce over all ranks per step (hierarchical: MXKV_HIERARCHY=auto)
   sync           group allreduce + dist_sync servers (1 server)
@@ -45,9 +46,11 @@ mxkv_hybrid/comm/link_throttle.py) is the setting the averaging modes exist for.
 (mxkv_hybrid.testing.cluster: a network namespace, MPI over TCP, one tbf-shaped link per
 host at the --links rate, 0 unlimited), and nothing is throttled in the process.
 
-Prints a table (means over the seeds), writes convergence_<task>.json, .png and .txt
-to --out: accuracy against epochs, bytes across groups and wall time (means over the
-seeds), and for every configuration the bytes and the time it took to reach the final
+Prints a table (means over the seeds), writes convergence_<task>.json and .txt to --out,
+and one figure per question (means over the seeds, one legend below the panels):
+convergence_<task>_bytes.png, accuracy against the bytes sent across groups, and
+convergence_<task>_time.png, accuracy against wall time on each link; and for every
+configuration the bytes and the time it took to reach the final
 accuracy of allreduce less --within, against allreduce's own.
 """
 
@@ -102,7 +105,7 @@ DEFAULT_CONFIGURATIONS = {
         "async damping=momentum lr=0.05",
         "easgd tau=16 lr=0.05",
         "lasgd tau=128 lr=0.05",
-        "lasgd tau=128 outer=nesterov lr=0.05",
+        "lasgd tau=128 outer=nesterov outer_momentum=0.9 lr=0.05",
         "lasgd tau=128 outer=nesterov outer_momentum=0.5 lr=0.05",
     ],
 }
@@ -112,28 +115,30 @@ class Configuration(NamedTuple):
     mode: str
     env: Dict[str, str]
     lr: Optional[float]  # the configuration's own learning rate (lr=...), else --lr
+    momentum: float  # the script's SGD momentum (momentum=...), else 0.9
 
 
 def parse_configuration(text: str) -> Configuration:
-    """'lasgd tau=100 outer=nesterov lr=0.05' -> its mode, environment and learning rate."""
+    """'lasgd tau=100 outer=nesterov lr=0.05' -> its mode, environment, learning rate and
+    momentum."""
     mode, *settings = text.split()
     if mode not in MODES:
         raise argparse.ArgumentTypeError(f"{text!r}: the mode is one of {', '.join(MODES)}")
-    env, lr = {}, None
+    env, own = {}, {"lr": None, "momentum": 0.9}
     for setting in settings:
         name, _, value = setting.partition("=")
-        if name == "lr" and value:
-            lr = float(value)
+        if name in own and value:
+            own[name] = float(value)
             continue
         if name not in SETTINGS or not value:
             raise argparse.ArgumentTypeError(
                 f"{text!r}: {setting!r} is not NAME=VALUE with NAME one of "
-                f"{', '.join([*SETTINGS, 'lr'])}"
+                f"{', '.join([*SETTINGS, *own])}"
             )
         env[SETTINGS[name]] = value
     if "MXKV_OUTER" in env and mode == "lasgd":  # as the published DiLoCo runs: blocking
         env.setdefault("MXKV_LASGD_OVERLAP", "0")
-    return Configuration(mode, env, lr)
+    return Configuration(mode, env, own["lr"], own["momentum"])
 
 
 def worker(args: argparse.Namespace) -> None:
@@ -161,7 +166,10 @@ def worker(args: argparse.Namespace) -> None:
     net.initialize(mx.init.Xavier(magnitude=2.0))
     net.hybridize()
     trainer = gluon.Trainer(
-        net.collect_params(), "sgd", {"learning_rate": args.lr, "momentum": 0.9}, kvstore=kv
+        net.collect_params(),
+        "sgd",
+        {"learning_rate": args.lr, "momentum": args.momentum},
+        kvstore=kv,
     )
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
     model_bytes = None
@@ -255,7 +263,7 @@ def average_model_accuracy(comm, net, evaluate) -> Optional[float]:
 def run(configuration: str, seed: int, link: float, args: argparse.Namespace, cluster=None) -> dict:
     """One job (on `cluster`'s emulated hosts, one group each, if given); its rows and
     totals."""
-    mode, env, lr = parse_configuration(configuration)
+    mode, env, lr, momentum = parse_configuration(configuration)
     size = args.ranks // args.groups
     print(
         f"-- {configuration}, seed {seed}{f', link {link:g} Mbit/s' if link else ''} ...",
@@ -290,6 +298,8 @@ def run(configuration: str, seed: int, link: float, args: argparse.Namespace, cl
         str(args.batch_size),
         "--lr",
         str(lr or args.lr),
+        "--momentum",
+        str(momentum),
         "--seed",
         str(seed),
     ]
@@ -447,45 +457,71 @@ def table(rows: List[dict], within: float) -> str:
     return "\n".join(lines)
 
 
-def plot(rows: List[dict], path: str, title: str) -> None:
+PLOT_QUESTIONS = {  # figure suffix: (what accuracy is plotted against, its axis label)
+    "bytes": ("cross_group_bytes", "MB sent across groups (log)"),
+    "time": ("seconds", "wall time, s"),
+}
+
+
+def plot(rows: List[dict], stem: str, title: str) -> List[str]:
+    """One figure per question, each written to `stem`_<question>.png: accuracy against
+    the bytes sent across groups (on the plain machine: bytes do not depend on the link)
+    and against wall time (one panel per link). Panels of equal size, one legend below
+    them; a configuration has the same colour everywhere. Returns the paths written."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     links = sorted({row["link_mbps"] for row in rows})
-    configurations = dict.fromkeys(row["configuration"] for row in rows)
-    colours = {c: f"C{i % 10}" for i, c in enumerate(configurations)}  # the same on every link
-    fig, axes = plt.subplots(len(links), 3, figsize=(15, 4.2 * len(links)), squeeze=False)
-    for axis_row, link in zip(axes, links):
-        for row in (row for row in rows if row["link_mbps"] == link):
-            curve = row["curve"]
-            accuracy = [point[row["measured"]] for point in curve]
-            colour = colours[row["configuration"]]
-            axis_row[0].plot(
-                [point["epoch"] for point in curve], accuracy, colour, label=row["configuration"]
-            )
-            axis_row[1].plot(
-                [max(point["cross_group_bytes"], 1) / 1e6 for point in curve], accuracy, colour
-            )
-            axis_row[2].plot([point["seconds"] for point in curve], accuracy, colour)
-        name = f"link {link:g} Mbit/s" if link else "no throttle"
-        measured = (
-            "the average model" if row["measured"] == "average_accuracy" else "rank 0's model"
-        )
-        axis_row[0].set(
-            xlabel="epoch",
-            ylabel=f"test accuracy ({measured}, mean of seeds)",
-            title=f"{title}, {name}",
-        )
-        axis_row[1].set(xlabel="MB sent across groups (log)", xscale="log", title=name)
-        axis_row[2].set(xlabel="wall time, s", title=name)
-        for axis in axis_row:
-            axis.set_ylim(0.5, 1.0)
+    configurations = list(dict.fromkeys(row["configuration"] for row in rows))
+    palette = plt.get_cmap("tab10" if len(configurations) <= 10 else "tab20")
+    colours = {c: palette(i % palette.N) for i, c in enumerate(configurations)}
+    measured = (
+        "the average model" if rows[0]["measured"] == "average_accuracy" else "rank 0's model"
+    )
+    paths = []
+    for question, (x_key, x_label) in PLOT_QUESTIONS.items():
+        panels = links[:1] if question == "bytes" else links
+        columns = 1 if max(map(len, configurations)) > 50 else 2
+        figure, axes = plt.subplots(1, len(panels), figsize=(12, 4.5), squeeze=False)
+        for axis, link in zip(axes[0], panels):
+            for row in (r for r in rows if r["link_mbps"] == link):
+                curve = row["curve"]
+                x = [point[x_key] for point in curve]
+                if question == "bytes":
+                    x = [max(value, 1) / 1e6 for value in x]
+                axis.plot(
+                    x,
+                    [point[row["measured"]] for point in curve],
+                    color=colours[row["configuration"]],
+                    label=row["configuration"],
+                )
+            place = f"behind {link:g} Mbit/s" if link else "no throttle"
+            axis.set(xlabel=x_label, title=place, ylim=(0.5, 1.0))
+            if question == "bytes":
+                axis.set_xscale("log")
             axis.grid(alpha=0.3)
-        axis_row[0].legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
+        axes[0][0].set_ylabel(f"test accuracy ({measured}, mean of seeds)")
+        labelled = {}  # every configuration once, whichever panel has it
+        for axis in axes[0]:
+            for handle, label in zip(*axis.get_legend_handles_labels()):
+                labelled.setdefault(label, handle)
+        figure.suptitle(title)
+        figure.tight_layout()
+        figure.legend(
+            labelled.values(),
+            labelled.keys(),
+            loc="upper center",
+            bbox_to_anchor=(0.5, 0),
+            ncol=columns,
+            frameon=False,
+        )
+        path = f"{stem}_{question}.png"
+        figure.savefig(path, dpi=100, bbox_inches="tight")  # the canvas grows to the legend
+        plt.close(figure)
+        paths.append(path)
+    return paths
 
 
 def merged(paths: List[str], args: argparse.Namespace) -> Tuple[List[dict], argparse.Namespace]:
@@ -580,6 +616,7 @@ def main() -> None:
     )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, help=argparse.SUPPRESS)  # a worker's
+    parser.add_argument("--momentum", type=float, default=0.9, help=argparse.SUPPRESS)
     args = parser.parse_args()
     task = TASKS[args.task]
     args.epochs = args.epochs or task.epochs
@@ -612,8 +649,8 @@ def main() -> None:
     )
     title = (
         f"{args.task}, {args.ranks} ranks in {args.groups} groups, {args.epochs} epochs, "
-        f"batch {args.batch_size}/rank, lr {args.lr} (unless the configuration names "
-        f"one), momentum 0.9, seeds {' '.join(map(str, args.seeds))}; {where}"
+        f"batch {args.batch_size}/rank, lr {args.lr}, momentum 0.9 (unless the "
+        f"configuration names others), seeds {' '.join(map(str, args.seeds))}; {where}"
     )
     text = f"{title}\n{table(rows, args.within)}"
     print(f"\n{text}")
@@ -626,8 +663,8 @@ def main() -> None:
         json.dump({"settings": vars(args), "summary": summary, "runs": results}, f)
     with open(f"{stem}.txt", "w") as f:
         f.write(text + "\n")
-    plot(rows, f"{stem}.png", f"{args.task}, {args.groups} groups")
-    print(f"\nwrote {stem}.json, .txt and .png")
+    figures = plot(rows, stem, f"{args.task}, {args.groups} groups")
+    print(f"\nwrote {stem}.json, .txt and {', '.join(figures)}")
 
 
 if __name__ == "__main__":

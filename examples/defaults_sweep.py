@@ -3,14 +3,16 @@ with nothing else changed, trained by examples/convergence.py beside `allreduce`
 same seeds, for every task and number of groups asked for.
 
     python examples/defaults_sweep.py MXKV_ASYNC_DAMPING [--tasks digits mnist1d]
-        [--groups 2 4] [--seeds 42 1 2] [--links 0 50]
+        [--groups 2 4] [--seeds 42 1 2] [--links 0 50] [--taus 8 32 128]
 
-A row is a task, a number of groups and a link between the groups (Mbit/s, 0: none; as
-convergence.py throttles it). A default is good when its mean final accuracy (over the
-seeds) is within --within points of allreduce's on the same link in every row. Prints a
-table, and writes defaults_sweep.json (each knob's rows; rows of other knobs and settings
-swept before are kept) and defaults_sweep.png (one panel per knob: each value's gap to
-allreduce, in points, per row) to --out."""
+A row is a task, a number of groups, a link between the groups (Mbit/s, 0: none; as
+convergence.py throttles it) and, for the sweeps of an averaging mode, its MXKV_TAU. A
+value is good when its mean final accuracy (over the seeds) is within --within points of
+allreduce's on the same link in every row. A sweep named after a quantity rather than a
+knob (the servers' momentum under async) measures what a rule the package computes
+should give. Prints a table, and writes defaults_sweep.json (each sweep's rows; rows of
+other sweeps and settings swept before are kept) and defaults_sweep.png (one panel per
+sweep: each value's gap to allreduce, in points, per row) to --out."""
 
 import argparse
 import json
@@ -18,21 +20,46 @@ import os
 import subprocess
 import sys
 import tempfile
-from typing import Dict, List, NamedTuple
+from typing import Dict, List, NamedTuple, Optional, Tuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "benchmarks", "results")
 
 
 class Sweep(NamedTuple):
-    """A knob's candidates, each a configuration of examples/convergence.py ({} the value)."""
+    """A knob's candidates, each a configuration of examples/convergence.py ({value} the
+    candidate, {tau} each of the taus)."""
 
+    knob: str  # the knob the values are of ("": the script's SGD momentum)
     configuration: str
     values: List[str]
+    taus: Tuple[int, ...] = ()
 
 
+OUTER = ["0.9", "0.7", "0.5", "0.3", "0"]
 SWEEPS: Dict[str, Sweep] = {
-    "MXKV_ASYNC_DAMPING": Sweep("async damping={}", ["none", "staleness", "momentum"]),
+    "MXKV_ASYNC_DAMPING": Sweep(
+        "MXKV_ASYNC_DAMPING", "async damping={value}", ["none", "staleness", "momentum"]
+    ),
+    # the servers' SGD momentum under async, undamped (the script's 0.9 is allreduce's):
+    # what MXKV_ASYNC_DAMPING=momentum's rule should give for G groups
+    "async_servers_momentum": Sweep(
+        "", "async momentum={value}", ["0.7", "0.5", "0.3", "0.15", "0"]
+    ),
+    # the outer optimizer switched on alone: lasgd's default overlap, DiLoCo's lr 0.7
+    "MXKV_OUTER_MOMENTUM": Sweep(
+        "MXKV_OUTER_MOMENTUM",
+        "lasgd tau={tau} outer=nesterov overlap=1 outer_momentum={value}",
+        OUTER,
+        taus=(8, 32, 128),
+    ),
+    "MXKV_OUTER_MOMENTUM easgd": Sweep(
+        "MXKV_OUTER_MOMENTUM",
+        "easgd tau={tau} outer=nesterov outer_momentum={value}",
+        OUTER,
+        taus=(8, 32, 128),
+    ),
+    "MXKV_TAU lasgd": Sweep("MXKV_TAU", "lasgd tau={value}", ["4", "8", "16", "32", "64", "128"]),
 }
 BASELINE = "allreduce"
 
@@ -63,35 +90,48 @@ def convergence(
             return json.load(f)
 
 
-def rows_of(knob: str, task: str, groups: int, summary: List[dict]) -> List[dict]:
-    """One row per value and link: its accuracies and its gap to the baseline's on that
-    link, in points."""
+def configurations_of(sweep: Sweep, taus: List[int]) -> List[Tuple[str, Optional[int], str]]:
+    """(value, tau, configuration) for every candidate (tau None where the sweep has none)."""
+    return [
+        (value, tau, sweep.configuration.format(value=value, tau=tau))
+        for tau in (taus if sweep.taus else [None])
+        for value in sweep.values
+    ]
+
+
+def rows_of(
+    knob: str, task: str, groups: int, summary: List[dict], taus: List[int] = ()
+) -> List[dict]:
+    """One row per value, tau and link: its accuracies and its gap to the baseline's on
+    that link, in points."""
     found = {(row["configuration"], row["link_mbps"]): row for row in summary}
-    sweep = SWEEPS[knob]
     rows = []
     links = sorted({row["link_mbps"] for row in summary})
-    for link, value in ((link, value) for link in links for value in sweep.values):
-        row = found[(sweep.configuration.format(value), link)]
-        baseline = found[(BASELINE, link)]["mean_final_accuracy"]
-        rows.append(
-            {
-                "value": value,
-                "task": task,
-                "groups": groups,
-                "link_mbps": link,
-                "seeds": row["seeds"],
-                "accuracies": row["final_accuracy"],
-                "mean_accuracy": row["mean_final_accuracy"],
-                "allreduce_mean_accuracy": baseline,
-                "gap_points": 100 * (row["mean_final_accuracy"] - baseline),
-            }
-        )
+    for link in links:
+        for value, tau, configuration in configurations_of(SWEEPS[knob], list(taus)):
+            row = found[(configuration, link)]
+            baseline = found[(BASELINE, link)]["mean_final_accuracy"]
+            rows.append(
+                {
+                    "value": value,
+                    "task": task,
+                    "groups": groups,
+                    "tau": tau,
+                    "link_mbps": link,
+                    "seeds": row["seeds"],
+                    "accuracies": row["final_accuracy"],
+                    "mean_accuracy": row["mean_final_accuracy"],
+                    "allreduce_mean_accuracy": baseline,
+                    "gap_points": 100 * (row["mean_final_accuracy"] - baseline),
+                }
+            )
     return rows
 
 
 def setting_of(row: dict) -> tuple:
-    """The row's task, groups and link: a later sweep of the same setting replaces it."""
-    return row["task"], row["groups"], row["link_mbps"]
+    """The row's task, groups, tau and link: a later sweep of the same setting replaces
+    it."""
+    return row["task"], row["groups"], row.get("tau"), row["link_mbps"]
 
 
 def is_within(row: dict, within: float) -> bool:
@@ -102,12 +142,14 @@ def is_within(row: dict, within: float) -> bool:
 def table(knob: str, rows: List[dict], within: float) -> str:
     lines = [f"{knob}: mean final accuracy over the seeds, and its gap to {BASELINE}"]
     lines.append(
-        f"{'value':<12}{'task':<9}{'groups':>7}{'link':>7}{'accuracy':>10}{'gap':>9}  verdict"
+        f"{'value':<12}{'task':<9}{'groups':>7}{'tau':>5}{'link':>7}{'accuracy':>10}"
+        f"{'gap':>9}  verdict"
     )
     for row in rows:
         verdict = "within" if is_within(row, within) else "short"
         lines.append(
-            f"{row['value']:<12}{row['task']:<9}{row['groups']:>7}{row['link_mbps']:>7g}"
+            f"{row['value']:<12}{row['task']:<9}{row['groups']:>7}{row.get('tau') or '':>5}"
+            f"{row['link_mbps']:>7g}"
             f"{row['mean_accuracy']:>10.3f}"
             f"{row['gap_points']:>+8.1f}p  {verdict}"
         )
@@ -137,8 +179,9 @@ def plot(results: Dict[str, dict], path: str, within: float) -> None:
         values = SWEEPS[knob].values if knob in SWEEPS else sorted({r["value"] for r in rows})
         for setting in sorted({setting_of(r) for r in rows}):
             gaps = {r["value"]: r["gap_points"] for r in rows if setting_of(r) == setting}
-            task, groups, link = setting
-            label = f"{task}, {groups} groups" + (f", {link:g} Mbit/s" if link else "")
+            task, groups, tau, link = setting
+            label = f"{task}, {groups} groups" + (f", tau {tau}" if tau else "")
+            label += f", {link:g} Mbit/s" if link else ""
             axis.plot(values, [gaps.get(v) for v in values], marker="o", label=label)
         axis.axhspan(-within, within, color="green", alpha=0.1)
         axis.axhline(0, color="grey", linewidth=0.8)
@@ -159,17 +202,21 @@ def main() -> None:
     parser.add_argument("--groups", type=int, nargs="+", default=[2, 4])
     parser.add_argument("--seeds", type=int, nargs="+", default=[42, 1, 2])
     parser.add_argument("--links", type=float, nargs="+", default=[0.0, 50.0])
+    parser.add_argument(
+        "--taus", type=int, nargs="+", help="MXKV_TAU of an averaging sweep (its own unless given)"
+    )
     parser.add_argument("--within", type=float, default=1.0, help="points (default 1)")
     parser.add_argument("--out", default=RESULTS)
     args = parser.parse_args()
     sweep = SWEEPS[args.knob]
-    configurations = [BASELINE] + [sweep.configuration.format(v) for v in sweep.values]
+    taus = args.taus or list(sweep.taus)
+    configurations = [BASELINE] + [c for _v, _t, c in configurations_of(sweep, taus)]
     rows: List[dict] = []
     for task in args.tasks:
         for groups in args.groups:
             print(f"defaults_sweep: {args.knob} on {task}, {groups} groups", flush=True)
             result = convergence(task, groups, args.seeds, args.links, configurations)
-            rows += rows_of(args.knob, task, groups, result["summary"])
+            rows += rows_of(args.knob, task, groups, result["summary"], taus)
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, "defaults_sweep.json")
     results = {}

@@ -17,7 +17,7 @@ sys.path.insert(0, str(EXAMPLES))
 import convergence
 
 
-def test_a_configuration_names_knobs_that_exist_and_its_own_learning_rate():
+def test_a_configuration_names_knobs_that_exist_and_its_own_learning_rate_and_momentum():
     parsed = convergence.parse_configuration(
         "lasgd tau=128 outer=nesterov outer_momentum=0.5 lr=0.05"
     )
@@ -30,11 +30,13 @@ def test_a_configuration_names_knobs_that_exist_and_its_own_learning_rate():
             "MXKV_OUTER_MOMENTUM": "0.5",
         },
         0.05,
+        0.9,
     )
+    assert convergence.parse_configuration("async momentum=0.4").momentum == 0.4
     assert set(convergence.SETTINGS.values()) <= set(KNOBS)
     for configurations in convergence.DEFAULT_CONFIGURATIONS.values():
         for text in configurations:
-            _mode, env, _ = convergence.parse_configuration(text)
+            _mode, env, *_ = convergence.parse_configuration(text)
             assert set(env) <= set(KNOBS), text
     streaming = convergence.parse_configuration(
         "lasgd tau=128 outer=nesterov fragments=4 overlap=1"
