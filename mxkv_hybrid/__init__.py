@@ -41,6 +41,7 @@ _EXPORTS: Dict[str, str] = {
     "ConfigError": "errors",
     "MismatchError": "errors",
     "NonFiniteError": "errors",
+    "DivergenceError": "errors",
     "ServerKeyConflict": "errors",
     "World": "comm.topology",
     "world": "comm.topology",

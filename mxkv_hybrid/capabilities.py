@@ -60,6 +60,10 @@ class ModeCapabilities:
         "MXKV_LASGD_OVERLAP: the model average runs behind the next local steps."
     )
     async_damping: bool = _can("MXKV_ASYNC_DAMPING: the servers damp stale gradients.")
+    local_steps: bool = _can(
+        "Local steps: MXKV_TAU steps of each rank (lasgd) or group (easgd) between two "
+        "averages or elastic exchanges."
+    )
     updates_on_store: bool = _can(
         "The store can run the optimizer (KVStore.is_capable(OPTIMIZER), update_on_kvstore), "
         "so it takes weights of stype row_sparse, which MXNet updates on the store; easgd and "
@@ -132,6 +136,7 @@ CAPABILITIES: Dict[str, ModeCapabilities] = {
             easgd_sync=True,
             rma_transport=True,
             outer_optimizer=True,
+            local_steps=True,
             checkpoints=True,
             checkpoints_per_group=True,
         )
@@ -143,6 +148,7 @@ CAPABILITIES: Dict[str, ModeCapabilities] = {
             outer_optimizer=True,
             fragments=True,
             overlapped_average=True,
+            local_steps=True,
             checkpoints=True,
         )
     ),

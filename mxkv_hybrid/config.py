@@ -54,6 +54,15 @@ def _parse_fraction(text: str) -> Optional[float]:
     return value
 
 
+def _parse_optional_momentum(text: str) -> Optional[float]:
+    if text.strip() == "":
+        return None
+    value = float(text)
+    if not 0 <= value < 1:
+        raise ValueError("expected a momentum from 0 to below 1, or empty for the rule")
+    return value
+
+
 def _parse_seconds(text: str) -> float:
     value = float(text)
     if value <= 0:
@@ -289,23 +298,37 @@ KNOBS: Dict[str, Knob] = {
         "The outer optimizer's learning rate (DiLoCo's 0.7). With"
         " `1` and momentum `0` the outer step is plain averaging.",
     ),
-    "MXKV_OUTER_MOMENTUM": Knob(float, "0.9", "The outer optimizer's momentum mu (DiLoCo's 0.9)."),
+    "MXKV_OUTER_MOMENTUM": Knob(
+        _parse_optional_momentum,
+        "",
+        "The outer optimizer's momentum mu, from 0 to below 1. Empty: the rule "
+        "mu = max(0, 1 - MXKV_OUTER_LR) (0.3 at the default lr), which rank 0 "
+        "prints at start: Nesterov's steady step is lr / (1 - mu) times the "
+        "averaged change, 1 by this rule, as plain averaging's. DiLoCo's 0.9 "
+        "(a 7x step at lr 0.7) diverged in the sweep of "
+        "`examples/defaults_sweep.py MXKV_OUTER_MOMENTUM` (digits and MNIST-1D, "
+        "tau 8 to 128, 3 seeds) at tau 8 and 32.",
+    ),
     "MXKV_ASYNC_DAMPING": Knob(
-        _choice(("none", "staleness", "momentum")),
-        "none",
-        "`async`: `staleness` damps each group's gradient by 1 / (1 + s) "
-        "before its leader pushes it, s the updates of other groups the "
-        "servers applied since that leader last read the weights (the "
-        "servers' push counter, read just before the push: one small round"
-        " trip more a step). `momentum`: the servers' optimizer runs with "
-        "its momentum less 1 - 1/G for G groups (never below 0: the "
-        "momentum asynchrony adds), the value closest to allreduce in the "
-        "sweep of `examples/defaults_sweep.py MXKV_ASYNC_DAMPING` (the async "
-        "mode's page: digits and MNIST-1D, 2 and 4 groups, 3 seeds); an"
-        " optimizer without momentum is refused. `none`: every gradient "
-        "applied as it is, as MXNet's `dist_async` does. Other modes "
-        "refuse it. Tested with a deliberately stale push "
-        "(`tests/jobs/test_training_async.py`), with and without momentum.",
+        _choice(("auto", "none", "staleness", "momentum")),
+        "auto",
+        "`async`: `auto` (the default) is `momentum` where the optimizer "
+        "has a momentum and `none` where it has none (Adam), which group 0 "
+        "says at start. `momentum`: the servers' optimizer runs with its "
+        "momentum less 1 - 1/G for G groups (never below 0: the momentum "
+        "asynchrony adds); an optimizer without momentum is refused. "
+        "`staleness` damps each group's gradient by 1 / (1 + s) before its "
+        "leader pushes it, s the updates of other groups the servers applied "
+        "since that leader last read the weights (the servers' push counter, "
+        "read just before the push: one small round trip more a step). "
+        "`none`: every gradient applied as it is, as MXNet's `dist_async` "
+        "does. The default is chosen from the sweep of "
+        "`examples/defaults_sweep.py MXKV_ASYNC_DAMPING` (the async mode's "
+        "page: digits and MNIST-1D, 2 and 4 groups, 3 seeds), where `momentum` "
+        "came closest to allreduce in every row and `none` fell to chance in "
+        "most. Other modes refuse every value but `auto` and `none`. Tested "
+        "with a deliberately stale push (`tests/jobs/test_training_async.py`), "
+        "with and without momentum.",
     ),
     "MXKV_GROUP_SIZE": Knob(
         _whole_number(0, None, "0 (one group per host) or a positive number of ranks"),
@@ -529,6 +552,15 @@ KNOBS: Dict[str, Knob] = {
         "`NonFiniteError` naming the first key per rank, and nothing is "
         "combined or updated.",
     ),
+    "MXKV_FAIL_ON_DIVERGENCE": Knob(
+        _parse_bool,
+        "0",
+        "Rank 0's divergence guard (`mxkv_hybrid/safety/divergence_guard.py`) "
+        "reads its gradient norm every 10th step; when the median of 10 readings"
+        " is 5x the lowest such median so far, or a reading is NaN/Inf, it says "
+        "once which knob of the mode to change. `0`: the run goes on; `1`: rank "
+        "0 raises `DivergenceError` and mxkv-launch stops the job.",
+    ),
     "MXKV_TIMELINE": Knob(
         str,
         "",
@@ -646,7 +678,7 @@ class Config:
     lasgd_overlap: bool
     outer: str
     outer_lr: float
-    outer_momentum: float
+    outer_momentum: Optional[float]  # None: outer_optimizer.rule_momentum(outer_lr)
     fragments: int
     async_damping: str
     hierarchy: str
@@ -655,6 +687,7 @@ class Config:
     auto: bool
     fault: Optional[Fault]
     check_finite: bool
+    fail_on_divergence: bool
     summary_every: int
     group_job: Optional[GroupJob]
     attempt: int
@@ -712,7 +745,7 @@ class Config:
                 f"{values['MXKV_TAU']} is not a multiple of it: make MXKV_TAU a "
                 "multiple of MXKV_FRAGMENTS"
             )
-        if values["MXKV_ASYNC_DAMPING"] != "none" and not can.async_damping:
+        if values["MXKV_ASYNC_DAMPING"] not in ("none", "auto") and not can.async_damping:
             damped = " or ".join(modes_with("async_damping"))
             raise ConfigError(
                 f"MXKV_ASYNC_DAMPING={values['MXKV_ASYNC_DAMPING']} damps the "
@@ -765,6 +798,7 @@ class Config:
             auto=values["MXKV_AUTO"],
             fault=values["MXKV_FAULT"],
             check_finite=values["MXKV_CHECK_FINITE"],
+            fail_on_divergence=values["MXKV_FAIL_ON_DIVERGENCE"],
             summary_every=values["MXKV_SUMMARY_EVERY"],
             group_job=values["MXKV_GROUP_JOB"],
             attempt=values["MXKV_ATTEMPT"],

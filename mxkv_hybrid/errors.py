@@ -32,6 +32,11 @@ class NonFiniteError(MXKVError):
     on_every_rank = True
 
 
+class DivergenceError(MXKVError):
+    """Rank 0's divergence guard found training running away, and
+    MXKV_FAIL_ON_DIVERGENCE=1 asked to stop (the message says which knob to change)."""
+
+
 class ServerKeyConflict(MXKVError):
     """A second store of one process would use a parameter-server key that another store
     of the process already holds (modes async and easgd keep one model per process)."""

@@ -23,6 +23,7 @@ from .observe.step_summary import summary_for
 from .ps.client import barrier_across_groups
 from .ps.keys import is_held
 from .ps.optimizers import COUNTER_KEY
+from .safety.divergence_guard import DivergenceGuard, stop_watching, watch_with
 from .safety.fault import FaultInjector
 from .safety.finite_check import check_finite
 
@@ -75,6 +76,10 @@ class Hybrid(KVStoreBase):
         self._share = parts.share  # separate sync group jobs: a broadcast to the other groups
         self._sparse_gradients: List[Key] = []  # expect_row_sparse_gradients
         self._summary = summary_for(self._config, parts.staleness)  # MXKV_SUMMARY_EVERY
+        # rank 0's: the backward hooks feed it the training loss
+        self._guard = DivergenceGuard(self._config) if self._world.rank == 0 else None
+        if self._guard is not None:
+            watch_with(self._guard)
 
     # ---- identity -------------------------------------------------------------------
     @property
@@ -398,6 +403,7 @@ class Hybrid(KVStoreBase):
             self._averaging.close()
         self._weights.close()
         self._collectives = None
+        stop_watching(self._guard)
 
     # ---- helpers ----------------------------------------------------------------------
     def _move_weights_to_servers(self) -> None:

@@ -35,6 +35,7 @@ from ..atomic_file import write_atomically
 from ..capabilities import capabilities_of, modes_with
 from ..errors import MXKVError
 from ..kvstore import Hybrid
+from ..safety.divergence_guard import record_heads
 from . import auto, store_names
 from .even_batches import EvenBatchesIter
 from .patching import bind_call, patch
@@ -371,6 +372,13 @@ def steps_done(owner) -> int:
     return store.steps_done
 
 
+def _backward(original, heads, *args, **kwargs):
+    """NDArray.backward and autograd.backward: rank 0's divergence guard reads the loss
+    they start from (divergence_guard.py)."""
+    record_heads(heads)
+    return original(heads, *args, **kwargs)
+
+
 def install() -> None:
     """Installs the hooks (idempotent)."""
     patch(mxnet.kvstore, "create", _create)
@@ -393,3 +401,5 @@ def install() -> None:
     patch(mxnet.module.module.Module, "load_optimizer_states", _load_states)
     patch(mxnet.gluon.parameter.Parameter, "_init_impl", _parameter_init_impl)
     patch(mxnet.module.base_module.BaseModule, "fit", _fit)
+    patch(mxnet.ndarray.NDArray, "backward", _backward)
+    patch(mxnet.autograd, "backward", _backward)

@@ -17,23 +17,28 @@ def implicit_momentum(groups: int) -> float:
     return 1.0 - 1.0 / groups
 
 
+def has_momentum(optimizer: mx.optimizer.Optimizer) -> bool:
+    """Whether `optimizer` has a momentum this damping can lower (SGD, NAG, ...)."""
+    return isinstance(getattr(optimizer, "momentum", None), (int, float))
+
+
 def with_async_momentum(
     optimizer: mx.optimizer.Optimizer, groups: int
 ) -> Tuple[mx.optimizer.Optimizer, str]:
     """A copy of `optimizer` for the servers, its momentum less implicit_momentum(groups)
     (never below 0), and a line saying so. Raises MXKVError for an optimizer without a
     momentum to lower."""
-    momentum = getattr(optimizer, "momentum", None)
-    if not isinstance(momentum, (int, float)):
+    if not has_momentum(optimizer):
         raise MXKVError(
             f"MXKV_ASYNC_DAMPING=momentum lowers the optimizer's momentum, and "
             f"{type(optimizer).__name__} has none: use MXKV_ASYNC_DAMPING=staleness "
             "or none"
         )
+    momentum = float(optimizer.momentum)
     adjusted = copy.copy(optimizer)
-    adjusted.momentum = max(0.0, float(momentum) - implicit_momentum(groups))
+    adjusted.momentum = max(0.0, momentum - implicit_momentum(groups))
     line = (
-        f"MXKV_ASYNC_DAMPING=momentum: the servers' {type(optimizer).__name__} runs with "
+        f"the servers' {type(optimizer).__name__} runs with "
         f"momentum {adjusted.momentum:g} instead of {momentum:g} ({groups} groups updating "
         f"asynchronously add about 1 - 1/{groups} = {implicit_momentum(groups):g} of their "
         "own)"

@@ -43,7 +43,7 @@ from ..ps.finish_line import finish_line_for
 from ..ps.keys import ServerKeys
 from ..ps.optimizers import FINISH_KEY, ElasticCentre
 from .averaging import allreduce_split, check_saved_with, check_state_mode
-from .outer_optimizer import OuterOptimizer
+from .outer_optimizer import outer_optimizer_of
 from .remote_centre import RemoteCentre
 
 
@@ -80,9 +80,7 @@ class ElasticAveraging:
             else None
         )
         self._outer = (
-            OuterOptimizer(config.outer, config.outer_lr, config.outer_momentum)
-            if config.outer != "none"
-            else None
+            outer_optimizer_of(config, announce=world.rank == 0) if config.outer != "none" else None
         )  # the leader's moves of c
         self._ps = None
         if self._remote is None:

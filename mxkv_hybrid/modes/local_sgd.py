@@ -34,7 +34,7 @@ from ..config import Config
 from ..errors import MXKVError
 from .averaging import allreduce_split, check_saved_with, check_state_mode
 from .fragments import Piece, cut_into_fragments
-from .outer_optimizer import OuterOptimizer
+from .outer_optimizer import OuterOptimizer, outer_optimizer_of
 from .rounded_deltas import RoundedDeltas
 
 
@@ -99,7 +99,7 @@ class LocalSGD:
         # outer SGD with lr 1 and no momentum
         self._deltas = RoundedDeltas(config.compress) if config.compress != "none" else None
         self._outer = (
-            OuterOptimizer(config.outer, config.outer_lr, config.outer_momentum)
+            outer_optimizer_of(config, announce=world.rank == 0)
             if config.outer != "none"
             else OuterOptimizer("sgd", 1.0, 0.0)
             if self._deltas is not None

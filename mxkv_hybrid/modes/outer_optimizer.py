@@ -16,15 +16,20 @@ centre's plain move is c += sum of e) its negative gradient. Each leader keeps t
 momentum of its own e and sends lr (e + mu m) (nesterov) or lr m (sgd) instead of e;
 the momentum is linear, so when all groups exchange at once (MXKV_EASGD_SYNC=1) the
 centre takes exactly the outer step of the sum of the e; asynchronous groups each give
-their own moves momentum. DiLoCo's defaults: lr 0.7, mu 0.9 (MXKV_OUTER_LR,
-MXKV_OUTER_MOMENTUM)."""
+their own moves momentum. The learning rate is DiLoCo's 0.7 (MXKV_OUTER_LR); the momentum
+(MXKV_OUTER_MOMENTUM) is by default the rule of rule_momentum, not DiLoCo's 0.9."""
 
+import logging
 from typing import Dict, Sequence
 
 import mxnet as mx
 
 from ..comm.collectives import Arrays, Key
+from ..config import Config
+from ..logs import TO_STDERR
 from .fragments import Piece
+
+log = logging.getLogger(__name__)
 
 
 class OuterOptimizer:
@@ -78,3 +83,30 @@ class OuterOptimizer:
     def load_state(self, state: dict) -> None:
         self._anchor = {k: mx.nd.array(v, dtype=v.dtype) for k, v in state["anchor"].items()}
         self._velocity = {k: mx.nd.array(v, dtype=v.dtype) for k, v in state["velocity"].items()}
+
+
+def rule_momentum(learning_rate: float) -> float:
+    """MXKV_OUTER_MOMENTUM's default: 1 - lr (at least 0). Once the momentum has built
+    up, a Nesterov step is lr / (1 - mu) times the averaged change (an sgd step lr /
+    (1 - mu) too), so this rule keeps it at 1, plain averaging's, while the momentum
+    smooths it. The sweep of examples/defaults_sweep.py MXKV_OUTER_MOMENTUM chose it:
+    DiLoCo's 0.9 (7x at lr 0.7) diverged on digits at tau 8 and 32."""
+    return max(0.0, 1.0 - learning_rate)
+
+
+def outer_optimizer_of(config: Config, announce: bool) -> OuterOptimizer:
+    """The job's outer optimizer (config.outer not "none"); the momentum by the rule
+    unless MXKV_OUTER_MOMENTUM is set, which rank 0 (`announce`) says at start."""
+    momentum = config.outer_momentum
+    if momentum is None:
+        momentum = rule_momentum(config.outer_lr)
+        if announce:
+            log.info(
+                f"mxkv_hybrid: MXKV_OUTER={config.outer} runs with lr {config.outer_lr:g}"
+                f" and momentum {momentum:g} = max(0, 1 - lr), MXKV_OUTER_MOMENTUM's rule"
+                " (a steady step of lr / (1 - momentum) = "
+                f"{config.outer_lr / (1 - momentum):g}x the averaged change; set "
+                "MXKV_OUTER_MOMENTUM to choose another)",
+                extra=TO_STDERR,
+            )
+    return OuterOptimizer(config.outer, config.outer_lr, momentum)

@@ -55,7 +55,7 @@ from ..ps.keys import ServerKeys
 from ..ps.layout import bigarray_bound
 from ..ps.optimizers import COUNTER_KEY, FINISH_KEY, SETTINGS_KEYS, ServerOptimizer
 from ..ps.server_states import command, server_file
-from .async_momentum import with_async_momentum
+from .async_momentum import has_momentum, with_async_momentum
 from .worker_weights import Share
 
 log = logging.getLogger(__name__)
@@ -96,7 +96,7 @@ class ServerWeights:
         self._pushes_since_pull = 0
         self.staleness: List[int] = []  # per applied gradient (leaders only)
         self._damps_stale_gradients = config.async_damping == "staleness"
-        self._lowers_momentum = config.async_damping == "momentum"
+        self._damping = config.async_damping  # momentum and auto lower the momentum
         self._group_index, self._groups = groups.group_index, groups.num_groups
         self.damped: List[int] = []  # MXKV_ASYNC_DAMPING=staleness: s of each push damped
         self._separate_jobs = not world.spans_all_ranks  # each group its own MPI job
@@ -171,12 +171,23 @@ class ServerWeights:
 
     def _for_the_servers(self, optimizer: mx.optimizer.Optimizer) -> mx.optimizer.Optimizer:
         """The optimizer the servers run: the script's, or with MXKV_ASYNC_DAMPING=momentum
-        a copy whose momentum leaves room for the groups' own (async_momentum.py)."""
-        if not self._lowers_momentum:
+        (auto, the default: where the optimizer has a momentum) a copy whose momentum
+        leaves room for the groups' own (async_momentum.py). Group 0 says which."""
+        says = self._group_index == 0
+        if self._damping == "auto" and not has_momentum(optimizer):
+            if says:
+                log.info(
+                    f"mxkv_hybrid: MXKV_ASYNC_DAMPING=auto: {type(optimizer).__name__} has no "
+                    "momentum to lower, so the groups' gradients are applied undamped (set "
+                    "MXKV_ASYNC_DAMPING=staleness to damp them)",
+                    extra=TO_STDERR,
+                )
+            return optimizer
+        if self._damping not in ("momentum", "auto"):
             return optimizer
         adjusted, line = with_async_momentum(optimizer, self._groups)
-        if self._group_index == 0:
-            log.info(f"mxkv_hybrid: {line}", extra=TO_STDERR)
+        if says:
+            log.info(f"mxkv_hybrid: MXKV_ASYNC_DAMPING={self._damping}: {line}", extra=TO_STDERR)
         return adjusted
 
     @property

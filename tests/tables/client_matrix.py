@@ -21,10 +21,6 @@ LAYOUT: Dict[str, Tuple[str, ...]] = {
 # others each rank's (group's) model is its own, and the exchange shows in the bytes the
 # store sends across groups.
 ONE_MODEL = ("allreduce", "sync")
-# Knobs a mode's cells set: async damps the momentum of stale updates, the one setting
-# docs/modes/async.md finds to converge with a momentum optimizer (without it gluoncv's
-# client stays at 0.42-0.48 after 5 epochs, against 0.90).
-MODE_KNOBS: Dict[str, Dict[str, str]] = {"async": {"MXKV_ASYNC_DAMPING": "momentum"}}
 
 
 class Client(NamedTuple):
