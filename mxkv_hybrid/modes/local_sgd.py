@@ -38,6 +38,15 @@ from .outer_optimizer import OuterOptimizer, outer_optimizer_of
 from .rounded_deltas import RoundedDeltas
 
 
+def averages_config(config: Config) -> Config:
+    """The settings of the periodic model averages: with MXKV_ALGO=auto, the ring. The
+    averages run behind the next tau steps (or once in tau steps), so their bytes across
+    the slow link count and their latency does not; auto's table picks recursive doubling
+    for small messages, which sends log2(P) times the message where the ring sends
+    2 (P - 1) / P times it (Streaming DiLoCo's fragments sent 2x the ring's bytes)."""
+    return replace(config, algorithm="ring") if config.algorithm == "auto" else config
+
+
 class DeviceSum:
     """The local steps' reduction: each key's inputs summed over this process's devices by
     MXNet's own operations, in order in its engine. Not a collective: it never waits for
@@ -86,8 +95,8 @@ class LocalSGD:
         self._world = TensorCollectives(world.comm, blocking, this_group)
         self.gradients: TensorCollectives | QuantisedReducer = self._world  # in the warm-up
         self._local = DeviceSum()
-        self._averaging = TensorCollectives(
-            world.comm, replace(config, overlap=self.overlap), this_group
+        self._averaging = TensorCollectives(  # the periodic averages
+            world.comm, replace(averages_config(config), overlap=self.overlap), this_group
         )
         self._weight_keys: set = set()
         self._fragments: Dict[Tuple[Key, ...], List[List[Piece]]] = {}  # by the keys stepped
@@ -168,9 +177,11 @@ class LocalSGD:
         if not self.overlap:
             views = _views(pieces, keys, weights)
             if self._deltas is None:
-                self._world.allreduce("model averaging", names, _first(views), views, average=True)
+                self._averaging.allreduce(
+                    "model averaging", names, _first(views), views, average=True
+                )
             else:
-                self._average_changes(pieces, views)
+                self._average_changes(pieces, views, self._averaging)
             if self._outer is not None:
                 self._outer.step(pieces, views)
             self.rounds += 1
@@ -204,10 +215,16 @@ class LocalSGD:
             self._world.allreduce("model averaging", keys, _first(weights), weights, average=True)
             return
         whole = cut_into_fragments(keys, [copies[0].size for copies in weights], 1)[0]
-        self._average_changes(whole, _views(whole, keys, weights))
+        self._average_changes(whole, _views(whole, keys, weights), self._world)
 
-    def _average_changes(self, pieces: Sequence[Piece], views: List[List[mx.nd.NDArray]]) -> None:
-        """Blocking, in 16 bits: every copy of each piece becomes anchor - mean(d)."""
+    def _average_changes(
+        self,
+        pieces: Sequence[Piece],
+        views: List[List[mx.nd.NDArray]],
+        collective: TensorCollectives,
+    ) -> None:
+        """Blocking (`collective` a blocking one), in 16 bits: every copy of each piece
+        becomes anchor - mean(d)."""
         assert self._deltas is not None  # (called in 16 bits only)
         names = [piece.name for piece in pieces]
         anchors = self._anchors(pieces)
@@ -216,7 +233,7 @@ class LocalSGD:
             for copies in views
         ]
         self._deltas.changes(names, anchors, [copies[0] for copies in views], changes)
-        self._world.allreduce(
+        collective.allreduce(
             "model averaging", names, [[c] for c in changes], [[c] for c in changes], average=True
         )
         self._deltas.models(anchors, changes)

@@ -112,9 +112,10 @@ STREAMING_TAU, STREAMING_STEPS = 4, 11  # 2 fragments: points at steps 4, 6, 8, 
 def test_streaming_fragments_and_outer_steps_follow_the_formula(
     warm_ranks, job_dir, overlap, outer, fragments
 ):
-    """MXKV_FRAGMENTS (the 3 weights cut into [0:1] and [1:3]) and MXKV_OUTER, blocking
-    and overlapped, every step and the consensus against the numpy reference; control:
-    the reference without fragments, or without the outer optimizer, differs."""
+    """MXKV_FRAGMENTS (the 3 weights cut into [0:1] and [1:3]) and MXKV_OUTER (its default
+    momentum: the rule 1 - lr), blocking and overlapped, every step and the consensus
+    against the numpy reference; control: the reference without fragments, or without the
+    outer optimizer, differs."""
     seen, agreed = run_steps(
         warm_ranks,
         job_dir,
@@ -148,7 +149,8 @@ def test_streaming_fragments_and_outer_steps_follow_the_formula(
         3 - fragments if outer == "none" else fragments,
         "none" if outer != "none" else outer,
     )
-    assert np.abs(other[-1]["weights"] - expected[-1]["weights"]).max() > 1e-2
+    # the control fails the comparison above: it differs by far more than its atol (1e-5)
+    assert np.abs(other[-1]["weights"] - expected[-1]["weights"]).max() > 100 * 1e-5
 
 
 def test_streaming_state_survives_a_checkpoint(warm_ranks, tmp_path):

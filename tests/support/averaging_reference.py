@@ -22,6 +22,11 @@ def optimizer_step(w: np.ndarray, mom: np.ndarray, grad: np.ndarray, optimizer: 
     return w + MOMENTUM * mom - LEARNING_RATE * grad, mom
 
 
+def momentum_of(outer_lr: float, outer_momentum: Optional[float]) -> float:
+    """The outer momentum a job runs with: MXKV_OUTER_MOMENTUM, else its rule 1 - lr."""
+    return max(0.0, 1.0 - outer_lr) if outer_momentum is None else outer_momentum
+
+
 def is_averaging_point(step: int, warmup: int, tau: int) -> bool:
     return step > warmup and (step - warmup) % tau == 0
 
@@ -35,7 +40,7 @@ def easgd_sync(
     optimizer: str,
     outer: str = "none",
     outer_lr: float = 0.7,
-    outer_momentum: float = 0.9,
+    outer_momentum: Optional[float] = None,  # None: MXKV_OUTER_MOMENTUM's rule, 1 - lr
 ) -> List[dict]:
     """Synchronous EASGD with one rank per group: [{weights, centre} after each step].
     With an outer optimizer the centre takes its step on the sum E of the elastic
@@ -52,9 +57,11 @@ def easgd_sync(
             elastic = alpha * (x - centre)
             x, move = x - elastic, elastic.sum(axis=0)
             if outer != "none":
-                velocity = outer_momentum * velocity + move
+                velocity = momentum_of(outer_lr, outer_momentum) * velocity + move
                 move = outer_lr * (
-                    move + outer_momentum * velocity if outer == "nesterov" else velocity
+                    move + momentum_of(outer_lr, outer_momentum) * velocity
+                    if outer == "nesterov"
+                    else velocity
                 )
             centre = centre + move
         records.append({"weights": x.copy(), "centre": centre.copy()})
@@ -135,7 +142,7 @@ def streaming_lasgd(
     fragments: int,
     outer: str = "none",
     outer_lr: float = 0.7,
-    outer_momentum: float = 0.9,
+    outer_momentum: Optional[float] = None,  # None: MXKV_OUTER_MOMENTUM's rule, 1 - lr
     round16: Optional[Rounding] = None,
     offset: float = 0.0,
 ) -> List[dict]:
@@ -170,9 +177,11 @@ def streaming_lasgd(
             anchor[part] = mean  # the model every rank shares after the point
             return mean
         delta = anchor[part] - mean
-        velocity[part] = outer_momentum * velocity[part] + delta
+        velocity[part] = momentum_of(outer_lr, outer_momentum) * velocity[part] + delta
         anchor[part] -= outer_lr * (
-            delta + outer_momentum * velocity[part] if outer == "nesterov" else velocity[part]
+            delta + momentum_of(outer_lr, outer_momentum) * velocity[part]
+            if outer == "nesterov"
+            else velocity[part]
         )
         return anchor[part].copy()
 

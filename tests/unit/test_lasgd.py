@@ -1,6 +1,7 @@
 """MXKV_MODE=lasgd and the explicit averager, in one process: bad MXKV_OUTER, MXKV_FRAGMENTS,
 MXKV_LASGD_OVERLAP and PeriodicModelAverager settings refused, a checkpoint written with
-other averaging settings refused, and tests/support/averaging_reference.py's own cases."""
+other averaging settings refused, the averages' algorithm under auto, and
+tests/support/averaging_reference.py's own cases."""
 
 import numpy as np
 import pytest
@@ -9,6 +10,7 @@ import mxkv_hybrid
 from mxkv_hybrid.config import Config
 from mxkv_hybrid.errors import ConfigError, MXKVError
 from mxkv_hybrid.modes.averaging import check_saved_with
+from mxkv_hybrid.modes.local_sgd import averages_config
 
 from support import averaging_reference as reference
 
@@ -58,7 +60,9 @@ def test_the_streaming_reference_with_one_fragment_is_lasgd(overlap):
         streaming[-1]["consensus"], reference.consensus_of_lasgd(plain[-1], overlap), atol=1e-12
     )
     outer = reference.lasgd_outer(STEPS, RANKS, TAU, WARMUP, "nag", "nesterov", 0.7, 0.9)
-    streaming = reference.streaming_lasgd(STEPS, RANKS, TAU, WARMUP, False, "nag", 1, "nesterov")
+    streaming = reference.streaming_lasgd(
+        STEPS, RANKS, TAU, WARMUP, False, "nag", 1, "nesterov", 0.7, 0.9
+    )
     for a, b in zip(outer, streaming):
         np.testing.assert_allclose(a["weights"], b["weights"], rtol=0, atol=1e-12)
 
@@ -117,3 +121,10 @@ def test_a_checkpoint_written_with_other_averaging_settings_is_refused():
             "16-bit averages (MXKV_COMPRESS)",
         )
     check_saved_with({}, "deltas", False, "lasgd", "16-bit averages")  # older: none saved
+
+
+def test_the_averages_take_the_ring_under_auto_and_an_algorithm_named():
+    auto = Config.from_environment({"MXKV_MODE": "lasgd"})
+    assert averages_config(auto).algorithm == "ring"
+    rd = Config.from_environment({"MXKV_MODE": "lasgd", "MXKV_ALGO": "rd"})
+    assert averages_config(rd).algorithm == "rd"
