@@ -164,35 +164,62 @@ def table(knob: str, rows: List[dict], within: float) -> str:
     return "\n".join(lines)
 
 
+def label_of(setting: tuple) -> str:
+    task, groups, tau, link = setting
+    label = f"{task}, {groups} groups" + (f", tau {tau}" if tau else "")
+    return label + (f", {link:g} Mbit/s" if link else "")
+
+
 def plot(results: Dict[str, dict], path: str, within: float) -> None:
-    """One panel per knob, each value's gap per row (task, groups, link); one legend
-    outside the panels."""
+    """One panel per sweep, three to a row: each value's gap per row (task, groups, tau,
+    link), a row's colour the same in every panel; one legend below the panels."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    knobs = sorted(results)
-    figure, axes = plt.subplots(1, len(knobs), figsize=(max(6, 5 * len(knobs)), 5), squeeze=False)
-    for axis, knob in zip(axes[0], knobs):
-        rows = results[knob]["rows"]
-        values = SWEEPS[knob].values if knob in SWEEPS else sorted({r["value"] for r in rows})
-        for setting in sorted({setting_of(r) for r in rows}):
+    names = sorted(results)
+    settings = sorted({setting_of(r) for name in names for r in results[name]["rows"]}, key=str)
+    palette = plt.get_cmap("tab10" if len(settings) <= 10 else "tab20")
+    colours = {setting: palette(i % palette.N) for i, setting in enumerate(settings)}
+    columns = min(3, len(names))
+    rows_of_panels = -(-len(names) // columns)
+    figure, axes = plt.subplots(
+        rows_of_panels, columns, figsize=(5 * columns, 4 * rows_of_panels), squeeze=False
+    )
+    for axis, name in zip(axes.flat, names):
+        rows = results[name]["rows"]
+        values = SWEEPS[name].values if name in SWEEPS else sorted({r["value"] for r in rows})
+        for setting in sorted({setting_of(r) for r in rows}, key=str):
             gaps = {r["value"]: r["gap_points"] for r in rows if setting_of(r) == setting}
-            task, groups, tau, link = setting
-            label = f"{task}, {groups} groups" + (f", tau {tau}" if tau else "")
-            label += f", {link:g} Mbit/s" if link else ""
-            axis.plot(values, [gaps.get(v) for v in values], marker="o", label=label)
+            axis.plot(
+                values,
+                [gaps.get(v) for v in values],
+                marker="o",
+                color=colours[setting],
+                label=label_of(setting),
+            )
         axis.axhspan(-within, within, color="green", alpha=0.1)
         axis.axhline(0, color="grey", linewidth=0.8)
-        axis.set_title(knob)
+        axis.set_title(name)
         axis.set_xlabel("value")
         axis.set_ylabel(f"accuracy - {BASELINE}'s (points)")
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    columns = 2
-    figure.legend(handles, labels, loc="lower center", ncol=columns, frameon=False)
-    figure.tight_layout(rect=(0, 0.06 * -(-len(labels) // columns) + 0.02, 1, 1))
-    figure.savefig(path, dpi=110)
+    for axis in list(axes.flat)[len(names) :]:
+        axis.set_visible(False)
+    labelled = {}
+    for axis in axes.flat:
+        for handle, label in zip(*axis.get_legend_handles_labels()):
+            labelled.setdefault(label, handle)
+    figure.tight_layout()
+    figure.legend(
+        labelled.values(),
+        labelled.keys(),
+        loc="upper center",
+        bbox_to_anchor=(0.5, 0),
+        ncol=3,
+        frameon=False,
+    )
+    figure.savefig(path, dpi=110, bbox_inches="tight")  # the canvas grows to the legend
 
 
 def main() -> None:
