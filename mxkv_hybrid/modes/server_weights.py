@@ -40,6 +40,7 @@ import mxnet as mx
 import numpy as np
 
 from ..atomic_file import write_atomically
+from ..capabilities import capabilities_of
 from ..comm import row_sparse
 from ..comm.collectives import Arrays, Key, TensorCollectives
 from ..comm.compression_params import Compression
@@ -96,7 +97,9 @@ class ServerWeights:
         self._pushes_since_pull = 0
         self.staleness: List[int] = []  # per applied gradient (leaders only)
         self._damps_stale_gradients = config.async_damping == "staleness"
-        self._damping = config.async_damping  # momentum and auto lower the momentum
+        # momentum and auto lower the servers' momentum, in the modes that damp (async)
+        damps = capabilities_of(config.mode).async_damping
+        self._damping = config.async_damping if damps else "none"
         self._group_index, self._groups = groups.group_index, groups.num_groups
         self.damped: List[int] = []  # MXKV_ASYNC_DAMPING=staleness: s of each push damped
         self._separate_jobs = not world.spans_all_ranks  # each group its own MPI job
