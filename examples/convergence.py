@@ -69,6 +69,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "benchmarks"))
 
+from figure_legend import legend_below  # noqa: E402
 from job_output import json_lines  # noqa: E402
 
 SETTINGS = {
@@ -503,20 +504,8 @@ def plot(rows: List[dict], stem: str, title: str) -> List[str]:
                 axis.set_xscale("log")
             axis.grid(alpha=0.3)
         axes[0][0].set_ylabel(f"test accuracy ({measured}, mean of seeds)")
-        labelled = {}  # every configuration once, whichever panel has it
-        for axis in axes[0]:
-            for handle, label in zip(*axis.get_legend_handles_labels()):
-                labelled.setdefault(label, handle)
         figure.suptitle(title)
-        figure.tight_layout()
-        figure.legend(
-            labelled.values(),
-            labelled.keys(),
-            loc="upper center",
-            bbox_to_anchor=(0.5, 0),
-            ncol=columns,
-            frameon=False,
-        )
+        legend_below(figure, axes[0], columns)
         path = f"{stem}_{question}.png"
         figure.savefig(path, dpi=100, bbox_inches="tight")  # the canvas grows to the legend
         plt.close(figure)

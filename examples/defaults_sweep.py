@@ -24,6 +24,9 @@ from typing import Dict, List, NamedTuple, Optional, Tuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "benchmarks", "results")
+sys.path.insert(0, os.path.join(HERE, "benchmarks"))
+
+from figure_legend import legend_below  # noqa: E402
 
 
 class Sweep(NamedTuple):
@@ -206,19 +209,7 @@ def plot(results: Dict[str, dict], path: str, within: float) -> None:
         axis.set_ylabel(f"accuracy - {BASELINE}'s (points)")
     for axis in list(axes.flat)[len(names) :]:
         axis.set_visible(False)
-    labelled = {}
-    for axis in axes.flat:
-        for handle, label in zip(*axis.get_legend_handles_labels()):
-            labelled.setdefault(label, handle)
-    figure.tight_layout()
-    figure.legend(
-        labelled.values(),
-        labelled.keys(),
-        loc="upper center",
-        bbox_to_anchor=(0.5, 0),
-        ncol=3,
-        frameon=False,
-    )
+    legend_below(figure, axes.flat, columns=3)
     figure.savefig(path, dpi=110, bbox_inches="tight")  # the canvas grows to the legend
 
 
