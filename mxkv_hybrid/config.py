@@ -562,10 +562,12 @@ KNOBS: Dict[str, Knob] = {
         _parse_bool,
         "0",
         "Rank 0's divergence guard (`mxkv_hybrid/safety/divergence_guard.py`) "
-        "reads its gradient norm every 10th step; when the median of 10 readings"
-        " is 5x the lowest such median so far, or a reading is NaN/Inf, it says "
-        "once which knob of the mode to change. `0`: the run goes on; `1`: rank "
-        "0 raises `DivergenceError` and mxkv-launch stops the job.",
+        "reads the loss each Gluon backward starts from (its mean, one step "
+        "late); when the median of 10 steps, having fallen below half of the "
+        "first such median, climbs back above 90 % of it, or a loss is NaN/Inf, "
+        "it says once which knob of the mode to change. `0`: the run goes on; "
+        "`1`: rank 0 raises `DivergenceError` and mxkv-launch stops the job. "
+        "Module jobs have no loss head and are not watched.",
     ),
     "MXKV_TIMELINE": Knob(
         str,
