@@ -96,8 +96,8 @@ class ServerWeights:
         self._count_at_pull = 0.0
         self._pushes_since_pull = 0
         self.staleness: List[int] = []  # per applied gradient (leaders only)
-        self._damps_stale_gradients = config.async_damping == "staleness"
-        # momentum and auto lower the servers' momentum, in the modes that damp (async)
+        # MXKV_ASYNC_DAMPING in the modes that damp (async), else none: staleness damps
+        # each push, momentum and auto lower the servers' momentum
         damps = capabilities_of(config.mode).async_damping
         self._damping = config.async_damping if damps else "none"
         self._group_index, self._groups = groups.group_index, groups.num_groups
@@ -361,7 +361,7 @@ class ServerWeights:
                 self._send_settings(
                     1.0 / self._world_size if average and not self._asynchronous else 1.0
                 )
-                if self._damps_stale_gradients:
+                if self._damping == "staleness":
                     factor = self._staleness_damping()
                     for value in values:
                         damped = value[0]
