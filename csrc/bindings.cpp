@@ -358,6 +358,9 @@ PYBIND11_MODULE(_C, m) {
       .def("quantiser_residual", &mxkv::TensorCollectives::quantiser_residual,
            py::arg("residual_key"),
            "This rank's quantisation residual under a residual key (empty if none yet).")
+      .def("set_quantiser_residual", &mxkv::TensorCollectives::set_quantiser_residual,
+           py::arg("residual_key"), py::arg("residual"),
+           "Replaces this rank's quantisation residual under a residual key (a checkpoint's).")
       .def("allreduce_vector",
            [](mxkv::TensorCollectives& self, py::buffer array, int dtype,
               const std::string& algorithm, double scale) {

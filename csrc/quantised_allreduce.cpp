@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "allreduce_ring.h"
@@ -176,6 +177,10 @@ void TensorCollectives::allreduce_quantised_group_sums(const TensorSet& set,
 std::vector<float> TensorCollectives::quantiser_residual(uint64_t residual_key) const {
   const auto found = residuals_.find(residual_key);
   return found == residuals_.end() ? std::vector<float>() : found->second;
+}
+
+void TensorCollectives::set_quantiser_residual(uint64_t residual_key, std::vector<float> residual) {
+  residuals_[residual_key] = std::move(residual);
 }
 
 }  // namespace mxkv

@@ -75,6 +75,8 @@ class TensorCollectives {
                              bool average);
   // This rank's residual under `residual_key` (empty if none yet).
   std::vector<float> quantiser_residual(uint64_t residual_key) const;
+  // Replaces this rank's residual under `residual_key` (a checkpoint's, loaded).
+  void set_quantiser_residual(uint64_t residual_key, std::vector<float> residual);
 
   // One contiguous vector (for tests and benchmarks): data = scale * sum over ranks.
   void allreduce_vector(void* data, int64_t count, int dtype, Algorithm algorithm, double scale);

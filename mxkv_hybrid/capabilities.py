@@ -59,6 +59,10 @@ class ModeCapabilities:
     overlapped_average: bool = _can(
         "MXKV_LASGD_OVERLAP: the model average runs behind the next local steps."
     )
+    quantised_averages: bool = _can(
+        "MXKV_COMPRESS=1bit: each model average sends every rank's change since the last "
+        "shared model in 1-bit codes with error feedback."
+    )
     async_damping: bool = _can("MXKV_ASYNC_DAMPING: the servers damp stale gradients.")
     local_steps: bool = _can(
         "Local steps: MXKV_TAU steps of each rank (lasgd) or group (easgd) between two "
@@ -148,6 +152,7 @@ CAPABILITIES: Dict[str, ModeCapabilities] = {
             outer_optimizer=True,
             fragments=True,
             overlapped_average=True,
+            quantised_averages=True,
             local_steps=True,
             checkpoints=True,
         )

@@ -10,7 +10,9 @@ from .errors import ConfigError
 ALGORITHMS = ("auto", "mpi", "ring", "rhd", "rd")
 HIERARCHIES = ("auto", "on", "off")
 TRANSPORTS = ("ps", "rma")
-COMPRESSIONS = {"none": -1, "fp16": 2, "bf16": 12}  # wire type -> MXNet dtype code
+# MXKV_COMPRESS -> the MXNet dtype code float32 values travel in (-1: as they are); 1bit
+# sends codes, in lasgd's model averages only (modes/quantised_changes.py)
+COMPRESSIONS = {"none": -1, "fp16": 2, "bf16": 12, "1bit": -1}
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
@@ -460,7 +462,13 @@ KNOBS: Dict[str, Knob] = {
         "`modes/rounded_deltas.py`; `consensus` averages the same way): the "
         "rounding is relative to the change, not to the weight (bf16 rounds a "
         "weight near 100 by up to 0.25). It keeps one more copy of the model "
-        "and one of the residual; the residual is in the checkpoint.",
+        "and one of the residual; the residual is in the checkpoint. `1bit` "
+        "(lasgd only): each average sends the changes in 1-bit SGD's codes, a "
+        "sign a value and the mean of each sign per 256 values (1.25 bits a "
+        "value, 25.6x fewer bytes than float32), with error feedback; every "
+        "rank gathers the codes and sums them (`modes/quantised_changes.py`). "
+        "The average blocks (with MXKV_LASGD_OVERLAP=1 it is still applied at "
+        "the next point); `consensus` averages the same way.",
     ),
     "MXKV_OVERLAP": Knob(
         _parse_bool,
@@ -712,7 +720,7 @@ class Config:
                 f"{', '.join(KNOBS)} (see docs/reference/knobs.md). Unset or rename it."
             )
         values = {name: read_knob(name, environ) for name in KNOBS}
-        if values["MXKV_ALGO"] == "mpi" and values["MXKV_COMPRESS"] != "none":
+        if values["MXKV_ALGO"] == "mpi" and COMPRESSIONS[values["MXKV_COMPRESS"]] != -1:
             raise ConfigError(
                 f"MXKV_COMPRESS={values['MXKV_COMPRESS']} needs one of this "
                 "package's algorithms (MPI cannot sum 16-bit floats into float32): "
@@ -746,6 +754,14 @@ class Config:
                     f"{' or '.join(modes)}, and this job has MXKV_MODE="
                     f"{values['MXKV_MODE']}: unset {knob} or change the mode"
                 )
+        if values["MXKV_COMPRESS"] == "1bit" and not can.quantised_averages:
+            quantising = " or ".join(modes_with("quantised_averages"))
+            raise ConfigError(
+                f"MXKV_COMPRESS=1bit quantises the model averages of MXKV_MODE="
+                f"{quantising}, and this job has MXKV_MODE={values['MXKV_MODE']}: "
+                "use fp16 or bf16, or quantise gradients with "
+                "set_gradient_compression({'type': '1bit'})"
+            )
         if values["MXKV_TAU"] % values["MXKV_FRAGMENTS"]:
             raise ConfigError(
                 f"MXKV_FRAGMENTS={values['MXKV_FRAGMENTS']} averages one fragment "

@@ -296,6 +296,10 @@ class TensorCollectives:
         """This rank's residual of `key` (what quantisation has not sent yet)."""
         return np.array(self._impl.quantiser_residual(_key_signature([key])), dtype=np.float32)
 
+    def set_quantiser_residual(self, key: Key, residual: np.ndarray) -> None:
+        """Replaces this rank's residual of `key` (a checkpoint's, loaded)."""
+        self._impl.set_quantiser_residual(_key_signature([key]), residual.ravel().tolist())
+
     def finish(self) -> None:
         """Waits until every bucket queued behind MXNet's engine (overlap) is reduced."""
         self._impl.finish_overlapped(False)

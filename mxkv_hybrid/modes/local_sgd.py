@@ -35,6 +35,7 @@ from ..errors import MXKVError
 from .averaging import allreduce_split, check_saved_with, check_state_mode
 from .fragments import Piece, cut_into_fragments
 from .outer_optimizer import OuterOptimizer, outer_optimizer_of
+from .quantised_changes import QuantisedChanges
 from .rounded_deltas import RoundedDeltas
 
 
@@ -45,6 +46,19 @@ def averages_config(config: Config) -> Config:
     for small messages, which sends log2(P) times the message where the ring sends
     2 (P - 1) / P times it (Streaming DiLoCo's fragments sent 2x the ring's bytes)."""
     return replace(config, algorithm="ring") if config.algorithm == "auto" else config
+
+
+def changes_of(
+    compress: str, averaging: TensorCollectives
+) -> Optional[RoundedDeltas | QuantisedChanges]:
+    """How MXKV_COMPRESS's averages send each rank's change (None: the models themselves)."""
+    if compress == "none":
+        return None
+    return (
+        QuantisedChanges(averaging)
+        if compress == QuantisedChanges.compress
+        else RoundedDeltas(compress)
+    )
 
 
 class DeviceSum:
@@ -104,9 +118,9 @@ class LocalSGD:
         self._average: Dict[Key, mx.nd.NDArray] = {}  # A: the mean of S, being computed
         self._in_flight: List[Piece] = []
         self._in_flight_keys: Tuple[Key, ...] = ()  # the keys stepped when it started
-        # 16-bit averages send changes from the anchor, which plain averaging keeps as an
-        # outer SGD with lr 1 and no momentum
-        self._deltas = RoundedDeltas(config.compress) if config.compress != "none" else None
+        # 16-bit and 1-bit averages send changes from the anchor, which plain averaging
+        # keeps as an outer SGD with lr 1 and no momentum
+        self._deltas = changes_of(config.compress, self._averaging)
         self._outer = (
             outer_optimizer_of(config, announce=world.rank == 0)
             if config.outer != "none"
@@ -202,20 +216,25 @@ class LocalSGD:
                 [self._average[name] for name in names],
             )
         averages = [[self._average[name]] for name in names]
-        self._averaging.allreduce("model averaging", names, averages, averages, average=True)
+        if self._deltas is None:
+            self._averaging.allreduce("model averaging", names, averages, averages, average=True)
+        else:  # (1-bit codes block: applied at the next point all the same)
+            self._deltas.average(self._averaging, names, averages)
         self._in_flight, self._in_flight_keys = pieces, tuple(keys)
         self.rounds += 1
 
     def consensus(self, keys: Sequence[Key], weights: Sequence[Arrays]) -> None:
         """Applies the average in flight, then averages at once: identical weights everywhere
-        (in 16 bits: as changes from the anchor, as every average)."""
+        (with MXKV_COMPRESS: as changes from the anchor, as every average)."""
         if self.overlap:
             self._apply_in_flight(keys, weights)
         if self._deltas is None:
             self._world.allreduce("model averaging", keys, _first(weights), weights, average=True)
             return
         whole = cut_into_fragments(keys, [copies[0].size for copies in weights], 1)[0]
-        self._average_changes(whole, _views(whole, keys, weights), self._world)
+        # (1-bit: where the codes' residuals are, which always block)
+        collective = self._averaging if self._deltas.residuals_in_collectives else self._world
+        self._average_changes(whole, _views(whole, keys, weights), collective)
 
     def _average_changes(
         self,
@@ -223,9 +242,9 @@ class LocalSGD:
         views: List[List[mx.nd.NDArray]],
         collective: TensorCollectives,
     ) -> None:
-        """Blocking (`collective` a blocking one), in 16 bits: every copy of each piece
+        """Blocking (`collective` a blocking one), as changes: every copy of each piece
         becomes anchor - mean(d)."""
-        assert self._deltas is not None  # (called in 16 bits only)
+        assert self._deltas is not None  # (called with MXKV_COMPRESS only)
         names = [piece.name for piece in pieces]
         anchors = self._anchors(pieces)
         changes = [
@@ -233,9 +252,7 @@ class LocalSGD:
             for copies in views
         ]
         self._deltas.changes(names, anchors, [copies[0] for copies in views], changes)
-        collective.allreduce(
-            "model averaging", names, [[c] for c in changes], [[c] for c in changes], average=True
-        )
+        self._deltas.average(collective, names, [[c] for c in changes])
         self._deltas.models(anchors, changes)
         for change, copies in zip(changes, views):
             for copy in copies:
@@ -307,7 +324,7 @@ class LocalSGD:
                 "resume with the same setting"
             )
         check_saved_with(
-            state, "deltas", self._deltas is not None, "lasgd", "16-bit averages (MXKV_COMPRESS)"
+            state, "deltas", self._deltas is not None, "lasgd", "averaged changes (MXKV_COMPRESS)"
         )
         check_saved_with(
             state, "outer", self._outer is not None, "lasgd", "an outer optimizer (MXKV_OUTER)"

@@ -15,7 +15,8 @@ from typing import Dict, Sequence
 import mxnet as mx
 import numpy as np
 
-from ..comm.collectives import Key
+from ..comm.collectives import Key, TensorCollectives
+from ..errors import MXKVError
 
 
 def round_to_16_bits(values: np.ndarray, compress: str) -> np.ndarray:
@@ -28,8 +29,19 @@ def round_to_16_bits(values: np.ndarray, compress: str) -> np.ndarray:
     return np.where(np.isnan(values), values, rounded.view(np.float32))
 
 
+def check_compress(state: dict, compress: str) -> None:
+    """Refuses a checkpoint's changes written under another MXKV_COMPRESS."""
+    if state["compress"] != compress:
+        raise MXKVError(
+            f"lasgd: this checkpoint was written with MXKV_COMPRESS={state['compress']}, "
+            f"and this job has {compress}: resume with the same setting"
+        )
+
+
 class RoundedDeltas:
     """Each rank's residual r of every piece of the model it averages."""
+
+    residuals_in_collectives = False  # (kept here: any blocking collective can send d)
 
     def __init__(self, compress: str):
         self.compress = compress
@@ -51,6 +63,14 @@ class RoundedDeltas:
             out[:] = mx.nd.array(change, ctx=out.context, dtype=change.dtype)
 
     @staticmethod
+    def average(
+        collectives: TensorCollectives, names: Sequence[Key], changes: Sequence[list]
+    ) -> None:
+        """changes[i] (each rank's d) becomes the mean of the ranks' d, sent in 16 bits by
+        `collectives` (MXKV_COMPRESS sets their wire type)."""
+        collectives.allreduce("model averaging", names, changes, changes, average=True)
+
+    @staticmethod
     def models(anchors: Sequence[mx.nd.NDArray], averaged: Sequence[mx.nd.NDArray]) -> None:
         """averaged[i] (the mean of the ranks' d) becomes the mean model, anchor - mean(d)."""
         for anchor, mean in zip(anchors, averaged):
@@ -60,4 +80,5 @@ class RoundedDeltas:
         return {"compress": self.compress, "residual": dict(self._residual)}
 
     def load_state(self, state: dict) -> None:
+        check_compress(state, self.compress)
         self._residual = dict(state["residual"])

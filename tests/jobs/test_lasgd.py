@@ -12,6 +12,7 @@ from mxkv_hybrid.modes.rounded_deltas import round_to_16_bits
 from support import averaging_reference as reference
 from support.checks import load_ranks
 from support.warm_ranks import WarmRanks, launch_in
+from workers.quantisers import quantise_1bit
 
 RANKS, TAU, WARMUP, STEPS = 3, 2, 2, 9
 
@@ -347,6 +348,73 @@ def test_16_bit_averages_send_rounded_changes_with_error_feedback(
     exact = reference.streaming_lasgd(STEPS, RANKS, TAU, 0, overlap, "nag", 1, offset=offset)
     means = [record["weights"].mean(axis=0) for record in exact]
     assert max(np.abs(rounding(mean) - mean).max() for mean in means) > bound
+
+
+def one_bit_codes(changes: np.ndarray) -> np.ndarray:
+    """What each rank's codes of its row of changes decode to (numpy's 1-bit quantiser)."""
+    return np.stack([quantise_1bit(row.astype(np.float32))[0] for row in changes])
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_1_bit_averages_send_codes_of_the_changes_with_error_feedback(warm_ranks, job_dir, overlap):
+    """MXKV_COMPRESS=1bit: every step equals the reference that sends each rank's change
+    since the anchor, plus its residual, as 1-bit codes (tests/workers/quantisers.py) and
+    averages what they decode to. Both sides compute the same codes, so the bound is
+    float32's arithmetic against float64's (1e-5, as the other lasgd steps). Consensus
+    averages the same way. Control: the float32 averages, and the codes without their
+    residual, each miss the bound by far."""
+    seen, agreed = run_steps(
+        warm_ranks,
+        job_dir,
+        str(STEPS),
+        "nag",
+        "--consensus",
+        MXKV_COMPRESS="1bit",
+        MXKV_LASGD_OVERLAP=str(int(overlap)),
+    )
+    expected = reference.streaming_lasgd(
+        STEPS, RANKS, TAU, WARMUP, overlap, "nag", 1, round16=one_bit_codes
+    )
+    for record, want in zip(seen, expected):
+        np.testing.assert_allclose(
+            record["weights"], want["weights"], rtol=0, atol=1e-5, err_msg=f"step {record['step']}"
+        )
+    np.testing.assert_allclose(
+        agreed, np.tile(expected[-1]["coded_consensus"], (RANKS, 1)), rtol=0, atol=1e-5
+    )
+    assert all(row == agreed[0] for row in agreed)
+    exact = reference.streaming_lasgd(STEPS, RANKS, TAU, WARMUP, overlap, "nag", 1)
+    forgetful = reference.streaming_lasgd(
+        STEPS, RANKS, TAU, WARMUP, overlap, "nag", 1, round16=one_bit_codes, feedback=False
+    )
+    for control in (exact, forgetful):
+        assert np.abs(control[-1]["weights"] - expected[-1]["weights"]).max() > 100 * 1e-5
+
+
+def test_1_bit_residuals_survive_a_checkpoint(warm_ranks, tmp_path):
+    """Saved after step 5, a point after the one of step 4: each rank's residual comes back
+    with the checkpoint, and the resumed steps follow the reference (a residual lost
+    would send the next codes without it)."""
+    settings = {"MXKV_COMPRESS": "1bit", "MXKV_LASGD_OVERLAP": "0"}
+    per_rank = str(tmp_path / "ckpt-{rank}")
+    run_steps(
+        warm_ranks, tmp_path / "first", str(STEPS), "nag", "--save", "5", per_rank, **settings
+    )
+    resumed, _ = run_steps(
+        warm_ranks, tmp_path / "second", str(STEPS), "nag", "--resume", per_rank, **settings
+    )
+    assert [r["step"] for r in resumed] == list(range(6, STEPS + 1))
+    expected = reference.streaming_lasgd(
+        STEPS, RANKS, TAU, WARMUP, False, "nag", 1, round16=one_bit_codes
+    )
+    for record in resumed:
+        np.testing.assert_allclose(
+            record["weights"],
+            expected[record["step"] - 1]["weights"],
+            rtol=0,
+            atol=1e-5,
+            err_msg=f"step {record['step']}",
+        )
 
 
 # train_gluon.py: 6 steps of 2 ranks x 8 samples, weights below 1 in size: the same sums in

@@ -6,9 +6,9 @@ from typing import List, Optional, Sequence
 
 import numpy as np
 import pytest
-from workers.common import BATCH, REGRESSION_HALVES, REGRESSION_WEIGHT, regression_batches
 
 from support.warm_ranks import launch_in
+from workers.common import BATCH, REGRESSION_HALVES, REGRESSION_WEIGHT, regression_batches
 
 RANKS = 3
 EPOCHS = 3

@@ -145,6 +145,7 @@ def streaming_lasgd(
     outer_momentum: Optional[float] = None,  # None: MXKV_OUTER_MOMENTUM's rule, 1 - lr
     round16: Optional[Rounding] = None,
     offset: float = 0.0,
+    feedback: bool = True,
 ) -> List[dict]:
     """lasgd with the model's elements cut into `fragments` equal ranges (Streaming DiLoCo,
     modes/fragments.py): a point every tau / fragments steps averages the next fragment
@@ -152,8 +153,10 @@ def streaming_lasgd(
     the next point (x += A' - S, A' the outer step's new model, or A). [{weights,
     consensus, change}] after each step; consensus: the pending average applied, then the
     mean. With round16 (modes/rounded_deltas.py) each rank's change since the anchor, plus
-    its residual, is rounded before the (exact) mean; change: the largest such change
-    rounded at this step. offset moves the start and every target by that much."""
+    its residual, is rounded before the (exact) mean (rounded in 1-bit codes: round16 takes
+    the ranks' rows; feedback=False drops the residual), and coded_consensus is the
+    consensus averaged so; change: the largest such change rounded at this step. offset
+    moves the start and every target by that much."""
     goal = targets(ranks) + offset
     x = np.tile(START + offset, (ranks, 1))
     mom = np.zeros_like(x)
@@ -168,7 +171,7 @@ def streaming_lasgd(
             return models.mean(axis=0)
         change = anchor[part] - models + residual[:, part]
         sent = round16(change.astype(np.float32)).astype(np.float64)
-        residual[:, part] = change - sent
+        residual[:, part] = change - sent if feedback else 0.0
         changes.append(float(np.abs(change).max()))
         return anchor[part] - sent.mean(axis=0)
 
@@ -205,15 +208,20 @@ def streaming_lasgd(
                     x[:, flying] += outer_step(flying, average) - snapshot
                 pending = (part, x[:, part].copy(), mean_of(part, x[:, part]))
         agreed = x.copy()
+        saved = anchor.copy(), velocity.copy(), residual.copy()
         if pending is not None:  # what consensus would apply (on copies of the outer state)
-            saved = anchor.copy(), velocity.copy()
             flying, snapshot, average = pending
             agreed[:, flying] += outer_step(flying, average) - snapshot
-            anchor[:], velocity[:] = saved
+        coded = None
+        if round16 is not None:  # consensus averages as every point does
+            coded = mean_of(slice(0, START.size), agreed)
+            changes.pop()  # (its change is no step's)
+        anchor[:], velocity[:], residual[:] = saved
         records.append(
             {
                 "weights": x.copy(),
                 "consensus": agreed.mean(axis=0),
+                "coded_consensus": coded,
                 "change": max(changes, default=0.0),
             }
         )

@@ -118,6 +118,7 @@ def test_config_refuses_a_knob_exactly_where_the_mode_lacks_it(mode):
     assert _refused(MXKV_MODE=mode, MXKV_OUTER="nesterov") != can.outer_optimizer
     assert _refused(MXKV_MODE=mode, MXKV_FRAGMENTS="2") != can.fragments
     assert _refused(MXKV_MODE=mode, MXKV_ASYNC_DAMPING="staleness") != can.async_damping
+    assert _refused(MXKV_MODE=mode, MXKV_COMPRESS="1bit") != can.quantised_averages
     assert (
         _refused(MXKV_MODE=mode, MXKV_LASGD_OVERLAP="1", MXNET_ENGINE_TYPE="NaiveEngine")
         == can.overlapped_average

@@ -30,6 +30,20 @@ def test_an_outer_optimizer_and_fragments_outside_their_modes_are_refused():
             Config.from_environment({"MXKV_MODE": mode, "MXKV_FRAGMENTS": "2"})
 
 
+def test_1_bit_averages_are_refused_outside_lasgd_naming_the_gradients_alternative():
+    with pytest.raises(
+        ConfigError,
+        match=r"MXKV_COMPRESS=1bit quantises the model averages of MXKV_MODE=lasgd, and this "
+        r"job has MXKV_MODE=easgd: use fp16 or bf16, or quantise gradients with "
+        r"set_gradient_compression\(\{'type': '1bit'\}\)",
+    ):
+        Config.from_environment({"MXKV_MODE": "easgd", "MXKV_COMPRESS": "1bit"})
+    assert (
+        Config.from_environment({"MXKV_MODE": "lasgd", "MXKV_COMPRESS": "1bit"}).compress_dtype
+        == -1
+    )
+
+
 def test_fragments_must_divide_tau():
     with pytest.raises(
         ConfigError,
