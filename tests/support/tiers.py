@@ -1,4 +1,5 @@
-"""The suite's tiers, one folder each, marked by the folder (`pytest -m unit`):
+"""The suite's tiers, one folder each, marked by the folder (`pytest -m unit`), and the
+groups that pytest-xdist's workers take whole:
 
 - tests/unit: starts no process; seconds, while you work;
 - tests/jobs: real MPI jobs, ps-lite servers and relays on this host (127.0.0.1);
@@ -33,6 +34,13 @@ def tier_of(item: pytest.Item) -> str:
     return folder
 
 
+def worker_group(item: pytest.Item, tier: str) -> str:
+    """The tests that run on one of pytest-xdist's workers, one after another (`--dist
+    loadgroup`): the emulated hosts' tier as one (each test a cluster of many processes
+    and timed faults), every other file as one (its module fixtures made once)."""
+    return tier if tier == "hosts" else str(Path(item.path).relative_to(TESTS))
+
+
 def pytest_configure(config: pytest.Config) -> None:
     for tier, meaning in TIERS.items():
         config.addinivalue_line("markers", f"{tier}: {meaning}")
@@ -45,7 +53,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
     whole_matrix = "fault_matrix" in (config.getoption("markexpr", "") or "")
     kept, left_out = [], []
     for item in items:
-        item.add_marker(getattr(pytest.mark, tier_of(item)))
+        tier = tier_of(item)
+        item.add_marker(getattr(pytest.mark, tier))
+        item.add_marker(pytest.mark.xdist_group(worker_group(item, tier)))
         cell = item.get_closest_marker("fault_matrix")
         if cell is not None and not cell.kwargs["ci"] and not whole_matrix:
             left_out.append(item)
