@@ -72,6 +72,13 @@ def _parse_seconds(text: str) -> float:
     return value
 
 
+def _positive(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise ValueError("expected a number above 0")
+    return value
+
+
 def _non_negative(text: str) -> float:
     value = float(text)
     if value < 0:
@@ -295,9 +302,9 @@ KNOBS: Dict[str, Knob] = {
         "`PeriodicModelAverager(..., fragments=P)` does the same.",
     ),
     "MXKV_OUTER_LR": Knob(
-        float,
+        _positive,
         "0.7",
-        "The outer optimizer's learning rate (DiLoCo's 0.7). With"
+        "The outer optimizer's learning rate, above 0 (DiLoCo's 0.7). With"
         " `1` and momentum `0` the outer step is plain averaging.",
     ),
     "MXKV_OUTER_MOMENTUM": Knob(

@@ -44,6 +44,14 @@ def test_1_bit_averages_are_refused_outside_lasgd_naming_the_gradients_alternati
     )
 
 
+def test_an_outer_learning_rate_of_0_is_refused():
+    """(The rule's momentum, 1 - lr, would be 1: a step that never settles.)"""
+    with pytest.raises(
+        ConfigError, match="MXKV_OUTER_LR='0' is invalid: expected a number above 0"
+    ):
+        Config.from_environment({"MXKV_MODE": "lasgd", "MXKV_OUTER_LR": "0"})
+
+
 def test_fragments_must_divide_tau():
     with pytest.raises(
         ConfigError,
