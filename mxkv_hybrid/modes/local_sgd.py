@@ -22,7 +22,7 @@ steps, and an overlapped one is applied tau / P steps later, at the next point.
 every rank holds the same model (use it before evaluating or saving a final model)."""
 
 from dataclasses import replace
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import mxnet as mx
 
@@ -50,7 +50,7 @@ def averages_config(config: Config) -> Config:
 
 def changes_of(
     compress: str, averaging: TensorCollectives
-) -> Optional[RoundedDeltas | QuantisedChanges]:
+) -> Optional[Union[RoundedDeltas, QuantisedChanges]]:
     """How MXKV_COMPRESS's averages send each rank's change (None: the models themselves)."""
     if compress == "none":
         return None

@@ -29,7 +29,8 @@ class QuantisedChanges:
     """The 1-bit exchange of lasgd's averages, the residuals kept by `collectives`."""
 
     compress = COMPRESS
-    residuals_in_collectives = True  # (so every exchange runs in the averages' collectives)
+    # the residuals are the averages' collectives' own: consensus averages there too
+    residuals_in_collectives = True
 
     def __init__(self, collectives: TensorCollectives):
         self._collectives = collectives
