@@ -36,6 +36,30 @@ def run_steps(warm_ranks: WarmRanks, job_dir, *args: str, **env: str):
     return steps, (consensus[0] if consensus else None)
 
 
+def resume_after_step_5(warm_ranks: WarmRanks, tmp_path, steps: int, **env: str) -> list:
+    """averaging_steps.py saved after step 5 (tmp_path/first), then resumed from that
+    checkpoint (tmp_path/second): the resumed run's STEP records, steps 6 to `steps`."""
+    per_rank = str(tmp_path / "ckpt-{rank}")
+    run_steps(warm_ranks, tmp_path / "first", str(steps), "nag", "--save", "5", per_rank, **env)
+    resumed, _ = run_steps(
+        warm_ranks, tmp_path / "second", str(steps), "nag", "--resume", per_rank, **env
+    )
+    assert [r["step"] for r in resumed] == list(range(6, steps + 1))
+    return resumed
+
+
+def assert_steps_follow(records: list, expected: list) -> None:
+    """Each record's weights within 1e-5 of the reference's at its step."""
+    for record in records:
+        np.testing.assert_allclose(
+            record["weights"],
+            expected[record["step"] - 1]["weights"],
+            rtol=0,
+            atol=1e-5,
+            err_msg=f"step {record['step']}",
+        )
+
+
 @pytest.mark.parametrize("overlap", [True, False])
 @pytest.mark.parametrize("optimizer", ["sgd", "nag"])
 def test_lasgd_steps_follow_the_formula(warm_ranks, job_dir, overlap, optimizer):
@@ -83,14 +107,7 @@ def test_an_outer_optimizer_s_state_survives_a_checkpoint(warm_ranks, tmp_path):
     come back with it, and the resumed run ends where the straight one does."""
     settings = {"MXKV_LASGD_OVERLAP": "0", "MXKV_OUTER": "nesterov"}
     run_steps(warm_ranks, tmp_path / "straight", str(STEPS), "nag", **settings)
-    per_rank = str(tmp_path / "ckpt-{rank}")
-    run_steps(
-        warm_ranks, tmp_path / "first", str(STEPS), "nag", "--save", "5", per_rank, **settings
-    )
-    resumed, _ = run_steps(
-        warm_ranks, tmp_path / "second", str(STEPS), "nag", "--resume", per_rank, **settings
-    )
-    assert [r["step"] for r in resumed] == list(range(6, STEPS + 1))
+    resume_after_step_5(warm_ranks, tmp_path, STEPS, **settings)
     for rank in range(RANKS):
         straight = np.load(tmp_path / "straight" / f"rank{rank}.npz")
         second = np.load(tmp_path / "second" / f"rank{rank}.npz")
@@ -159,38 +176,11 @@ def test_streaming_state_survives_a_checkpoint(warm_ranks, tmp_path):
     (started at step 4) is in flight; the resumed run ends where the straight one does."""
     settings = {"MXKV_TAU": str(STREAMING_TAU), "MXKV_FRAGMENTS": "2", "MXKV_OUTER": "nesterov"}
     run_steps(warm_ranks, tmp_path / "straight", str(STREAMING_STEPS), "nag", **settings)
-    per_rank = str(tmp_path / "ckpt-{rank}")
-    run_steps(
-        warm_ranks,
-        tmp_path / "first",
-        str(STREAMING_STEPS),
-        "nag",
-        "--save",
-        "5",
-        per_rank,
-        **settings,
-    )
-    resumed, _ = run_steps(
-        warm_ranks,
-        tmp_path / "second",
-        str(STREAMING_STEPS),
-        "nag",
-        "--resume",
-        per_rank,
-        **settings,
-    )
-    assert [r["step"] for r in resumed] == list(range(6, STREAMING_STEPS + 1))
+    resumed = resume_after_step_5(warm_ranks, tmp_path, STREAMING_STEPS, **settings)
     expected = reference.streaming_lasgd(
         STREAMING_STEPS, RANKS, STREAMING_TAU, WARMUP, True, "nag", 2, "nesterov"
     )
-    for record in resumed:
-        np.testing.assert_allclose(
-            record["weights"],
-            expected[record["step"] - 1]["weights"],
-            rtol=0,
-            atol=1e-5,
-            err_msg=f"step {record['step']}",
-        )
+    assert_steps_follow(resumed, expected)
     for rank in range(RANKS):
         straight = np.load(tmp_path / "straight" / f"rank{rank}.npz")
         second = np.load(tmp_path / "second" / f"rank{rank}.npz")
@@ -395,26 +385,13 @@ def test_1_bit_residuals_survive_a_checkpoint(warm_ranks, tmp_path):
     """Saved after step 5, a point after the one of step 4: each rank's residual comes back
     with the checkpoint, and the resumed steps follow the reference (a residual lost
     would send the next codes without it)."""
-    settings = {"MXKV_COMPRESS": "1bit", "MXKV_LASGD_OVERLAP": "0"}
-    per_rank = str(tmp_path / "ckpt-{rank}")
-    run_steps(
-        warm_ranks, tmp_path / "first", str(STEPS), "nag", "--save", "5", per_rank, **settings
+    resumed = resume_after_step_5(
+        warm_ranks, tmp_path, STEPS, MXKV_COMPRESS="1bit", MXKV_LASGD_OVERLAP="0"
     )
-    resumed, _ = run_steps(
-        warm_ranks, tmp_path / "second", str(STEPS), "nag", "--resume", per_rank, **settings
-    )
-    assert [r["step"] for r in resumed] == list(range(6, STEPS + 1))
     expected = reference.streaming_lasgd(
         STEPS, RANKS, TAU, WARMUP, False, "nag", 1, round16=one_bit_codes
     )
-    for record in resumed:
-        np.testing.assert_allclose(
-            record["weights"],
-            expected[record["step"] - 1]["weights"],
-            rtol=0,
-            atol=1e-5,
-            err_msg=f"step {record['step']}",
-        )
+    assert_steps_follow(resumed, expected)
 
 
 # train_gluon.py: 6 steps of 2 ranks x 8 samples, weights below 1 in size: the same sums in
