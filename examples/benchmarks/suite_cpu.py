@@ -128,7 +128,15 @@ def main() -> None:
     by_file = summarise(records, lambda r: file_of(r["test"]))
     written = sum(r["cpu"] for r in records)
     imports = sum(r["mxnet"] for r in records)
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"],
+        check=True,
+        cwd=REPOSITORY,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     result = {
+        "commit": commit,
         "pytest_exit": run.returncode,
         "wall_s": wall,
         "whole_cpu_s": whole_cpu,
