@@ -26,10 +26,11 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Callable, Dict, List
 
+from suite_tiers import TIERS
+
 RESULTS = Path(__file__).parent / "results"
 REPOSITORY = Path(__file__).resolve().parents[2]
 IMPORT_RUNS = 5
-TIERS = ("unit", "jobs", "hosts")
 # struct acct_v3 (linux/acct.h): flag, version, tty, exitcode, uid, gid, pid, ppid,
 # btime, etime, then comp_t utime, stime, mem, io, rw, minflt, majflt, swaps, comm[16]
 ACCT_V3 = struct.Struct("<BBHIIIIIIf8H16s")
@@ -45,7 +46,7 @@ def _write(**fields):
 
 if os.environ.get("SUITE_CPU_RECORDS"):
     with open("/proc/self/cmdline", "rb") as cmdline:
-        _argv = cmdline.read().decode(errors="replace").split("\\0")[1:4]
+        _argv = cmdline.read().decode(errors="replace").split("\\0")[1:5]
     _write(argv=_argv, test=os.environ.get("PYTEST_CURRENT_TEST", ""))
     atexit.register(lambda: _write(mxnet="mxnet" in sys.modules))
 """
@@ -69,8 +70,8 @@ def import_cost() -> float:
 def kind_of(argv: List[str]) -> str:
     """A Python process's kind from its arguments after the interpreter's name: its
     module (-m), its script's name, or the console script's."""
-    if argv[:2] == ["-m", "mxkv_hybrid.run"] and len(argv) > 2:  # a rank: its script
-        return Path(argv[2]).name
+    if argv[:2] == ["-m", "mxkv_hybrid.run"] and len(argv) > 2:  # a rank: what it runs
+        return kind_of(argv[2:])
     if argv[:1] == ["-m"] and len(argv) > 1:
         return argv[1]
     return Path(argv[0]).name if argv and not argv[0].startswith("-") else "python -c"
@@ -86,15 +87,8 @@ def read_accounting(path: Path) -> List[dict]:
     processes = []
     data = path.read_bytes()
     for offset in range(0, len(data) - ACCT_V3.size + 1, ACCT_V3.size):
-        fields = ACCT_V3.unpack_from(data, offset)
-        flag, exitcode, pid, ppid, utime, stime, command = (
-            fields[0],
-            fields[3],
-            fields[6],
-            fields[7],
-            fields[10],
-            fields[11],
-            fields[-1],
+        flag, _, _, exitcode, _, _, pid, ppid, _, _, utime, stime, *_, command = (
+            ACCT_V3.unpack_from(data, offset)
         )
         processes.append(
             {
