@@ -1,8 +1,9 @@
 """The ``{result}`` role: a measured figure rendered from its results file, never typed.
 
 ``{result}`FILE:PATH|FORMAT``` reads ``examples/benchmarks/results/FILE`` (JSON) and writes
-the number at PATH in FORMAT. A missing file, a missing key or a value that is not a number
-is a build error naming the file and the path.
+the number at PATH in FORMAT, or the text at PATH as it stands (a name the run recorded,
+such as the algorithm `auto` chose; no FORMAT, no ratio). A missing file, a missing key or
+a value that is neither is a build error naming the file and the path.
 
 PATH is steps joined by ``.``: a key of an object; an integer, which indexes a list; a
 ``"quoted key"`` (for a key holding ``.``, ``/``, ``|`` or ``[``: everything up to the
@@ -19,8 +20,10 @@ writes a fraction as a percentage) and a trailing ``x`` writes a ratio as ``2.16
 no FORMAT the value is written with ``g``. In a Markdown table write the ``|`` as ``\\|``.
 
 Examples: ``{result}`training_step.json:results[configuration=sync].total_ms|.1f```
-writes 252.7; ``{result}`allreduce.json:rows[workload=resnet50,method=hybrid,ranks=2]
-.median_s|ms:.1f``` (one line) writes 22.3."""
+writes that configuration's total_ms with one decimal; ``{result}`allreduce.json:
+rows[workload=resnet50,method=hybrid,ranks=2].median_s|ms:.1f``` (one line) writes the
+median in milliseconds; ``{result}`allreduce.json:rows[workload=1024,method=auto,ranks=2]
+.algorithm``` writes the algorithm's name."""
 
 import json
 from functools import lru_cache
@@ -199,7 +202,12 @@ def figure(reference: str) -> str:
     if len(parts) > 2:
         raise ResultError("one '|' at most, before the format")
     data = load(RESULTS / name.strip())
-    return formatted(number(data, parts[0].strip()), (parts[1:] or [""])[0].strip())
+    path, form = parts[0].strip(), (parts[1:] or [""])[0].strip()
+    if not form and len(split(path, "/")) == 1:
+        value = lookup(data, path)
+        if isinstance(value, str):
+            return value
+    return formatted(number(data, path), form)
 
 
 class ResultRole(SphinxRole):

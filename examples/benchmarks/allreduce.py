@@ -283,6 +283,33 @@ def medians_ms(rows: List[dict], ranks: int, workload: str) -> Dict[str, float]:
     }
 
 
+def summarise(rows: List[dict]) -> Dict[str, dict]:
+    """Per rank count: `auto`'s worst and best time as a share of MPI_Allreduce's over the
+    sizes (and at which), and each store method's speed-up over one flat MPI_Allreduce of
+    the ResNet-50 set: the figures the docs quote, computed from the rows, not picked."""
+    median = {(r["workload"], r["method"], r["ranks"]): r["median_s"] for r in rows}
+    summary: Dict[str, dict] = {}
+    for ranks in sorted({r["ranks"] for r in rows}):
+        ratios = sorted(
+            (median[(w, "auto", n)] / median[(w, "mpi", n)], int(w))
+            for (w, m, n) in median
+            if m == "auto" and n == ranks and (w, "mpi", n) in median
+        )
+        flat = median[(RESNET50, "mpi", ranks)]
+        summary[str(ranks)] = {
+            "auto_vs_mpi_best": ratios[0][0],
+            "auto_vs_mpi_best_bytes": ratios[0][1],
+            "auto_vs_mpi_worst": ratios[-1][0],
+            "auto_vs_mpi_worst_bytes": ratios[-1][1],
+            "resnet50_speedup": {
+                m: flat / median[(w, m, n)]
+                for (w, m, n) in median
+                if w == RESNET50 and n == ranks and m != "mpi"
+            },
+        }
+    return summary
+
+
 def print_table(rows: List[dict]) -> None:
     for ranks in sorted({r["ranks"] for r in rows}):
         chosen = {
@@ -417,12 +444,15 @@ def main() -> None:
     os.environ["OMP_NUM_THREADS"] = str(args.threads)  # every job below inherits it
     rows = [row for ranks in args.ranks for row in measure(ranks, args.quick, args.skip_dist_sync)]
     print_table(rows)
+    summary = summarise(rows)
+    print(json.dumps(summary, indent=1))
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "allreduce.json"), "w") as f:
         settings = {k: v for k, v in os.environ.items() if k.startswith("MXKV_")}
         json.dump(
             {
                 "settings": dict(settings, cpus=os.cpu_count(), omp_num_threads=args.threads),
+                "summary": summary,
                 "rows": rows,
             },
             f,

@@ -108,7 +108,7 @@ def test_a_result_renders_from_its_file(tmp_path):
         ("run.json:rows.0.seconds", "rows.0 has no key 'seconds'"),
         ("run.json:rows.3.median_s", "rows has 3 elements, no index 3"),
         ("run.json:rows[method=hybrid].median_s", "2 elements of rows match [method=hybrid]"),
-        ('run.json:"a.b c".label', '"a.b c".label is "x", not a number'),
+        ('run.json:"a.b c".label|.1f', '"a.b c".label is "x", not a number'),
         ('run.json:"a.b c".never', "not a number"),
         ("run.json:rows.0.median_s|.1q", "Unknown format code 'q'"),
     ],

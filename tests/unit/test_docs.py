@@ -120,7 +120,15 @@ def test_result_references_read_keys_indices_selectors_and_ratios(tmp_path, monk
     assert figure('r.json:rows[method="hybrid", link_mbps=0].median_s') == "0.5"
     assert figure("r.json:rows.-1.median_s/rows.0.median_s|.1fx") == "10.4x"
     assert figure('r.json:"a.b c".tests|,.1f') == "764.0"
-    for bad in ["r.json", "r.json:rows..median_s", "r.json:rows[method=mpi", "r.json:a/b/c"]:
+    assert figure("r.json:rows[method=mpi].method") == "mpi"  # a recorded name, as it stands
+    for bad in [
+        "r.json",
+        "r.json:rows..median_s",
+        "r.json:rows[method=mpi",
+        "r.json:a/b/c",
+        "r.json:rows[method=mpi].method|.1f",  # a name has no format
+        "r.json:rows[method=mpi].method/rows.0.median_s",  # nor a ratio
+    ]:
         with pytest.raises(ResultError):
             figure(bad)
 
