@@ -3,8 +3,9 @@ else (the launcher never writes os.environ):
 
 - the launcher's own environment, as it started;
 - what the plan sets for every rank: the log level, the group size, --auto;
-- defaults the user's own values win over: MPI's transport settings (mpi_settings) and
-  ps-lite's heartbeat where a node may be restarted (control.timing.PS_HEARTBEAT);
+- defaults the user's own values win over: MPI's transport settings (mpi_settings),
+  ps-lite's heartbeat where a node may be restarted (control.timing.PS_HEARTBEAT) and
+  OpenMP's threads per process (threads.py);
 - the launcher's link (MXKV_LAUNCHER_LINK), once it listens;
 - the parameter servers now running (DMLC_*, MXKV_PS_NODES), replaced at each start."""
 
@@ -14,6 +15,7 @@ from typing import Dict, Mapping, Tuple
 
 from .. import mpi_settings
 from ..config import read_knob
+from . import threads
 from .control.timing import PS_HEARTBEAT
 from .launch_plan import LaunchPlan
 
@@ -57,7 +59,7 @@ class JobEnvironment:
             set_by_plan["MXKV_GROUP_SIZE"] = str(plan.group_size)
         if plan.auto:
             set_by_plan["MXKV_AUTO"] = "1"
-        defaults: Dict[str, str] = {}
+        defaults: Dict[str, str] = {threads.VARIABLE: str(threads.threads_per_process(plan))}
         if plan.serve or (plan.restarts and (plan.group_jobs or plan.join)):
             defaults.update(PS_HEARTBEAT)  # a node may be restarted in its place
         chained = ChainMap(defaults, dict(launchers))  # setdefault writes into `defaults`

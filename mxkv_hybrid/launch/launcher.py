@@ -32,7 +32,7 @@ from ..logs import TO_STDERR, set_level
 from ..logs import configure as configure_logs
 from ..network import describe_address
 from ..ps import scheduler as scheduler_script
-from . import serve_relays, shm_leftovers, supervisor
+from . import serve_relays, shm_leftovers, supervisor, threads
 from .control import verdict
 from .control.link import LinkServer
 from .control.restarts import Restarts
@@ -758,6 +758,8 @@ def launch(plan: LaunchPlan) -> None:
         else:
             print(" ".join(command))
         return
+    if threads.VARIABLE not in os.environ:
+        log.info(threads.describe(plan))
     if plan.join:
         lost_ranks = open_link(plan, environment)
         code = join_group(

@@ -81,3 +81,14 @@ def test_nothing_else_in_launch_writes_os_environ():
             if "os.environ" in written or called in ("os.putenv", "os.unsetenv"):
                 found.append(f"{path.name}:{node.lineno}")
     assert found == []
+
+
+def test_openmp_threads_share_the_cores_among_the_busiest_hosts_ranks(monkeypatch):
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(16)))
+    alone = _environment(monkeypatch, {}).for_ranks()  # -n 4, all on this host
+    assert alone["OMP_NUM_THREADS"] == "4"
+    hosts = _environment(monkeypatch, {}, "-H", "a:1,b:3").for_ranks()
+    assert hosts["OMP_NUM_THREADS"] == "5"  # 16 cores / the 3 ranks on b
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0})
+    assert _environment(monkeypatch, {}).for_ranks()["OMP_NUM_THREADS"] == "1"  # at least 1
+    assert _environment(monkeypatch, {"OMP_NUM_THREADS": "3"}).for_ranks()["OMP_NUM_THREADS"] == "3"
