@@ -1,11 +1,13 @@
-"""OpenMP threads per process where the user sets none: the cores of the launching host
-shared by the most ranks any one host runs, at least 1.
+"""OpenMP threads per process where the user sets none: never more than MXNet's own default
+(half the host's processors, its guess at the physical cores), and no more than the cores
+of the launching host shared by the most ranks any one host runs; at least 1.
 
-MXNet otherwise gives every process as many OpenMP threads as the host has cores, and ranks
-that wait for each other in MPI poll: on a host with fewer cores than ranks x threads, the
-polling takes the cores the other ranks' threads compute on (a sync step between 2
-emulated hosts went from 0.59x of dist_sync's time to 1.09-1.45x with 2 threads a process
-on 2 cores: docs/performance/training-step.md). The user's OMP_NUM_THREADS always wins."""
+MXNet gives every process half the host's processors, so that R ranks on a host of P
+processors run R x P / 2 threads; ranks that wait for each other in MPI poll, and past the
+cores the polling takes the cores the other ranks' threads compute on. Measured on 2
+cores (docs/performance/training-step.md): with 2 threads a process a sync step between
+2 emulated hosts took 1.09-1.45x of dist_sync's time, with 1 thread 0.59-0.60x. The
+user's OMP_NUM_THREADS always wins."""
 
 import os
 
@@ -22,14 +24,15 @@ def most_ranks_on_a_host(plan: LaunchPlan) -> int:
 
 
 def threads_per_process(plan: LaunchPlan) -> int:
-    """This host's cores (those this process may run on) over the most ranks on a host."""
-    return max(1, len(os.sched_getaffinity(0)) // most_ranks_on_a_host(plan))
+    """min(MXNet's default, this host's cores over the most ranks on a host), at least 1."""
+    cores = len(os.sched_getaffinity(0))  # those this process may run on
+    return max(1, min(cores // 2, cores // most_ranks_on_a_host(plan)))
 
 
 def describe(plan: LaunchPlan) -> str:
     """The launcher's line about the rule, naming how to choose otherwise."""
     return (
         f"mxkv-launch: {VARIABLE}={threads_per_process(plan)} for every rank and server "
-        f"({len(os.sched_getaffinity(0))} cores here / {most_ranks_on_a_host(plan)} rank(s) "
-        f"on the busiest host; set {VARIABLE} to choose)"
+        f"({len(os.sched_getaffinity(0))} cores here, {most_ranks_on_a_host(plan)} rank(s) "
+        f"on the busiest host, at most MXNet's half of the cores; set {VARIABLE} to choose)"
     )

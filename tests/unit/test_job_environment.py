@@ -89,6 +89,8 @@ def test_openmp_threads_share_the_cores_among_the_busiest_hosts_ranks(monkeypatc
     assert alone["OMP_NUM_THREADS"] == "4"
     hosts = _environment(monkeypatch, {}, "-H", "a:1,b:3").for_ranks()
     assert hosts["OMP_NUM_THREADS"] == "5"  # 16 cores / the 3 ranks on b
+    one = _environment(monkeypatch, {}, "-H", "a:1").for_ranks()
+    assert one["OMP_NUM_THREADS"] == "8"  # never more than MXNet's own default, cores / 2
     monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0})
     assert _environment(monkeypatch, {}).for_ranks()["OMP_NUM_THREADS"] == "1"  # at least 1
     assert _environment(monkeypatch, {"OMP_NUM_THREADS": "3"}).for_ranks()["OMP_NUM_THREADS"] == "3"
