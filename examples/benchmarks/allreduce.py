@@ -287,25 +287,21 @@ def summarise(rows: List[dict]) -> Dict[str, dict]:
     """Per rank count: `auto`'s worst and best time as a share of MPI_Allreduce's over the
     sizes (and at which), and each store method's speed-up over one flat MPI_Allreduce of
     the ResNet-50 set: the figures the docs quote, computed from the rows, not picked."""
-    median = {(r["workload"], r["method"], r["ranks"]): r["median_s"] for r in rows}
     summary: Dict[str, dict] = {}
     for ranks in sorted({r["ranks"] for r in rows}):
+        sizes = {r["workload"] for r in rows if r["ranks"] == ranks and r["method"] == "auto"}
         ratios = sorted(
-            (median[(w, "auto", n)] / median[(w, "mpi", n)], int(w))
-            for (w, m, n) in median
-            if m == "auto" and n == ranks and (w, "mpi", n) in median
+            (ms["auto"] / ms["mpi"], int(size))
+            for size in sizes
+            for ms in [medians_ms(rows, ranks, size)]
         )
-        flat = median[(RESNET50, "mpi", ranks)]
+        resnet = medians_ms(rows, ranks, RESNET50)
         summary[str(ranks)] = {
             "auto_vs_mpi_best": ratios[0][0],
             "auto_vs_mpi_best_bytes": ratios[0][1],
             "auto_vs_mpi_worst": ratios[-1][0],
             "auto_vs_mpi_worst_bytes": ratios[-1][1],
-            "resnet50_speedup": {
-                m: flat / median[(w, m, n)]
-                for (w, m, n) in median
-                if w == RESNET50 and n == ranks and m != "mpi"
-            },
+            "resnet50_speedup": {m: resnet["mpi"] / t for m, t in resnet.items() if m != "mpi"},
         }
     return summary
 

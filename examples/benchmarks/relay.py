@@ -32,7 +32,7 @@ import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Dict, List, Tuple
+from typing import Callable, Dict, List
 
 import numpy as np
 
@@ -96,9 +96,12 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def relays_and_own_cpu(relays: List[subprocess.Popen]) -> Tuple[float, float]:
-    """CPU seconds so far of the relay processes, and of this one (the client and sink)."""
-    return sum(cpu_seconds(relay.pid) for relay in relays), time.process_time()
+def cpu_counter(path: str, relays: List[subprocess.Popen]) -> Callable[[], float]:
+    """What a run of `path` is charged: the relay processes' CPU seconds so far (relayed
+    runs), or this process's (direct runs: the client and the sink)."""
+    if path == "relay":
+        return lambda: sum(cpu_seconds(relay.pid) for relay in relays)
+    return time.process_time
 
 
 def tls_floor_ms_per_mb(key: str, megabytes: int = 200) -> Dict[str, object]:
@@ -189,12 +192,11 @@ def main() -> None:
             try:
                 for rep in range(args.reps):
                     for path in ("direct", "relay") if rep % 2 == 0 else ("relay", "direct"):
-                        before = relays_and_own_cpu(relays)
+                        counter = cpu_counter(path, relays)
+                        before = counter()
                         rate = megabytes_per_second(ports[path], per_connection, connections)
-                        after = relays_and_own_cpu(relays)
-                        spent = after[0] - before[0] if path == "relay" else after[1] - before[1]
                         name = "relays" if path == "relay" else "client and sink"
-                        cpu[name] = cpu.get(name, 0.0) + spent
+                        cpu[name] = cpu.get(name, 0.0) + counter() - before
                         moved[name] = moved.get(name, 0.0) + args.megabytes
                         rows.setdefault(f"{path} x{connections}", []).append(rate)
                         print(
