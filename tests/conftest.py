@@ -9,4 +9,5 @@ pytest_plugins = [
     "support.tiny_imagenet",
     "support.emulated",
     "support.warm_ranks",
+    "support.warm_interpreter",
 ]

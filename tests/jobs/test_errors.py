@@ -114,6 +114,7 @@ def segments_left_behind(before: set, settle_seconds: float = 10.0) -> set:
         time.sleep(0.5)
 
 
+@pytest.mark.own_processes  # (which rank ended first)
 def test_a_failing_rank_ends_the_job():
     """Rank 1 raises: the job ends, rank 1 is named, and MPICH's shared memory goes with
     the job (mpiexec kills the other ranks, which left a segment in /dev/shm: one per

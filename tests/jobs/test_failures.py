@@ -18,6 +18,7 @@ def assert_stopped_by_the_failure(job) -> None:
     assert job.returncode not in (0, 124), job.output
 
 
+@pytest.mark.own_processes  # (which rank ended first)
 @pytest.mark.parametrize("action", ["kill", "raise"])
 def test_a_rank_that_dies_ends_the_job_and_is_named(action):
     job = launch(
@@ -36,6 +37,7 @@ def test_a_rank_that_dies_ends_the_job_and_is_named(action):
     assert "took 10 steps" not in job.output  # nobody finished the training
 
 
+@pytest.mark.own_processes  # (which rank ended first)
 def test_a_killed_rank_ends_the_parameter_servers_too():
     job = launch(
         2,

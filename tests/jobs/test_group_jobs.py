@@ -56,6 +56,7 @@ def checksum(arrays, prefix):
     return sum(float(a.astype(np.float64).sum()) for n, a in arrays.items() if n.startswith(prefix))
 
 
+@pytest.mark.own_processes  # (which rank ended first)
 def test_a_lost_easgd_group_ends_alone_and_the_others_finish(job_dir):
     """3 groups of 2; rank 2 (group 1) is killed at its 20th step. Groups 0 and 2 run every
     step, go on at the finish line as soon as the launcher gave group 1 up (not after
@@ -91,6 +92,7 @@ def test_a_lost_easgd_group_ends_alone_and_the_others_finish(job_dir):
     assert float(found[0]["accuracy"]) >= 0.93, job.output
 
 
+@pytest.mark.own_processes  # (which rank ended first)
 def test_a_group_that_fails_before_the_groups_meet_stops_the_others_at_once():
     """Group 1 exits before its store exists: the others, held at ps-lite's start (which
     waits for every group), are stopped at once. Control (the launcher before this): they
@@ -163,6 +165,7 @@ def test_async_groups_start_from_and_end_on_the_servers_weights(job_dir):
         ("async", 4, 12, 0.1, "the servers' weights", 19, 0.87),  # every step is pushed
     ],
 )
+@pytest.mark.own_processes  # (which rank ended first)
 def test_a_lost_group_is_restarted_and_rejoins_the_servers_model(
     job_dir, mode, ranks, epochs, lr, start, recorded, accuracy
 ):
@@ -311,6 +314,7 @@ def test_sync_group_jobs_train_as_one_mpi_job_does(job_dir):
             assert np.array_equal(mine[name], reference[name]), (rank, name)
 
 
+@pytest.mark.own_processes  # (which rank ended first)
 def test_a_lost_sync_group_stops_the_others(job_dir):
     """The servers of mode sync wait for every group's gradients: when group 1 is lost the
     launcher ends group 0 at once (MXKV_PS_TIMEOUT is 600 s and --timeout 120 s here, so

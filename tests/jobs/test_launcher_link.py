@@ -7,6 +7,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from mxkv_hybrid.launch.control.members import Member
 from mxkv_hybrid.launch.rank_watch import RankWatch
 
@@ -16,6 +18,7 @@ def failed_at(when: float) -> Member:
     return Member(1, "rank 1 on h (127.0.0.1)", "h", "127.0.0.1", status=1, ended_at=when)
 
 
+@pytest.mark.own_processes  # (which rank ended first)
 def test_a_script_that_reported_its_failure_is_named_before_the_rank_killed_for_it():
     """Two 'ranks' (children with PMI_RANK set); rank 0 is killed and seen to end first, as
     under load, when mpiexec's kill of rank 0 ended it before the failing rank 1, a big

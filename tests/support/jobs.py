@@ -27,6 +27,9 @@ JOB_TIMEOUT = 180  # seconds; a hard bound on every multi-process test
 if sys.version_info < (3, 12):
     os.environ.setdefault("SETUPTOOLS_USE_DISTUTILS", "stdlib")
 
+# the interpreter mxkv-launch runs under (and so its ranks and servers): the warm
+# interpreter's stand-in while the session has one (support/warm_interpreter.py)
+INTERPRETER = sys.executable
 JOB_TAG = "PYTEST_MXKV_JOB"  # marks every process of one test job (not an MXKV_* knob)
 
 
@@ -131,7 +134,7 @@ def start_job(
         target = ["-m"] if script == "-m" else [str(WORKERS / script)]
         program = ["--", "python", *target, *args]
     command = [
-        sys.executable,
+        INTERPRETER,
         "-m",
         "mxkv_hybrid.launch",
         "-n",
