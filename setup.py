@@ -9,7 +9,7 @@ import subprocess
 import sys
 from importlib import metadata
 
-from pybind11.setup_helpers import Pybind11Extension, build_ext
+from pybind11.setup_helpers import ParallelCompile, Pybind11Extension, build_ext
 from setuptools import setup
 
 
@@ -51,4 +51,6 @@ extension = Pybind11Extension(
     extra_compile_args=["-O3", "-fno-math-errno"],
 )
 
+# csrc/'s files compiled side by side, one per processor (pybind11's helper)
+ParallelCompile(default=0).install()
 setup(ext_modules=[extension], cmdclass={"build_ext": build_ext})

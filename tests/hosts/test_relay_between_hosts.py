@@ -187,7 +187,14 @@ def test_a_ps_lite_job_across_hosts_through_relays_refuses_every_stranger(
         for host, relay in relays.items():
             relay.terminate()
             lines = relay.communicate(timeout=30)[1].splitlines()
-            assert all("refused" in line for line in lines), "\n".join(lines)
+            # besides refusals, only the job's own hosts, whose ps-lite nodes may still
+            # dial one that has just ended as the job ends (seen once in CI, from h1)
+            members = tuple(f" for {cluster.address(h)}:" for h in hosts)
+            assert all(
+                "refused" in line
+                or ("cannot reach the local node" in line and any(m in line for m in members))
+                for line in lines
+            ), "\n".join(lines)
             # one line for the first refusal; the host's later ones (within a minute) counted
             first = [line for line in lines if f"connection from {stranger}:" in line]
             assert len(first) == 1 and "TLS handshake failed" in first[0], lines

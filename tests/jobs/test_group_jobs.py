@@ -7,7 +7,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 from typing import List
 
 import numpy as np
@@ -17,6 +16,7 @@ from mxkv_hybrid.launch.group_jobs import (
     plan_groups,
 )
 
+from support import jobs
 from support.checks import assert_same_on_every_rank, load_ranks, rank_files
 from support.jobs import Job, launch
 
@@ -380,7 +380,7 @@ def dry_run(*options: str) -> List[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MXKV_")}
     done = subprocess.run(
         [
-            sys.executable,
+            jobs.INTERPRETER,
             "-m",
             "mxkv_hybrid.launch",
             *options,

@@ -6,7 +6,6 @@ reported at once, and a lost or failing group stops the others."""
 import os
 import re
 import subprocess
-import sys
 import time
 import uuid
 
@@ -14,6 +13,7 @@ import numpy as np
 
 from mxkv_hybrid.launch.processes import free_port
 
+from support import jobs
 from support.jobs import JOB_TAG, OutputLines, job_environment, processes_of
 from support.paths import WORKERS
 
@@ -27,7 +27,7 @@ class Launcher(OutputLines):
         env = job_environment()
         super().__init__(
             subprocess.Popen(
-                [sys.executable, "-m", "mxkv_hybrid.launch", "--timeout", str(TIMEOUT), *options],
+                [jobs.INTERPRETER, "-m", "mxkv_hybrid.launch", "--timeout", str(TIMEOUT), *options],
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 text=True,

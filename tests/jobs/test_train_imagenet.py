@@ -5,9 +5,9 @@ and a run resumed from a checkpoint continues where the first one was."""
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
+from support import jobs
 from support.jobs import JOB_TIMEOUT
 from support.paths import EXAMPLES
 from support.tiny_imagenet import TINY_IMAGENET_CLASSES
@@ -19,7 +19,7 @@ def train(tiny_imagenet: Path, *options: str) -> str:
     """Runs the script on 2 ranks; returns rank 0's lines."""
     done = subprocess.run(
         [
-            sys.executable,
+            jobs.INTERPRETER,
             "-m",
             "mxkv_hybrid.launch",
             "-n",
@@ -107,7 +107,7 @@ def test_a_restarted_job_goes_on_from_its_latest_checkpoint(tiny_imagenet, tmp_p
     the checkpoint of epoch 2, runs epoch 3 once more, and finishes."""
     done = subprocess.run(
         [
-            sys.executable,
+            jobs.INTERPRETER,
             "-m",
             "mxkv_hybrid.launch",
             "-n",

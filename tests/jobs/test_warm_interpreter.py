@@ -24,7 +24,7 @@ PROBE = str(WORKERS / "interpreter_probe.py")
 @pytest.fixture
 def warm(warm_interpreter) -> WarmInterpreter:
     if warm_interpreter is None:
-        pytest.skip("the suite runs without a warm interpreter (MXKV_TEST_COLD=1)")
+        pytest.skip("the suite runs without a warm interpreter (PYTEST_MXKV_COLD=1)")
     return warm_interpreter
 
 

@@ -5,7 +5,7 @@ each importing it again (a 2-rank sync digits job: 2.9 CPU-seconds instead of 5.
 
 A test marked `own_processes` gets processes started afresh: what it checks is how the
 deaths of real processes are seen (which rank ended first), and a stand-in ends a moment
-before its child. `MXKV_TEST_COLD=1` in pytest's environment turns the warm interpreter
+before its child. `PYTEST_MXKV_COLD=1` in pytest's environment turns the warm interpreter
 off for the whole run."""
 
 import os
@@ -20,7 +20,7 @@ from support import jobs
 from support.paths import TESTS
 
 SUPPORT = TESTS / "support"
-COLD = "MXKV_TEST_COLD"
+COLD = "PYTEST_MXKV_COLD"
 
 
 class WarmInterpreter:
