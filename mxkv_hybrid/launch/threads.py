@@ -24,9 +24,14 @@ def most_ranks_on_a_host(plan: LaunchPlan) -> int:
 
 
 def threads_per_process(plan: LaunchPlan) -> int:
-    """min(MXNet's default, this host's cores over the most ranks on a host), at least 1."""
+    """The threads for each process of `plan` (threads_for its busiest host)."""
+    return threads_for(most_ranks_on_a_host(plan))
+
+
+def threads_for(ranks_on_a_host: int) -> int:
+    """min(MXNet's default, this host's cores over `ranks_on_a_host`), at least 1."""
     cores = len(os.sched_getaffinity(0))  # those this process may run on
-    return max(1, min(cores // 2, cores // most_ranks_on_a_host(plan)))
+    return max(1, min(cores // 2, cores // ranks_on_a_host))
 
 
 def describe(plan: LaunchPlan) -> str:

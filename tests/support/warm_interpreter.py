@@ -16,6 +16,8 @@ from typing import Iterator, Optional
 
 import pytest
 
+from mxkv_hybrid.launch import threads
+
 from support import jobs
 from support.paths import TESTS
 
@@ -38,9 +40,9 @@ class WarmInterpreter:
             f"zygote.stand_in({self.socket!r}, {sys.executable!r})\n"
         )
         self.stand_in.chmod(0o755)
-        # as a rank of a 2-rank job gets it from mxkv-launch (launch/threads.py)
+        # what mxkv-launch gives each rank of a 2-rank job on this host
         self.env = jobs.job_environment()
-        self.env.setdefault("OMP_NUM_THREADS", str(max(1, len(os.sched_getaffinity(0)) // 2)))
+        self.env.setdefault(threads.VARIABLE, str(threads.threads_for(2)))
         self.process = subprocess.Popen(
             [sys.executable, str(SUPPORT / "zygote.py"), self.socket],
             stdin=subprocess.PIPE,

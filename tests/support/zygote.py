@@ -133,7 +133,6 @@ def serve(path: str, settings: Dict[str, str]) -> Optional[dict]:
     signal.set_wakeup_fd(wake_write)
     signal.signal(signal.SIGCHLD, lambda *_: None)
     children: Dict[int, socket.socket] = {}  # pid -> its stand-in's connection
-    by_connection: Dict[int, int] = {}
     print("ready", flush=True)
     while True:
         readable, _, _ = select.select(
@@ -145,13 +144,10 @@ def serve(path: str, settings: Dict[str, str]) -> Optional[dict]:
             return None
         if wake_read in readable:
             os.read(wake_read, 4096)
-        _reap(children, by_connection)
-        for connection in readable:
-            pid = (
-                by_connection.get(connection.fileno()) if connection in children.values() else None
-            )
-            if pid is not None and not connection.recv(1):  # its stand-in is gone: so is the child
-                _kill(pid)
+        _reap(children)
+        for pid, connection in children.items():
+            if connection in readable and not connection.recv(1):  # its stand-in is gone
+                _kill(pid)  # (reaped, and its connection closed, at a later turn)
         if listener in readable:
             connection, _ = listener.accept()
             task, fds = _receive(connection)
@@ -170,7 +166,6 @@ def serve(path: str, settings: Dict[str, str]) -> Optional[dict]:
                 os.close(fd)
             connection.sendall(f"{pid}\n".encode())
             children[pid] = connection
-            by_connection[connection.fileno()] = pid
 
 
 def _kill(pid: int) -> None:
@@ -180,7 +175,7 @@ def _kill(pid: int) -> None:
         pass
 
 
-def _reap(children: Dict[int, socket.socket], by_connection: Dict[int, int]) -> None:
+def _reap(children: Dict[int, socket.socket]) -> None:
     while children:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
@@ -190,7 +185,6 @@ def _reap(children: Dict[int, socket.socket], by_connection: Dict[int, int]) -> 
             return
         connection = children.pop(pid, None)
         if connection is not None:
-            by_connection.pop(connection.fileno(), None)
             try:
                 connection.sendall(f"{status}\n".encode())
             except OSError:
