@@ -40,6 +40,7 @@ class Sweep(NamedTuple):
 
 
 OUTER = ["0.9", "0.7", "0.5", "0.3", "0"]
+RULE = "rule"  # a candidate that leaves the knob unset: the package's rule decides
 SWEEPS: Dict[str, Sweep] = {
     "MXKV_ASYNC_DAMPING": Sweep(
         "MXKV_ASYNC_DAMPING", "async damping={value}", ["none", "staleness", "momentum"]
@@ -63,6 +64,12 @@ SWEEPS: Dict[str, Sweep] = {
         taus=(8, 32, 128),
     ),
     "MXKV_TAU lasgd": Sweep("MXKV_TAU", "lasgd tau={value}", ["4", "8", "16", "32", "64", "128"]),
+    "MXKV_LOCAL_LR_SCALE": Sweep(
+        "MXKV_LOCAL_LR_SCALE",
+        "lasgd tau={tau} lr_scale={value}",
+        [RULE, "1", "0.71", "0.5"],
+        taus=(8, 32, 128),
+    ),
 }
 BASELINE = "allreduce"
 
@@ -94,12 +101,21 @@ def convergence(
 
 
 def configurations_of(sweep: Sweep, taus: List[int]) -> List[Tuple[str, Optional[int], str]]:
-    """(value, tau, configuration) for every candidate (tau None where the sweep has none)."""
+    """(value, tau, configuration) for every candidate (tau None where the sweep has none);
+    the candidate RULE drops the setting it would fill in."""
     return [
-        (value, tau, sweep.configuration.format(value=value, tau=tau))
+        (value, tau, configuration_of(sweep, value, tau))
         for tau in (taus if sweep.taus else [None])
         for value in sweep.values
     ]
+
+
+def configuration_of(sweep: Sweep, value: str, tau: Optional[int]) -> str:
+    """The configuration of one candidate at one tau."""
+    words = sweep.configuration.split()
+    if value == RULE:
+        words = [word for word in words if "{value}" not in word]
+    return " ".join(words).format(value=value, tau=tau)
 
 
 def rows_of(

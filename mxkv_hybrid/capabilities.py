@@ -68,6 +68,10 @@ class ModeCapabilities:
         "Local steps: MXKV_TAU steps of each rank (lasgd) or group (easgd) between two "
         "averages or elastic exchanges."
     )
+    local_lr_scale: bool = _can(
+        "MXKV_LOCAL_LR_SCALE: each rank's local steps take its gradients times a scale, by "
+        "default a rule of MXKV_TAU and the number of ranks."
+    )
     updates_on_store: bool = _can(
         "The store can run the optimizer (KVStore.is_capable(OPTIMIZER), update_on_kvstore), "
         "so it takes weights of stype row_sparse, which MXNet updates on the store; easgd and "
@@ -154,6 +158,7 @@ CAPABILITIES: Dict[str, ModeCapabilities] = {
             overlapped_average=True,
             quantised_averages=True,
             local_steps=True,
+            local_lr_scale=True,
             checkpoints=True,
         )
     ),

@@ -65,6 +65,12 @@ def _parse_optional_momentum(text: str) -> Optional[float]:
     return value
 
 
+def _parse_optional_scale(text: str) -> Optional[float]:
+    if text.strip() == "":
+        return None
+    return _positive(text)
+
+
 def _parse_seconds(text: str) -> float:
     value = float(text)
     if value <= 0:
@@ -320,6 +326,22 @@ KNOBS: Dict[str, Knob] = {
         "MNIST-1D. The rule's 0.3 was within a point of allreduce at tau 8 "
         "(both tasks) and 32 (digits) and the best value at tau 32 on MNIST-1D; "
         "at tau 128 no value was (the lasgd mode's page).",
+    ),
+    "MXKV_LOCAL_LR_SCALE": Knob(
+        _parse_optional_scale,
+        "",
+        "`lasgd`: the local steps take each rank's gradients times this (above 0), "
+        "which under SGD, with or without momentum, scales the script's learning rate "
+        "(weight decay and the warm-up's synchronous steps keep theirs; Adam's steps "
+        "do not depend on it). Empty: the rule sqrt(max(1 / ranks, min(1, 16 / "
+        "MXKV_TAU))), which rank 0 prints at start where it is not 1: the "
+        "square-root scaling rule from the batch of all ranks, which the script's "
+        "learning rate is set for, to the batch a local model trains on over a "
+        "period longer than 16 steps (`mxkv_hybrid/modes/local_lr_scale.py`). In the "
+        "sweep of `examples/defaults_sweep.py MXKV_LOCAL_LR_SCALE` the script's "
+        "learning rate (1) fell 5 to 22 points short of allreduce on MNIST-1D at "
+        "MXKV_TAU 32 to 128 (the lasgd mode's page). `PeriodicModelAverager` leaves "
+        "the gradients alone.",
     ),
     "MXKV_ASYNC_DAMPING": Knob(
         _choice(("auto", "none", "staleness", "momentum")),
@@ -702,6 +724,7 @@ class Config:
     outer: str
     outer_lr: float
     outer_momentum: Optional[float]  # None: outer_optimizer.rule_momentum(outer_lr)
+    local_lr_scale: Optional[float]  # None: local_lr_scale.rule_scale(tau, ranks)
     fragments: int
     async_damping: str
     hierarchy: str
@@ -753,6 +776,7 @@ class Config:
         for knob, unset, capability in (
             ("MXKV_OUTER", "none", "outer_optimizer"),
             ("MXKV_FRAGMENTS", 1, "fragments"),
+            ("MXKV_LOCAL_LR_SCALE", None, "local_lr_scale"),
         ):
             if values[knob] != unset and not getattr(can, capability):
                 modes = reversed(modes_with(capability))  # the later modes first
@@ -821,6 +845,7 @@ class Config:
             outer=values["MXKV_OUTER"],
             outer_lr=values["MXKV_OUTER_LR"],
             outer_momentum=values["MXKV_OUTER_MOMENTUM"],
+            local_lr_scale=values["MXKV_LOCAL_LR_SCALE"],
             fragments=values["MXKV_FRAGMENTS"],
             async_damping=values["MXKV_ASYNC_DAMPING"],
             hierarchy=values["MXKV_HIERARCHY"],

@@ -82,7 +82,9 @@ class PeriodicModelAverager:
                 f"fragments must be a whole number >= 1 that divides period "
                 f"{period}, got {fragments!r}"
             )
-        plain = replace(Config.from_environment(), outer="none", compress="none")
+        plain = replace(
+            Config.from_environment(), outer="none", compress="none", local_lr_scale=1.0
+        )
         self._schedule = LocalSGD(
             plain,
             world(),

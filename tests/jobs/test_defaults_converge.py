@@ -49,6 +49,17 @@ FEATURES = {
         "none",
         False,  # timing decides: stuck near chance, or learning slowly to about 0.7
     ),
+    # a long period at a learning rate allreduce trains at (0.986 at lr 0.15): the
+    # script's rate for every local step (scale 1) ended at chance (seeds 1, 2), or the
+    # guard stopped it (seed 42, loss back at 2.32 by step 90); the rule's 0.5: 0.94-0.98
+    "lasgd, a long period": Feature(
+        {"MXKV_MODE": "lasgd", "MXKV_TAU": "64"},
+        (),
+        ("--lr", "0.15"),
+        "MXKV_LOCAL_LR_SCALE",
+        "1",
+        False,
+    ),
     # the modes themselves, at every default (tau 4; easgd: beta 0.9, asynchronous)
     "lasgd": Feature({"MXKV_MODE": "lasgd"}, (), (), "MXKV_TAU", None, False),
     "easgd": Feature(

@@ -3,6 +3,7 @@ MXKV_LASGD_OVERLAP and PeriodicModelAverager settings refused, a checkpoint writ
 other averaging settings refused, the averages' algorithm under auto, and
 tests/support/averaging_reference.py's own cases."""
 
+import mxnet as mx
 import numpy as np
 import pytest
 
@@ -10,7 +11,8 @@ import mxkv_hybrid
 from mxkv_hybrid.config import Config
 from mxkv_hybrid.errors import ConfigError, MXKVError
 from mxkv_hybrid.modes.averaging import check_saved_with
-from mxkv_hybrid.modes.local_sgd import averages_config
+from mxkv_hybrid.modes.local_lr_scale import local_lr_scale, rule_scale
+from mxkv_hybrid.modes.local_sgd import DeviceSum, averages_config
 
 from support import averaging_reference as reference
 
@@ -50,6 +52,35 @@ def test_an_outer_learning_rate_of_0_is_refused():
         ConfigError, match="MXKV_OUTER_LR='0' is invalid: expected a number above 0"
     ):
         Config.from_environment({"MXKV_MODE": "lasgd", "MXKV_OUTER_LR": "0"})
+
+
+def test_the_local_learning_rate_scale_s_rule_and_where_it_is_refused():
+    """sqrt(max(1 / ranks, min(1, 16 / tau))): 1 up to tau 16, down to one rank's batch."""
+    assert [round(rule_scale(tau, 4), 3) for tau in (1, 4, 16, 32, 64, 128, 1024)] == [
+        1.0,
+        1.0,
+        1.0,
+        0.707,
+        0.5,
+        0.5,
+        0.5,
+    ]
+    assert rule_scale(128, 1) == 1.0 and round(rule_scale(1024, 64), 3) == 0.125
+    assert local_lr_scale(0.3, 128, 4, announce=False) == 0.3  # the user's value wins
+    assert Config.from_environment({"MXKV_MODE": "lasgd"}).local_lr_scale is None
+    with pytest.raises(ConfigError, match="MXKV_LOCAL_LR_SCALE='0' is invalid: expected a"):
+        Config.from_environment({"MXKV_MODE": "lasgd", "MXKV_LOCAL_LR_SCALE": "0"})
+    for mode in ("easgd", "sync", "async", "allreduce"):
+        with pytest.raises(
+            ConfigError, match="MXKV_LOCAL_LR_SCALE=0.5 is built for MXKV_MODE=lasgd, "
+        ):
+            Config.from_environment({"MXKV_MODE": mode, "MXKV_LOCAL_LR_SCALE": "0.5"})
+
+
+def test_local_steps_take_the_device_sum_times_the_scale():
+    gradients = [mx.nd.array([1.0, 2.0]), mx.nd.array([3.0, 4.0])]
+    DeviceSum(0.5).allreduce("local", ["w"], [gradients], [gradients], average=False)
+    assert [g.asnumpy().tolist() for g in gradients] == [[2.0, 3.0], [2.0, 3.0]]
 
 
 def test_fragments_must_divide_tau():
