@@ -212,7 +212,8 @@ KNOBS: Dict[str, Knob] = {
         "4",
         "easgd: local steps between two elastic exchanges of a group with the "
         "centre variable on the parameter server. lasgd: local steps between two "
-        "model averagings.",
+        "model averagings; beyond 16, `MXKV_LOCAL_LR_SCALE`'s rule lowers the local "
+        "steps' learning rate.",
     ),
     "MXKV_EASGD_BETA": Knob(
         _parse_fraction,

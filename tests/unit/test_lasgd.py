@@ -72,7 +72,7 @@ def test_the_local_learning_rate_scale_s_rule_and_where_it_is_refused():
         Config.from_environment({"MXKV_MODE": "lasgd", "MXKV_LOCAL_LR_SCALE": "0"})
     for mode in ("easgd", "sync", "async", "allreduce"):
         with pytest.raises(
-            ConfigError, match="MXKV_LOCAL_LR_SCALE=0.5 is built for MXKV_MODE=lasgd, "
+            ConfigError, match=r"MXKV_LOCAL_LR_SCALE=0\.5 is built for MXKV_MODE=lasgd, "
         ):
             Config.from_environment({"MXKV_MODE": mode, "MXKV_LOCAL_LR_SCALE": "0.5"})
 
