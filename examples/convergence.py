@@ -9,9 +9,10 @@ configuration, on the plain machine and behind emulated slow links between the g
 A configuration is a mode and its settings, `MODE [tau=T] [transport=rma]
 [outer=nesterov|sgd] [outer_lr=L] [outer_momentum=M] [damping=staleness|momentum]
 [overlap=0|1] [fragments=P] [compress=fp16|bf16] [algo=ring|...] [warmup=S]
-[lr_scale=S]` (MXKV_TAU, MXKV_TRANSPORT, MXKV_OUTER, MXKV_OUTER_LR, MXKV_OUTER_MOMENTUM,
-MXKV_ASYNC_DAMPING, MXKV_LASGD_OVERLAP: 0 with outer= unless given, MXKV_FRAGMENTS,
-MXKV_COMPRESS, MXKV_ALGO, MXKV_WARMUP_STEPS, MXKV_LOCAL_LR_SCALE), and [lr=L]
+[lr_scale=S] [alpha=A]` (MXKV_TAU, MXKV_TRANSPORT, MXKV_OUTER, MXKV_OUTER_LR,
+MXKV_OUTER_MOMENTUM, MXKV_ASYNC_DAMPING, MXKV_LASGD_OVERLAP: 0 with outer= unless given,
+MXKV_FRAGMENTS, MXKV_COMPRESS, MXKV_ALGO, MXKV_WARMUP_STEPS, MXKV_LOCAL_LR_SCALE,
+MXKV_EASGD_ALPHA), and [lr=L]
 [momentum=M] its own learning rate and the script's SGD momentum
 (0.9 unless given; where the servers run the optimizer, sync and async, theirs):
 
@@ -86,6 +87,7 @@ SETTINGS = {
     "algo": "MXKV_ALGO",
     "warmup": "MXKV_WARMUP_STEPS",
     "lr_scale": "MXKV_LOCAL_LR_SCALE",
+    "alpha": "MXKV_EASGD_ALPHA",
 }
 MODES = ("allreduce", "sync", "async", "easgd", "lasgd")
 DEFAULT_CONFIGURATIONS = {

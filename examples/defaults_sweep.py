@@ -64,6 +64,14 @@ SWEEPS: Dict[str, Sweep] = {
         taus=(8, 32, 128),
     ),
     "MXKV_TAU lasgd": Sweep("MXKV_TAU", "lasgd tau={value}", ["4", "8", "16", "32", "64", "128"]),
+    # easgd's moving rate: the paper's beta / groups (0.45 for 2 groups, 0.225 for 4) and
+    # fixed values (the rule, min(0.1, beta / groups), is 0.1 for 2 to 9 groups)
+    "MXKV_EASGD_ALPHA": Sweep(
+        "MXKV_EASGD_ALPHA",
+        "easgd tau={tau} alpha={value}",
+        ["0.45", "0.225", "0.1", "0.05"],
+        taus=(4, 16),
+    ),
     "MXKV_LOCAL_LR_SCALE": Sweep(
         "MXKV_LOCAL_LR_SCALE",
         "lasgd tau={tau} lr_scale={value}",

@@ -218,15 +218,19 @@ KNOBS: Dict[str, Knob] = {
     "MXKV_EASGD_BETA": Knob(
         _parse_fraction,
         "0.9",
-        "`easgd`: the moving rate beta = groups x alpha (the paper's 0.9); "
-        "alpha = beta / number of groups unless `MXKV_EASGD_ALPHA` is set.",
+        "`easgd`: the moving rate beta = groups x alpha (the paper's 0.9), a bound "
+        "on alpha: unless `MXKV_EASGD_ALPHA` is set, alpha = min(0.1, beta / number "
+        "of groups).",
     ),
     "MXKV_EASGD_ALPHA": Knob(
         _parse_fraction,
         "",
         "`easgd`: the elastic moving rate of each exchange (e = alpha (x - "
-        "centre); x -= e; centre += e), between 0 and 1. Empty: beta / "
-        "groups.",
+        "centre); x -= e; centre += e), between 0 and 1. Empty: the rule "
+        "min(0.1, `MXKV_EASGD_BETA` / groups), which rank 0 prints at start "
+        "(`mxkv_hybrid/modes/elastic_rate.py`): the paper's beta / groups, 0.45 "
+        "for 2 groups, was short of allreduce on MNIST-1D in the sweep of "
+        "`examples/defaults_sweep.py MXKV_EASGD_ALPHA` (the easgd mode's page).",
     ),
     "MXKV_EASGD_SYNC": Knob(
         _parse_bool,
@@ -326,7 +330,8 @@ KNOBS: Dict[str, Knob] = {
         "tau 8 to 128, 3 seeds) at tau 8 and 32 on digits and at every tau on "
         "MNIST-1D. The rule's 0.3 was within a point of allreduce at tau 8 "
         "(both tasks) and 32 (digits) and the best value at tau 32 on MNIST-1D; "
-        "at tau 128 no value was (the lasgd mode's page).",
+        "at tau 128 no value was, with the local steps at the script's learning "
+        "rate (before `MXKV_LOCAL_LR_SCALE`; the lasgd mode's page).",
     ),
     "MXKV_LOCAL_LR_SCALE": Knob(
         _parse_optional_scale,

@@ -43,6 +43,7 @@ from ..ps.finish_line import finish_line_for
 from ..ps.keys import ServerKeys
 from ..ps.optimizers import FINISH_KEY, ElasticCentre
 from .averaging import allreduce_split, check_saved_with, check_state_mode
+from .elastic_rate import elastic_alpha
 from .outer_optimizer import outer_optimizer_of
 from .remote_centre import RemoteCentre
 
@@ -51,7 +52,9 @@ class ElasticAveraging:
     """The elastic exchanges of one group, and the store's reducer in mode easgd."""
 
     def __init__(self, config: Config, world: World, groups: Groups):
-        self.alpha = config.easgd_alpha or config.easgd_beta / groups.num_groups
+        self.alpha = elastic_alpha(
+            config.easgd_alpha, config.easgd_beta, groups.num_groups, world.rank == 0
+        )
         self.tau = config.tau
         self.warmup_steps = config.warmup_steps
         self.steps = 0
