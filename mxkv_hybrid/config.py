@@ -329,9 +329,8 @@ KNOBS: Dict[str, Knob] = {
         "`examples/defaults_sweep.py MXKV_OUTER_MOMENTUM` (digits and MNIST-1D, "
         "tau 8 to 128, 3 seeds) at tau 8 and 32 on digits and at every tau on "
         "MNIST-1D. The rule's 0.3 was within a point of allreduce at tau 8 "
-        "(both tasks) and 32 (digits) and the best value at tau 32 on MNIST-1D; "
-        "at tau 128 no value was, with the local steps at the script's learning "
-        "rate (before `MXKV_LOCAL_LR_SCALE`; the lasgd mode's page).",
+        "(both tasks), 32 (digits) and, with `MXKV_LOCAL_LR_SCALE`'s rule, at "
+        "tau 32 and 128 on MNIST-1D, the best value there (the lasgd mode's page).",
     ),
     "MXKV_LOCAL_LR_SCALE": Knob(
         _parse_optional_scale,
