@@ -12,8 +12,8 @@ A configuration is a mode and its settings, `MODE [tau=T] [transport=rma]
 [lr_scale=S] [alpha=A]` (MXKV_TAU, MXKV_TRANSPORT, MXKV_OUTER, MXKV_OUTER_LR,
 MXKV_OUTER_MOMENTUM, MXKV_ASYNC_DAMPING, MXKV_LASGD_OVERLAP: 0 with outer= unless given,
 MXKV_FRAGMENTS, MXKV_COMPRESS, MXKV_ALGO, MXKV_WARMUP_STEPS, MXKV_LOCAL_LR_SCALE,
-MXKV_EASGD_ALPHA), and [lr=L]
-[momentum=M] its own learning rate and the script's SGD momentum
+MXKV_EASGD_ALPHA), and [lr=L] [momentum=M] its own learning rate and the script's SGD
+momentum
 (0.9 unless given; where the servers run the optimizer, sync and async, theirs):
 
   allreduce      one allreduce over all ranks per step (hierarchical: MXKV_HIERARCHY=auto)

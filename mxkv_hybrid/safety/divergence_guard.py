@@ -47,13 +47,11 @@ def advice_for(config: Config) -> str:
             "averaged change"
         )
     if can.local_steps:
+        knobs = f"MXKV_TAU (now {config.tau})"
         if can.local_lr_scale:
             scale = "the rule's" if config.local_lr_scale is None else f"{config.local_lr_scale:g}"
-            return (
-                f"lower MXKV_TAU (now {config.tau}) or MXKV_LOCAL_LR_SCALE (now {scale}): "
-                "the models drift apart between averages"
-            )
-        return f"lower MXKV_TAU (now {config.tau}): the models drift apart between averages"
+            knobs += f" or MXKV_LOCAL_LR_SCALE (now {scale})"
+        return f"lower {knobs}: the models drift apart between averages"
     return "lower the script's learning rate"
 
 
