@@ -3,7 +3,7 @@ with nothing else changed, trained by examples/convergence.py beside `allreduce`
 same seeds, for every task and number of groups asked for.
 
     python examples/defaults_sweep.py MXKV_ASYNC_DAMPING [--tasks digits mnist1d]
-        [--groups 2 4] [--seeds 42 1 2] [--links 0 50] [--taus 8 32 128]
+        [--groups 2 4] [--seeds 42 1 2] [--links 0 50] [--taus 8 32 128] [--values V ...]
 
 A row is a task, a number of groups, a link between the groups (Mbit/s, 0: none; as
 convergence.py throttles it) and, for the sweeps of an averaging mode, its MXKV_TAU. A
@@ -43,12 +43,15 @@ OUTER = ["0.9", "0.7", "0.5", "0.3", "0"]
 RULE = "rule"  # a candidate that leaves the knob unset: the package's rule decides
 SWEEPS: Dict[str, Sweep] = {
     "MXKV_ASYNC_DAMPING": Sweep(
-        "MXKV_ASYNC_DAMPING", "async damping={value}", ["none", "staleness", "momentum"]
+        "MXKV_ASYNC_DAMPING", "async damping={value}", ["none", "staleness", "momentum", "rate"]
     ),
-    # the servers' SGD momentum under async, undamped (the script's 0.9 is allreduce's):
-    # what MXKV_ASYNC_DAMPING=momentum's rule should give for G groups
+    # the servers' SGD momentum under async, set directly (damping none; the script's 0.9
+    # is allreduce's): what MXKV_ASYNC_DAMPING's rule should give for G groups (rate: 0.8
+    # for 2, 0.6 for 4; momentum: 0.4, 0.15)
     "async_servers_momentum": Sweep(
-        "", "async momentum={value}", ["0.7", "0.5", "0.3", "0.15", "0"]
+        "",
+        "async damping=none momentum={value}",
+        ["0.85", "0.8", "0.7", "0.65", "0.6", "0.4", "0.15"],
     ),
     # the outer optimizer switched on alone: lasgd's default overlap, DiLoCo's lr 0.7
     "MXKV_OUTER_MOMENTUM": Sweep(
@@ -64,6 +67,7 @@ SWEEPS: Dict[str, Sweep] = {
         taus=(8, 32, 128),
     ),
     "MXKV_TAU lasgd": Sweep("MXKV_TAU", "lasgd tau={value}", ["4", "8", "16", "32", "64", "128"]),
+    "MXKV_TAU easgd": Sweep("MXKV_TAU", "easgd tau={value}", ["4", "8", "16", "32", "64", "128"]),
     # easgd's moving rate: the paper's beta / groups (0.45 for 2 groups, 0.225 for 4) and
     # fixed values (the rule, min(0.1, beta / groups), is 0.1 for 2 to 9 groups)
     "MXKV_EASGD_ALPHA": Sweep(
@@ -108,13 +112,15 @@ def convergence(
             return json.load(f)
 
 
-def configurations_of(sweep: Sweep, taus: List[int]) -> List[Tuple[str, Optional[int], str]]:
-    """(value, tau, configuration) for every candidate (tau None where the sweep has none);
-    the candidate RULE drops the setting it would fill in."""
+def configurations_of(
+    sweep: Sweep, taus: List[int], values: Optional[List[str]] = None
+) -> List[Tuple[str, Optional[int], str]]:
+    """(value, tau, configuration) for every candidate (`values`, else the sweep's; tau None
+    where the sweep has none); the candidate RULE drops the setting it would fill in."""
     return [
         (value, tau, configuration_of(sweep, value, tau))
         for tau in (taus if sweep.taus else [None])
-        for value in sweep.values
+        for value in (values or sweep.values)
     ]
 
 
@@ -127,15 +133,20 @@ def configuration_of(sweep: Sweep, value: str, tau: Optional[int]) -> str:
 
 
 def rows_of(
-    knob: str, task: str, groups: int, summary: List[dict], taus: List[int] = ()
+    knob: str,
+    task: str,
+    groups: int,
+    summary: List[dict],
+    taus: List[int] = (),
+    values: Optional[List[str]] = None,
 ) -> List[dict]:
-    """One row per value, tau and link: its accuracies and its gap to the baseline's on
-    that link, in points."""
+    """One row per value (`values`, else the sweep's), tau and link: its accuracies and its
+    gap to the baseline's on that link, in points."""
     found = {(row["configuration"], row["link_mbps"]): row for row in summary}
     rows = []
     links = sorted({row["link_mbps"] for row in summary})
     for link in links:
-        for value, tau, configuration in configurations_of(SWEEPS[knob], list(taus)):
+        for value, tau, configuration in configurations_of(SWEEPS[knob], list(taus), values):
             row = found[(configuration, link)]
             baseline = found[(BASELINE, link)]["mean_final_accuracy"]
             rows.append(
@@ -180,10 +191,12 @@ def table(knob: str, rows: List[dict], within: float) -> str:
             f"{row['mean_accuracy']:>10.3f}"
             f"{row['gap_points']:>+8.1f}p  {verdict}"
         )
+    settings = {setting_of(r) for r in rows}  # a value good in every row it ran in all
     good = [
         value
         for value in SWEEPS[knob].values
-        if all(is_within(r, within) for r in rows if r["value"] == value)
+        if {setting_of(r) for r in rows if r["value"] == value} == settings
+        and all(is_within(r, within) for r in rows if r["value"] == value)
     ]
     lines.append(
         f"within {within:g} points of {BASELINE} in every row: {', '.join(good) or 'none'}"
@@ -247,26 +260,36 @@ def main() -> None:
     parser.add_argument(
         "--taus", type=int, nargs="+", help="MXKV_TAU of an averaging sweep (its own unless given)"
     )
+    parser.add_argument(
+        "--values",
+        nargs="+",
+        help="the candidates to run (the sweep's unless given); the file keeps the rows of "
+        "the others",
+    )
     parser.add_argument("--within", type=float, default=1.0, help="points (default 1)")
     parser.add_argument("--out", default=RESULTS)
     args = parser.parse_args()
     sweep = SWEEPS[args.knob]
     taus = args.taus or list(sweep.taus)
-    configurations = [BASELINE] + [c for _v, _t, c in configurations_of(sweep, taus)]
+    configurations = [BASELINE] + [c for _v, _t, c in configurations_of(sweep, taus, args.values)]
     rows: List[dict] = []
     for task in args.tasks:
         for groups in args.groups:
             print(f"defaults_sweep: {args.knob} on {task}, {groups} groups", flush=True)
             result = convergence(task, groups, args.seeds, args.links, configurations)
-            rows += rows_of(args.knob, task, groups, result["summary"], taus)
+            rows += rows_of(args.knob, task, groups, result["summary"], taus, args.values)
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, "defaults_sweep.json")
     results = {}
     if os.path.exists(path):
         with open(path) as f:
             results = json.load(f)
-    swept = {setting_of(row) for row in rows}
-    kept = [r for r in results.get(args.knob, {}).get("rows", []) if setting_of(r) not in swept]
+
+    def replaced(row: dict) -> tuple:  # a row of the same setting (and value, with --values)
+        return (setting_of(row), row["value"] if args.values else None)
+
+    swept = {replaced(row) for row in rows}
+    kept = [r for r in results.get(args.knob, {}).get("rows", []) if replaced(r) not in swept]
     rows = kept + rows
     print(table(args.knob, rows, args.within))
     results[args.knob] = {

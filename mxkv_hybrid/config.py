@@ -349,25 +349,30 @@ KNOBS: Dict[str, Knob] = {
         "the gradients alone.",
     ),
     "MXKV_ASYNC_DAMPING": Knob(
-        _choice(("auto", "none", "staleness", "momentum")),
+        _choice(("auto", "none", "staleness", "momentum", "rate")),
         "auto",
-        "`async`: `auto` (the default) is `momentum` where the optimizer "
-        "has a momentum and `none` where it has none (Adam), which group 0 "
-        "says at start. `momentum`: the servers' optimizer runs with its "
-        "momentum less 1 - 1/G for G groups (never below 0: the momentum "
-        "asynchrony adds); an optimizer without momentum is refused. "
-        "`staleness` damps each group's gradient by 1 / (1 + s) before its "
-        "leader pushes it, s the updates of other groups the servers applied "
-        "since that leader last read the weights (the servers' push counter, "
-        "read just before the push: one small round trip more a step). "
-        "`none`: every gradient applied as it is, as MXNet's `dist_async` "
-        "does. The default is chosen from the sweep of "
+        "`async`: `auto` (the default) is `rate` where the optimizer has a "
+        "momentum and `none` where it has none (Adam), which group 0 says at "
+        "start. `rate`: G groups each push the mean gradient of 1/G of a "
+        "step's batch, so the servers' optimizer runs with momentum m' where "
+        "1 - m' = G (1 - m): heavy-ball SGD's rate lr / (1 - m) kept per "
+        "sample (the linear scaling rule; 0.8 for 2 groups at the script's "
+        "0.9, 0.6 for 4; from 1 / (1 - m) groups on m' is 0 and each push is "
+        "scaled by 1 / (G (1 - m)); a learning-rate schedule advances one step "
+        "per G pushes; `mxkv_hybrid/modes/async_momentum.py`). "
+        "`momentum`: the servers' momentum less 1 - 1/G (never below 0: the "
+        "momentum asynchrony adds, Mitliagkas et al. 2016). Both refuse an "
+        "optimizer without momentum. `staleness` damps each group's gradient "
+        "by 1 / (1 + s) before its leader pushes it, s the updates of other "
+        "groups the servers applied since that leader last read the weights "
+        "(the servers' push counter, read just before the push: one small "
+        "round trip more a step). `none`: every gradient applied as it is, as "
+        "MXNet's `dist_async` does. The default is chosen from the sweep of "
         "`examples/defaults_sweep.py MXKV_ASYNC_DAMPING` (the async mode's "
-        "page: digits and MNIST-1D, 2 and 4 groups, 3 seeds), where `momentum` "
-        "came closest to allreduce in every row and `none` fell to chance in "
-        "most. Other modes refuse every value but `auto` and `none`. Tested "
-        "with a deliberately stale push (`tests/jobs/test_training_async.py`), "
-        "with and without momentum.",
+        "page: digits and MNIST-1D, 2 and 4 groups, 3 seeds). Other modes "
+        "refuse every value but `auto` and `none`. Tested with a deliberately "
+        "stale push (`tests/jobs/test_training_async.py`), with and without "
+        "momentum.",
     ),
     "MXKV_GROUP_SIZE": Knob(
         _whole_number(0, None, "0 (one group per host) or a positive number of ranks"),

@@ -56,7 +56,7 @@ from ..ps.keys import ServerKeys
 from ..ps.layout import bigarray_bound
 from ..ps.optimizers import COUNTER_KEY, FINISH_KEY, SETTINGS_KEYS, ServerOptimizer
 from ..ps.server_states import command, server_file
-from .async_momentum import has_momentum, with_async_momentum
+from .async_momentum import has_momentum, with_async_momentum, with_kept_rate
 from .worker_weights import Share
 
 log = logging.getLogger(__name__)
@@ -102,6 +102,7 @@ class ServerWeights:
         self._damping = config.async_damping if damps else "none"
         self._group_index, self._groups = groups.group_index, groups.num_groups
         self.damped: List[int] = []  # MXKV_ASYNC_DAMPING=staleness: s of each push damped
+        self._push_scale = 1.0  # MXKV_ASYNC_DAMPING=rate past 1 / (1 - m) groups: < 1
         self._separate_jobs = not world.spans_all_ranks  # each group its own MPI job
         restartable = self._separate_jobs and self._asynchronous  # a group rejoins alone
         # separate async group jobs: steps this group took before this start (None: not
@@ -173,9 +174,10 @@ class ServerWeights:
             self._register_codes(list(self._coder.parts))
 
     def _for_the_servers(self, optimizer: mx.optimizer.Optimizer) -> mx.optimizer.Optimizer:
-        """The optimizer the servers run: the script's, or with MXKV_ASYNC_DAMPING=momentum
-        (auto, the default: where the optimizer has a momentum) a copy whose momentum
-        leaves room for the groups' own (async_momentum.py). Group 0 says which."""
+        """The optimizer the servers run: the script's, or with MXKV_ASYNC_DAMPING=rate
+        (auto, the default: where the optimizer has a momentum) or momentum a copy with
+        the servers' momentum for the groups' asynchrony (async_momentum.py; rate also
+        sets the scale of each push). Group 0 says which."""
         says = self._group_index == 0
         if self._damping == "auto" and not has_momentum(optimizer):
             if says:
@@ -186,9 +188,12 @@ class ServerWeights:
                     extra=TO_STDERR,
                 )
             return optimizer
-        if self._damping not in ("momentum", "auto"):
+        if self._damping in ("rate", "auto"):
+            adjusted, self._push_scale, line = with_kept_rate(optimizer, self._groups)
+        elif self._damping == "momentum":
+            adjusted, line = with_async_momentum(optimizer, self._groups)
+        else:
             return optimizer
-        adjusted, line = with_async_momentum(optimizer, self._groups)
         if says:
             log.info(f"mxkv_hybrid: MXKV_ASYNC_DAMPING={self._damping}: {line}", extra=TO_STDERR)
         return adjusted
@@ -359,7 +364,9 @@ class ServerWeights:
         if self._ps is not None:
             if values is not None:
                 self._send_settings(
-                    1.0 / self._world_size if average and not self._asynchronous else 1.0
+                    1.0 / self._world_size
+                    if average and not self._asynchronous
+                    else self._push_scale
                 )
                 if self._damping == "staleness":
                     factor = self._staleness_damping()

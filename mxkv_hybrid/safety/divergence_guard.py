@@ -36,8 +36,9 @@ def advice_for(config: Config) -> str:
     can = capabilities_of(config.mode)
     if can.async_damping and config.async_damping == "none":
         return (
-            "set MXKV_ASYNC_DAMPING=momentum (asynchronous groups' stale gradients add "
-            "momentum of their own)"
+            "set MXKV_ASYNC_DAMPING=rate, the default (each asynchronous group's push "
+            "moves the weights a whole step: rate lowers the servers' momentum to keep "
+            "the script's rate per sample)"
         )
     if config.outer != "none":
         momentum = "the rule's" if config.outer_momentum is None else f"{config.outer_momentum:g}"

@@ -55,13 +55,12 @@ def summary(baseline: float, by_value: dict) -> list:
 
 def test_a_value_is_good_only_within_the_bound_in_every_row():
     knob = "MXKV_ASYNC_DAMPING"
-    rows = defaults_sweep.rows_of(
-        knob, "digits", 2, summary(0.95, {"none": 0.10, "staleness": 0.945, "momentum": 0.949})
-    )
-    rows += defaults_sweep.rows_of(
-        knob, "digits", 4, summary(0.95, {"none": 0.95, "staleness": 0.93, "momentum": 0.941})
-    )
+    by_value = {"none": 0.10, "staleness": 0.945, "momentum": 0.949, "rate": 0.95}
+    rows = defaults_sweep.rows_of(knob, "digits", 2, summary(0.95, by_value))
+    ran = ["none", "staleness", "momentum"]  # rate, within where it ran, not run here
+    by_value = {"none": 0.95, "staleness": 0.93, "momentum": 0.941}
+    rows += defaults_sweep.rows_of(knob, "digits", 4, summary(0.95, by_value), values=ran)
     gaps = {(r["value"], r["groups"]): round(r["gap_points"], 1) for r in rows}
     assert gaps[("none", 2)] == -85.0 and gaps[("staleness", 4)] == -2.0
-    assert gaps[("momentum", 4)] == -0.9
+    assert gaps[("momentum", 4)] == -0.9 and ("rate", 4) not in gaps
     assert defaults_sweep.table(knob, rows, 1.0).splitlines()[-1].endswith(": momentum")

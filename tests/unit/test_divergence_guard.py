@@ -56,7 +56,7 @@ def test_a_loss_back_near_its_start_warns_once_naming_the_mode_s_knob(caplog):
 def test_a_non_finite_loss_warns_and_with_fail_on_divergence_raises(caplog):
     feed(guard_of({"MXKV_MODE": "async", "MXKV_ASYNC_DAMPING": "none"}), [2.3, math.nan])
     (message,) = warnings_in(caplog)
-    assert "loss is nan" in message and "set MXKV_ASYNC_DAMPING=momentum" in message
+    assert "loss is nan" in message and "set MXKV_ASYNC_DAMPING=rate" in message
     strict = guard_of({"MXKV_MODE": "lasgd", "MXKV_FAIL_ON_DIVERGENCE": "1"})
     with pytest.raises(
         DivergenceError, match=r"lower MXKV_TAU \(now 4\) or MXKV_LOCAL_LR_SCALE \(now the rule's\)"
