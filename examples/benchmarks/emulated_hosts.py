@@ -1,12 +1,18 @@
 """Benchmark jobs on emulated hosts (mxkv_hybrid.testing.cluster: network namespaces, one
 tbf-shaped link per host that all of its ranks share, MPI over TCP): the real thing the
-in-process throttle (MXKV_THROTTLE_MBPS, one link per rank) stands in for. Needs root."""
+in-process throttle (MXKV_THROTTLE_MBPS, one link per rank) stands in for. Needs root. Or,
+with --cluster external, on hosts someone else set up (external_hosts.py)."""
 
+import argparse
 import subprocess
 import sys
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Union
 
 from mxkv_hybrid.testing.cluster import Cluster, unavailable_reason
+
+from external_hosts import HOSTS_VARIABLE, SSH_VARIABLE, ExternalHosts
+
+CLUSTERS = ("emulated", "external")
 
 
 def require_emulated_hosts() -> None:
@@ -16,15 +22,36 @@ def require_emulated_hosts() -> None:
         sys.exit(f"--hosts needs emulated hosts, and {reason}")
 
 
+def add_cluster_option(parser: argparse.ArgumentParser) -> None:
+    """--cluster: which hosts --hosts runs on."""
+    parser.add_argument(
+        "--cluster",
+        choices=CLUSTERS,
+        default="emulated",
+        help="with --hosts: emulated hosts this run makes (root; mxkv_hybrid.testing.cluster) "
+        f"or hosts someone else set up, named by {HOSTS_VARIABLE} and reached by "
+        f"{SSH_VARIABLE} (external_hosts.py)",
+    )
+
+
+def hosts_of(kind: str, hosts: int, rate_mbit: Optional[float]) -> Union[Cluster, ExternalHosts]:
+    """The `hosts` hosts a benchmark runs on, a context manager: emulated ones made here,
+    their links shaped to `rate_mbit`, or external ones whose links have that rate."""
+    if kind == "external":
+        return ExternalHosts(hosts, rate_mbit)
+    require_emulated_hosts()
+    return Cluster(hosts, rate_mbit)
+
+
 def launch_on_hosts(
-    cluster: Cluster,
+    cluster: Union[Cluster, ExternalHosts],
     ranks_per_host: int,
     command: List[str],
     env: Dict[str, str],
     launcher_options: Optional[List[str]] = None,
     timeout: float = 1800,
 ) -> subprocess.CompletedProcess:
-    """`mxkv-launch -n K*R -H h1:R,...,hK:R [options] -- command` started on h1."""
+    """`mxkv-launch -n K*R -H h1:R,...,hK:R [options] -- command` started on the first host."""
     hosts = ",".join(f"{name}:{ranks_per_host}" for name in cluster.names)
     launcher = [
         sys.executable,
@@ -41,7 +68,12 @@ def launch_on_hosts(
         *command,
     ]
     process = cluster.run(
-        "h1", launcher, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        cluster.names[0],
+        launcher,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     stdout, stderr = process.communicate(timeout=timeout + 60)
     return subprocess.CompletedProcess(launcher, process.returncode, stdout, stderr)

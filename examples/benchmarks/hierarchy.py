@@ -34,7 +34,13 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from emulated_hosts import allreduce_limit_seconds, launch_on_hosts, require_emulated_hosts  # noqa: E402
+from emulated_hosts import (  # noqa: E402
+    add_cluster_option,
+    allreduce_limit_seconds,
+    hosts_of,
+    launch_on_hosts,
+    require_emulated_hosts,
+)
 from job_output import json_lines  # noqa: E402
 from model_shapes import resnet50_shapes  # noqa: E402
 from timing import interleaved, seconds  # noqa: E402
@@ -197,15 +203,14 @@ def run_on_this_machine(args: argparse.Namespace, env: dict) -> List[dict]:
 
 
 def run_on_hosts(args: argparse.Namespace, env: dict, hosts: int, mbps: float) -> List[dict]:
-    """One group per emulated host, their links shaped to `mbps`, no throttle."""
-    from mxkv_hybrid.testing.cluster import Cluster
-
+    """One group per host (emulated, their links shaped to `mbps`, or external), no
+    throttle."""
     print(
-        f"-- {hosts} emulated hosts x {args.group_size} ranks, host links {mbps:g} Mbit/s, "
+        f"-- {hosts} {args.cluster} hosts x {args.group_size} ranks, host links {mbps:g} Mbit/s, "
         f"{args.reps} repetitions, OMP_NUM_THREADS={args.threads} ...",
         flush=True,
     )
-    with Cluster(hosts, mbps) as cluster:
+    with hosts_of(args.cluster, hosts, mbps) as cluster:
         done = launch_on_hosts(
             cluster,
             args.group_size,
@@ -257,11 +262,12 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=7)
     parser.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS of every rank")
     parser.add_argument("--out", default=os.path.join(HERE, "results"))
+    add_cluster_option(parser)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         return worker(args.group_size, args.mbps, args.reps)
-    if args.hosts:
+    if args.hosts and args.cluster == "emulated":
         require_emulated_hosts()
 
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MXKV_COMPRESS=args.compress)

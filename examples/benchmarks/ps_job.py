@@ -1,17 +1,16 @@
 """Runs a native MXNet ps-lite job: one scheduler, S servers, W workers (plain processes, not
-MPI ranks), for the benchmarks' `dist_sync` baseline, on 127.0.0.1 or on emulated hosts
-(the scheduler and servers on h1, the workers spread over the hosts in turn, each node
-announcing its own host's address). The nodes are started the way mxkv-launch starts
-them: the scheduler first, the servers once it listens.
+MPI ranks), for the benchmarks' `dist_sync` baseline, on 127.0.0.1 or on emulated or
+external hosts (the scheduler and servers on the first host, h1, the workers spread over
+the hosts in turn, each node announcing its own host's address). The nodes are started
+the way mxkv-launch starts them: the scheduler first, the servers once it listens.
 """
 
 import os
 import subprocess
 import sys
-from typing import List, Optional
+from typing import List
 
 from mxkv_hybrid.launch.processes import Node, end_process_group, free_port, wait_until_listening
-from mxkv_hybrid.testing.cluster import Cluster
 
 HOST = "127.0.0.1"
 NODE = [sys.executable, "-m", "mxkv_hybrid.ps.server"]
@@ -22,10 +21,11 @@ def run_ps_job(
     num_workers: int,
     num_servers: int,
     timeout: float = 900,
-    cluster: Optional[Cluster] = None,
+    cluster=None,  # a Cluster or ExternalHosts
 ) -> List[str]:
     """Runs `worker_command` as every worker; returns each worker's stdout (rank order unknown)."""
-    host = cluster.address("h1") if cluster else HOST
+    first = cluster.names[0] if cluster else "h1"  # the scheduler's and the servers' host
+    host = cluster.address(first) if cluster else HOST
     port = free_port(HOST)  # on emulated hosts: h1 is a fresh namespace, every port free
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DMLC_", "MXKV_"))}
     env.update(
@@ -49,13 +49,13 @@ def run_ps_job(
             name, command, env=dict(env, DMLC_ROLE=role), start_new_session=True, **popen
         )
 
-    scheduler = on("h1", NODE, "scheduler")
+    scheduler = on(first, NODE, "scheduler")
     processes = [scheduler]
     try:
         if cluster is None:  # (ZeroMQ connects again until the scheduler listens)
             wait_until_listening(Node("scheduler", scheduler), host, port, timeout=60)
-        processes += [on("h1", NODE, "server") for _ in range(num_servers)]
-        hosts = cluster.names if cluster else ["h1"]
+        processes += [on(first, NODE, "server") for _ in range(num_servers)]
+        hosts = cluster.names if cluster else [first]
         workers = [
             on(
                 hosts[i * len(hosts) // num_workers],

@@ -22,7 +22,8 @@ measured apart (a wait for the engine in between), and the whole step measured i
 separate steps without that wait (where overlap can help), medians over the measured
 steps of rank 0; bytes through the parameter server per step (sum over the processes that
 talk to it). Prints a table and writes training_step.json and training_step.png to --out.
-With --hosts H (root): on H emulated hosts instead (emulated_hosts.py), --ranks / H ranks
+With --hosts H (root): on H emulated hosts instead (emulated_hosts.py; --cluster external:
+on hosts someone else set up, external_hosts.py), --ranks / H ranks
 each, one group per host, every host's link shaped to --mbps, the scheduler and servers on
 h1 (dist_sync: its workers spread the same way); each step beside its link limit: what
 h1's link must carry each way per step (a hybrid group's leader pushes and pulls the model
@@ -40,7 +41,7 @@ import os
 import subprocess
 import sys
 import time
-from typing import Optional
+from typing import Dict, List, Optional
 
 import numpy as np
 
@@ -48,9 +49,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 from emulated_hosts import (  # noqa: E402
+    add_cluster_option,
     allreduce_limit_seconds,
+    hosts_of,
     launch_on_hosts,
-    require_emulated_hosts,
     servers_limit_seconds,
 )
 from job_output import json_lines  # noqa: E402
@@ -273,6 +275,30 @@ def run_configuration(
     }
 
 
+def over_rounds(rounds: List[List[Optional[dict]]]) -> List[dict]:
+    """Each configuration's results over the rounds (each round ran every configuration
+    once, in turn): the medians of its rounds' medians, and each round's whole step."""
+    combined = []
+    for runs in zip(*rounds):
+        done = [r for r in runs if r is not None]
+        if not done:
+            continue
+        result = dict(done[0])
+        for key, value in done[0].items():
+            if key.endswith("_ms") and value is not None:
+                result[key] = float(np.median([r[key] for r in done]))
+        result["round_total_ms"] = [r["total_ms"] for r in done]
+        combined.append(result)
+    return combined
+
+
+def pair_ratios(by_name: Dict[str, dict], name: str, baseline: str) -> List[float]:
+    """`name`'s whole step over `baseline`'s, round by round (each pair ran side by side)."""
+    return [
+        a / b for a, b in zip(by_name[name]["round_total_ms"], by_name[baseline]["round_total_ms"])
+    ]
+
+
 def link_limit_ms(name: str, gradient_bytes: int, ranks: int, cluster) -> Optional[float]:
     """The least time one step's communication can take behind the hosts' links (None for
     the averaging modes, which exchange every tau-th step)."""
@@ -325,6 +351,13 @@ def main() -> None:
     parser.add_argument("--ranks", type=int, default=4, help="ranks (even: two groups)")
     parser.add_argument("--steps", type=int, default=20, help="measured steps")
     parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="run every configuration once a round, in turn, this many times (medians "
+        "over the rounds; pairs side by side)",
+    )
     parser.add_argument("--out", default=os.path.join(HERE, "results"))
     parser.add_argument(
         "--configurations",
@@ -347,6 +380,7 @@ def main() -> None:
     parser.add_argument(
         "--mbps", type=float, default=1000, help="with --hosts: the rate of every host's link"
     )
+    add_cluster_option(parser)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--kvstore", help=argparse.SUPPRESS)
     parser.add_argument("--gc", help=argparse.SUPPRESS)
@@ -355,28 +389,32 @@ def main() -> None:
         return worker(args.kvstore, args.steps, args.warmup, args.gc)
 
     os.environ["OMP_NUM_THREADS"] = str(args.threads)  # every job below inherits it
+    links = None
     if args.hosts:
-        require_emulated_hosts()
-        from mxkv_hybrid.testing.cluster import Cluster
-
-        with Cluster(args.hosts, args.mbps) as cluster:
-            results = [
-                run_configuration(c, args.ranks, args.steps, args.warmup, cluster)
-                for c in args.configurations
+        with hosts_of(args.cluster, args.hosts, args.mbps) as cluster:
+            links = cluster.links()
+            rounds = [
+                [
+                    run_configuration(c, args.ranks, args.steps, args.warmup, cluster)
+                    for c in args.configurations
+                ]
+                for _ in range(args.rounds)
             ]
     else:
-        results = [
-            run_configuration(c, args.ranks, args.steps, args.warmup) for c in args.configurations
+        rounds = [
+            [run_configuration(c, args.ranks, args.steps, args.warmup) for c in args.configurations]
+            for _ in range(args.rounds)
         ]
-    results = [r for r in results if r is not None]
+    results = over_rounds(rounds)
     where = (
-        f"{args.hosts} emulated hosts, links {args.mbps:g} Mbit/s, servers on h1"
+        f"{args.hosts} {args.cluster} hosts, links {args.mbps:g} Mbit/s, servers on the first"
         if args.hosts
         else "one machine"
     )
     print(
         f"\nResNet-18, 32x32, batch {BATCH} per rank, {args.ranks} ranks, {SERVERS} servers "
-        f"({where}), OMP_NUM_THREADS={args.threads}; medians of {args.steps} steps, rank 0"
+        f"({where}), OMP_NUM_THREADS={args.threads}; medians of {args.steps} steps, rank 0, "
+        f"and over {args.rounds} round(s)"
     )
     print(
         f"{'configuration':>14} {'compute ms':>11} {'step ms':>9} {'whole ms':>9} "
@@ -401,11 +439,15 @@ def main() -> None:
             f"\noverlap on / off, whole step: "
             f"{by_name['overlap']['total_ms'] / by_name['allreduce']['total_ms']:.3f}"
         )
-    if "sync" in by_name and "dist_sync" in by_name:
-        print(
-            f"sync / dist_sync, whole step: "
-            f"{by_name['sync']['total_ms'] / by_name['dist_sync']['total_ms']:.3f}"
-        )
+    to_dist_sync = {}  # whole step over dist_sync's in the same round
+    for name in [n for n in by_name if n.startswith("sync")]:
+        if "dist_sync" in by_name:
+            ratios = pair_ratios(by_name, name, "dist_sync")
+            to_dist_sync[name] = {"rounds": ratios, "median": float(np.median(ratios))}
+            print(
+                f"{name} / dist_sync, whole step, round by round: "
+                f"{', '.join(f'{r:.3f}' for r in ratios)}; median {np.median(ratios):.3f}"
+            )
     for name, r in by_name.items():
         direct = by_name.get(f"{name}+trusted")
         if direct:
@@ -429,9 +471,13 @@ def main() -> None:
                 "batch_per_rank": BATCH,
                 "servers": SERVERS,
                 "omp_num_threads": args.threads,
+                "rounds": args.rounds,
                 "hosts": args.hosts,
+                "cluster": args.cluster if args.hosts else None,
+                "links": links,
                 "mbps": args.mbps if args.hosts else None,
                 "results": results,
+                "to_dist_sync": to_dist_sync,
             },
             f,
             indent=1,

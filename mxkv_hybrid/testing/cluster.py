@@ -349,6 +349,20 @@ class Cluster:
             if done.returncode != 0:
                 raise RuntimeError(f"`{' '.join(command)}` failed: {done.stderr.strip()}")
 
+    def links(self) -> Dict[str, object]:
+        """How every host's link is made, as a results file records it."""
+        return {
+            "made_by": "mxkv_hybrid.testing.cluster",
+            "rate_mbit": self.rate_mbit,
+            "qdisc": "tbf",
+            "burst": BURST,
+            "latency": LATENCY,
+            "mtu": MTU,
+            "directions": "both: the host's egress (its veth in its namespace) and its "
+            "ingress (the bridge side's egress), each at the rate",
+            "topology": "one bridge in the root namespace, one veth pair per host",
+        }
+
     def cut(self, name: str) -> None:
         """Cuts host `name` off the others (its link's bridge end goes down)."""
         _ip("link", "set", self.host(name).link, "down")
