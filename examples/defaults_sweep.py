@@ -68,6 +68,11 @@ SWEEPS: Dict[str, Sweep] = {
     ),
     "MXKV_TAU lasgd": Sweep("MXKV_TAU", "lasgd tau={value}", ["4", "8", "16", "32", "64", "128"]),
     "MXKV_TAU easgd": Sweep("MXKV_TAU", "easgd tau={value}", ["4", "8", "16", "32", "64", "128"]),
+    # easgd before its rules for long periods: the moving rate and the local steps' rate
+    # of short ones (alpha 0.1, the script's learning rate)
+    "MXKV_TAU easgd alpha 0.1 scale 1": Sweep(
+        "MXKV_TAU", "easgd tau={value} alpha=0.1 lr_scale=1", ["8", "32", "128"]
+    ),
     # easgd's moving rate: the paper's beta / groups (0.45 for 2 groups, 0.225 for 4) and
     # fixed values (the rule, min(0.1, beta / groups), is 0.1 for 2 to 9 groups)
     "MXKV_EASGD_ALPHA": Sweep(

@@ -69,8 +69,8 @@ class ModeCapabilities:
         "averages or elastic exchanges."
     )
     local_lr_scale: bool = _can(
-        "MXKV_LOCAL_LR_SCALE: each rank's local steps take its gradients times a scale, by "
-        "default a rule of MXKV_TAU and the number of ranks."
+        "MXKV_LOCAL_LR_SCALE: the local steps take the gradients times a scale, by default a "
+        "rule of MXKV_TAU and the number of local models (lasgd: ranks; easgd: groups)."
     )
     updates_on_store: bool = _can(
         "The store can run the optimizer (KVStore.is_capable(OPTIMIZER), update_on_kvstore), "
@@ -145,6 +145,7 @@ CAPABILITIES: Dict[str, ModeCapabilities] = {
             rma_transport=True,
             outer_optimizer=True,
             local_steps=True,
+            local_lr_scale=True,
             checkpoints=True,
             checkpoints_per_group=True,
         )

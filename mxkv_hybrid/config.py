@@ -227,10 +227,13 @@ KNOBS: Dict[str, Knob] = {
         "",
         "`easgd`: the elastic moving rate of each exchange (e = alpha (x - "
         "centre); x -= e; centre += e), between 0 and 1. Empty: the rule "
-        "min(0.1, `MXKV_EASGD_BETA` / groups), which rank 0 prints at start "
-        "(`mxkv_hybrid/modes/elastic_rate.py`): the paper's beta / groups, 0.45 "
-        "for 2 groups, was short of allreduce on MNIST-1D in the sweep of "
-        "`examples/defaults_sweep.py MXKV_EASGD_ALPHA` (the easgd mode's page).",
+        "min(0.5, min(0.1, `MXKV_EASGD_BETA` / groups) x max(1, MXKV_TAU / 16)), "
+        "and at most beta / groups with `MXKV_EASGD_SYNC=1`, which rank 0 prints "
+        "at start (`mxkv_hybrid/modes/elastic_rate.py`): the paper's beta / "
+        "groups, 0.45 for 2 groups, was short of allreduce on MNIST-1D in the "
+        "sweep of `examples/defaults_sweep.py MXKV_EASGD_ALPHA`, and 0.1 over "
+        "periods past 16 steps in the sweep of `MXKV_TAU easgd` (the easgd mode's "
+        "page).",
     ),
     "MXKV_EASGD_SYNC": Knob(
         _parse_bool,
@@ -335,18 +338,20 @@ KNOBS: Dict[str, Knob] = {
     "MXKV_LOCAL_LR_SCALE": Knob(
         _parse_optional_scale,
         "",
-        "`lasgd`: the local steps take each rank's gradients times this (above 0), "
-        "which under SGD, with or without momentum, scales the script's learning rate "
-        "(weight decay and the warm-up's synchronous steps keep theirs; Adam's steps "
-        "do not depend on it). Empty: the rule sqrt(max(1 / ranks, min(1, 16 / "
-        "MXKV_TAU))), which rank 0 prints at start where it is not 1: the "
+        "`lasgd`, `easgd`: the local steps take the gradients (each rank's in lasgd, "
+        "each group's sum in easgd) times this (above 0), which under SGD, with or "
+        "without momentum, scales the script's learning rate (weight decay and lasgd's "
+        "warm-up keep theirs; Adam's steps do not depend on it). Empty: the rule "
+        "sqrt(max(1 / M, min(1, 16 / MXKV_TAU))) for M local models (lasgd: the ranks; "
+        "easgd: the groups), which rank 0 prints at start where it is not 1: the "
         "square-root scaling rule from the batch of all ranks, which the script's "
         "learning rate is set for, to the batch a local model trains on over a "
         "period longer than 16 steps (`mxkv_hybrid/modes/local_lr_scale.py`). In the "
         "sweep of `examples/defaults_sweep.py MXKV_LOCAL_LR_SCALE` the script's "
         "learning rate (1) fell 5 to 22 points short of allreduce on MNIST-1D at "
-        "MXKV_TAU 32 to 128 (the lasgd mode's page). `PeriodicModelAverager` leaves "
-        "the gradients alone.",
+        "MXKV_TAU 32 to 128 (the lasgd mode's page); easgd at tau 128 ended at chance "
+        "with 4 groups (the easgd mode's page). `PeriodicModelAverager` leaves the "
+        "gradients alone.",
     ),
     "MXKV_ASYNC_DAMPING": Knob(
         _choice(("auto", "none", "staleness", "momentum", "rate")),
@@ -734,7 +739,7 @@ class Config:
     outer: str
     outer_lr: float
     outer_momentum: Optional[float]  # None: outer_optimizer.rule_momentum(outer_lr)
-    local_lr_scale: Optional[float]  # None: local_lr_scale.rule_scale(tau, ranks)
+    local_lr_scale: Optional[float]  # None: local_lr_scale.rule_scale(tau, local models)
     fragments: int
     async_damping: str
     hierarchy: str

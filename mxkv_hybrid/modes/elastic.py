@@ -44,6 +44,7 @@ from ..ps.keys import ServerKeys
 from ..ps.optimizers import FINISH_KEY, ElasticCentre
 from .averaging import allreduce_split, check_saved_with, check_state_mode
 from .elastic_rate import elastic_alpha
+from .local_lr_scale import local_lr_scale
 from .outer_optimizer import outer_optimizer_of
 from .remote_centre import RemoteCentre
 
@@ -53,7 +54,15 @@ class ElasticAveraging:
 
     def __init__(self, config: Config, world: World, groups: Groups):
         self.alpha = elastic_alpha(
-            config.easgd_alpha, config.easgd_beta, groups.num_groups, world.rank == 0
+            config.easgd_alpha,
+            config.easgd_beta,
+            groups.num_groups,
+            config.tau,
+            config.easgd_sync,
+            world.rank == 0,
+        )
+        self._local_scale = local_lr_scale(
+            config.local_lr_scale, config.tau, groups.num_groups, world.rank == 0, "groups"
         )
         self.tau = config.tau
         self.warmup_steps = config.warmup_steps
@@ -110,8 +119,8 @@ class ElasticAveraging:
         outputs: Sequence[Arrays],
         average: bool,
     ) -> None:
-        """The store's reducer in mode easgd: gradients of weights inside the group, other
-        values (metrics) over all ranks."""
+        """The store's reducer in mode easgd: gradients of weights inside the group (times
+        MXKV_LOCAL_LR_SCALE), other values (metrics) over all ranks."""
         allreduce_split(
             op,
             keys,
@@ -122,6 +131,11 @@ class ElasticAveraging:
             weights=self.gradients,
             others=self._world,
         )
+        if self._local_scale != 1.0:  # MXKV_LOCAL_LR_SCALE: the group's local steps
+            for key, results in zip(keys, outputs):
+                if key in self._server_keys:
+                    for result in results:
+                        result *= self._local_scale
 
     def compress_gradients(self, compression: Compression) -> None:
         """set_gradient_compression: the weights' gradients are quantised (each rank's, with

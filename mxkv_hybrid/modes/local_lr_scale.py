@@ -1,15 +1,17 @@
-"""MXKV_LOCAL_LR_SCALE: lasgd's local steps take each rank's gradients times a scale, which
-for SGD (with or without momentum) is its learning rate's scale.
+"""MXKV_LOCAL_LR_SCALE: the local steps of lasgd (each rank's) and easgd (each group's) take
+the gradients times a scale, which for SGD (with or without momentum) is its learning
+rate's scale.
 
 The script's learning rate is set for the batch of one allreduce over all K ranks (K x b
-samples). Between two averages a rank's model steps on its own batch b. Unless
-MXKV_LOCAL_LR_SCALE is set, the rule applies the square-root scaling rule (a learning
-rate in proportion to the square root of the batch: Krizhevsky 2014, "One weird trick";
-Hoffer et al. 2017, "Train longer, generalize better") to the batch a local model trains
-on over a period: K x b while the averages come at most RULE_PERIOD steps apart, less by
-RULE_PERIOD / tau for longer periods, never less than its own b:
+samples). Between two averages (lasgd) or elastic exchanges (easgd) a local model steps on
+its own batch: b for a rank, g x b for a group of g ranks, 1 / M of all ranks' for M local
+models. Unless MXKV_LOCAL_LR_SCALE is set, the rule applies the square-root scaling rule (a
+learning rate in proportion to the square root of the batch: Krizhevsky 2014, "One weird
+trick"; Hoffer et al. 2017, "Train longer, generalize better") to the batch a local model
+trains on over a period: K x b while the exchanges come at most RULE_PERIOD steps apart,
+less by RULE_PERIOD / tau for longer periods, never less than its own:
 
-    scale = sqrt(max(1 / K, min(1, RULE_PERIOD / tau)))
+    scale = sqrt(max(1 / M, min(1, RULE_PERIOD / tau)))
 
 RULE_PERIOD is the longest MXKV_TAU at which the script's learning rate held within a
 point of allreduce on both tasks of examples/defaults_sweep.py "MXKV_TAU lasgd" before the
@@ -27,21 +29,25 @@ RULE_PERIOD = 16
 log = logging.getLogger(__name__)
 
 
-def rule_scale(tau: int, ranks: int) -> float:
-    """MXKV_LOCAL_LR_SCALE's default for averages every `tau` steps over `ranks` ranks."""
-    return math.sqrt(max(1.0 / ranks, min(1.0, RULE_PERIOD / tau)))
+def rule_scale(tau: int, models: int) -> float:
+    """MXKV_LOCAL_LR_SCALE's default for exchanges every `tau` steps between `models` local
+    models (lasgd: the ranks; easgd: the groups)."""
+    return math.sqrt(max(1.0 / models, min(1.0, RULE_PERIOD / tau)))
 
 
-def local_lr_scale(chosen: Optional[float], tau: int, ranks: int, announce: bool) -> float:
+def local_lr_scale(
+    chosen: Optional[float], tau: int, models: int, announce: bool, of: str = "ranks"
+) -> float:
     """The scale of the local steps' gradients: `chosen` (MXKV_LOCAL_LR_SCALE), else the
-    rule's, which rank 0 (`announce`) says at start where it is not 1."""
+    rule's for `models` local models (`of`: ranks in lasgd, groups in easgd), which rank 0
+    (`announce`) says at start where it is not 1."""
     if chosen is not None:
         return chosen
-    scale = rule_scale(tau, ranks)
+    scale = rule_scale(tau, models)
     if announce and scale != 1.0:
         log.info(
-            f"mxkv_hybrid: lasgd's local steps take the gradients x{scale:.3g} (the script's "
-            f"learning rate x{scale:.3g} under SGD) = sqrt(max(1 / {ranks} ranks, "
+            f"mxkv_hybrid: the local steps take the gradients x{scale:.3g} (the script's "
+            f"learning rate x{scale:.3g} under SGD) = sqrt(max(1 / {models} {of}, "
             f"min(1, {RULE_PERIOD} / MXKV_TAU {tau}))), MXKV_LOCAL_LR_SCALE's rule: the "
             "square-root scaling rule from the batch of all ranks to a local model's over a "
             "long period; set MXKV_LOCAL_LR_SCALE=1 to keep the script's",

@@ -229,7 +229,7 @@ def test_trainer_steps_follow_synchronous_easgd_and_eamsgd(job_dir, optimizer, t
         job_dir, str(SYNC_STEPS), optimizer, "--consensus", transport=transport
     )
     expected = reference.easgd_sync(
-        SYNC_STEPS, 2, SYNC_TAU, SYNC_WARMUP, rule_alpha(0.9, 2), optimizer
+        SYNC_STEPS, 2, SYNC_TAU, SYNC_WARMUP, rule_alpha(0.9, 2, SYNC_TAU, True), optimizer
     )
     assert [r["step"] for r in seen] == list(range(1, SYNC_STEPS + 1))
     for record, want in zip(seen, expected):
@@ -251,7 +251,7 @@ def test_an_outer_optimizer_moves_the_centre_by_its_step(job_dir, outer, transpo
     own e; the reference takes the outer step on the sum of the groups' e (the momentum is
     linear, so the two agree when the groups exchange together; one group alone is
     asynchronous EASGD too). Control: plain EASGD's centre differs."""
-    alpha = rule_alpha(0.9, groups)
+    alpha = rule_alpha(0.9, groups, SYNC_TAU, sync == "1")
     seen, agreed = trainer_steps(
         job_dir,
         str(SYNC_STEPS),

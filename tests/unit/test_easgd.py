@@ -1,12 +1,13 @@
 """MXKV_MODE=easgd's settings, in one process: bad MXKV_TRANSPORT, MXKV_TAU and MXKV_EASGD_*
 values are refused; with the centre in the leaders' MPI windows (MXKV_TRANSPORT=rma) the
-launcher takes groups without servers and refuses --servers."""
+launcher takes groups without servers and refuses --servers; the moving rate's rule."""
 
 import pytest
 
 from mxkv_hybrid.config import Config
 from mxkv_hybrid.errors import ConfigError
 from mxkv_hybrid.launch.launcher import parse_arguments
+from mxkv_hybrid.modes.elastic_rate import rule_alpha
 
 EASGD = {"MXKV_MODE": "easgd"}
 
@@ -56,3 +57,19 @@ def test_a_remote_centre_takes_groups_without_servers(monkeypatch):
     monkeypatch.setenv("MXKV_TRANSPORT", "rma")
     args = parse_arguments(["-n", "4", "--group-size", "2", "--", "python", "x.py"])
     assert args.group_size == 2 and not args.group_jobs and not args.servers
+
+
+@pytest.mark.parametrize(
+    "groups, tau, synchronous, alpha",
+    [
+        (2, 4, False, 0.1),  # the sweep's 0.1 up to RULE_PERIOD
+        (4, 16, False, 0.1),
+        (4, 32, False, 0.2),  # the same pull per step over a longer period
+        (4, 128, False, 0.5),  # capped: 0.9 ran away
+        (4, 128, True, 0.225),  # synchronous: the paper's beta / groups
+        (20, 4, False, 0.045),  # beta / groups beyond 9 groups
+        (20, 64, False, 0.18),
+    ],
+)
+def test_the_moving_rate_s_rule_keeps_the_pull_per_step(groups, tau, synchronous, alpha):
+    assert rule_alpha(0.9, groups, tau, synchronous) == pytest.approx(alpha)

@@ -70,9 +70,11 @@ def test_the_local_learning_rate_scale_s_rule_and_where_it_is_refused():
     assert Config.from_environment({"MXKV_MODE": "lasgd"}).local_lr_scale is None
     with pytest.raises(ConfigError, match="MXKV_LOCAL_LR_SCALE='0' is invalid: expected a"):
         Config.from_environment({"MXKV_MODE": "lasgd", "MXKV_LOCAL_LR_SCALE": "0"})
-    for mode in ("easgd", "sync", "async", "allreduce"):
+    easgd = Config.from_environment({"MXKV_MODE": "easgd", "MXKV_LOCAL_LR_SCALE": "0.5"})
+    assert easgd.local_lr_scale == 0.5  # a group's local steps
+    for mode in ("sync", "async", "allreduce"):
         with pytest.raises(
-            ConfigError, match=r"MXKV_LOCAL_LR_SCALE=0\.5 is built for MXKV_MODE=lasgd, "
+            ConfigError, match=r"MXKV_LOCAL_LR_SCALE=0\.5 is built for MXKV_MODE=lasgd or easgd, "
         ):
             Config.from_environment({"MXKV_MODE": mode, "MXKV_LOCAL_LR_SCALE": "0.5"})
 
