@@ -175,16 +175,17 @@ class ServerWeights:
 
     def _for_the_servers(self, optimizer: mx.optimizer.Optimizer) -> mx.optimizer.Optimizer:
         """The optimizer the servers run: the script's, or with MXKV_ASYNC_DAMPING=rate
-        (auto, the default: where the optimizer has a momentum) or momentum a copy with
-        the servers' momentum for the groups' asynchrony (async_momentum.py; rate also
-        sets the scale of each push). Group 0 says which."""
+        (auto, the default: where the optimizer has a momentum above 0) or momentum a
+        copy with the servers' momentum for the groups' asynchrony (async_momentum.py;
+        rate also sets the scale of each push). Group 0 says which."""
         says = self._group_index == 0
-        if self._damping == "auto" and not has_momentum(optimizer):
+        if self._damping == "auto" and not (has_momentum(optimizer) and optimizer.momentum > 0):
             if says:
                 log.info(
                     f"mxkv_hybrid: MXKV_ASYNC_DAMPING=auto: {type(optimizer).__name__} has no "
-                    "momentum to lower, so the groups' gradients are applied undamped (set "
-                    "MXKV_ASYNC_DAMPING=staleness to damp them)",
+                    "momentum to lower, so the groups' gradients are applied undamped, as "
+                    "dist_async applies them (set MXKV_ASYNC_DAMPING=rate to scale each push "
+                    "by 1 / groups, or staleness)",
                     extra=TO_STDERR,
                 )
             return optimizer
