@@ -60,6 +60,19 @@ SWEEPS: Dict[str, Sweep] = {
         OUTER,
         taus=(8, 32, 128),
     ),
+    # the outer optimizer's learning rate, its momentum the rule max(0, 1 - lr)
+    "MXKV_OUTER_LR": Sweep(
+        "MXKV_OUTER_LR",
+        "lasgd tau={tau} outer=nesterov overlap=1 outer_lr={value}",
+        ["1", "0.7", "0.5", "0.3"],
+        taus=(8, 32, 128),
+    ),
+    "MXKV_OUTER_LR easgd": Sweep(
+        "MXKV_OUTER_LR",
+        "easgd tau={tau} outer=nesterov outer_lr={value}",
+        ["1", "0.7", "0.5", "0.3"],
+        taus=(8, 32, 128),
+    ),
     "MXKV_OUTER_MOMENTUM easgd": Sweep(
         "MXKV_OUTER_MOMENTUM",
         "easgd tau={tau} outer=nesterov outer_momentum={value}",

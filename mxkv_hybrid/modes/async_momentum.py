@@ -1,6 +1,6 @@
 """The servers' momentum under G asynchronous groups.
 
-MXKV_ASYNC_DAMPING=rate (auto, the default, where the optimizer has a momentum): each group
+MXKV_ASYNC_DAMPING=rate (auto, the default, where the optimizer's momentum is above 0): each group
 pushes the mean gradient of its 1/G of a step's batch and the servers apply it at once, so
 G pushes move the weights where one synchronous step of all ranks moves them once. Heavy-ball
 SGD's effective rate is lr / (1 - m); keeping it per sample (the linear scaling rule from

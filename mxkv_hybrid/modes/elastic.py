@@ -42,9 +42,9 @@ from ..ps.client import connect_leader, release
 from ..ps.finish_line import finish_line_for
 from ..ps.keys import ServerKeys
 from ..ps.optimizers import FINISH_KEY, ElasticCentre
-from .averaging import allreduce_split, check_saved_with, check_state_mode
+from .averaging import Reducer, allreduce_split, check_saved_with, check_state_mode
 from .elastic_rate import elastic_alpha
-from .local_lr_scale import local_lr_scale
+from .local_lr_scale import local_lr_scale, scaled
 from .outer_optimizer import outer_optimizer_of
 from .remote_centre import RemoteCentre
 
@@ -76,7 +76,7 @@ class ElasticAveraging:
         self._world_comm = world.comm
         blocking = replace(config, overlap=False)
         self.group = TensorCollectives(groups.group_comm, blocking)
-        self.gradients: TensorCollectives | QuantisedReducer = self.group  # weights' gradients
+        self.gradients: Reducer = scaled(self.group, self._local_scale)  # weights' gradients
         self._world = TensorCollectives(world.comm, blocking, groups)
         self._group_comm = groups.group_comm
         self._server_keys = ServerKeys()
@@ -131,16 +131,11 @@ class ElasticAveraging:
             weights=self.gradients,
             others=self._world,
         )
-        if self._local_scale != 1.0:  # MXKV_LOCAL_LR_SCALE: the group's local steps
-            for key, results in zip(keys, outputs):
-                if key in self._server_keys:
-                    for result in results:
-                        result *= self._local_scale
 
     def compress_gradients(self, compression: Compression) -> None:
         """set_gradient_compression: the weights' gradients are quantised (each rank's, with
         its residual) before the group sums them; the elastic exchange stays float32."""
-        self.gradients = QuantisedReducer(self.group, compression)
+        self.gradients = scaled(QuantisedReducer(self.group, compression), self._local_scale)
 
     def register(self, keys: Sequence[Key], weights: Sequence[mx.nd.NDArray]) -> None:
         """The centre of each new key starts at its weights (identical on every rank of a

@@ -20,9 +20,11 @@ The sweep "MXKV_LOCAL_LR_SCALE" measures the rule against fixed scales."""
 
 import logging
 import math
-from typing import Optional
+from typing import Optional, Sequence
 
+from ..comm.collectives import Arrays, Key
 from ..logs import TO_STDERR
+from .averaging import Reducer
 
 RULE_PERIOD = 16
 
@@ -54,3 +56,29 @@ def local_lr_scale(
             extra=TO_STDERR,
         )
     return scale
+
+
+class Scaled:
+    """A reducer whose results are times `scale`, in place: the local steps' gradients."""
+
+    def __init__(self, reducer: Reducer, scale: float):
+        self.reducer = reducer
+        self.scale = scale
+
+    def allreduce(
+        self,
+        op: str,
+        keys: Sequence[Key],
+        inputs: Sequence[Arrays],
+        outputs: Sequence[Arrays],
+        average: bool,
+    ) -> None:
+        self.reducer.allreduce(op, keys, inputs, outputs, average)
+        for results in outputs:
+            for result in results:
+                result *= self.scale
+
+
+def scaled(reducer: Reducer, scale: float) -> Reducer:
+    """`reducer`, its results times `scale` where that is not 1."""
+    return reducer if scale == 1.0 else Scaled(reducer, scale)

@@ -35,7 +35,7 @@ from ..config import Config
 from ..errors import MXKVError
 from .averaging import allreduce_split, check_saved_with, check_state_mode
 from .fragments import Piece, cut_into_fragments
-from .local_lr_scale import local_lr_scale
+from .local_lr_scale import local_lr_scale, scaled
 from .outer_optimizer import OuterOptimizer, outer_optimizer_of
 from .quantised_changes import QuantisedChanges
 from .rounded_deltas import RoundedDeltas
@@ -65,13 +65,9 @@ def changes_of(
 
 class DeviceSum:
     """The local steps' reduction: each key's inputs summed over this process's devices by
-    MXNet's own operations, in order in its engine, times `scale` (MXKV_LOCAL_LR_SCALE).
-    Not a collective: it never waits for the engine, so the average in flight keeps
-    overlapping the local steps (a blocking collective, even over one rank, waits for
-    every operation the engine holds)."""
-
-    def __init__(self, scale: float = 1.0):
-        self.scale = scale
+    MXNet's own operations, in order in its engine. Not a collective: it never waits for
+    the engine, so the average in flight keeps overlapping the local steps (a blocking
+    collective, even over one rank, waits for every operation the engine holds)."""
 
     def allreduce(
         self,
@@ -85,8 +81,6 @@ class DeviceSum:
             total = arrays[0]
             if len(arrays) > 1:
                 total = mx.nd.add_n(*(a.as_in_context(total.context) for a in arrays))
-            if self.scale != 1.0:
-                total = total * self.scale
             for result in results:
                 if result.handle.value != total.handle.value:
                     total.copyto(result)
@@ -116,8 +110,9 @@ class LocalSGD:
         this_group = groups(config.group_size)  # the emulated slow link runs between groups
         self._world = TensorCollectives(world.comm, blocking, this_group)
         self.gradients: TensorCollectives | QuantisedReducer = self._world  # in the warm-up
-        self._local = DeviceSum(
-            local_lr_scale(config.local_lr_scale, self.period, world.size, world.rank == 0)
+        self._local = scaled(  # MXKV_LOCAL_LR_SCALE
+            DeviceSum(),
+            local_lr_scale(config.local_lr_scale, self.period, world.size, world.rank == 0),
         )
         self._averaging = TensorCollectives(  # the periodic averages
             world.comm, replace(averages_config(config), overlap=self.overlap), this_group

@@ -11,7 +11,7 @@ import mxkv_hybrid
 from mxkv_hybrid.config import Config
 from mxkv_hybrid.errors import ConfigError, MXKVError
 from mxkv_hybrid.modes.averaging import check_saved_with
-from mxkv_hybrid.modes.local_lr_scale import local_lr_scale, rule_scale
+from mxkv_hybrid.modes.local_lr_scale import local_lr_scale, rule_scale, scaled
 from mxkv_hybrid.modes.local_sgd import DeviceSum, averages_config
 
 from support import averaging_reference as reference
@@ -81,7 +81,7 @@ def test_the_local_learning_rate_scale_s_rule_and_where_it_is_refused():
 
 def test_local_steps_take_the_device_sum_times_the_scale():
     gradients = [mx.nd.array([1.0, 2.0]), mx.nd.array([3.0, 4.0])]
-    DeviceSum(0.5).allreduce("local", ["w"], [gradients], [gradients], average=False)
+    scaled(DeviceSum(), 0.5).allreduce("local", ["w"], [gradients], [gradients], average=False)
     assert [g.asnumpy().tolist() for g in gradients] == [[2.0, 3.0], [2.0, 3.0]]
 
 
