@@ -8,36 +8,55 @@ namespace mxkv {
 
 namespace {
 
-template <typename T, typename W>
-void stages(const Communicator& local, const Communicator& cross, Workspace& ws, T* data,
-            int64_t count, int dtype, Algorithm cross_algorithm, int compress, double scale) {
-  ring_reduce_scatter<T, W>(local, ws, data, count, 1.0);
-  const RingBlock slice = ring_owned_block(count, local.size(), local.rank());
-  allreduce_vector(cross, ws, data + slice.first, slice.length, dtype, cross_algorithm, compress,
-                   scale);
-  if (local.size() == 1) return;
-  quantize<T, W>(data + slice.first, slice.length);  // what the group will receive
-  ring_allgather<T, W>(local, ws, data, count);
+// f.template operator()<T, W>(values): T the vector's type, W what travels (compress).
+template <typename F>
+void with_types(int dtype, int compress, void* data, F&& f) {
+  dispatch_dtype(dtype, [&]<typename T>() {
+    T* values = static_cast<T*>(data);
+    if constexpr (std::is_same_v<T, float>) {
+      if (compress == kFloat16) return f.template operator()<float, half>(values);
+      if (compress == kBfloat16) return f.template operator()<float, bfloat16>(values);
+    }
+    f.template operator()<T, T>(values);
+  });
 }
 
 }  // namespace
 
+void hierarchical_reduce_scatter(const Communicator& local, Workspace& ws, void* data,
+                                 int64_t count, int dtype, int compress) {
+  if (count == 0) return;
+  with_types(dtype, compress, data, [&]<typename T, typename W>(T* values) {
+    ring_reduce_scatter<T, W>(local, ws, values, count, 1.0);
+  });
+}
+
+void hierarchical_across(const Communicator& local, const Communicator& cross, Workspace& ws,
+                         void* data, int64_t count, int dtype, Algorithm cross_algorithm,
+                         int compress, double scale) {
+  if (count == 0) return;
+  with_types(dtype, compress, data, [&]<typename T, typename W>(T* values) {
+    const RingBlock slice = ring_owned_block(count, local.size(), local.rank());
+    allreduce_vector(cross, ws, values + slice.first, slice.length, dtype, cross_algorithm,
+                     compress, scale);
+    if (local.size() > 1) quantize<T, W>(values + slice.first, slice.length);  // as it travels
+  });
+}
+
+void hierarchical_allgather(const Communicator& local, Workspace& ws, void* data, int64_t count,
+                            int dtype, int compress) {
+  if (count == 0 || local.size() == 1) return;
+  with_types(dtype, compress, data, [&]<typename T, typename W>(T* values) {
+    ring_allgather<T, W>(local, ws, values, count);
+  });
+}
+
 void allreduce_hierarchical(const Communicator& local, const Communicator& cross, Workspace& ws,
                             void* data, int64_t count, int dtype, Algorithm cross_algorithm,
                             int compress, double scale) {
-  if (count == 0) return;
-  dispatch_dtype(dtype, [&]<typename T>() {
-    T* values = static_cast<T*>(data);
-    if constexpr (std::is_same_v<T, float>) {
-      if (compress == kFloat16)
-        return stages<float, half>(local, cross, ws, values, count, dtype, cross_algorithm,
-                                   compress, scale);
-      if (compress == kBfloat16)
-        return stages<float, bfloat16>(local, cross, ws, values, count, dtype, cross_algorithm,
-                                       compress, scale);
-    }
-    stages<T, T>(local, cross, ws, values, count, dtype, cross_algorithm, compress, scale);
-  });
+  hierarchical_reduce_scatter(local, ws, data, count, dtype, compress);
+  hierarchical_across(local, cross, ws, data, count, dtype, cross_algorithm, compress, scale);
+  hierarchical_allgather(local, ws, data, count, dtype, compress);
 }
 
 }  // namespace mxkv

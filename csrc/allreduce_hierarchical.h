@@ -19,6 +19,19 @@
 
 namespace mxkv {
 
+// The stages apart, for a pipeline of many vectors (TensorCollectives): one vector's
+// group stages may run on another thread while another vector crosses the groups.
+// 1: after it this rank's slice holds its group's sum.
+void hierarchical_reduce_scatter(const Communicator& local, Workspace& ws, void* data,
+                                 int64_t count, int dtype, int compress);
+// 2: the slice allreduced across groups, times scale (as it will travel in 3).
+void hierarchical_across(const Communicator& local, const Communicator& cross, Workspace& ws,
+                         void* data, int64_t count, int dtype, Algorithm cross_algorithm,
+                         int compress, double scale);
+// 3: every rank of the group gets every slice.
+void hierarchical_allgather(const Communicator& local, Workspace& ws, void* data, int64_t count,
+                            int dtype, int compress);
+
 // data[i] = scale * sum over every rank of every group of data[i]; `local`: this
 // rank's group, `cross`: the ranks of every group with this rank's index in its group.
 void allreduce_hierarchical(const Communicator& local, const Communicator& cross, Workspace& ws,

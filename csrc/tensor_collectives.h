@@ -111,10 +111,20 @@ class TensorCollectives {
 
  private:
   bool signatures_agree(uint64_t signature);
-  char* staging(int dtype);
+  char* staging(int dtype, int slot);
+  // A bucket's vector: fused, packed into staging buffer `slot`; else its tensor's
+  // devices summed into its first output, in place.
+  char* gather_in(const Bucket& bucket, const std::vector<Tensor>& tensors, int slot);
+  // The reduced vector to every output.
+  void scatter_out(const Bucket& bucket, const std::vector<Tensor>& tensors, const char* vector);
   void run_bucket(const Bucket& bucket, const std::vector<Tensor>& tensors, double scale);
-  void allreduce_fused(const Bucket& bucket, const std::vector<Tensor>& tensors, double scale);
-  void allreduce_in_place(const Bucket& bucket, const std::vector<Tensor>& tensors, double scale);
+  // Hierarchical, in pieces of at most a bucket's bytes, in a pipeline
+  // (stage_pipeline.h): one piece crosses the groups while the next is reduced inside
+  // the group and the one before gathered.
+  void allreduce_pipelined(const std::vector<Bucket>& buckets, const std::vector<Tensor>& tensors,
+                           double scale);
+  // The algorithm across groups for a bucket of `bytes` (the slice is 1/g of it).
+  Algorithm cross_algorithm(int dtype, int64_t bytes, Algorithm algorithm) const;
   void broadcast_bucket(const Bucket& bucket, const std::vector<Tensor>& tensors, int root);
   // The residual kept under `residual_key`, `count` values (zeros at first).
   float* residual_of(uint64_t residual_key, int64_t count);
@@ -128,9 +138,10 @@ class TensorCollectives {
   Workspace workspace_;
   size_t bucket_bytes_;
   AllreduceOptions options_;
-  std::map<int, std::vector<char>> staging_;  // one bucket buffer per dtype
+  std::map<std::pair<int, int>, std::vector<char>> staging_;  // by (dtype, slot)
   Timeline timeline_;
   std::unique_ptr<Communicator> local_, cross_;  // set_hierarchy
+  Workspace local_workspace_;  // the pipeline's group stages, on their own thread
   std::vector<AlgorithmRule> cross_table_;
   std::unordered_map<uint64_t, std::vector<float>> residuals_;  // allreduce_quantised's, per key
   std::vector<float> group_sum_;  // allreduce_quantised_group_sums' buffers, kept between calls

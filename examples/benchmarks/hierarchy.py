@@ -7,7 +7,8 @@ emulation, the machine's own speed), and flat with MXKV_ALGO=ring as well as aut
   flat           one allreduce over all ranks (MXKV_HIERARCHY=off; auto: the algorithm table),
   flat_ring      the same, forced ring (what a ring over hosts sends across),
   hierarchical   reduce-scatter inside each group, slices allreduced across groups,
-                 allgather inside (MXKV_HIERARCHY=on).
+                 allgather inside (MXKV_HIERARCHY=on), bucket after bucket in a pipeline:
+                 one bucket crosses while the next is reduced inside the group.
 All run in one MPI job, interleaved repetition by repetition in shuffled order
 (OMP_NUM_THREADS=--threads); a repetition's time is the slowest rank's; medians. Bytes
 across groups per allreduce: the sum over ranks and the largest rank's (the busiest link).
@@ -15,7 +16,9 @@ With --hosts H [H ...] (root): also on H emulated hosts of --group-size ranks ea
 group per host, every host's link shaped to each --mbps (its ranks share it, as a NIC;
 no throttle), and each figure beside the link's limit (emulated_hosts.py: each host must
 send 2 (H-1)/H of the gradient through its link; halved with --compress fp16).
-Prints a table and writes hierarchy.json and hierarchy.png to --out.
+Each figure also as nccl-tests gives it (the bus bandwidth: the vector's bytes over the
+time, times 2 (n-1)/n for n ranks). Prints a table and writes hierarchy.json and
+hierarchy.png to --out.
 
     python examples/benchmarks/hierarchy.py [--ranks 4] [--group-size 2] [--mbps 0 1000]
     python examples/benchmarks/hierarchy.py --hosts 2 3 4 --group-size 2 --mbps 1000
@@ -285,6 +288,11 @@ def main() -> None:
             if r["mbps"]
             else None
         )
+        # nccl-tests' figures (doc/PERFORMANCE.md there): the algorithm bandwidth, the
+        # vector's bytes over the time, and the bus bandwidth, that times 2 (n-1)/n for n
+        # ranks; with one rank per host it reads as the link's speed at the limit
+        r["algbw_gbps"] = r["gradient_bytes"] / (r["median_ms"] / 1e3) / 1e9
+        r["busbw_gbps"] = r["algbw_gbps"] * 2 * (r["ranks"] - 1) / r["ranks"]
     first = rows[0]
     print(
         f"\nResNet-50 gradient set ({first['gradient_bytes'] / 2**20:.1f} MiB, wire "
@@ -293,7 +301,8 @@ def main() -> None:
     )
     print(
         f"{'where':>9} {'groups':>9} {'link':>12} {'method':>13} {'ms':>9} {'limit ms':>9} "
-        f"{'/ limit':>8} {'MiB across (busiest rank)':>26} {'flat / this':>12}"
+        f"{'/ limit':>8} {'busbw GB/s':>11} {'MiB across (busiest rank)':>26} "
+        f"{'flat / this':>12}"
     )
     for r in rows:
         flat = next(
@@ -312,7 +321,8 @@ def main() -> None:
         )
         print(
             f"{r['where']:>9} {r['groups']:>3} x {r['group_size']:<3} {link:>12} "
-            f"{r['method']:>13} {r['median_ms']:9.1f} {limit} {r['across_max_mb']:26.1f} "
+            f"{r['method']:>13} {r['median_ms']:9.1f} {limit} {r['busbw_gbps']:11.3f} "
+            f"{r['across_max_mb']:26.1f} "
             f"{flat['median_ms'] / r['median_ms']:11.2f}x"
         )
     os.makedirs(args.out, exist_ok=True)

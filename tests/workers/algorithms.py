@@ -111,9 +111,10 @@ def check_vectors():
                     )
 
 
-def check_whole_calls(make=None, label: str = ""):
+def check_whole_calls(make=None, label: str = "", wire: str = "float32"):
     """Several keys, two per-device inputs each, fused and in-place buckets (bucket 1 KiB);
-    make(algorithm, bucket_bytes) builds the collectives (default: flat over the world)."""
+    make(algorithm, bucket_bytes) builds the collectives (default: flat over the world),
+    whose values travel as `wire`."""
     shapes = [(3,), (5, 7), (300,), (1,), (2000,), (17, 19)]
     for algorithm in ALGORITHMS + ["auto"]:
         tc = (
@@ -141,7 +142,7 @@ def check_whole_calls(make=None, label: str = ""):
                 got[0],
                 expected[k],
                 "float32",
-                "float32",
+                wire,
                 1.0 / p,
             )
 

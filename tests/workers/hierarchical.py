@@ -95,9 +95,16 @@ def check_the_link_charges_what_crosses():
 check_vectors()
 check_bytes_across()
 check_the_link_charges_what_crosses()
-algorithms.check_whole_calls(
+algorithms.check_whole_calls(  # many buckets: the pipelined stages
     lambda algorithm, bucket_bytes: collectives(algorithm, "on", bucket_bytes=bucket_bytes),
     "hierarchical ",
+)
+algorithms.check_whole_calls(
+    lambda algorithm, bucket_bytes: collectives(
+        "ring" if algorithm == "mpi" else algorithm, "on", "bf16", bucket_bytes
+    ),
+    "hierarchical as bfloat16 ",
+    "bfloat16",
 )
 
 if comm.rank == 0:
