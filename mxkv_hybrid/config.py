@@ -319,7 +319,10 @@ KNOBS: Dict[str, Knob] = {
         _positive,
         "0.7",
         "The outer optimizer's learning rate, above 0 (DiLoCo's 0.7). With"
-        " `1` and momentum `0` the outer step is plain averaging.",
+        " `1` and momentum `0` the outer step is plain averaging. Chosen by "
+        "`examples/defaults_sweep.py MXKV_OUTER_LR` (lasgd, the momentum its rule): 1, "
+        "0.7, 0.5 and 0.3 within a point of allreduce at tau 8 and 32 on digits and "
+        "MNIST-1D, 0.7 the best at MNIST-1D's tau 32 and 128 (docs/modes/lasgd.md).",
     ),
     "MXKV_OUTER_MOMENTUM": Knob(
         _parse_optional_momentum,
@@ -342,11 +345,12 @@ KNOBS: Dict[str, Knob] = {
         "each group's sum in easgd) times this (above 0), which under SGD, with or "
         "without momentum, scales the script's learning rate (weight decay and lasgd's "
         "warm-up keep theirs; Adam's steps do not depend on it). Empty: the rule "
-        "sqrt(max(1 / M, min(1, 16 / MXKV_TAU))) for M local models (lasgd: the ranks; "
-        "easgd: the groups), which rank 0 prints at start where it is not 1: the "
-        "square-root scaling rule from the batch of all ranks, which the script's "
-        "learning rate is set for, to the batch a local model trains on over a "
-        "period longer than 16 steps (`mxkv_hybrid/modes/local_lr_scale.py`). In the "
+        "sqrt(max(1 / M, min(1, P / MXKV_TAU))) for M local models (lasgd: the ranks, "
+        "P 16; easgd: the groups, P 48: the centre's pull keeps them closer), which "
+        "rank 0 prints at start where it is not 1: the square-root scaling rule from "
+        "the batch of all ranks, which the script's learning rate is set for, to the "
+        "batch a local model trains on over a period longer than P steps "
+        "(`mxkv_hybrid/modes/local_lr_scale.py`). In the "
         "sweep of `examples/defaults_sweep.py MXKV_LOCAL_LR_SCALE` the script's "
         "learning rate (1) fell 5 to 22 points short of allreduce on MNIST-1D at "
         "MXKV_TAU 32 to 128 (the lasgd mode's page); easgd at tau 128 ended at chance "

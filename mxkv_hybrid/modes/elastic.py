@@ -44,7 +44,7 @@ from ..ps.keys import ServerKeys
 from ..ps.optimizers import FINISH_KEY, ElasticCentre
 from .averaging import Reducer, allreduce_split, check_saved_with, check_state_mode
 from .elastic_rate import elastic_alpha
-from .local_lr_scale import local_lr_scale, scaled
+from .local_lr_scale import ELASTIC_RULE_PERIOD, local_lr_scale, scaled
 from .outer_optimizer import outer_optimizer_of
 from .remote_centre import RemoteCentre
 
@@ -62,7 +62,12 @@ class ElasticAveraging:
             world.rank == 0,
         )
         self._local_scale = local_lr_scale(
-            config.local_lr_scale, config.tau, groups.num_groups, world.rank == 0, "groups"
+            config.local_lr_scale,
+            config.tau,
+            groups.num_groups,
+            world.rank == 0,
+            "groups",
+            ELASTIC_RULE_PERIOD,
         )
         self.tau = config.tau
         self.warmup_steps = config.warmup_steps

@@ -16,7 +16,15 @@ less by RULE_PERIOD / tau for longer periods, never less than its own:
 RULE_PERIOD is the longest MXKV_TAU at which the script's learning rate held within a
 point of allreduce on both tasks of examples/defaults_sweep.py "MXKV_TAU lasgd" before the
 rule (commit e30755c; MNIST-1D at lr 0.1: tau 16 -0.2 points, tau 32 -4.9, tau 128 -21.9).
-The sweep "MXKV_LOCAL_LR_SCALE" measures the rule against fixed scales."""
+The sweep "MXKV_LOCAL_LR_SCALE" measures the rule against fixed scales.
+
+easgd's groups are pulled towards the centre at every exchange, so they drift apart less
+over a period: its rule takes ELASTIC_RULE_PERIOD instead. At tau 32 the script's rate
+(x1) was within a point of allreduce where x0.71 (the rule with RULE_PERIOD) was short:
+MNIST-1D 2 groups -0.2 against -2.1 points, digits 4 groups +0.3 against -1.6, MNIST-1D 4
+groups +1.1 (alpha 0.2, seeds 42 1 2). At tau 128 with 4 groups the tasks pull apart:
+MNIST-1D x0.5 -1.0, x0.61 -1.1, x0.71 -3.0; digits x0.5 -2.6, x0.61 -0.7, x0.71 -1.3;
+48 steps gives x0.61 there (examples/benchmarks/results/easgd_local_scale)."""
 
 import logging
 import math
@@ -27,30 +35,36 @@ from ..logs import TO_STDERR
 from .averaging import Reducer
 
 RULE_PERIOD = 16
+ELASTIC_RULE_PERIOD = 48
 
 log = logging.getLogger(__name__)
 
 
-def rule_scale(tau: int, models: int) -> float:
+def rule_scale(tau: int, models: int, period: int = RULE_PERIOD) -> float:
     """MXKV_LOCAL_LR_SCALE's default for exchanges every `tau` steps between `models` local
-    models (lasgd: the ranks; easgd: the groups)."""
-    return math.sqrt(max(1.0 / models, min(1.0, RULE_PERIOD / tau)))
+    models (lasgd: the ranks, RULE_PERIOD; easgd: the groups, ELASTIC_RULE_PERIOD)."""
+    return math.sqrt(max(1.0 / models, min(1.0, period / tau)))
 
 
 def local_lr_scale(
-    chosen: Optional[float], tau: int, models: int, announce: bool, of: str = "ranks"
+    chosen: Optional[float],
+    tau: int,
+    models: int,
+    announce: bool,
+    of: str = "ranks",
+    period: int = RULE_PERIOD,
 ) -> float:
     """The scale of the local steps' gradients: `chosen` (MXKV_LOCAL_LR_SCALE), else the
-    rule's for `models` local models (`of`: ranks in lasgd, groups in easgd), which rank 0
-    (`announce`) says at start where it is not 1."""
+    rule's for `models` local models (`of`: ranks in lasgd, groups in easgd) and `period`,
+    which rank 0 (`announce`) says at start where it is not 1."""
     if chosen is not None:
         return chosen
-    scale = rule_scale(tau, models)
+    scale = rule_scale(tau, models, period)
     if announce and scale != 1.0:
         log.info(
             f"mxkv_hybrid: the local steps take the gradients x{scale:.3g} (the script's "
             f"learning rate x{scale:.3g} under SGD) = sqrt(max(1 / {models} {of}, "
-            f"min(1, {RULE_PERIOD} / MXKV_TAU {tau}))), MXKV_LOCAL_LR_SCALE's rule: the "
+            f"min(1, {period} / MXKV_TAU {tau}))), MXKV_LOCAL_LR_SCALE's rule: the "
             "square-root scaling rule from the batch of all ranks to a local model's over a "
             "long period; set MXKV_LOCAL_LR_SCALE=1 to keep the script's",
             extra=TO_STDERR,

@@ -1,6 +1,7 @@
 """MXKV_MODE=easgd's settings, in one process: bad MXKV_TRANSPORT, MXKV_TAU and MXKV_EASGD_*
 values are refused; with the centre in the leaders' MPI windows (MXKV_TRANSPORT=rma) the
-launcher takes groups without servers and refuses --servers; the moving rate's rule."""
+launcher takes groups without servers and refuses --servers; the moving rate's rule and the
+local steps' scale."""
 
 import pytest
 
@@ -8,6 +9,7 @@ from mxkv_hybrid.config import Config
 from mxkv_hybrid.errors import ConfigError
 from mxkv_hybrid.launch.launcher import parse_arguments
 from mxkv_hybrid.modes.elastic_rate import rule_alpha
+from mxkv_hybrid.modes.local_lr_scale import ELASTIC_RULE_PERIOD, rule_scale
 
 EASGD = {"MXKV_MODE": "easgd"}
 
@@ -73,3 +75,17 @@ def test_a_remote_centre_takes_groups_without_servers(monkeypatch):
 )
 def test_the_moving_rate_s_rule_keeps_the_pull_per_step(groups, tau, synchronous, alpha):
     assert rule_alpha(0.9, groups, tau, synchronous) == pytest.approx(alpha)
+
+
+@pytest.mark.parametrize(
+    "groups, tau, scale",
+    [
+        (2, 32, 1.0),  # the script's rate held at tau 32 where x0.71 fell short
+        (4, 64, 0.866),
+        (2, 128, 0.707),
+        (4, 128, 0.612),  # between MNIST-1D's x0.5 and digits' x0.71
+        (4, 1024, 0.5),  # never less than one group's batch
+    ],
+)
+def test_a_group_s_local_steps_take_the_rule_s_scale_over_easgd_s_period(groups, tau, scale):
+    assert rule_scale(tau, groups, ELASTIC_RULE_PERIOD) == pytest.approx(scale, abs=1e-3)
