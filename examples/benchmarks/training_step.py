@@ -14,6 +14,8 @@
               ps-lite on the hosts' addresses, connected directly instead of through the
               relays (the default between hosts); e.g. sync, sync+trusted, easgd,
               easgd+trusted measure what the relays cost,
+  NAME+one-group  on one machine, a hybrid configuration's ranks in one group (what
+              mxkv-launch gives by default: one group per host) instead of two,
   horovod     Horovod's MXNet binding (hvd.DistributedTrainer, its own tensor fusion) when it
               is installed (optional; skipped with a note otherwise),
 all in one run, on generated data, every rank and server with OMP_NUM_THREADS=--threads.
@@ -211,20 +213,20 @@ def run_configuration(
         for r in rows:
             r["ps_bytes_per_step"] = 2 * r["gradient_bytes"]
     else:
-        base, _, trusted = name.partition("+")
+        base, *flags = name.split("+")
         mode, _, compression = base.partition("-")
         env = dict(
             os.environ,
             MXKV_MODE="allreduce" if name == "overlap" else mode,
             MXKV_OVERLAP="1" if name == "overlap" else "0",
         )
-        groups = cluster.size if cluster else 2
+        groups = cluster.size if cluster else 1 if "one-group" in flags else 2
         options = (
             []
             if base in ("allreduce", "overlap", "horovod")
             else ["--group-size", str(ranks // groups), "--servers", str(SERVERS)]
         )
-        options += ["--trusted-network"] if trusted == "trusted" else []
+        options += ["--trusted-network"] if "trusted" in flags else []
         store = "horovod" if name == "horovod" else "hybrid"
         command = [
             "python",
