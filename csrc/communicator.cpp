@@ -17,6 +17,12 @@ void check_mpi(int rc, const char* what) {
   throw MPIFailure(std::string(what) + " failed: " + std::string(text, len));
 }
 
+bool threads_may_call_mpi_at_once() {
+  int level = MPI_THREAD_SINGLE;
+  check_mpi(MPI_Query_thread(&level), "MPI_Query_thread");
+  return level == MPI_THREAD_MULTIPLE;
+}
+
 Communicator::Communicator(MPI_Comm comm) {
   check_mpi(MPI_Comm_dup(comm, &comm_), "MPI_Comm_dup");
   check_mpi(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");

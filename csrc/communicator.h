@@ -22,6 +22,9 @@ struct MPIFailure : std::runtime_error {
 // Throws MPIFailure naming `what` and MPI's error text.
 void check_mpi(int rc, const char* what);
 
+// Whether MPI was initialised for calls from several threads at once (MPI_THREAD_MULTIPLE).
+bool threads_may_call_mpi_at_once();
+
 class Communicator {
  public:
   explicit Communicator(MPI_Comm comm);

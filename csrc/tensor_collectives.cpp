@@ -53,7 +53,7 @@ Status TensorCollectives::allreduce(const std::vector<TensorRequest>& requests,
   if (!signatures_agree(set.signature)) return Status::kMismatch;
   const double scale = average ? 1.0 / size() : 1.0;
   const std::vector<Bucket> buckets = plan(set.tensors);
-  if (cross_ && local_->size() > 1)
+  if (cross_ && local_->size() > 1 && threads_may_call_mpi_at_once())
     allreduce_pipelined(buckets, set.tensors, scale);
   else
     for (const Bucket& bucket : buckets) run_bucket(bucket, set.tensors, scale);

@@ -120,7 +120,8 @@ class TensorCollectives {
   void run_bucket(const Bucket& bucket, const std::vector<Tensor>& tensors, double scale);
   // Hierarchical, in pieces of at most a bucket's bytes, in a pipeline
   // (stage_pipeline.h): one piece crosses the groups while the next is reduced inside
-  // the group and the one before gathered.
+  // the group and the one before gathered. Two threads call MPI at once: only where
+  // MPI_THREAD_MULTIPLE was given (mpi4py's default), else the stages run in turn.
   void allreduce_pipelined(const std::vector<Bucket>& buckets, const std::vector<Tensor>& tensors,
                            double scale);
   // The algorithm across groups for a bucket of `bytes` (the slice is 1/g of it).
@@ -141,7 +142,7 @@ class TensorCollectives {
   std::map<std::pair<int, int>, std::vector<char>> staging_;  // by (dtype, slot)
   Timeline timeline_;
   std::unique_ptr<Communicator> local_, cross_;  // set_hierarchy
-  Workspace local_workspace_;  // the pipeline's group stages, on their own thread
+  Workspace local_workspace_;                    // the pipeline's group stages, on their own thread
   std::vector<AlgorithmRule> cross_table_;
   std::unordered_map<uint64_t, std::vector<float>> residuals_;  // allreduce_quantised's, per key
   std::vector<float> group_sum_;  // allreduce_quantised_group_sums' buffers, kept between calls
