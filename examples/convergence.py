@@ -46,7 +46,8 @@ cross-group transfer step takes at least latency + bytes / bandwidth, per rank; 
 mxkv_hybrid/comm/link_throttle.py) is the setting the averaging modes exist for. With
 --hosts (root) every group runs on an emulated host of its own instead
 (mxkv_hybrid.testing.cluster: a network namespace, MPI over TCP, one tbf-shaped link per
-host at the --links rate, 0 unlimited), and nothing is throttled in the process.
+host at the --links rate, 0 unlimited; --cluster external: on hosts someone else set up,
+examples/benchmarks/external_hosts.py), and nothing is throttled in the process.
 
 Prints a table (means over the seeds), writes convergence_<task>.json and .txt to --out,
 and one figure per question (means over the seeds, one legend below the panels):
@@ -547,13 +548,10 @@ def links(args: argparse.Namespace):
     if not args.hosts:
         yield from ((link, None) for link in args.links)
         return
-    from mxkv_hybrid.testing.cluster import Cluster
+    from emulated_hosts import hosts_of
 
-    from emulated_hosts import require_emulated_hosts
-
-    require_emulated_hosts()
     for link in args.links:
-        with Cluster(args.groups, link or None) as cluster:
+        with hosts_of(args.cluster, args.groups, link or None) as cluster:
             yield link, cluster
 
 
@@ -590,6 +588,9 @@ def main() -> None:
         "namespaces, MPI over TCP) whose link runs at --links Mbit/s "
         "(tbf; 0: unlimited), instead of the in-process throttle",
     )
+    from emulated_hosts import add_cluster_option
+
+    add_cluster_option(parser)
     parser.add_argument("--configurations", nargs="+", help="the task's set unless given")
     parser.add_argument(
         "--within",

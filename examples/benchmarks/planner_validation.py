@@ -21,10 +21,11 @@ shared cores), and when every rank meets only once every tau steps (the drift: t
 of the wait that adds up between meetings, as ranks progress at unequal rates). Each of
 those is the median of 3 jobs. The servers are not behind the emulated link (it charges
 the leaders). With --hosts (root), the jobs of each setting run instead on emulated hosts
-(one per group, its ranks sharing one tbf-shaped link of --mbps, MPI over TCP, the
-servers and scheduler on h1) and the planner is given what a real cluster's user would
-give it: a host's link shared by its ranks (as the throttle's is) as an MPI ping-pong between two
-such hosts measured it, and the servers behind h1's link (servers_beside); compute and ps-lite's own
+(--cluster external: on hosts someone else set up, external_hosts.py; one per group, its
+ranks sharing one tbf-shaped link of --mbps, MPI over TCP, the servers and scheduler on
+h1) and the planner is given what a real cluster's user would give it: a host's link
+shared by its ranks (as the throttle's is) as an MPI ping-pong between two such hosts
+measured it, and the servers behind h1's link (servers_beside); compute and ps-lite's own
 throughput are calibrated on loopback as without --hosts, so no term is fitted on these
 runs. A configuration whose first job took longer than --long runs once. Prints
 a table, the share of configurations within 20 %, whether the predicted best is the
@@ -50,9 +51,8 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from mxkv_hybrid.testing.cluster import Cluster  # noqa: E402
 
-from emulated_hosts import launch_on_hosts, require_emulated_hosts  # noqa: E402
+from emulated_hosts import add_cluster_option, hosts_of, launch_on_hosts  # noqa: E402
 from job_output import json_lines  # noqa: E402
 from ps_job import run_ps_job  # noqa: E402
 
@@ -556,16 +556,16 @@ def measure_setting(
 
 
 def measure_host_links(args: argparse.Namespace, env: dict) -> Dict[float, dict]:
-    """{mbps: the link between two emulated hosts shaped at mbps}, by MPI ping-pong."""
-    require_emulated_hosts()
+    """{mbps: the link between two hosts (emulated, shaped at mbps; or external), by MPI
+    ping-pong."""
     if 0 in args.mbps:
         sys.exit("--hosts: every --mbps must be a rate (0, no link, means loopback)")
     links = {}
     for mbps in args.mbps:
-        with Cluster(2, mbps) as cluster:
+        with hosts_of(args.cluster, 2, mbps) as cluster:
             links[mbps] = launch(2, [], ["--worker", "ping-pong"], env, cluster)[0]
         print(
-            f"link between two emulated hosts at {mbps:g} Mbit/s: latency "
+            f"link between two {args.cluster} hosts at {mbps:g} Mbit/s: latency "
             f"{1e6 * links[mbps]['latency']:.1f} us, bandwidth "
             f"{8 * links[mbps]['bandwidth'] / 1e6:.0f} Mbit/s",
             flush=True,
@@ -611,6 +611,7 @@ def main() -> None:
         help="run the jobs on emulated hosts (root), one per group, each behind "
         "a link of --mbps that its ranks share",
     )
+    add_cluster_option(parser)
     parser.add_argument(
         "--merge",
         help="an earlier planner_validation.json: its rows for "
@@ -674,7 +675,8 @@ def main() -> None:
                 )
                 # (hierarchical needs groups of 2)
                 names = [n for n in args.configurations if n in predicted]
-                with Cluster(layout(ranks)[0], mbps) if args.hosts else nullcontext() as cluster:
+                hosts = hosts_of(args.cluster, layout(ranks)[0], mbps) if args.hosts else None
+                with hosts if hosts is not None else nullcontext() as cluster:
                     measured = measure_setting(
                         model, ranks, mbps, names, predicted, args, env, random, cluster
                     )

@@ -10,8 +10,9 @@ Ranks done with their part sleep in a polled barrier instead of spinning in MPI.
 An exchange is what the Trainer hook runs every MXKV_TAU steps: read c, e = alpha (x - c),
 x -= e, c += e. Rounds of all configurations in shuffled order (--rounds), --reps
 exchanges per job and kind; OMP_NUM_THREADS=--threads everywhere; medians over all.
-With --hosts (root): each group on an emulated host of its own (emulated_hosts.py), every
-host's link shaped to --mbps, the ps-lite servers on h1; each figure beside the link's
+With --hosts (root): each group on an emulated host of its own (emulated_hosts.py; with
+--cluster external on hosts someone else set up, external_hosts.py), every host's link
+shaped to --mbps, the ps-lite servers on h1; each figure beside the link's
 limit: the bytes the busiest link carries each way over the rate (limit_bytes: the centre
 read one way and the elastic difference sent the other, at once on a full-duplex link).
 Prints a table and writes remote_centre.json and remote_centre.png to --out.
@@ -33,7 +34,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from emulated_hosts import launch_on_hosts, require_emulated_hosts  # noqa: E402
+from emulated_hosts import add_cluster_option, hosts_of, launch_on_hosts  # noqa: E402
 from job_output import json_lines  # noqa: E402
 from model_shapes import resnet50_shapes  # noqa: E402
 from timing import seconds  # noqa: E402
@@ -89,19 +90,24 @@ def worker(reps: int) -> None:
 
 
 def run_job(
-    transport: str, servers: int, groups: int, reps: int, env: dict, mbps: float = 0
+    transport: str,
+    servers: int,
+    groups: int,
+    reps: int,
+    env: dict,
+    mbps: float = 0,
+    cluster: str = "emulated",
 ) -> List[dict]:
-    """One job of `groups` groups of 1 rank (with `mbps`: on as many emulated hosts)."""
+    """One job of `groups` groups of 1 rank (with `mbps`: on as many hosts, emulated or
+    external, hosts_of's `cluster`)."""
     options = ["--group-size", "1"]
     if transport == "ps":
         options += ["--servers", str(servers), "--one-job"]
     command = ["python", __file__, "--worker", "--reps", str(reps)]
     env = dict(env, MXKV_MODE="easgd", MXKV_TRANSPORT=transport, MXKV_EASGD_ALPHA="0.1")
     if mbps:
-        from mxkv_hybrid.testing.cluster import Cluster
-
-        with Cluster(groups, mbps) as cluster:
-            done = launch_on_hosts(cluster, 1, command, env, options)
+        with hosts_of(cluster, groups, mbps) as hosts:
+            done = launch_on_hosts(hosts, 1, command, env, options)
     else:
         done = subprocess.run(
             [
@@ -192,12 +198,11 @@ def main() -> None:
         "--mbps", type=float, default=1000, help="with --hosts: the rate of every host's link"
     )
     parser.add_argument("--out", default=os.path.join(HERE, "results"))
+    add_cluster_option(parser)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         return worker(args.reps)
-    if args.hosts:
-        require_emulated_hosts()
 
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
     runs: List[Tuple[str, int]] = [(name, g) for g in args.groups for name in TRANSPORTS]
@@ -208,7 +213,13 @@ def main() -> None:
             print(f"-- round {round_ + 1}/{args.rounds}: {name}, {groups} groups ...", flush=True)
             transport, servers = TRANSPORTS[name]
             for row in run_job(
-                transport, servers, groups, args.reps, env, args.mbps if args.hosts else 0
+                transport,
+                servers,
+                groups,
+                args.reps,
+                env,
+                args.mbps if args.hosts else 0,
+                args.cluster,
             ):
                 times.setdefault((name, groups, row["kind"]), []).extend(row["times"])
                 weight_bytes = row["weight_bytes"]
