@@ -84,15 +84,12 @@ Algorithm choose_algorithm(const AllreduceOptions& options, int dtype, int64_t b
 void allreduce_vector(const Communicator& comm, Workspace& ws, void* data, int64_t count, int dtype,
                       Algorithm algorithm, int compress, double scale) {
   if (count == 0) return;
-  dispatch_dtype(dtype, [&]<typename T>() {
-    T* values = static_cast<T*>(data);
-    if (algorithm == Algorithm::kMpi) return allreduce_mpi(comm, values, count, dtype, scale);
-    if constexpr (std::is_same_v<T, float>) {
-      if (compress == kFloat16) return run<float, half>(comm, ws, values, count, algorithm, scale);
-      if (compress == kBfloat16)
-        return run<float, bfloat16>(comm, ws, values, count, algorithm, scale);
-    }
-    run<T, T>(comm, ws, values, count, algorithm, scale);
+  if (algorithm == Algorithm::kMpi)
+    return dispatch_dtype(dtype, [&]<typename T>() {
+      allreduce_mpi(comm, static_cast<T*>(data), count, dtype, scale);
+    });
+  dispatch_wire_types(dtype, compress, data, [&]<typename T, typename W>(T* values) {
+    run<T, W>(comm, ws, values, count, algorithm, scale);
   });
 }
 

@@ -6,27 +6,10 @@
 
 namespace mxkv {
 
-namespace {
-
-// f.template operator()<T, W>(values): T the vector's type, W what travels (compress).
-template <typename F>
-void with_types(int dtype, int compress, void* data, F&& f) {
-  dispatch_dtype(dtype, [&]<typename T>() {
-    T* values = static_cast<T*>(data);
-    if constexpr (std::is_same_v<T, float>) {
-      if (compress == kFloat16) return f.template operator()<float, half>(values);
-      if (compress == kBfloat16) return f.template operator()<float, bfloat16>(values);
-    }
-    f.template operator()<T, T>(values);
-  });
-}
-
-}  // namespace
-
 void hierarchical_reduce_scatter(const Communicator& local, Workspace& ws, void* data,
                                  int64_t count, int dtype, int compress) {
   if (count == 0) return;
-  with_types(dtype, compress, data, [&]<typename T, typename W>(T* values) {
+  dispatch_wire_types(dtype, compress, data, [&]<typename T, typename W>(T* values) {
     ring_reduce_scatter<T, W>(local, ws, values, count, 1.0);
   });
 }
@@ -35,7 +18,7 @@ void hierarchical_across(const Communicator& local, const Communicator& cross, W
                          void* data, int64_t count, int dtype, Algorithm cross_algorithm,
                          int compress, double scale) {
   if (count == 0) return;
-  with_types(dtype, compress, data, [&]<typename T, typename W>(T* values) {
+  dispatch_wire_types(dtype, compress, data, [&]<typename T, typename W>(T* values) {
     const RingBlock slice = ring_owned_block(count, local.size(), local.rank());
     allreduce_vector(cross, ws, values + slice.first, slice.length, dtype, cross_algorithm,
                      compress, scale);
@@ -46,7 +29,7 @@ void hierarchical_across(const Communicator& local, const Communicator& cross, W
 void hierarchical_allgather(const Communicator& local, Workspace& ws, void* data, int64_t count,
                             int dtype, int compress) {
   if (count == 0 || local.size() == 1) return;
-  with_types(dtype, compress, data, [&]<typename T, typename W>(T* values) {
+  dispatch_wire_types(dtype, compress, data, [&]<typename T, typename W>(T* values) {
     ring_allgather<T, W>(local, ws, values, count);
   });
 }

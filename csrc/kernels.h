@@ -174,6 +174,12 @@ void quantize(T* x, size_t n) {
 template <typename Fn>
 void dispatch_dtype(int dtype, Fn&& fn);
 
+// Calls fn.template operator()<T, W>(values) with T the C++ type of `dtype`, `values` its
+// pointer to `data`, and W the type the values travel as: float32 compressed to
+// kFloat16 / kBfloat16 (`compress`), else T.
+template <typename Fn>
+void dispatch_wire_types(int dtype, int compress, void* data, Fn&& fn);
+
 }  // namespace mxkv
 
 #include "dtype.h"
@@ -188,5 +194,17 @@ void dispatch_dtype(int dtype, Fn&& fn) {
     case kBfloat16: fn.template operator()<bfloat16>(); return;
   }
   dtype_size(dtype);  // throws the user-facing error
+}
+
+template <typename Fn>
+void dispatch_wire_types(int dtype, int compress, void* data, Fn&& fn) {
+  dispatch_dtype(dtype, [&]<typename T>() {
+    T* values = static_cast<T*>(data);
+    if constexpr (std::is_same_v<T, float>) {
+      if (compress == kFloat16) return fn.template operator()<float, half>(values);
+      if (compress == kBfloat16) return fn.template operator()<float, bfloat16>(values);
+    }
+    fn.template operator()<T, T>(values);
+  });
 }
 }  // namespace mxkv

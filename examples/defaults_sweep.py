@@ -40,6 +40,7 @@ class Sweep(NamedTuple):
 
 
 OUTER = ["0.9", "0.7", "0.5", "0.3", "0"]
+OUTER_LRS = ["1", "0.7", "0.5", "0.3"]
 RULE = "rule"  # a candidate that leaves the knob unset: the package's rule decides
 SWEEPS: Dict[str, Sweep] = {
     "MXKV_ASYNC_DAMPING": Sweep(
@@ -64,13 +65,13 @@ SWEEPS: Dict[str, Sweep] = {
     "MXKV_OUTER_LR": Sweep(
         "MXKV_OUTER_LR",
         "lasgd tau={tau} outer=nesterov overlap=1 outer_lr={value}",
-        ["1", "0.7", "0.5", "0.3"],
+        OUTER_LRS,
         taus=(8, 32, 128),
     ),
     "MXKV_OUTER_LR easgd": Sweep(
         "MXKV_OUTER_LR",
         "easgd tau={tau} outer=nesterov outer_lr={value}",
-        ["1", "0.7", "0.5", "0.3"],
+        OUTER_LRS,
         taus=(8, 32, 128),
     ),
     "MXKV_OUTER_MOMENTUM easgd": Sweep(
