@@ -1,5 +1,5 @@
-"""Builds the C++ tensor collectives (csrc/) as mxkv_hybrid.comm._C; metadata is in
-pyproject.toml."""
+"""Builds the C++ tensor collectives (csrc/) as mxkv_hybrid.comm._C and the relay's TLS
+connections (csrc/relay/) as mxkv_hybrid.launch._tls; metadata is in pyproject.toml."""
 
 import glob
 import os
@@ -7,6 +7,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import sysconfig
 from importlib import metadata
 
 from pybind11.setup_helpers import ParallelCompile, Pybind11Extension, build_ext
@@ -38,7 +39,20 @@ def find_mpi() -> dict:
     }
 
 
+def check_openssl() -> None:
+    """Stops with the fix when OpenSSL's headers, which the relay compiles against, are missing."""
+    places = ["/usr/include", "/usr/local/include", sysconfig.get_config_var("INCLUDEDIR") or ""]
+    places += os.environ.get("CPATH", "").split(os.pathsep)
+    if not any(os.path.exists(os.path.join(p, "openssl", "ssl.h")) for p in places if p):
+        sys.exit(
+            "mxkv_hybrid: OpenSSL's headers are needed to build the relay (csrc/relay/): "
+            "`apt install libssl-dev` (Debian, Ubuntu) or `dnf install openssl-devel`, "
+            "or name their directory in CPATH"
+        )
+
+
 mpi = find_mpi()
+check_openssl()
 extension = Pybind11Extension(
     "mxkv_hybrid.comm._C",
     sorted(glob.glob("csrc/*.cpp")),
@@ -50,7 +64,15 @@ extension = Pybind11Extension(
     cxx_std=20,
     extra_compile_args=["-O3", "-fno-math-errno"],
 )
+relay = Pybind11Extension(
+    "mxkv_hybrid.launch._tls",
+    sorted(glob.glob("csrc/relay/*.cpp")),
+    include_dirs=["csrc/relay"],
+    libraries=["ssl", "crypto"],
+    cxx_std=20,
+    extra_compile_args=["-O3"],
+)
 
 # csrc/'s files compiled side by side, one per processor (pybind11's helper)
 ParallelCompile(default=0).install()
-setup(ext_modules=[extension], cmdclass={"build_ext": build_ext})
+setup(ext_modules=[extension, relay], cmdclass={"build_ext": build_ext})

@@ -3,6 +3,7 @@ on loopback, against a direct TCP connection in the same run.
 
     python examples/benchmarks/relay.py            # writes results/relay.json
     python examples/benchmarks/relay.py --quick
+    python examples/benchmarks/relay.py --baseline before=/tmp/old  # another checkout's relays too
 
 A client sends --megabytes to a sink (which reads and discards, then answers one byte) over
 1 and 4 connections at once, either directly or through relay A's stand-in listener, TLS
@@ -12,12 +13,14 @@ relay's share of the direct figure.
 
 It also counts CPU, to say what bounds the relay on this machine: the CPU seconds per MB
 that the two relay processes used in the relayed runs (from /proc), the benchmark's own
-(client and sink) per MB in the direct runs, and the floor of TLS itself: encrypting and
-decrypting in one process through memory BIOs, with the job key's TLS 1.3 cipher, no
-socket. With C cores, no relay pair can move more than C / (its CPU per MB + the client's
-and sink's) MB/s here (`cpu_bound_mb_per_s`); and no relay pair at all more than C /
-(TLS alone + three times the client's and sink's), since the relays' four socket
-operations per byte cost at least twice the direct path's two (`best_possible_mb_per_s`).
+(client and sink) per MB in the direct runs, and two floors of the cryptography: TLS in
+one process through Python's memory BIOs, no socket (`tls_floor`, in Python's preferred
+suite), and the AEAD alone on 16 KiB records, TLS's largest, in the suite the relays
+negotiate, from `openssl speed` (`aead_floor`). With C cores, no relay pair can move more
+than C / (its CPU per MB + the client's and sink's) MB/s here (`cpu_bound_mb_per_s`); and no
+relay pair at all more than C / (the AEAD floor + three times the client's and sink's),
+since the relays' four socket operations per byte cost at least twice the direct path's two
+(`best_possible_mb_per_s`).
 """
 
 import argparse
@@ -32,7 +35,7 @@ import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Dict, List
+from typing import Callable, Dict, List, Optional
 
 import numpy as np
 
@@ -96,10 +99,10 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def cpu_counter(path: str, relays: List[subprocess.Popen]) -> Callable[[], float]:
-    """What a run of `path` is charged: the relay processes' CPU seconds so far (relayed
-    runs), or this process's (direct runs: the client and the sink)."""
-    if path == "relay":
+def cpu_counter(relays: List[subprocess.Popen]) -> Callable[[], float]:
+    """What a run is charged: its relay processes' CPU seconds so far (relayed runs), or this
+    process's (direct runs, no relays: the client and the sink)."""
+    if relays:
         return lambda: sum(cpu_seconds(relay.pid) for relay in relays)
     return time.process_time
 
@@ -140,11 +143,38 @@ def tls_floor_ms_per_mb(key: str, megabytes: int = 200) -> Dict[str, object]:
     }
 
 
-def start_relays(directory: str, sink: Sink) -> List[subprocess.Popen]:
-    """Relay B (the sink's host) and relay A (a stand-in for the sink); returns them, A's
-    stand-in port set as .stand_in on the list's first element."""
-    key = os.path.join(directory, "job.pem")
-    make_job_key(key)
+def relay_cipher(key: str, relay_port: int) -> str:
+    """The TLS 1.3 suite a relay negotiates, asked as another relay asks (a ping)."""
+    with socket.create_connection((HOST, relay_port)) as raw:
+        with tls_context(key, server=False).wrap_socket(raw) as tls:
+            tls.sendall(b"ping\n")
+            tls.recv(16)
+            return tls.cipher()[0]
+
+
+def aead_floor_ms_per_mb(suite: str) -> Dict[str, object]:
+    """CPU ms per MB to encrypt, and to encrypt and decrypt, 16 KiB records with `suite`'s
+    AEAD, from `openssl speed` (the OpenSSL the relays link): the cryptography without TLS."""
+    cipher = {"TLS_AES_128_GCM_SHA256": "aes-128-gcm", "TLS_AES_256_GCM_SHA384": "aes-256-gcm"}
+    ms_per_mb = {}
+    for way, flags in (("encrypt", []), ("decrypt", ["-decrypt"])):
+        command = ["openssl", "speed", "-seconds", "2", *flags, "-evp", cipher[suite]]
+        printed = subprocess.run(
+            [*command, "-bytes", "16384"], capture_output=True, text=True, check=True
+        ).stdout
+        kilobytes_per_s = float(printed.strip().splitlines()[-1].split()[-1].rstrip("k"))
+        ms_per_mb[way] = 1e6 / kilobytes_per_s
+    return {
+        "cipher": suite,
+        "encrypt_ms_per_mb": ms_per_mb["encrypt"],
+        "encrypt_decrypt_ms_per_mb": ms_per_mb["encrypt"] + ms_per_mb["decrypt"],
+    }
+
+
+def start_relays(key: str, sink: Sink, tree: Optional[str] = None) -> List[subprocess.Popen]:
+    """Relay B (the sink's host) and relay A (a stand-in for the sink), holding `key`, from
+    this package or the checkout `tree`; returns [B, A], with B's TLS port as B.tls and A's
+    stand-in port as A.stand_in."""
     target, tls_b, stand_in = Endpoint(HOST, sink.port), free_port(HOST), free_port(HOST)
     plans = {
         "b": RelayPlan(Endpoint(HOST, tls_b), frozenset([target]), {}),
@@ -156,18 +186,20 @@ def start_relays(directory: str, sink: Sink) -> List[subprocess.Popen]:
     }
     relays = []
     for name, plan in plans.items():
-        path = os.path.join(directory, f"{name}.json")
-        with open(path, "w") as f:
+        handle, path = tempfile.mkstemp(suffix=f"-{name}.json", dir=os.path.dirname(key))
+        with os.fdopen(handle, "w") as f:
             f.write(plan.to_json())
         relay = subprocess.Popen(
             [sys.executable, "-m", "mxkv_hybrid.launch.relay", "--plan", path, "--key", key],
             stderr=subprocess.PIPE,
             text=True,
+            env={**os.environ, "PYTHONPATH": tree} if tree else None,
+            cwd=tree,  # (python -m puts the working directory first on sys.path)
         )
         if "ready" not in relay.stderr.readline():
             sys.exit(f"relay {name} did not start")
         relays.append(relay)
-    relays[-1].stand_in = stand_in
+    relays[0].tls, relays[-1].stand_in = tls_b, stand_in
     return relays
 
 
@@ -176,26 +208,41 @@ def main() -> None:
     parser.add_argument("--megabytes", type=int, default=1000, help="sent per configuration")
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="200 MB, 3 repetitions")
+    parser.add_argument(
+        "--baseline",
+        action="append",
+        default=[],
+        metavar="NAME=DIR",
+        help="also run the relays of the checkout DIR (e.g. an older commit's), as 'relay NAME'",
+    )
     parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
     args = parser.parse_args()
     if args.quick:
         args.megabytes, args.reps = 200, 3
+    trees = dict(baseline.split("=", 1) for baseline in args.baseline)
     rows: Dict[str, List[float]] = {}
     cpu: Dict[str, float] = {}  # CPU seconds: the relays' (relayed runs), client and sink (direct)
     moved: Dict[str, float] = {}  # MB moved by those runs
     with tempfile.TemporaryDirectory() as directory:
+        key = os.path.join(directory, "job.pem")
+        make_job_key(key)
         for connections in (1, 4):
             per_connection = args.megabytes * 1_000_000 // connections
             sink = Sink(per_connection)
-            relays = start_relays(directory, sink)
-            ports = {"direct": sink.port, "relay": relays[-1].stand_in}
+            relays = {"relay": start_relays(key, sink)}
+            for name, tree in trees.items():
+                relays[f"relay {name}"] = start_relays(key, sink, tree)
+            ports = {"direct": sink.port, **{path: r[-1].stand_in for path, r in relays.items()}}
+            suite = relay_cipher(key, relays["relay"][0].tls)
             try:
                 for rep in range(args.reps):
-                    for path in ("direct", "relay") if rep % 2 == 0 else ("relay", "direct"):
-                        counter = cpu_counter(path, relays)
+                    for path in list(ports)[:: 1 if rep % 2 == 0 else -1]:
+                        counter = cpu_counter(relays.get(path, []))
                         before = counter()
                         rate = megabytes_per_second(ports[path], per_connection, connections)
-                        name = "relays" if path == "relay" else "client and sink"
+                        name = (
+                            path.replace("relay", "relays") if path in relays else "client and sink"
+                        )
                         cpu[name] = cpu.get(name, 0.0) + counter() - before
                         moved[name] = moved.get(name, 0.0) + args.megabytes
                         rows.setdefault(f"{path} x{connections}", []).append(rate)
@@ -204,28 +251,39 @@ def main() -> None:
                             flush=True,
                         )
             finally:
-                for relay in relays:
+                for relay in (r for pair in relays.values() for r in pair):
                     relay.terminate()
                     relay.wait()
                 sink.close()
-        floor = tls_floor_ms_per_mb(os.path.join(directory, "job.pem"))
+        floor = tls_floor_ms_per_mb(key)
+    aead = aead_floor_ms_per_mb(suite)
     medians = {name: float(np.median(rates)) for name, rates in rows.items()}
     ms_per_mb = {name: 1000 * cpu[name] / moved[name] for name in cpu}
     cores = len(os.sched_getaffinity(0))
     direct_ms = ms_per_mb["client and sink"]
     bound = 1000 * cores / (ms_per_mb["relays"] + direct_ms)
-    best = 1000 * cores / (floor["encrypt_decrypt_ms_per_mb"] + 3 * direct_ms)
+    best = 1000 * cores / (aead["encrypt_decrypt_ms_per_mb"] + 3 * direct_ms)
     print(f"\n{args.megabytes} MB a run, median of {args.reps}\n")
-    print("| connections | direct MB/s | through the relays MB/s | relay / direct |")
-    print("|---|---|---|---|")
+    others = [f"relay {name}" for name in trees]
+    print(
+        "| connections | direct MB/s | through the relays MB/s | relay / direct |"
+        + "".join(f" {path} MB/s |" for path in others)
+    )
+    print("|---|---|---|---|" + "---|" * len(others))
     for connections in (1, 4):
         direct, relay = medians[f"direct x{connections}"], medians[f"relay x{connections}"]
-        print(f"| {connections} | {direct:.0f} | {relay:.0f} | {relay / direct:.2f} |")
+        print(
+            f"| {connections} | {direct:.0f} | {relay:.0f} | {relay / direct:.2f} |"
+            + "".join(f" {medians[f'{path} x{connections}']:.0f} |" for path in others)
+        )
     print(
-        f"\nCPU ms per MB: the relay pair {ms_per_mb['relays']:.2f}, the client and sink "
-        f"{ms_per_mb['client and sink']:.2f}; TLS alone ({floor['cipher']}): encrypt "
+        f"\nCPU ms per MB: the relay pair {ms_per_mb['relays']:.2f}"
+        + "".join(f", {path}'s {ms_per_mb[path.replace('relay', 'relays')]:.2f}" for path in others)
+        + f", the client and sink {ms_per_mb['client and sink']:.2f}; TLS alone "
+        f"({floor['cipher']}): encrypt "
         f"{floor['encrypt_ms_per_mb']:.2f}, encrypt and decrypt "
-        f"{floor['encrypt_decrypt_ms_per_mb']:.2f}"
+        f"{floor['encrypt_decrypt_ms_per_mb']:.2f}; the AEAD alone ({aead['cipher']}, the "
+        f"relays'): encrypt and decrypt {aead['encrypt_decrypt_ms_per_mb']:.2f}"
     )
     print(f"{cores} cores bound these relays to {bound:.0f} MB/s, and any relay pair to {best:.0f}")
     os.makedirs(args.out, exist_ok=True)
@@ -233,11 +291,13 @@ def main() -> None:
         json.dump(
             {
                 "megabytes": args.megabytes,
+                "baselines": trees,
                 "reps": args.reps,
                 "runs": rows,
                 "medians_mb_per_s": medians,
                 "cpu_ms_per_mb": ms_per_mb,
                 "tls_floor": floor,
+                "aead_floor": aead,
                 "cores": cores,
                 "cpu_bound_mb_per_s": bound,
                 "best_possible_mb_per_s": best,

@@ -16,6 +16,9 @@ stderr naming the peer (a host that keeps trying, as a refused ps-lite node dial
 Each proxied connection is its own TLS connection (no stream waits behind another), has no
 idle timeout (ps-lite's connections idle for a whole run), and ends on both sides as soon
 as either side ends (ps-lite has no resend: a half-open link would only hide the loss).
+asyncio accepts; each connection then has a thread of its own, whose TLS and copying run in
+C++ (csrc/relay/tls_stream.h, OpenSSL, without the GIL): Python's TLS layer cost a core per
+~600 MB/s (examples/benchmarks/relay.py).
 
     python -m mxkv_hybrid.launch.relay --plan PLAN.json --key JOB.pem [--quiet-seconds 60]
 
@@ -26,32 +29,33 @@ PLAN.json: {"tls": "host:port", "local": ["host:port", ...],
 
 import argparse
 import asyncio
+import contextlib
 import functools
 import logging
 import os
 import signal
 import socket
-import ssl
 import sys
 import tempfile
+import threading
 import time
-from typing import Awaitable, Callable, Dict, List, Optional, Set, Tuple
+from typing import Awaitable, Callable, Dict, Iterator, List, Optional, Set, Tuple
 
 from ..config import read_knob
 from ..logs import TO_STDERR
 from ..logs import configure as configure_logs
 from ..ps.node_addresses import Endpoint, RelayPlan, StandIn
+from ._tls import TlsContext, TlsStream
 from .control.timing import BEAT_SECONDS
 from .job_key import tls_context
 
-CHUNK_BYTES = 1 << 20  # what one read moves
-BUFFERED_BYTES = 4 << 20  # what a stream buffers before it stops reading its socket
 TARGET_LINE_BYTES = 64  # the longest target line a relay reads
 HANDSHAKE_SECONDS = 10.0  # for the handshake, and again for the target line, or the peer is dropped
 QUIET_SECONDS = 60.0  # default of --quiet-seconds
 PING, PONG = b"ping", b"pong\n"  # a relay checking that it still reaches another
 
 
+Peer = Tuple[str, int]
 log = logging.getLogger("mxkv_hybrid.launch.relay")  # run as __main__ (python -m)
 
 
@@ -70,20 +74,23 @@ class ThrottledLines:
         self._quiet_seconds = quiet_seconds
         self._last: Dict[str, float] = {}  # subject -> when its last line was written
         self._unsaid: Dict[str, int] = {}  # subject -> lines counted since
+        self._lock = threading.Lock()  # each connection's thread may say something
 
     def say(self, subject: str, line: str) -> None:
-        now = time.monotonic()
-        if subject in self._last and now - self._last[subject] < self._quiet_seconds:
-            self._unsaid[subject] = self._unsaid.get(subject, 0) + 1
-            return
-        more = self._unsaid.pop(subject, 0)
-        say(f"{line} (and {more} more {subject} before this)" if more else line)
-        self._last[subject] = now
+        with self._lock:
+            now = time.monotonic()
+            if subject in self._last and now - self._last[subject] < self._quiet_seconds:
+                self._unsaid[subject] = self._unsaid.get(subject, 0) + 1
+                return
+            more = self._unsaid.pop(subject, 0)
+            say(f"{line} (and {more} more {subject} before this)" if more else line)
+            self._last[subject] = now
 
     def close(self) -> None:
-        for subject, count in self._unsaid.items():
-            say(f"{count} more {subject}")
-        self._unsaid.clear()
+        with self._lock:
+            for subject, count in self._unsaid.items():
+                say(f"{count} more {subject}")
+            self._unsaid.clear()
 
 
 def bound_silence(sock, lost_seconds: float) -> None:
@@ -121,6 +128,9 @@ class _Stopped:
 
 
 class Relay:
+    """Listens with asyncio; each connection is served on its own thread, whose TLS and
+    copying run in C++ (csrc/relay/tls_stream.h) without the GIL."""
+
     def __init__(
         self,
         plan: RelayPlan,
@@ -130,10 +140,14 @@ class Relay:
     ):
         self._plan = plan
         self._lost_seconds = lost_seconds
-        self._accepting = tls_context(key_path, server=True)
-        self._dialling = tls_context(key_path, server=False)
-        self._servers: List[asyncio.AbstractServer] = []
+        self._accepting = TlsContext(key_path, server=True)
+        self._dialling = TlsContext(key_path, server=False)
+        self._pinging = tls_context(key_path, server=False)  # watch()'s, in asyncio
+        self._listeners: List[Tuple[socket.socket, Callable[[socket.socket, Peer], None]]] = []
         self._tasks: Set[asyncio.Future] = set()  # asyncio holds tasks weakly: these hold them
+        self._streams: Set[TlsStream] = set()  # being served, stopped by close()
+        self._threads: Set[threading.Thread] = set()
+        self._lock = threading.Lock()  # for the two sets
         self.lines = ThrottledLines(quiet_seconds)
 
     def _keep(self, work: Awaitable[None]) -> None:
@@ -141,110 +155,108 @@ class Relay:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def start(self) -> None:
+    def start(self) -> None:
         """Listens everywhere the plan says; raises at once if an address is taken."""
         tls = self._plan.tls
-        loop = asyncio.get_running_loop()
-        self._servers.append(
-            await loop.create_server(
-                lambda: _Unread(lambda transport: self._keep(self._from_relay(transport))),
-                tls.host,
-                tls.port,
-            )
-        )
+        self._listeners.append((_listener(tls), self._from_relay))
         for listen, stand_in in self._plan.stand_ins.items():
-            self._servers.append(
-                await asyncio.start_server(
-                    functools.partial(self._node_dialled, stand_in),
-                    listen.host,
-                    listen.port,
-                    limit=BUFFERED_BYTES,
-                )
+            self._listeners.append(
+                (_listener(listen), functools.partial(self._from_node, stand_in))
             )
 
     def serve(self) -> None:
         """Serves until close() (start first)."""
-        for server in self._servers:
-            self._keep(server.serve_forever())
+        for listener, handle in self._listeners:
+            self._keep(self._accept(listener, handle))
 
-    def _node_dialled(self, stand_in: StandIn, reader, writer) -> None:
-        self._keep(self._from_node(reader, writer, stand_in))
+    async def _accept(self, listener: socket.socket, handle) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            conn, peer = await loop.sock_accept(listener)
+            thread = threading.Thread(target=self._serve, args=(handle, conn, peer), daemon=True)
+            with self._lock:
+                self._threads.add(thread)
+            thread.start()
 
-    async def _from_node(self, reader, writer, stand_in: StandIn) -> None:
+    def _serve(self, handle, conn: socket.socket, peer: Peer) -> None:
+        try:
+            handle(conn, peer)
+        finally:
+            conn.close()  # (a no-op once its descriptor was handed to a stream)
+            with self._lock:
+                self._threads.discard(threading.current_thread())
+
+    @contextlib.contextmanager
+    def _stream(self, context: TlsContext, conn: socket.socket) -> Iterator[TlsStream]:
+        """A TLS connection on `conn` (which it takes), that close() can stop."""
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        bound_silence(conn, self._lost_seconds)
+        stream = TlsStream(context, conn.detach())
+        with self._lock:
+            self._streams.add(stream)
+        try:
+            yield stream
+        finally:
+            with self._lock:
+                self._streams.discard(stream)
+
+    def _from_node(self, stand_in: StandIn, conn: socket.socket, _peer: Peer) -> None:
         """A local node dialled a remote one: carry the connection to its host's relay."""
         try:
-            far_reader, far_writer = await asyncio.open_connection(
-                stand_in.relay.host,
-                stand_in.relay.port,
-                ssl=self._dialling,
-                server_hostname="",
-                ssl_handshake_timeout=HANDSHAKE_SECONDS,
-                limit=BUFFERED_BYTES,
-            )
-        except (OSError, ssl.SSLError, asyncio.TimeoutError) as err:
-            self.lines.say(
-                f"failed connection(s) to the relay {stand_in.relay}",
-                f"cannot reach the relay {stand_in.relay} for {stand_in.target}: {err}",
-            )
-            writer.close()
-            return
-        bound_silence(far_writer.get_extra_info("socket"), self._lost_seconds)
-        far_writer.write(f"{stand_in.target}\n".encode())
-        await _join(reader, writer, far_reader, far_writer)
-
-    async def _from_relay(self, transport: asyncio.Transport) -> None:
-        """Another relay, once it passes the handshake: connect to the local node it names."""
-        peer = _peer(transport)
-        loop = asyncio.get_running_loop()
-        reader = asyncio.StreamReader(limit=BUFFERED_BYTES, loop=loop)
-        protocol = _OverTls(reader, loop=loop)
-        try:
-            tls = await loop.start_tls(
-                transport,
-                protocol,
-                self._accepting,
-                server_side=True,
-                ssl_handshake_timeout=HANDSHAKE_SECONDS,
-            )
-        except (ssl.SSLError, OSError, asyncio.TimeoutError) as err:
-            self._refuse(peer, f"the TLS handshake failed ({err.__class__.__name__}: {err})")
-            transport.close()
-            return
-        assert tls is not None  # the new transport (typeshed allows None)
-        bound_silence(transport.get_extra_info("socket"), self._lost_seconds)  # (a peer's)
-        protocol.connection_made(tls)
-        writer = asyncio.StreamWriter(tls, protocol, reader, loop)
-        line = b""
-        try:
-            line = await asyncio.wait_for(reader.readline(), HANDSHAKE_SECONDS)
-            if len(line) > TARGET_LINE_BYTES:
-                raise ValueError("target line too long")
-            target = Endpoint.parse(line.decode("ascii").strip())
-        except (ValueError, UnicodeDecodeError, asyncio.TimeoutError, OSError):
-            target = None
-        if line.strip() == PING:  # another host's relay checking it still reaches this one
-            writer.write(PONG)
-            writer.close()
-            return
-        if target not in self._plan.local:
-            self._refuse(
-                peer,
-                f"it asked for {target or 'no valid target'}, which is not a node of this host",
-            )
-            writer.close()
-            return
-        try:
-            near_reader, near_writer = await asyncio.open_connection(
-                target.host, target.port, limit=BUFFERED_BYTES
+            far = socket.create_connection(
+                (stand_in.relay.host, stand_in.relay.port), timeout=HANDSHAKE_SECONDS
             )
         except OSError as err:
-            self.lines.say(
-                f"failed connection(s) to the local node {target}",
-                f"cannot reach the local node {target} for {peer[0]}:{peer[1]}: {err}",
-            )
-            writer.close()
-            return
-        await _join(reader, writer, near_reader, near_writer)
+            return self._unreachable(stand_in, err)
+        with self._stream(self._dialling, far) as stream:
+            try:
+                stream.handshake(HANDSHAKE_SECONDS)
+                stream.write(f"{stand_in.target}\n".encode(), HANDSHAKE_SECONDS)
+            except OSError as err:  # TlsError and TimeoutError among them
+                return self._unreachable(stand_in, err)
+            stream.carry(_plain(conn))
+
+    def _unreachable(self, stand_in: StandIn, err: OSError) -> None:
+        self.lines.say(
+            f"failed connection(s) to the relay {stand_in.relay}",
+            f"cannot reach the relay {stand_in.relay} for {stand_in.target}: {err}",
+        )
+
+    def _from_relay(self, conn: socket.socket, peer: Peer) -> None:
+        """Another relay, once it passes the handshake: connect to the local node it names."""
+        with self._stream(self._accepting, conn) as stream:
+            try:
+                stream.handshake(HANDSHAKE_SECONDS)
+            except OSError as err:
+                return self._refuse(
+                    peer, f"the TLS handshake failed ({err.__class__.__name__}: {err})"
+                )
+            line = b""
+            try:
+                line = stream.read_line(TARGET_LINE_BYTES, HANDSHAKE_SECONDS)
+                target: Optional[Endpoint] = Endpoint.parse(line.decode("ascii").strip())
+            except (ValueError, UnicodeDecodeError, OSError):
+                target = None
+            if line.strip() == PING:  # another host's relay checking it still reaches this one
+                with contextlib.suppress(OSError):
+                    stream.write(PONG, HANDSHAKE_SECONDS)
+                return None
+            if target is None or target not in self._plan.local:
+                return self._refuse(
+                    peer,
+                    f"it asked for {target or 'no valid target'}, which is not a node of this host",
+                )
+            try:
+                near = socket.create_connection(
+                    (target.host, target.port), timeout=HANDSHAKE_SECONDS
+                )
+            except OSError as err:
+                self.lines.say(
+                    f"failed connection(s) to the local node {target}",
+                    f"cannot reach the local node {target} for {peer[0]}:{peer[1]}: {err}",
+                )
+                return None
+            stream.carry(_plain(near))
 
     async def watch(self, relay: Endpoint, lost_seconds: float) -> None:
         """Returns once `relay` (the launcher's host's) has not answered for `lost_seconds`:
@@ -257,7 +269,7 @@ class Relay:
             try:
                 reader, writer = await asyncio.wait_for(
                     asyncio.open_connection(
-                        relay.host, relay.port, ssl=self._dialling, server_hostname=""
+                        relay.host, relay.port, ssl=self._pinging, server_hostname=""
                     ),
                     HANDSHAKE_SECONDS,
                 )
@@ -273,71 +285,35 @@ class Relay:
             f"{lost_seconds:g} s: this host is cut off from the job; ending"
         )
 
-    def _refuse(self, peer: Tuple[str, int], why: str) -> None:
+    def _refuse(self, peer: Peer, why: str) -> None:
         self.lines.say(
             f"refused connection(s) from {peer[0]}",
             f"refused a connection from {peer[0]}:{peer[1]}: {why}",
         )
 
     def close(self) -> None:
-        for server in self._servers:
-            server.close()
+        """Stops listening and ends every connection (call once asyncio's tasks are done)."""
+        for listener, _ in self._listeners:
+            listener.close()
+        with self._lock:
+            for stream in self._streams:
+                stream.stop()
+            threads = list(self._threads)
+        for thread in threads:
+            thread.join(HANDSHAKE_SECONDS)
         self.lines.close()
 
 
-async def _join(reader_a, writer_a, reader_b, writer_b) -> None:
-    """Copies bytes both ways until either side ends, then closes both."""
-    copies = [
-        asyncio.ensure_future(_copy(reader_a, writer_b)),
-        asyncio.ensure_future(_copy(reader_b, writer_a)),
-    ]
-    try:
-        await asyncio.wait(copies, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for copy in copies:
-            copy.cancel()
-        for writer in (writer_a, writer_b):
-            writer.close()
-        await asyncio.gather(*copies, return_exceptions=True)
+def _listener(where: Endpoint) -> socket.socket:
+    listener = socket.create_server((where.host, where.port), backlog=128)
+    listener.setblocking(False)
+    return listener
 
 
-async def _copy(reader, writer) -> None:
-    try:
-        while True:
-            data = await reader.read(CHUNK_BYTES)
-            if not data:
-                return
-            writer.write(data)
-            await writer.drain()
-    except (OSError, ssl.SSLError):
-        return
-
-
-class _OverTls(asyncio.StreamReaderProtocol):
-    """A stream's protocol under start_tls: an end of stream closes it (the base class
-    keeps a plain socket half-open, which asyncio warns about over TLS when the peer's
-    end arrives before connection_made, as a ping's does)."""
-
-    def eof_received(self) -> bool:
-        super().eof_received()
-        return False
-
-
-class _Unread(asyncio.Protocol):
-    """A new connection with nothing read yet, handed to `handle` (which starts TLS on it:
-    bytes read before that would be lost to the handshake)."""
-
-    def __init__(self, handle: Callable[[asyncio.Transport], None]):
-        self._handle = handle
-
-    def connection_made(self, transport) -> None:
-        transport.pause_reading()
-        self._handle(transport)
-
-
-def _peer(transport) -> Tuple[str, int]:
-    address = transport.get_extra_info("peername")
-    return (address[0], address[1]) if address else ("an unknown peer", 0)
+def _plain(conn: socket.socket) -> int:
+    """`conn`'s descriptor, handed to a stream's carry()."""
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return conn.detach()
 
 
 async def _run(
@@ -351,7 +327,7 @@ async def _run(
     relay = Relay(plan, key_path, quiet_seconds, lost_seconds)
     if forget_key:  # loaded: the file goes (the directory with it, at exit)
         os.unlink(key_path)
-    await relay.start()
+    relay.start()
     # the line its starter waits for (relay_setup.start_ready): printed at every log level
     print(
         f"mxkv-relay: ready: TLS on {plan.tls}, {len(plan.stand_ins)} stand-in(s), "
@@ -366,11 +342,11 @@ async def _run(
     if watch is not None:
         relay._keep(_set_when_done(relay.watch(watch, lost_seconds), stop))
     await stop.wait()
-    relay.close()
     others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-    for task in others:  # the listeners and every connection, ended while the loop runs
+    for task in others:  # the listeners and the watch, ended while the loop runs
         task.cancel()
     await asyncio.gather(*others, return_exceptions=True)
+    relay.close()
 
 
 async def _set_when_done(work, event: asyncio.Event) -> None:

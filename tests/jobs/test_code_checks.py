@@ -48,7 +48,7 @@ def test_csrc_is_clang_formatted():
     sources = sorted(
         str(p.relative_to(ROOT))
         for pattern in ("*.cpp", "*.h")
-        for p in (ROOT / "csrc").glob(pattern)
+        for p in (ROOT / "csrc").rglob(pattern)
     )
     assert sources, "no C++ sources in csrc/"
     check("clang-format", "--dry-run", "-Werror", *sources)

@@ -3,7 +3,8 @@ as real processes on loopback: a stand-in listener on relay A leads through TLS 
 and on to a node (an echo server here, which records every byte it receives). Bytes arrive
 intact, many connections at once; strangers (garbage, a TLS client with another job's key,
 a relay asking for a node its plan does not list) are refused with one line each and no byte
-of theirs reaches the node; when the node hangs up, the dialling side sees the end."""
+of theirs reaches the node; when the node hangs up, the dialling side sees the end; a relay
+told to end does so while it carries connections."""
 
 import hashlib
 import os
@@ -213,3 +214,42 @@ def test_a_relay_says_ready_to_its_starter_at_every_log_level(tmp_path, monkeypa
     monkeypatch.setenv("MXKV_LOG_LEVEL", "error")
     relay = start_ready("quiet relay", [*command, "--key", key], "", os.environ)
     end_process_group(relay, grace=0)
+
+
+def test_bytes_in_the_target_lines_record_reach_the_node(relays):
+    """A dialling relay's first bytes may share a TLS record with its target line: relay B
+    keeps what follows the line and hands it on first."""
+    node, _, tls_b, _, key = relays
+    payload = os.urandom(3000)
+    with socket.create_connection((HOST, tls_b), timeout=TIMEOUT) as raw:
+        with tls_context(key, server=False).wrap_socket(raw) as tls:
+            tls.sendall(f"{HOST}:{node.port}\n".encode() + payload)  # one write, one record
+            got = bytearray()
+            while len(got) < len(payload) and (data := tls.recv(1 << 16)):
+                got += data
+    assert bytes(got) == payload and node.received == len(payload)
+
+
+def test_a_python_tls_client_with_the_key_gets_its_pong(relays):
+    """The launcher's host is watched by pings from Python's ssl (Relay.watch): the C++ end
+    and Python's agree on TLS 1.3 with the job's key."""
+    _, _, tls_b, _, key = relays
+    with socket.create_connection((HOST, tls_b), timeout=TIMEOUT) as raw:
+        with tls_context(key, server=False).wrap_socket(raw) as tls:
+            tls.sendall(b"ping\n")
+            assert tls.recv(16) == b"pong\n"
+            assert tls.version() == "TLSv1.3"
+
+
+def test_relays_end_on_sigterm_while_they_carry_a_connection(relays):
+    """Each connection's thread waits in C++ without the GIL; a relay told to end stops them
+    all and exits, and the connection's node side sees it closed."""
+    _, stand_in, _, (relay_a, relay_b), _ = relays
+    with socket.create_connection((HOST, stand_in), timeout=TIMEOUT) as conn:
+        conn.sendall(b"z")
+        assert conn.recv(1) == b"z"  # carried through both relays
+        for relay in (relay_a, relay_b):
+            relay.terminate()
+        for relay in (relay_a, relay_b):
+            assert relay.wait(timeout=TIMEOUT) == 0
+        assert read_until_closed(conn) == 0
