@@ -203,6 +203,46 @@ def start_relays(key: str, sink: Sink, tree: Optional[str] = None) -> List[subpr
     return relays
 
 
+def plot(result: dict, path: str) -> None:
+    """Left: MB/s by path and connections; right: CPU ms per MB beside the two floors."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from figure_legend import legend_below
+
+    ways = list(dict.fromkeys(name.rsplit(" x", 1)[0] for name in result["medians_mb_per_s"]))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    width = 0.8 / len(ways)
+    for i, way in enumerate(ways):
+        rates = [result["medians_mb_per_s"][f"{way} x{c}"] for c in (1, 4)]
+        left.bar([c + i * width for c in range(2)], rates, width, label=way)
+    left.axhline(
+        result["best_possible_mb_per_s"],
+        color="k",
+        ls="--",
+        label="best possible for any relay pair here",
+    )
+    left.set_xticks([c + width * (len(ways) - 1) / 2 for c in range(2)], ["1", "4"])
+    left.set_xlabel("connections at once")
+    left.set_ylabel("MB/s (median)")
+    costs = {
+        **result["cpu_ms_per_mb"],
+        f"TLS, Python ({result['tls_floor']['cipher']})": result["tls_floor"][
+            "encrypt_decrypt_ms_per_mb"
+        ],
+        f"AEAD alone ({result['aead_floor']['cipher']})": result["aead_floor"][
+            "encrypt_decrypt_ms_per_mb"
+        ],
+    }
+    right.barh(list(costs), list(costs.values()), color="grey")
+    right.set_xlabel("CPU ms per MB")
+    right.invert_yaxis()
+    legend_below(fig, [left], len(ways) + 1)
+    fig.savefig(path, bbox_inches="tight")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--megabytes", type=int, default=1000, help="sent per configuration")
@@ -305,6 +345,8 @@ def main() -> None:
             f,
             indent=1,
         )
+    with open(os.path.join(args.out, "relay.json")) as f:
+        plot(json.load(f), os.path.join(args.out, "relay.png"))
 
 
 if __name__ == "__main__":
