@@ -299,8 +299,9 @@ class Relay:
             for stream in self._streams:
                 stream.stop()
             threads = list(self._threads)
+        deadline = time.monotonic() + HANDSHAKE_SECONDS  # (a dial may still be connecting)
         for thread in threads:
-            thread.join(HANDSHAKE_SECONDS)
+            thread.join(max(0.0, deadline - time.monotonic()))
         self.lines.close()
 
 
