@@ -54,6 +54,7 @@ class Pending {
   size_t room() const { return bytes_.size() - end_; }
   void added(size_t count) { end_ += count; }
   void taken(size_t count);  // from the head
+  void compact();  // moves what is pending to the front, so that room() is all that is free
   void append(const std::string& bytes);
 
  private:
