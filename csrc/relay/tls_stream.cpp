@@ -16,13 +16,14 @@
 namespace mxkv::relay {
 namespace {
 
-constexpr size_t kReadBytes = 256 << 10;  // what one read or SSL_write takes on: the grain at which
-                                          // the relays and their ends work side by side
-constexpr size_t kPendingBytes = 1
-                                 << 20;  // plain bytes each direction holds, read, not yet written
+// what one read or SSL_write takes on: the grain at which the relays and their ends work
+constexpr size_t kReadBytes = 256 << 10;
+// plain bytes each direction holds, read and not yet written
+constexpr size_t kPendingBytes = 1 << 20;
+// ciphertext each direction of the BIO pair holds
+constexpr size_t kRingBytes = 1 << 20;
 constexpr char kCipherSuites[] =
     "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256";
-constexpr size_t kRingBytes = 1 << 20;  // ciphertext each direction of the BIO pair holds
 
 double now() {
   using namespace std::chrono;

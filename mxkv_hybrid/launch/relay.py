@@ -189,9 +189,8 @@ class Relay:
     @contextlib.contextmanager
     def _stream(self, context: TlsContext, conn: socket.socket) -> Iterator[TlsStream]:
         """A TLS connection on `conn` (which it takes), that close() can stop."""
-        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         bound_silence(conn, self._lost_seconds)
-        stream = TlsStream(context, conn.detach())
+        stream = TlsStream(context, _handed_over(conn))
         with self._lock:
             self._streams.add(stream)
         try:
@@ -214,7 +213,7 @@ class Relay:
                 stream.write(f"{stand_in.target}\n".encode(), HANDSHAKE_SECONDS)
             except OSError as err:  # TlsError and TimeoutError among them
                 return self._unreachable(stand_in, err)
-            stream.carry(_plain(conn))
+            stream.carry(_handed_over(conn))
 
     def _unreachable(self, stand_in: StandIn, err: OSError) -> None:
         self.lines.say(
@@ -256,7 +255,7 @@ class Relay:
                     f"cannot reach the local node {target} for {peer[0]}:{peer[1]}: {err}",
                 )
                 return None
-            stream.carry(_plain(near))
+            stream.carry(_handed_over(near))
 
     async def watch(self, relay: Endpoint, lost_seconds: float) -> None:
         """Returns once `relay` (the launcher's host's) has not answered for `lost_seconds`:
@@ -311,8 +310,9 @@ def _listener(where: Endpoint) -> socket.socket:
     return listener
 
 
-def _plain(conn: socket.socket) -> int:
-    """`conn`'s descriptor, handed to a stream's carry()."""
+def _handed_over(conn: socket.socket) -> int:
+    """`conn`'s descriptor, for C++ to own (a TlsStream's socket, or the node's its carry()
+    copies to), without Nagle's delay: ps-lite's small messages must not wait."""
     conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     return conn.detach()
 
