@@ -15,7 +15,9 @@ across groups per allreduce: the sum over ranks and the largest rank's (the busi
 With --hosts H [H ...] (root): also on H emulated hosts of --group-size ranks each, one
 group per host, every host's link shaped to each --mbps (its ranks share it, as a NIC;
 no throttle), and each figure beside the link's limit (emulated_hosts.py: each host must
-send 2 (H-1)/H of the gradient through its link; halved with --compress fp16).
+send 2 (H-1)/H of the gradient through its link; halved with --compress fp16), and
+beside the most of the link one TCP stream can carry (tcp_stream.py: the frames' headers
+take 4.4 % at MTU 1500; one stream h1 -> h2 measured before each job).
 Each figure also as nccl-tests gives it (the bus bandwidth: the vector's bytes over the
 time, times 2 (n-1)/n for n ranks). Prints a table and writes hierarchy.json and
 hierarchy.png to --out.
@@ -36,6 +38,10 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+
+import tcp_stream  # noqa: E402
+
+from mxkv_hybrid.testing.cluster import MTU  # noqa: E402
 
 from emulated_hosts import (  # noqa: E402
     add_cluster_option,
@@ -132,22 +138,23 @@ def plot(rows: List[dict], path: str) -> None:
         positions = [j + i * width for j in range(len(settings))]
         left.bar(positions, [r["median_ms"] for r in ours], width, label=method)
         right.bar(positions, [r["across_max_mb"] for r in ours], width, label=method)
+    limits = {
+        "limit_ms": ("black", "link limit"),
+        "payload_limit_ms": ("grey", "TCP payload limit"),
+    }
     for j, setting in enumerate(settings):
-        limit = next(
-            r["limit_ms"]
-            for r in rows
-            if (r["where"], r["groups"], r["group_size"], r["mbps"]) == setting
+        row = next(
+            r for r in rows if (r["where"], r["groups"], r["group_size"], r["mbps"]) == setting
         )
-        if limit:
-            left.hlines(
-                limit,
-                j - width / 2,
-                j + 2.5 * width,
-                colors="black",
-                label="link limit"
-                if j == 0 or "link limit" not in left.get_legend_handles_labels()[1]
-                else None,
-            )
+        for key, (color, label) in limits.items():
+            if row[key] and (key == "limit_ms" or row[key] != row["limit_ms"]):
+                left.hlines(
+                    row[key],
+                    j - width / 2,
+                    j + 2.5 * width,
+                    colors=color,
+                    label=label if label not in left.get_legend_handles_labels()[1] else None,
+                )
     for ax in (left, right):
         ax.set_xticks([j + width for j in range(len(settings))])
         ax.set_xticklabels(
@@ -214,6 +221,12 @@ def run_on_hosts(args: argparse.Namespace, env: dict, hosts: int, mbps: float) -
         flush=True,
     )
     with hosts_of(args.cluster, hosts, mbps) as cluster:
+        stream_mbps = tcp_stream.measure(cluster)
+        print(
+            f"   one TCP stream h1 -> h2: {stream_mbps:.1f} Mbit/s of payload "
+            f"(the most through {mbps:g} Mbit/s at MTU {MTU}: {tcp_stream.payload_mbps(mbps):.1f})",
+            flush=True,
+        )
         done = launch_on_hosts(
             cluster,
             args.group_size,
@@ -232,7 +245,10 @@ def run_on_hosts(args: argparse.Namespace, env: dict, hosts: int, mbps: float) -
         )
     if done.returncode != 0:
         sys.exit(f"benchmark job on emulated hosts failed:\n{done.stdout}\n{done.stderr}")
-    return [dict(row, mbps=mbps, where="hosts") for row in json_lines(done.stdout)]
+    return [
+        dict(row, mbps=mbps, where="hosts", stream_mbps=stream_mbps)
+        for row in json_lines(done.stdout)
+    ]
 
 
 def main() -> None:
@@ -288,6 +304,12 @@ def main() -> None:
             if r["mbps"]
             else None
         )
+        # on hosts, TCP's payload shares the link with every frame's headers
+        r["payload_limit_ms"] = (
+            r["limit_ms"] * r["mbps"] / tcp_stream.payload_mbps(r["mbps"])
+            if r["limit_ms"] and r["where"] == "hosts"
+            else r["limit_ms"]
+        )
         # nccl-tests' figures (doc/PERFORMANCE.md there): the algorithm bandwidth, the
         # vector's bytes over the time, and the bus bandwidth, that times 2 (n-1)/n for n
         # ranks; with one rank per host it reads as the link's speed at the limit
@@ -297,11 +319,12 @@ def main() -> None:
     print(
         f"\nResNet-50 gradient set ({first['gradient_bytes'] / 2**20:.1f} MiB, wire "
         f"{args.compress}); median of {args.reps}, slowest rank; limit: the bytes each host "
-        "(group) must send at the least over the link's rate"
+        "(group) must send at the least over the link's rate; payload: over the most of it a TCP "
+        "stream can carry (tcp_stream.py)"
     )
     print(
         f"{'where':>9} {'groups':>9} {'link':>12} {'method':>13} {'ms':>9} {'limit ms':>9} "
-        f"{'/ limit':>8} {'busbw GB/s':>11} {'MiB across (busiest rank)':>26} "
+        f"{'/ limit':>8} {'/ payload':>9} {'busbw GB/s':>11} {'MiB across (busiest rank)':>26} "
         f"{'flat / this':>12}"
     )
     for r in rows:
@@ -315,9 +338,10 @@ def main() -> None:
         )
         link = "none" if r["mbps"] == 0 else f"{r['mbps']:g} Mbit/s"
         limit = (
-            f"{r['limit_ms']:9.0f} {r['median_ms'] / r['limit_ms']:7.2f}x"
+            f"{r['limit_ms']:9.0f} {r['median_ms'] / r['limit_ms']:7.2f}x "
+            f"{r['median_ms'] / r['payload_limit_ms']:8.3f}x"
             if r["limit_ms"]
-            else f"{'':>9} {'':>8}"
+            else f"{'':>9} {'':>8} {'':>9}"
         )
         print(
             f"{r['where']:>9} {r['groups']:>3} x {r['group_size']:<3} {link:>12} "
