@@ -268,17 +268,13 @@ PYBIND11_MODULE(_C, m) {
       .def_static("unlink_shared_link", &mxkv::SharedLinkClock::unlink, py::arg("name"),
                   "Removes a shared link's segment name once every rank has opened it.")
       .def("set_hierarchy",
-           [](mxkv::TensorCollectives& self, int64_t local, int64_t cross,
-              const std::vector<std::pair<int64_t, std::string>>& cross_table) {
-             std::vector<mxkv::AlgorithmRule> rules;
-             for (const auto& [max_bytes, name] : cross_table)
-               rules.push_back({max_bytes, mxkv::algorithm_from_name(name)});
+           [](mxkv::TensorCollectives& self, int64_t local, int64_t cross) {
              self.set_hierarchy(MPI_Comm_f2c(static_cast<MPI_Fint>(local)),
-                                MPI_Comm_f2c(static_cast<MPI_Fint>(cross)), std::move(rules));
+                                MPI_Comm_f2c(static_cast<MPI_Fint>(cross)));
            },
-           py::arg("local"), py::arg("cross"), py::arg("cross_table"),
+           py::arg("local"), py::arg("cross"),
            "Every allreduce from now on is hierarchical: Fortran handles of this rank's group "
-           "and of the ranks with its index in every group; the algorithm table across groups.")
+           "and of the ranks with its index in every group.")
       .def("allreduce",
            [](mxkv::TensorCollectives& self, const Spec& spec, uint64_t key_signature, bool average) {
              auto requests = to_requests(spec);

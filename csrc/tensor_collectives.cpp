@@ -108,8 +108,7 @@ void TensorCollectives::span_groups(std::vector<int> group_of_rank, double megab
   if (!shared_link.empty()) comm_.link().share(shared_link);
 }
 
-void TensorCollectives::set_hierarchy(MPI_Comm local, MPI_Comm cross,
-                                      std::vector<AlgorithmRule> cross_table) {
+void TensorCollectives::set_hierarchy(MPI_Comm local, MPI_Comm cross) {
   local_ = std::make_unique<Communicator>(local);
   cross_ = std::make_unique<Communicator>(cross);
   if (local_->size() * cross_->size() != size())
@@ -121,7 +120,6 @@ void TensorCollectives::set_hierarchy(MPI_Comm local, MPI_Comm cross,
   std::iota(each_its_own.begin(), each_its_own.end(), 0);
   cross_->link().set_groups(std::move(each_its_own), cross_->rank());
   cross_->link().emulate_as(comm_.link());
-  cross_table_ = std::move(cross_table);
 }
 
 uint64_t TensorCollectives::bytes_sent_inside() const {
@@ -150,8 +148,7 @@ void TensorCollectives::allreduce_vector(void* data, int64_t count, int dtype, A
 }
 
 Algorithm TensorCollectives::cross_algorithm(int dtype, int64_t bytes, Algorithm algorithm) const {
-  return choose_algorithm({algorithm, cross_table_, options_.compress}, dtype,
-                          bytes / local_->size());
+  return choose_algorithm({algorithm, {}, options_.compress}, dtype, bytes / local_->size());
 }
 
 const char* TensorCollectives::algorithm_name_for(int dtype, int64_t bytes) const {

@@ -90,9 +90,11 @@ class TensorCollectives {
                    double latency_seconds, const std::string& shared_link);
 
   // From now on every allreduce is hierarchical (allreduce_hierarchical.h): `local` is
-  // this rank's group, `cross` the ranks with its index in every group; `cross_table`
-  // picks the algorithm across groups under kAuto. Call after span_groups.
-  void set_hierarchy(MPI_Comm local, MPI_Comm cross, std::vector<AlgorithmRule> cross_table);
+  // this rank's group, `cross` the ranks with its index in every group. Under kAuto the
+  // step across groups takes the ring: the algorithm table is measured on one machine,
+  // and between hosts the ring reached the link's limit with fewer slow repetitions than
+  // the table's rhd (examples/benchmarks/hierarchy.py --hosts). Call after span_groups.
+  void set_hierarchy(MPI_Comm local, MPI_Comm cross);
   bool hierarchical() const { return cross_ != nullptr; }
 
   // Bytes this rank has sent (as they travel: compressed float32 counts 2 bytes a
@@ -143,7 +145,6 @@ class TensorCollectives {
   Timeline timeline_;
   std::unique_ptr<Communicator> local_, cross_;  // set_hierarchy
   Workspace local_workspace_;                    // the pipeline's group stages, on their own thread
-  std::vector<AlgorithmRule> cross_table_;
   std::unordered_map<uint64_t, std::vector<float>> residuals_;  // allreduce_quantised's, per key
   std::vector<float> group_sum_;  // allreduce_quantised_group_sums' buffers, kept between calls
   std::vector<uint8_t> group_codes_;

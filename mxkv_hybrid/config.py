@@ -484,7 +484,9 @@ KNOBS: Dict[str, Knob] = {
         "Allreduce algorithm: `ring`, `rhd` (recursive halving/doubling), `rd` "
         "(recursive doubling), `mpi` (MPI_Allreduce), or `auto`: chosen per bucket "
         "by size and rank count from the algorithm table (see Allreduce "
-        "algorithms); `lasgd`'s model averages take `ring` under `auto`: they "
+        "algorithms); the hierarchical allreduce's step across groups takes `ring` "
+        "under `auto` (the table is measured on one machine, not across hosts); "
+        "`lasgd`'s model averages take `ring` under `auto`: they "
         "run behind the local steps, so their bytes count and their latency "
         "does not, and the table's recursive doubling for small messages sends"
         " log2(P) times a fragment where the ring sends 2 (P - 1) / P times it.",

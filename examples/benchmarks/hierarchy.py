@@ -8,7 +8,10 @@ emulation, the machine's own speed), and flat with MXKV_ALGO=ring as well as aut
   flat_ring      the same, forced ring (what a ring over hosts sends across),
   hierarchical   reduce-scatter inside each group, slices allreduced across groups,
                  allgather inside (MXKV_HIERARCHY=on), bucket after bucket in a pipeline:
-                 one bucket crosses while the next is reduced inside the group.
+                 one bucket crosses while the next is reduced inside the group;
+                 across groups auto takes the ring,
+  hierarchical_rhd  the same with MXKV_ALGO=rhd (what the algorithm table, measured on
+                 one machine, chose across groups before: not in the default --methods).
 All run in one MPI job, interleaved repetition by repetition in shuffled order
 (OMP_NUM_THREADS=--threads); a repetition's time is the slowest rank's; medians. Bytes
 across groups per allreduce: the sum over ranks and the largest rank's (the busiest link).
@@ -54,10 +57,16 @@ from job_output import json_lines  # noqa: E402
 from model_shapes import resnet50_shapes  # noqa: E402
 from timing import interleaved, seconds  # noqa: E402
 
-METHODS = {"flat": ("off", "auto"), "flat_ring": ("off", "ring"), "hierarchical": ("on", "auto")}
+METHODS = {
+    "flat": ("off", "auto"),
+    "flat_ring": ("off", "ring"),
+    "hierarchical": ("on", "auto"),
+    "hierarchical_rhd": ("on", "rhd"),
+}
+DEFAULT_METHODS = ["flat", "flat_ring", "hierarchical"]
 
 
-def worker(group_size: int, link_speeds: List[float], reps: int) -> None:
+def worker(group_size: int, link_speeds: List[float], reps: int, methods: List[str]) -> None:
     """One rank of the MPI job; rank 0 prints one JSON line per (link, method)."""
     import mxnet as mx
     from mpi4py import MPI
@@ -75,7 +84,8 @@ def worker(group_size: int, link_speeds: List[float], reps: int) -> None:
     keys = list(range(len(arrays)))
     runs = {}
     for mbps in link_speeds:
-        for method, (hierarchy, algorithm) in METHODS.items():
+        for method in methods:
+            hierarchy, algorithm = METHODS[method]
             config = dataclasses.replace(base, throttle_mbps=mbps, algorithm=algorithm)
             runs[(mbps, method)] = TensorCollectives(comm, config, this_group, hierarchy=hierarchy)
 
@@ -124,8 +134,9 @@ def plot(rows: List[dict], path: str) -> None:
         dict.fromkeys((r["where"], r["groups"], r["group_size"], r["mbps"]) for r in rows)
     )
     fig, (left, right) = plt.subplots(1, 2, figsize=(max(11, 2.2 * len(settings)), 4.2))
-    width = 0.8 / len(METHODS)
-    for i, method in enumerate(METHODS):
+    methods = list(dict.fromkeys(r["method"] for r in rows))
+    width = 0.8 / len(methods)
+    for i, method in enumerate(methods):
         ours = [
             next(
                 r
@@ -151,12 +162,12 @@ def plot(rows: List[dict], path: str) -> None:
                 left.hlines(
                     row[key],
                     j - width / 2,
-                    j + 2.5 * width,
+                    j + (len(methods) - 0.5) * width,
                     colors=color,
                     label=label if label not in left.get_legend_handles_labels()[1] else None,
                 )
     for ax in (left, right):
-        ax.set_xticks([j + width for j in range(len(settings))])
+        ax.set_xticks([j + (len(methods) - 1) * width / 2 for j in range(len(settings))])
         ax.set_xticklabels(
             [
                 f"{where}\n{groups}x{size}, " + ("no link" if mbps == 0 else f"{mbps:g} Mbit/s")
@@ -199,6 +210,8 @@ def run_on_this_machine(args: argparse.Namespace, env: dict) -> List[dict]:
             str(args.group_size),
             "--reps",
             str(args.reps),
+            "--methods",
+            *args.methods,
             "--mbps",
             *map(str, args.mbps),
         ],
@@ -238,6 +251,8 @@ def run_on_hosts(args: argparse.Namespace, env: dict, hosts: int, mbps: float) -
                 str(args.group_size),
                 "--reps",
                 str(args.reps),
+                "--methods",
+                *args.methods,
                 "--mbps",
                 "0",
             ],
@@ -282,10 +297,18 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS of every rank")
     parser.add_argument("--out", default=os.path.join(HERE, "results"))
     add_cluster_option(parser)
+    parser.add_argument(
+        "--methods",
+        nargs="+",
+        choices=list(METHODS),
+        default=DEFAULT_METHODS,
+        help="what to run beside flat (always run: the other figures' baseline)",
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        return worker(args.group_size, args.mbps, args.reps)
+        return worker(args.group_size, args.mbps, args.reps, args.methods)
+    args.methods = ["flat"] + [m for m in args.methods if m != "flat"]
     if args.hosts and args.cluster == "emulated":
         require_emulated_hosts()
 

@@ -164,11 +164,8 @@ class TensorCollectives:
         if use_hierarchy(hierarchy, group_of_rank):
             # the ranks holding the same slice: this rank's index in every group
             cross = self._comm.Split(color=groups.group_comm.Get_rank(), key=groups.group_index)
-            self._impl.set_hierarchy(
-                groups.group_comm.py2f(),
-                cross.py2f(),
-                _algorithm_rules(self._comm, config, cross.size),
-            )
+            # (across groups, auto takes the ring: csrc/tensor_collectives.h)
+            self._impl.set_hierarchy(groups.group_comm.py2f(), cross.py2f())
             cross.Free()  # the C++ keeps duplicates of both
 
     def allreduce_vector(self, array: np.ndarray, algorithm: str, scale: float = 1.0) -> None:

@@ -152,7 +152,13 @@ class Planner:
         total = NOTHING
         for bucket in self.workload.buckets():
             if hierarchy and span.hosts > 1 and span.per_host > 1:
-                across = self.algorithm_for(bucket / span.per_host, Span(span.hosts, 1))
+                # under the table (auto) the step across groups takes the ring, as the
+                # collectives do (csrc/tensor_collectives.h)
+                across = (
+                    "ring"
+                    if self._table is not None
+                    else self.algorithm_for(bucket / span.per_host, Span(span.hosts, 1))
+                )
                 total = total + hierarchical(bucket, span, self.cluster, across)
             else:
                 name = self.algorithm_for(bucket, span)
