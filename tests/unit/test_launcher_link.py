@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from mxkv_hybrid.launch.control.channel import receive, send
 from mxkv_hybrid.launch.control.keeper import (
     JobAddress,
     ask_launcher,
@@ -14,6 +15,7 @@ from mxkv_hybrid.launch.control.keeper import (
     tell_launcher_met,
 )
 from mxkv_hybrid.launch.control.link import LinkServer
+from mxkv_hybrid.launch.control.timing import BEAT_SECONDS
 from mxkv_hybrid.ps.finish_line import reason_to_go_on
 
 
@@ -50,6 +52,20 @@ def test_a_leader_that_met_the_others_is_heard_once_the_token_matches():
         assert not link.met()
         assert ask_launcher(link.address) == {}
         assert ask_launcher(f"wrong@{job.where}", timeout=1.0) is None
+    finally:
+        link.close()
+
+
+def test_an_ask_that_waits_before_it_speaks_reads_the_answer_not_a_heartbeat():
+    """The link beats to ranks' links only: an asker that has not spoken by the next beat
+    still reads the answer first (a beat read instead made ask_launcher say None)."""
+    link = LinkServer("127.0.0.1")
+    try:
+        job = JobAddress.parse(link.address)
+        with socket.create_connection((job.host, job.port), timeout=5) as connection:
+            time.sleep(3 * BEAT_SECONDS)  # the link beats meanwhile
+            send(connection, {"token": job.token, "ask": "ranks"})
+            assert receive(connection.makefile("rb")) == {"ranks": {}, "given_up": []}
     finally:
         link.close()
 

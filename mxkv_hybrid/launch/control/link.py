@@ -107,7 +107,9 @@ class LinkServer:
                     self._drop(connection)
             if now - last_beat >= BEAT_SECONDS:
                 last_beat = now
-                for connection in list(self._connections):
+                for connection, state in list(self._connections.items()):
+                    if state["rank"] is None:
+                        continue  # not a rank's link (yet): an ask would read the beat first
                     try:
                         connection.send(BEAT)
                     except (BlockingIOError, OSError):
