@@ -39,7 +39,8 @@ NETNS_ETC = Path("/etc/netns")
 PREFIX = "198.18"  # 198.18.0.0/15 is reserved for benchmarking (RFC 2544); never another range
 FIRST_HOST_OCTET = 10  # host hN is .(10+N)
 MTU = 1500
-BURST = "256kb"  # tbf's bucket: enough for the veth's 64 KiB GSO packets at 1000 Mbit/s
+BURST_BYTES = 256 * 1024  # tbf's bucket: enough for the veth's 64 KiB GSO packets at 1000 Mbit/s
+BURST = f"{BURST_BYTES // 1024}kb"  # as tc reads it
 LATENCY = "50ms"  # how long tbf may queue a packet before dropping it
 
 

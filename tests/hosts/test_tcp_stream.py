@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from mxkv_hybrid.testing.cluster import BURST, MTU
+from mxkv_hybrid.testing.cluster import BURST_BYTES, MTU
 
 from support.emulated import on_emulated_hosts
 from support.paths import EXAMPLES
@@ -29,9 +29,8 @@ def test_the_payload_share_is_the_frames_payload_over_their_length():
 def test_one_stream_carries_no_more_than_the_payload_share(make_cluster):
     cluster = make_cluster(2, rate_mbit=RATE_MBIT)
     measured = tcp_stream.measure(cluster, megabytes=MEGABYTES)
-    # two buckets in series (h1's egress, h2's ingress), each full at the start
-    bucket_bytes = 2 * int(BURST.removesuffix("kb")) * 1024
     # the clock starts after the first read, of at most one chunk
     timed_bytes = (MEGABYTES * 10**6 // tcp_stream.CHUNK - 1) * tcp_stream.CHUNK
-    bound = tcp_stream.payload_mbps(RATE_MBIT) * (1 + bucket_bytes / timed_bytes)
+    # two buckets in series (h1's egress, h2's ingress), each full at the start
+    bound = tcp_stream.payload_mbps(RATE_MBIT) * (1 + 2 * BURST_BYTES / timed_bytes)
     assert 0 < measured <= bound
