@@ -45,10 +45,16 @@ def measure(cluster: Union[Cluster, ExternalHosts], megabytes: int = 200) -> flo
     assert listening.stdout is not None
     port = listening.stdout.readline().strip()
     sending = cluster.run(sender, [sys.executable, __file__, "send", address, port, str(megabytes)])
-    if sending.wait(timeout=120) != 0:
-        listening.kill()
+    try:
+        sent = sending.wait(timeout=120) == 0
+        received = listening.communicate(timeout=30)[0] if sent else ""
+    finally:  # neither end outlives a failed or stuck stream
+        for end in (sending, listening):
+            if end.poll() is None:
+                end.kill()
+                end.wait()
+    if not received.strip():
         raise RuntimeError(f"the TCP stream from {sender} to {receiver} failed")
-    received, _ = listening.communicate(timeout=30)
     return float(received)
 
 
