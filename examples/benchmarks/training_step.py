@@ -23,7 +23,10 @@ Per step: compute (forward + backward) and the trainer step (communication + upd
 measured apart (a wait for the engine in between), and the whole step measured in
 separate steps without that wait (where overlap can help), medians over the measured
 steps of rank 0; bytes through the parameter server per step (sum over the processes that
-talk to it). Prints a table and writes training_step.json and training_step.png to --out.
+talk to it); CPU per whole step, of every rank's process and of the servers (found in
+/proc by a tag in their environment; not on --cluster external hosts), and how busy that
+kept the machine's cores: where it is near 100 %, the step takes as long as its CPU does.
+Prints a table and writes training_step.json and training_step.png to --out.
 With --hosts H (root): on H emulated hosts instead (emulated_hosts.py; --cluster external:
 on hosts someone else set up, external_hosts.py), --ranks / H ranks
 each, one group per host, every host's link shaped to --mbps, the scheduler and servers on
@@ -43,6 +46,7 @@ import os
 import subprocess
 import sys
 import time
+import uuid
 from typing import Dict, List, Optional
 
 import numpy as np
@@ -62,6 +66,9 @@ from job_output import json_lines  # noqa: E402
 BATCH = 16
 CLASSES = 10
 SERVERS = 2
+# set for each job: its parameter servers carry it in their environment, so that rank 0
+# can find them in /proc and count their CPU (cpu_seconds_of_servers)
+RUN_TAG = "TRAINING_STEP_RUN"
 
 
 class HorovodRank:
@@ -122,9 +129,13 @@ def worker(kvstore_name: str, steps: int, warmup: int, compression: Optional[str
     y = mx.nd.array(rng.randint(0, CLASSES, BATCH))
     compute, update, whole = [], [], []
     traffic_before = (0, 0)
+    counts_servers = kv.rank == 0 and RUN_TAG in os.environ
     for step in range(warmup + 2 * steps):
         if step == warmup:
             traffic_before = ps_traffic()
+        if step == warmup + steps:  # the whole steps: CPU of this process, and the servers'
+            cpu_before = time.process_time()
+            servers_before = cpu_seconds_of_servers() if counts_servers else None
         apart = step < warmup + steps
         started = time.perf_counter()
         with autograd.record():
@@ -140,8 +151,14 @@ def worker(kvstore_name: str, steps: int, warmup: int, compression: Optional[str
             update.append(time.perf_counter() - middle)
         elif not apart:
             whole.append(time.perf_counter() - started)
+    cpu = time.process_time() - cpu_before
+    servers_after = cpu_seconds_of_servers() if counts_servers else None
+    servers_cpu = (
+        servers_after - servers_before
+        if servers_before is not None and servers_after is not None
+        else None
+    )
     pushed, pulled = (a - b for a, b in zip(ps_traffic(), traffic_before))
-    steps *= 2
     size = sum(p.data().size for p in net.collect_params().values() if p.grad_req != "null")
     print(
         json.dumps(
@@ -151,14 +168,39 @@ def worker(kvstore_name: str, steps: int, warmup: int, compression: Optional[str
                 "compute": compute,
                 "step": update,
                 "whole": whole,
-                "ps_bytes_per_step": (pushed + pulled) / steps,
+                "ps_bytes_per_step": (pushed + pulled) / (2 * steps),
                 "gradient_bytes": size * 4,
+                "cpu_ms_per_step": 1e3 * cpu / steps,
+                "servers_cpu_ms_per_step": None
+                if servers_cpu is None
+                else 1e3 * servers_cpu / steps,
             }
         ),
         flush=True,
     )
     if hasattr(kv, "close"):
         kv.close()
+
+
+def cpu_seconds_of_servers() -> Optional[float]:
+    """CPU seconds (user and system, every thread) this job's parameter servers have used so
+    far: the processes with DMLC_ROLE=server and this job's RUN_TAG in their environment
+    (None when none is in this machine's /proc: servers on another machine)."""
+    marks = (b"DMLC_ROLE=server", f"{RUN_TAG}={os.environ[RUN_TAG]}".encode())
+    ticks, found = 0, False
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                environment = f.read().split(b"\0")
+            if not all(mark in environment for mark in marks):
+                continue
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rpartition(")")[2].split()
+        except OSError:  # ended meanwhile, or not ours to read
+            continue
+        ticks += int(fields[11]) + int(fields[12])  # utime, stime
+        found = True
+    return ticks / os.sysconf("SC_CLK_TCK") if found else None
 
 
 def compression_params(compression: Optional[str]) -> Optional[dict]:
@@ -199,6 +241,7 @@ def run_configuration(
         )
         return None
     print(f"-- {name} ...", flush=True)
+    os.environ[RUN_TAG] = uuid.uuid4().hex  # every process of the job inherits it
     if name == "dist_sync":
         from ps_job import run_ps_job
 
@@ -274,6 +317,10 @@ def run_configuration(
         "total_mean_ms": 1e3 * np.mean(first["whole"]),  # easgd: every tau-th step exchanges
         "ps_mb_per_step": sum(r["ps_bytes_per_step"] for r in rows) / 2**20,
         "gradient_mb": first["gradient_bytes"] / 2**20,
+        # CPU per whole step, every rank's process and (where this machine sees them) the
+        # servers': beside os.cpu_count() x the step, how busy the machine was
+        "workers_cpu_ms": sum(r["cpu_ms_per_step"] for r in rows),
+        "servers_cpu_ms": first["servers_cpu_ms_per_step"],
     }
 
 
@@ -418,22 +465,32 @@ def main() -> None:
         f"({where}), OMP_NUM_THREADS={args.threads}; medians of {args.steps} steps, rank 0, "
         f"and over {args.rounds} round(s)"
     )
+    cores = None if args.hosts and args.cluster == "external" else os.cpu_count()
+    for r in results:
+        r["cores_busy"] = cores and (r["workers_cpu_ms"] + (r["servers_cpu_ms"] or 0)) / (
+            cores * r["total_ms"]
+        )
     print(
         f"{'configuration':>14} {'compute ms':>11} {'step ms':>9} {'whole ms':>9} "
-        f"{'last rank':>10} {'PS MiB/step':>12} {'limit ms':>9} {'step / limit':>13}"
+        f"{'last rank':>10} {'PS MiB/step':>12} {'CPU ms':>13} {'busy':>5} "
+        f"{'limit ms':>9} {'step / limit':>13}"
     )
     for r in results:
         limit = (
             f"{r['limit_ms']:9.0f} {r['step_ms'] / r['limit_ms']:12.2f}x" if r["limit_ms"] else ""
         )
+        servers = f"+{r['servers_cpu_ms']:.0f}" if r["servers_cpu_ms"] is not None else ""
+        busy = f"{r['cores_busy']:5.0%}" if r["cores_busy"] else f"{'':5}"
         print(
             f"{r['configuration']:>14} {r['compute_ms']:11.1f} {r['step_ms']:9.1f} "
             f"{r['total_ms']:9.1f} {r['last_rank_total_ms']:10.1f} "
-            f"{r['ps_mb_per_step']:12.1f} {limit}"
+            f"{r['ps_mb_per_step']:12.1f} {r['workers_cpu_ms']:6.0f}{servers:>7} {busy} {limit}"
         )
     print(
         "(times of rank 0, on h1 with the servers; 'last rank': the whole step of the "
-        "highest rank, on the last host: in async its group alone crosses a link)"
+        "highest rank, on the last host: in async its group alone crosses a link; "
+        "'CPU ms': every rank's process + the servers', per whole step; 'busy': that "
+        f"CPU over {cores} cores x the whole step)"
     )
     by_name = {r["configuration"]: r for r in results}
     if "allreduce" in by_name and "overlap" in by_name:
@@ -473,6 +530,7 @@ def main() -> None:
                 "batch_per_rank": BATCH,
                 "servers": SERVERS,
                 "omp_num_threads": args.threads,
+                "cores": cores,
                 "rounds": args.rounds,
                 "hosts": args.hosts,
                 "cluster": args.cluster if args.hosts else None,
