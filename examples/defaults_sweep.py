@@ -95,6 +95,11 @@ SWEEPS: Dict[str, Sweep] = {
         ["0.45", "0.225", "0.1", "0.05"],
         taus=(4, 16),
     ),
+    # lasgd's overlapped average is applied a period after it started (local_sgd.py): the
+    # same bytes, the model it brings a period stale
+    "MXKV_LASGD_OVERLAP": Sweep(
+        "MXKV_LASGD_OVERLAP", "lasgd tau={tau} overlap={value}", ["1", "0"], taus=(8, 32, 128)
+    ),
     "MXKV_LOCAL_LR_SCALE": Sweep(
         "MXKV_LOCAL_LR_SCALE",
         "lasgd tau={tau} lr_scale={value}",

@@ -65,6 +65,10 @@ def _parse_optional_momentum(text: str) -> Optional[float]:
     return value
 
 
+def _parse_optional_bool(text: str) -> Optional[bool]:
+    return None if not text.strip() else _parse_bool(text)
+
+
 def _parse_optional_scale(text: str) -> Optional[float]:
     if text.strip() == "":
         return None
@@ -182,6 +186,15 @@ def parse_group_job(text: str) -> Optional[GroupJob]:
     return job
 
 
+# MXKV_LASGD_OVERLAP's rule: lasgd's averages overlap the local steps while they land at
+# most this many steps late (MXKV_TAU / MXKV_FRAGMENTS), and block beyond. Chosen from
+# examples/defaults_sweep.py MXKV_LASGD_OVERLAP (results/defaults_sweep.json, the lasgd
+# mode's page; 4 ranks, seeds 42 1 2): at tau 8 overlapped and blocking averages trained
+# alike on digits and MNIST-1D; at 32 and 128 digits fell behind with overlapped ones
+# (0.972 and 0.968 against 0.979 and 0.978 blocking, allreduce 0.979), MNIST-1D did not.
+LASGD_OVERLAP_MAX_DELAY = 8
+
+
 @dataclass(frozen=True)
 class Knob:
     """One environment variable: its parser, default and one-line documentation; internal:
@@ -271,14 +284,19 @@ KNOBS: Dict[str, Knob] = {
         "the first local step.",
     ),
     "MXKV_LASGD_OVERLAP": Knob(
-        _parse_bool,
-        "1",
+        _parse_optional_bool,
+        "",
         "`lasgd`: `1`: the average started at one averaging point is "
         "computed while the next `MXKV_TAU` steps run and applied at the "
         "next point (x += A - S); `0`: a blocking average (x = mean of x) "
-        "at every point. `1` needs MXNet's threaded engine (refused with "
-        "`NaiveEngine`) and MPI_THREAD_MULTIPLE (mpi4py's default; refused"
-        " with a `ConfigError` otherwise).",
+        "at every point. Empty: the rule `MXKV_TAU / MXKV_FRAGMENTS <= "
+        f"{LASGD_OVERLAP_MAX_DELAY}` (how many steps late an overlapped average "
+        "lands), which rank 0 prints at start where it blocks: in the sweep of "
+        "`examples/defaults_sweep.py MXKV_LASGD_OVERLAP` an average that landed a "
+        "long period late left the model short of allreduce's, where blocking "
+        "did not (the lasgd mode's page). `1` needs MXNet's threaded engine "
+        "(refused with `NaiveEngine`) and MPI_THREAD_MULTIPLE (mpi4py's default; "
+        "refused with a `ConfigError` otherwise).",
     ),
     "MXKV_OUTER": Knob(
         _choice(("none", "nesterov", "sgd")),
@@ -742,6 +760,7 @@ class Config:
     transport: str
     rma_progress_us: int
     lasgd_overlap: bool
+    lasgd_overlap_by_rule: bool  # MXKV_LASGD_OVERLAP unset: LASGD_OVERLAP_MAX_DELAY decided
     outer: str
     outer_lr: float
     outer_momentum: Optional[float]  # None: outer_optimizer.rule_momentum(outer_lr)
@@ -784,13 +803,17 @@ class Config:
                 "unset one of them"
             )
         can = capabilities_of(values["MXKV_MODE"])
+        lasgd_overlap = values["MXKV_LASGD_OVERLAP"]
+        if lasgd_overlap is None:
+            lasgd_overlap = values["MXKV_TAU"] / values["MXKV_FRAGMENTS"] <= LASGD_OVERLAP_MAX_DELAY
         if (
             can.overlapped_average
-            and values["MXKV_LASGD_OVERLAP"]
+            and lasgd_overlap
             and environ.get("MXNET_ENGINE_TYPE") == "NaiveEngine"
         ):
+            chosen = "" if values["MXKV_LASGD_OVERLAP"] else " (its rule's choice here)"
             raise ConfigError(
-                "MXKV_LASGD_OVERLAP=1 (the default) averages behind MXNet's threaded "
+                f"MXKV_LASGD_OVERLAP=1{chosen} averages behind MXNet's threaded "
                 "engine, and MXNET_ENGINE_TYPE=NaiveEngine runs every operation at "
                 "once: set MXKV_LASGD_OVERLAP=0 or unset MXNET_ENGINE_TYPE"
             )
@@ -862,7 +885,8 @@ class Config:
             easgd_sync=values["MXKV_EASGD_SYNC"],
             transport=values["MXKV_TRANSPORT"],
             rma_progress_us=values["MXKV_RMA_PROGRESS_US"],
-            lasgd_overlap=values["MXKV_LASGD_OVERLAP"],
+            lasgd_overlap=lasgd_overlap,
+            lasgd_overlap_by_rule=values["MXKV_LASGD_OVERLAP"] is None,
             outer=values["MXKV_OUTER"],
             outer_lr=values["MXKV_OUTER_LR"],
             outer_momentum=values["MXKV_OUTER_MOMENTUM"],

@@ -22,6 +22,7 @@ steps, and an overlapped one is applied tau / P steps later, at the next point.
 `consensus` ends the delay: it applies what is in flight, then averages (blocking), so
 every rank holds the same model (use it before evaluating or saving a final model)."""
 
+import logging
 from dataclasses import replace
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
@@ -31,14 +32,17 @@ from ..comm.collectives import Arrays, Key, TensorCollectives
 from ..comm.compression import QuantisedReducer
 from ..comm.compression_params import Compression
 from ..comm.topology import World, groups
-from ..config import Config
+from ..config import LASGD_OVERLAP_MAX_DELAY, Config
 from ..errors import MXKVError
+from ..logs import TO_STDERR
 from .averaging import allreduce_split, check_saved_with, check_state_mode
 from .fragments import Piece, cut_into_fragments
 from .local_lr_scale import local_lr_scale, scaled
 from .outer_optimizer import OuterOptimizer, outer_optimizer_of
 from .quantised_changes import QuantisedChanges
 from .rounded_deltas import RoundedDeltas
+
+log = logging.getLogger(__name__)
 
 
 def averages_config(config: Config) -> Config:
@@ -104,6 +108,8 @@ class LocalSGD:
         self.fragments = config.fragments if fragments is None else fragments
         self.warmup_steps = config.warmup_steps if warmup_steps is None else warmup_steps
         self.overlap = config.lasgd_overlap if overlap is None else overlap
+        if overlap is None and config.lasgd_overlap_by_rule and not self.overlap:
+            _say_the_averages_block(self.period, self.fragments, world.rank == 0)
         self.steps = 0
         self.rounds = 0  # averagings started
         blocking = replace(config, overlap=False)
@@ -374,3 +380,16 @@ def _first(copies_per_key: Sequence[Arrays]) -> List[List[mx.nd.NDArray]]:
     """Each key's first device copy: a rank's copies are one model (an allreduce of all of
     them would add them up), and the average is written to every copy."""
     return [[copies[0]] for copies in copies_per_key]
+
+
+def _say_the_averages_block(period: int, fragments: int, announce: bool) -> None:
+    """Rank 0 (`announce`) says at start that MXKV_LASGD_OVERLAP's rule chose blocking."""
+    if announce:
+        log.info(
+            f"mxkv_hybrid: lasgd's averages block (MXKV_LASGD_OVERLAP=0): overlapped, each "
+            f"would land MXKV_TAU {period} / MXKV_FRAGMENTS {fragments} steps late, past "
+            f"the {LASGD_OVERLAP_MAX_DELAY} of MXKV_LASGD_OVERLAP's rule, where the model "
+            "fell short of allreduce's (examples/defaults_sweep.py MXKV_LASGD_OVERLAP); set "
+            "MXKV_LASGD_OVERLAP=1 to overlap them",
+            extra=TO_STDERR,
+        )

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import mxkv_hybrid
-from mxkv_hybrid.config import Config
+from mxkv_hybrid.config import LASGD_OVERLAP_MAX_DELAY, Config
 from mxkv_hybrid.errors import ConfigError, MXKVError
 from mxkv_hybrid.modes.averaging import check_saved_with
 from mxkv_hybrid.modes.local_lr_scale import local_lr_scale, rule_scale, scaled
@@ -158,6 +158,33 @@ def test_overlapped_averaging_is_refused_with_the_naive_engine():
     assert not Config.from_environment(
         {"MXKV_MODE": "lasgd", "MXKV_LASGD_OVERLAP": "0", "MXNET_ENGINE_TYPE": "NaiveEngine"}
     ).lasgd_overlap
+    # where the rule blocks, nothing is overlapped that the naive engine could not run
+    long_period = str(LASGD_OVERLAP_MAX_DELAY + 1)
+    assert not Config.from_environment(
+        {"MXKV_MODE": "lasgd", "MXKV_TAU": long_period, "MXNET_ENGINE_TYPE": "NaiveEngine"}
+    ).lasgd_overlap
+
+
+@pytest.mark.parametrize(
+    "tau,fragments,overlap",
+    [
+        (4, 1, True),  # the default period
+        (LASGD_OVERLAP_MAX_DELAY, 1, True),
+        (LASGD_OVERLAP_MAX_DELAY + 1, 1, False),
+        (4 * LASGD_OVERLAP_MAX_DELAY, 4, True),  # each fragment lands tau / 4 steps late
+        (4 * LASGD_OVERLAP_MAX_DELAY + 4, 4, False),
+    ],
+)
+def test_unset_lasgd_overlap_overlaps_averages_that_land_at_most_the_rule_s_steps_late(
+    tau, fragments, overlap
+):
+    settings = {"MXKV_MODE": "lasgd", "MXKV_TAU": str(tau), "MXKV_FRAGMENTS": str(fragments)}
+    config = Config.from_environment(settings)
+    assert (config.lasgd_overlap, config.lasgd_overlap_by_rule) == (overlap, True)
+    for chosen in (True, False):  # a value set is kept, whatever the period
+        settings["MXKV_LASGD_OVERLAP"] = str(int(chosen))
+        config = Config.from_environment(settings)
+        assert (config.lasgd_overlap, config.lasgd_overlap_by_rule) == (chosen, False)
 
 
 def test_a_checkpoint_written_with_other_averaging_settings_is_refused():
