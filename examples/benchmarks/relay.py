@@ -44,6 +44,9 @@ from mxkv_hybrid.launch.job_key import make_job_key, tls_context
 from mxkv_hybrid.launch.processes import free_port
 from mxkv_hybrid.ps.node_addresses import Endpoint, RelayPlan, StandIn
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from process_cpu import cpu_seconds
+
 HOST = "127.0.0.1"
 BLOCK = 4 << 20  # bytes a client send() call hands over
 
@@ -91,13 +94,6 @@ def megabytes_per_second(port: int, per_connection: int, connections: int) -> fl
     with ThreadPoolExecutor(connections) as pool:
         list(pool.map(lambda _: send(port, per_connection), range(connections)))
     return connections * per_connection / (time.perf_counter() - start) / 1e6
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of process `pid` so far."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def cpu_counter(relays: List[subprocess.Popen]) -> Callable[[], float]:

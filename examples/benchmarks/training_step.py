@@ -62,6 +62,7 @@ from emulated_hosts import (  # noqa: E402
     servers_limit_seconds,
 )
 from job_output import json_lines  # noqa: E402
+from process_cpu import cpu_seconds  # noqa: E402
 
 BATCH = 16
 CLASSES = 10
@@ -187,20 +188,18 @@ def cpu_seconds_of_servers() -> Optional[float]:
     far: the processes with DMLC_ROLE=server and this job's RUN_TAG in their environment
     (None when none is in this machine's /proc: servers on another machine)."""
     marks = (b"DMLC_ROLE=server", f"{RUN_TAG}={os.environ[RUN_TAG]}".encode())
-    ticks, found = 0, False
+    seconds, found = 0.0, False
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open(f"/proc/{pid}/environ", "rb") as f:
                 environment = f.read().split(b"\0")
             if not all(mark in environment for mark in marks):
                 continue
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rpartition(")")[2].split()
+            seconds += cpu_seconds(int(pid))
         except OSError:  # ended meanwhile, or not ours to read
             continue
-        ticks += int(fields[11]) + int(fields[12])  # utime, stime
         found = True
-    return ticks / os.sysconf("SC_CLK_TCK") if found else None
+    return seconds if found else None
 
 
 def compression_params(compression: Optional[str]) -> Optional[dict]:
