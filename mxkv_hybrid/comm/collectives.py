@@ -9,7 +9,7 @@ from typing import Hashable, List, Optional, Sequence, Tuple
 import mxnet as mx
 import numpy as np
 
-from ..config import Config
+from ..config import LASGD_OVERLAP_MAX_DELAY, Config
 from ..errors import ConfigError, MismatchError, MXKVError, RankLostError
 from . import algorithm_table, row_sparse, stall, timeline
 from .device_staging import DeviceStaging
@@ -53,7 +53,9 @@ def _require_thread_multiple() -> None:
     if MPI.Query_thread() < MPI.THREAD_MULTIPLE:
         raise ConfigError(
             "collectives behind MXNet's engine (MXKV_OVERLAP=1, or mode lasgd's average with "
-            "MXKV_LASGD_OVERLAP=1, the default) need MPI initialised with MPI_THREAD_MULTIPLE, "
+            "MXKV_LASGD_OVERLAP=1, its rule's choice while MXKV_TAU / MXKV_FRAGMENTS <= "
+            f"{LASGD_OVERLAP_MAX_DELAY}) "
+            "need MPI initialised with MPI_THREAD_MULTIPLE, "
             "mpi4py's default: set that knob to 0, or leave mpi4py.rc.thread_level and "
             "MPI4PY_RC_THREAD_LEVEL unset"
         )
