@@ -14,7 +14,7 @@ from support.warm_ranks import launch_in
 def test_every_algorithm_matches_a_float64_reference(warm_ranks, ranks):
     job = launch_in(warm_ranks, ranks, "algorithms.py", timeout=240)
     assert job.returncode == 0, job.output
-    assert job.lines_of(0)[-1] == "CHECKED 470", job.output
+    assert job.lines_of(0)[-1] == "CHECKED 448", job.output
 
 
 def test_tune_measures_and_saves_rules_that_auto_can_read(warm_ranks, tmp_path):
