@@ -9,11 +9,11 @@ configuration, on the plain machine and behind emulated slow links between the g
 A configuration is a mode and its settings, `MODE [tau=T] [transport=rma]
 [outer=nesterov|sgd] [outer_lr=L] [outer_momentum=M] [damping=staleness|momentum]
 [overlap=0|1] [fragments=P] [compress=fp16|bf16] [algo=ring|...] [warmup=S]
-[lr_scale=S] [alpha=A]` (MXKV_TAU, MXKV_TRANSPORT, MXKV_OUTER, MXKV_OUTER_LR,
-MXKV_OUTER_MOMENTUM, MXKV_ASYNC_DAMPING, MXKV_LASGD_OVERLAP: 0 with outer= unless given,
-MXKV_FRAGMENTS, MXKV_COMPRESS, MXKV_ALGO, MXKV_WARMUP_STEPS, MXKV_LOCAL_LR_SCALE,
-MXKV_EASGD_ALPHA), and [lr=L] [momentum=M] its own learning rate and the script's SGD
-momentum
+[lr_scale=S] [alpha=A] [sync=1]` (MXKV_TAU, MXKV_TRANSPORT, MXKV_OUTER, MXKV_OUTER_LR,
+MXKV_OUTER_MOMENTUM, MXKV_ASYNC_DAMPING, MXKV_LASGD_OVERLAP, MXKV_FRAGMENTS,
+MXKV_COMPRESS, MXKV_ALGO, MXKV_WARMUP_STEPS, MXKV_LOCAL_LR_SCALE, MXKV_EASGD_ALPHA,
+MXKV_EASGD_SYNC; a knob not named keeps the package's default), and [lr=L] [momentum=M]
+its own learning rate and the script's SGD momentum
 (0.9 unless given; where the servers run the optimizer, sync and async, theirs):
 
   allreduce      one allreduce over all ranks per step (hierarchical: MXKV_HIERARCHY=auto)
@@ -89,6 +89,7 @@ SETTINGS = {
     "warmup": "MXKV_WARMUP_STEPS",
     "lr_scale": "MXKV_LOCAL_LR_SCALE",
     "alpha": "MXKV_EASGD_ALPHA",
+    "sync": "MXKV_EASGD_SYNC",
 }
 MODES = ("allreduce", "sync", "async", "easgd", "lasgd")
 DEFAULT_CONFIGURATIONS = {
@@ -143,8 +144,6 @@ def parse_configuration(text: str) -> Configuration:
                 f"{', '.join([*SETTINGS, *own])}"
             )
         env[SETTINGS[name]] = value
-    if "MXKV_OUTER" in env and mode == "lasgd":  # as the published DiLoCo runs: blocking
-        env.setdefault("MXKV_LASGD_OVERLAP", "0")
     return Configuration(mode, env, own["lr"], own["momentum"])
 
 

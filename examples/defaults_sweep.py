@@ -54,17 +54,18 @@ SWEEPS: Dict[str, Sweep] = {
         "async damping=none momentum={value}",
         ["0.85", "0.8", "0.7", "0.65", "0.6", "0.4", "0.15"],
     ),
-    # the outer optimizer switched on alone: lasgd's default overlap, DiLoCo's lr 0.7
+    # the outer optimizer switched on alone: MXKV_LASGD_OVERLAP's rule (overlapped at tau 8,
+    # blocking beyond), DiLoCo's lr 0.7
     "MXKV_OUTER_MOMENTUM": Sweep(
         "MXKV_OUTER_MOMENTUM",
-        "lasgd tau={tau} outer=nesterov overlap=1 outer_momentum={value}",
+        "lasgd tau={tau} outer=nesterov outer_momentum={value}",
         OUTER,
         taus=(8, 32, 128),
     ),
     # the outer optimizer's learning rate, its momentum the rule max(0, 1 - lr)
     "MXKV_OUTER_LR": Sweep(
         "MXKV_OUTER_LR",
-        "lasgd tau={tau} outer=nesterov overlap=1 outer_lr={value}",
+        "lasgd tau={tau} outer=nesterov outer_lr={value}",
         OUTER_LRS,
         taus=(8, 32, 128),
     ),
@@ -253,7 +254,8 @@ def plot(results: Dict[str, dict], path: str, within: float) -> None:
     )
     for axis, name in zip(axes.flat, names):
         rows = results[name]["rows"]
-        values = SWEEPS[name].values if name in SWEEPS else sorted({r["value"] for r in rows})
+        swept = SWEEPS.get(name.split(",")[0])  # "KNOB, what differed": kept rows of a sweep
+        values = swept.values if swept else sorted({r["value"] for r in rows})
         for setting in sorted({setting_of(r) for r in rows}, key=str):
             gaps = {r["value"]: r["gap_points"] for r in rows if setting_of(r) == setting}
             axis.plot(

@@ -338,9 +338,10 @@ KNOBS: Dict[str, Knob] = {
         "0.7",
         "The outer optimizer's learning rate, above 0 (DiLoCo's 0.7). With"
         " `1` and momentum `0` the outer step is plain averaging. Chosen by "
-        "`examples/defaults_sweep.py MXKV_OUTER_LR` (lasgd, the momentum its rule): 1, "
-        "0.7, 0.5 and 0.3 within a point of allreduce at tau 8 and 32 on digits and "
-        "MNIST-1D, 0.7 the best at MNIST-1D's tau 32 and 128 (docs/modes/lasgd.md).",
+        "`examples/defaults_sweep.py MXKV_OUTER_LR` (lasgd's defaults, the momentum "
+        "its rule; digits and MNIST-1D, tau 8 to 128, 3 seeds): 1, 0.7 and 0.5 within "
+        "a point of allreduce in every row, 0.3 short on digits at tau 128 (the "
+        "lasgd mode's page).",
     ),
     "MXKV_OUTER_MOMENTUM": Knob(
         _parse_optional_momentum,
@@ -350,11 +351,10 @@ KNOBS: Dict[str, Knob] = {
         "prints at start: Nesterov's steady step is lr / (1 - mu) times the "
         "averaged change, 1 by this rule, as plain averaging's. DiLoCo's 0.9 "
         "(a 7x step at lr 0.7) diverged in the sweep of "
-        "`examples/defaults_sweep.py MXKV_OUTER_MOMENTUM` (digits and MNIST-1D, "
-        "tau 8 to 128, 3 seeds) at tau 8 and 32 on digits and at every tau on "
-        "MNIST-1D. The rule's 0.3 was within a point of allreduce at tau 8 "
-        "(both tasks), 32 (digits) and, with `MXKV_LOCAL_LR_SCALE`'s rule, at "
-        "tau 32 and 128 on MNIST-1D, the best value there (the lasgd mode's page).",
+        "`examples/defaults_sweep.py MXKV_OUTER_MOMENTUM` (lasgd's defaults; digits "
+        "and MNIST-1D, tau 8 to 128, 3 seeds) at tau 8 on both tasks and at every "
+        "tau on MNIST-1D. The rule's 0.3 was within a point of allreduce in every "
+        "row (the lasgd mode's page).",
     ),
     "MXKV_LOCAL_LR_SCALE": Knob(
         _parse_optional_scale,

@@ -26,7 +26,6 @@ def test_a_configuration_names_knobs_that_exist_and_its_own_learning_rate_and_mo
         {
             "MXKV_TAU": "128",
             "MXKV_OUTER": "nesterov",
-            "MXKV_LASGD_OVERLAP": "0",
             "MXKV_OUTER_MOMENTUM": "0.5",
         },
         0.05,
