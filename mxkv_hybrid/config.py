@@ -232,8 +232,9 @@ KNOBS: Dict[str, Knob] = {
         _parse_fraction,
         "0.9",
         "`easgd`: the moving rate beta = groups x alpha (the paper's 0.9), a bound "
-        "on alpha: unless `MXKV_EASGD_ALPHA` is set, alpha = min(0.1, beta / number "
-        "of groups).",
+        "on alpha: unless `MXKV_EASGD_ALPHA` is set, alpha = min(0.5, min(0.1, beta / "
+        "groups) x max(1, MXKV_TAU / 16)), and at most beta / groups with "
+        "`MXKV_EASGD_SYNC=1` (the easgd mode's page).",
     ),
     "MXKV_EASGD_ALPHA": Knob(
         _parse_fraction,
