@@ -54,8 +54,8 @@ SWEEPS: Dict[str, Sweep] = {
         "async damping=none momentum={value}",
         ["0.85", "0.8", "0.7", "0.65", "0.6", "0.4", "0.15"],
     ),
-    # the outer optimizer switched on alone: MXKV_LASGD_OVERLAP's rule (overlapped at tau 8,
-    # blocking beyond), DiLoCo's lr 0.7
+    # the outer optimizer switched on alone: MXKV_LASGD_OVERLAP's rule (blocking past tau 4;
+    # the tau 8 rows in the results ran overlapped, the rule's choice before), DiLoCo's lr 0.7
     "MXKV_OUTER_MOMENTUM": Sweep(
         "MXKV_OUTER_MOMENTUM",
         "lasgd tau={tau} outer=nesterov outer_momentum={value}",

@@ -389,7 +389,7 @@ def _say_the_averages_block(period: int, fragments: int, announce: bool) -> None
             f"mxkv_hybrid: lasgd's averages block (MXKV_LASGD_OVERLAP=0): overlapped, each "
             f"would land MXKV_TAU {period} / MXKV_FRAGMENTS {fragments} steps late, past "
             f"the {LASGD_OVERLAP_MAX_DELAY} of MXKV_LASGD_OVERLAP's rule, where the model "
-            "fell short of allreduce's (examples/defaults_sweep.py MXKV_LASGD_OVERLAP); set "
+            "fell short of allreduce's (the lasgd mode's page); set "
             "MXKV_LASGD_OVERLAP=1 to overlap them",
             extra=TO_STDERR,
         )
