@@ -74,7 +74,7 @@ def check(label: str, got: np.ndarray, inputs: np.ndarray, dtype: str, wire: str
     checked += 1
 
 
-def sizes(segment_bytes: int):
+def sizes(segment_bytes: int = 1 << 20):
     """Counts to reduce: edge cases, primes, counts not divisible by the ranks; with tiny
     segments the largest is left out (997 already puts many segments in flight)."""
     edges = [0, 1, 2, 3, p - 1, p + 1, 13, 997, 4 * p + 3]
